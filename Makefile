@@ -1,0 +1,33 @@
+# Two entry points a fresh Linux machine needs: `make demo` and `make test`.
+# Everything installs into .venv; nothing here needs apt-get or root.
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+
+.PHONY: demo test lint bench clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+
+$(VENV)/.installed: pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install -q -e .
+	touch $@
+
+$(VENV)/.dev-installed: pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install -q -e '.[dev,mcp]'
+	touch $(VENV)/.installed $@
+
+demo: $(VENV)/.installed
+	@$(BIN)/python examples/demo.py
+
+test: $(VENV)/.dev-installed
+	$(BIN)/ruff check src tests bench
+	$(BIN)/mypy
+	$(BIN)/python -m pytest
+
+bench: $(VENV)/.installed
+	$(BIN)/python bench/exec_overhead.py
+
+clean:
+	rm -rf $(VENV) build dist .pytest_cache .mypy_cache .ruff_cache

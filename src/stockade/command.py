@@ -1,0 +1,149 @@
+"""`SandboxCommand` in, `SandboxOutput` out: the values that cross the `Sandbox` seam."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from .errors import InvalidCommand
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping, Sequence
+
+    from .capabilities import SandboxCapabilities
+
+#: A command line longer than this is refused before anything runs: the kernel's
+#: own ARG_MAX is 2 MiB, and a request near it is a bug or an attack.
+MAX_ARGV_BYTES = 1 << 20
+
+# SandboxablePreference (Codex): Auto lets the mode decide, Require always
+# confines, Forbid asks to run with no boundary -- which is a request for
+# full-access and goes through approval like any other elevation.
+AUTO = "auto"
+REQUIRE = "require"
+FORBID = "forbid"
+PREFERENCES = (AUTO, REQUIRE, FORBID)
+
+
+def _check_text(value: str, what: str) -> str:
+    if not isinstance(value, str):
+        raise InvalidCommand(f"{what} must be a string, got {type(value).__name__}")
+    if "\x00" in value:
+        raise InvalidCommand(f"{what} contains a NUL byte: {value[:80]!r}")
+    return value
+
+
+class SandboxCommand:
+    """One command to run: argv (never a shell string unless you pass `sh -c`)."""
+
+    __slots__ = ("args", "capabilities", "cwd", "env", "mode", "preference", "program",
+                 "session_id", "stdin", "timeout")
+
+    def __init__(
+        self,
+        program: str,
+        args: Sequence[str] = (),
+        *,
+        session_id: str | None = None,
+        env: Mapping[str, str] | None = None,
+        stdin: bytes | None = None,
+        cwd: str | None = None,
+        capabilities: SandboxCapabilities | None = None,
+        timeout: float | None = None,
+        mode: str | None = None,
+        preference: str = AUTO,
+    ) -> None:
+        self.program = _check_text(program, "program")
+        if not program:
+            raise InvalidCommand("program is empty")
+        self.args = tuple(_check_text(a, "argument") for a in args)
+        size = len(program) + sum(len(a) + 1 for a in self.args)
+        if size > MAX_ARGV_BYTES:
+            raise InvalidCommand(
+                f"command line is {size} bytes, over the {MAX_ARGV_BYTES}-byte limit; "
+                "pass large input on stdin instead"
+            )
+        self.session_id = session_id
+        self.env = dict(env) if env else {}
+        for key, value in self.env.items():
+            _check_text(key, "environment name")
+            _check_text(value, f"environment value of {key}")
+            if not key or "=" in key:
+                raise InvalidCommand(f"invalid environment variable name {key!r}")
+        if stdin is not None and not isinstance(stdin, bytes | bytearray | memoryview):
+            raise InvalidCommand("stdin must be bytes")
+        self.stdin = bytes(stdin) if stdin is not None else None
+        self.cwd = _check_text(cwd, "cwd") if cwd is not None else None
+        self.capabilities = capabilities
+        if timeout is not None and not timeout > 0:
+            raise InvalidCommand(f"timeout must be positive, got {timeout}")
+        self.timeout = timeout
+        self.mode = mode
+        if preference not in PREFERENCES:
+            raise InvalidCommand(
+                f"unknown sandbox preference {preference!r}: choose {', '.join(PREFERENCES)}"
+            )
+        self.preference = preference
+
+    @property
+    def argv(self) -> list[str]:
+        return [self.program, *self.args]
+
+    def __repr__(self) -> str:
+        return f"SandboxCommand({self.argv!r}, session_id={self.session_id!r}, cwd={self.cwd!r})"
+
+
+class SandboxOutput:
+    """What came back. `likely_sandbox_denied` says the boundary, not the command, failed it."""
+
+    __slots__ = ("backend", "denial_hint", "duration_ms", "exit_code", "likely_sandbox_denied",
+                 "signal", "stderr", "stdout", "truncated")
+
+    def __init__(
+        self,
+        exit_code: int | None,
+        signal: int | None,
+        stdout: bytes,
+        stderr: bytes,
+        *,
+        truncated: bool = False,
+        duration_ms: float = 0.0,
+        likely_sandbox_denied: bool = False,
+        denial_hint: str | None = None,
+        backend: str = "",
+    ) -> None:
+        self.exit_code = exit_code
+        self.signal = signal
+        self.stdout = stdout
+        self.stderr = stderr
+        self.truncated = truncated
+        self.duration_ms = duration_ms
+        self.likely_sandbox_denied = likely_sandbox_denied
+        self.denial_hint = denial_hint
+        self.backend = backend
+
+    @property
+    def returncode(self) -> int:
+        """A shell's reading: the exit code, or 128 + the signal that killed it."""
+        if self.exit_code is not None:
+            return self.exit_code
+        return 128 + (self.signal or 0)
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "exit_code": self.exit_code,
+            "signal": self.signal,
+            "stdout": self.stdout.decode("utf-8", "replace"),
+            "stderr": self.stderr.decode("utf-8", "replace"),
+            "truncated": self.truncated,
+            "duration_ms": round(self.duration_ms, 3),
+            "likely_sandbox_denied": self.likely_sandbox_denied,
+            "denial_hint": self.denial_hint,
+            "backend": self.backend,
+        }
+
+    def __repr__(self) -> str:
+        return (
+            f"SandboxOutput(exit_code={self.exit_code}, signal={self.signal}, "
+            f"stdout={self.stdout[:60]!r}, stderr={self.stderr[:60]!r}, "
+            f"truncated={self.truncated}, denied={self.likely_sandbox_denied})"
+        )
