@@ -35,7 +35,7 @@ def _check_text(value: str, what: str) -> str:
 class SandboxCommand:
     """One command to run: argv (never a shell string unless you pass `sh -c`)."""
 
-    __slots__ = ("args", "capabilities", "cwd", "env", "mode", "preference", "program",
+    __slots__ = ("args", "capabilities", "cwd", "env", "preference", "program",
                  "session_id", "stdin", "timeout")
 
     def __init__(
@@ -49,7 +49,6 @@ class SandboxCommand:
         cwd: str | None = None,
         capabilities: SandboxCapabilities | None = None,
         timeout: float | None = None,
-        mode: str | None = None,
         preference: str = AUTO,
     ) -> None:
         self.program = _check_text(program, "program")
@@ -77,7 +76,6 @@ class SandboxCommand:
         if timeout is not None and not timeout > 0:
             raise InvalidCommand(f"timeout must be positive, got {timeout}")
         self.timeout = timeout
-        self.mode = mode
         if preference not in PREFERENCES:
             raise InvalidCommand(
                 f"unknown sandbox preference {preference!r}: choose {', '.join(PREFERENCES)}"

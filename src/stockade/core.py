@@ -1,0 +1,381 @@
+"""The six-step pipeline, written once and driven by a sync and an async shell.
+
+`SandboxCore.pipeline` is a generator: it decides, and yields an *effect*
+whenever it needs the outside world -- ask a person (`Approve`), run the
+process (`Run`). The shells perform the effect their own way (blocking, or
+awaiting) and send the result back. So the decisions exist once, are tested
+without any I/O, and the CLI's path never imports asyncio.
+
+Steps: 1 session resolve (done by the shell, which owns the lock),
+2 cwd validate, 3 capability check (+ before-hooks), 4 profile, 5 run,
+6 audit.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from typing import TYPE_CHECKING
+
+from . import approval as ap
+from .capabilities import (
+    FULL_ACCESS,
+    READ_ONLY,
+    NetworkPolicy,
+    SandboxCapabilities,
+    canonical_path,
+    capabilities_for_mode,
+    is_under,
+    parse_mode,
+)
+from .command import FORBID, SandboxOutput
+from .denial import denial_hint, likely_sandbox_denied
+from .drivers import should_sandbox
+from .errors import CapabilityDenied, CommandTimeout, InvalidCommand, SandboxUnavailable
+from .hooks import run_before_hooks
+from .ledger import DENIED, ERROR, RAN, TIMED_OUT, Ledger
+from .profile import HOST, STRICT, build_profile
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Generator, Mapping
+
+    from .command import SandboxCommand
+    from .config import SandboxConfig
+    from .drivers import Driver
+    from .hooks import BeforeHook
+    from .process import Outcome
+    from .profile import Profile
+
+
+def session_key(session_id: str) -> str:
+    """32 hex chars of SHA-256 over the JSON-encoded id: short, and safe as a file name
+    whatever characters the id carries."""
+    import hashlib
+    import json
+
+    return hashlib.sha256(json.dumps(session_id).encode()).hexdigest()[:32]
+
+
+class SessionWorkspace:
+    """A session's directory, its private /tmp, and the processes it owns."""
+
+    def __init__(self, session_id: str, cwd: str, *, provisioned: bool, tmp_dir: str | None,
+                 read_scope: str) -> None:
+        self.session_id = session_id
+        self.cwd = cwd
+        self.provisioned = provisioned
+        self.tmp_dir = tmp_dir
+        self.read_scope = read_scope
+        self.processes: set[object] = set()
+        self.mode: str | None = None  # set by a mode change approved for this session
+
+
+class Approve:
+    """Effect: ask a person. The shell sends back an approval outcome string."""
+
+    __slots__ = ("request",)
+
+    def __init__(self, request: ap.ApprovalRequest) -> None:
+        self.request = request
+
+
+class Run:
+    """Effect: run the prepared launch. The shell sends back a process `Outcome`
+    (or, for a background start, the started handle)."""
+
+    __slots__ = ("launch", "max_output", "profile", "stdin", "timeout")
+
+    def __init__(self, launch: object, profile: Profile, stdin: bytes | None,
+                 timeout: float, max_output: int) -> None:
+        self.launch = launch
+        self.profile = profile
+        self.stdin = stdin
+        self.timeout = timeout
+        self.max_output = max_output
+
+
+class SandboxCore:
+    """State and decisions shared by `WorkspaceSandbox` and `SyncWorkspaceSandbox`."""
+
+    def __init__(
+        self,
+        config: SandboxConfig,
+        *,
+        driver: Driver | None = None,
+        approval: ap.ApprovalGate | None = None,
+        hooks: list[BeforeHook] | None = None,
+        mode_source: Callable[[], str] | None = None,
+        env: Mapping[str, str] | None = None,
+        ledger: Ledger | None = None,
+    ) -> None:
+        self.config = config
+        self.env = dict(os.environ if env is None else env)
+        self.gate = approval or ap.ApprovalGate(timeout_secs=config.approval_timeout_seconds)
+        self.hooks: list[BeforeHook] = list(hooks) if hooks is not None else default_hooks(config)
+        self.mode_source = mode_source
+        self.ledger = ledger if ledger is not None else Ledger(config.ledger_path(self.env))
+        self.sessions: dict[str, SessionWorkspace] = {}
+        self._driver = driver
+        self._none_driver: Driver | None = None
+        self.default_timeout = float(config.default_timeout_seconds)
+        self.max_output = int(config.max_output_bytes)
+        self._proc_lock = threading.Lock()
+
+    # -- the driver ------------------------------------------------------------
+
+    def driver(self, sandboxed: bool, workspace: str) -> Driver:
+        from .drivers import select_driver
+
+        if not sandboxed:
+            if self._none_driver is None:
+                self._none_driver = select_driver("none")
+            return self._none_driver
+        if self._driver is None:
+            options: dict[str, object] = {"env": self.env, "workspace": workspace}
+            if self.config.bwrap:
+                options["bwrap_path"] = self.config.bwrap
+            self._driver = select_driver(self.config.backend, **options)
+        return self._driver
+
+    # -- step 1: session ---------------------------------------------------------
+
+    def new_session(self, session_id: str, workspace: str | None = None,
+                    *, ephemeral_tmp: bool = False) -> SessionWorkspace:
+        """Create (not look up) a session: bound to `workspace`, or provisioned.
+
+        Called by a shell under its lock, after a second look in `sessions`.
+        """
+        if not isinstance(session_id, str) or not session_id:
+            raise InvalidCommand("session id must be a non-empty string")
+        scope = self.config.read_scope
+        if workspace is not None:
+            cwd = canonical_path(os.path.abspath(workspace), what="workspace")
+            if not os.path.isdir(cwd):
+                raise InvalidCommand(f"workspace {workspace!r} is not a directory")
+            provisioned = False
+            scope = HOST if scope == "auto" else scope
+        else:
+            root = self.config.resolved_workspace_root(self.env)
+            cwd = os.path.join(root, session_key(session_id))
+            os.makedirs(cwd, mode=0o700, exist_ok=True)
+            cwd = os.path.realpath(cwd)
+            provisioned = True
+            scope = STRICT if scope == "auto" else scope
+        tmp_dir = None
+        if not ephemeral_tmp:
+            import tempfile
+
+            base = os.path.join(self._state_dir(), "tmp")
+            os.makedirs(base, mode=0o700, exist_ok=True)
+            tmp_dir = tempfile.mkdtemp(prefix=session_key(session_id)[:12] + "-", dir=base)
+        ws = SessionWorkspace(session_id, cwd, provisioned=provisioned, tmp_dir=tmp_dir,
+                              read_scope=scope)
+        self.sessions[session_id] = ws
+        return ws
+
+    def _state_dir(self) -> str:
+        base = self.env.get("XDG_STATE_HOME") or os.path.join(
+            self.env.get("HOME") or "/tmp", ".local", "state")
+        return os.path.join(base, "stockade")
+
+    def close_session(self, session_id: str) -> None:
+        """Stop every process the session started, drop its grants, remove its /tmp."""
+        ws = self.sessions.pop(session_id, None)
+        self.gate.forget(session_id)
+        if ws is None:
+            return
+        with self._proc_lock:
+            procs = list(ws.processes)
+            ws.processes.clear()
+        for proc in procs:
+            proc.stop()  # type: ignore[attr-defined]
+        if ws.tmp_dir:
+            import shutil
+
+            shutil.rmtree(ws.tmp_dir, ignore_errors=True)
+
+    def mode_for(self, ws: SessionWorkspace) -> str:
+        """Asked once per command: a mode changed mid-session applies to the next one."""
+        if ws.mode is not None:
+            return ws.mode
+        if self.mode_source is not None:
+            return parse_mode(self.mode_source())
+        return parse_mode(self.config.mode or READ_ONLY)
+
+    # -- steps 2 to 6 ------------------------------------------------------------
+
+    def validate_cwd(self, ws: SessionWorkspace, cwd: str | None) -> str:
+        if cwd is None:
+            return ws.cwd
+        if "\x00" in cwd:
+            raise InvalidCommand(f"cwd contains a NUL byte: {cwd!r}")
+        real = os.path.realpath(os.path.join(ws.cwd, cwd))
+        if not is_under(real, ws.cwd):
+            raise CapabilityDenied(
+                f"cwd outside workspace root: {cwd!r} resolves to {real}, "
+                f"outside {ws.cwd}"
+            )
+        if not os.path.isdir(real):
+            raise InvalidCommand(f"cwd {cwd!r} is not a directory in the workspace")
+        return real
+
+    def pipeline(self, cmd: SandboxCommand, ws: SessionWorkspace, *, background: bool = False
+                 ) -> Generator[Approve | Run, object, SandboxOutput | object]:
+        started = time.monotonic()
+        sid = ws.session_id
+        mode = READ_ONLY
+        caps: SandboxCapabilities | None = None
+        backend = "unresolved"
+        try:
+            cwd = self.validate_cwd(ws, cmd.cwd)
+            mode = self.mode_for(ws)
+            baseline = capabilities_for_mode(mode, ws.cwd)
+            caps = cmd.capabilities if cmd.capabilities is not None else baseline
+            if cmd.preference == FORBID:
+                caps = capabilities_for_mode(FULL_ACCESS, ws.cwd)
+            if not caps.is_within(baseline) and not self.gate.granted(sid, caps):
+                reason = ap.exceeds(caps, baseline) or "a boundary change"
+                request = ap.ApprovalRequest(sid, cmd.argv, cwd, mode, caps, baseline, reason)
+                if self.gate.requester is None:
+                    raise CapabilityDenied(
+                        f"{reason} exceeds {mode} and no approver is configured "
+                        "(grant it in config, or run with an approval requester)"
+                    )
+                outcome = yield Approve(request)
+                if outcome not in ap.APPROVED:
+                    raise CapabilityDenied(
+                        f"{reason} was {'not answered in time' if outcome == ap.TIMEOUT else 'denied'}"
+                    )
+                self.gate.remember(sid, str(outcome), caps)
+            if cmd.preference == FORBID:
+                mode = FULL_ACCESS
+            denial, warnings = run_before_hooks(self.hooks, cmd, sid)
+            if denial is not None:
+                raise CapabilityDenied(denial.reason)
+            sandboxed = should_sandbox(mode, cmd.preference)
+            if sandboxed and caps.network.kind == NetworkPolicy.HOSTS:
+                raise SandboxUnavailable(
+                    "a host allowlist needs the managed network proxy, which is not enabled in "
+                    "this build; use network none or all"
+                )
+            driver = self.driver(sandboxed, ws.cwd)
+            backend = driver.name
+            driver.available()
+            profile = self.make_profile(ws, cmd, mode, caps, cwd, backend)
+            launch = driver.prepare(cmd.argv, profile)
+            timeout = cmd.timeout or caps.timeout_secs or self.default_timeout
+            result = yield Run(launch, profile, cmd.stdin, timeout, self.max_output)
+        except CapabilityDenied as exc:
+            self._audit(cmd, ws, mode, caps, backend, DENIED, started, denied=True,
+                        detail={"reason": exc.reason})
+            raise
+        except InvalidCommand as exc:
+            self._audit(cmd, ws, mode, caps, backend, ERROR, started,
+                        detail={"error": str(exc)})
+            raise
+        except SandboxUnavailable as exc:
+            self._audit(cmd, ws, mode, caps, backend, ERROR, started,
+                        detail={"error": str(exc)})
+            raise
+        if background:
+            self._audit(cmd, ws, mode, caps, backend, "started", started,
+                        detail={"warnings": list(warnings)} if warnings else None)
+            return result
+        out: Outcome = result  # type: ignore[assignment]
+        kind = likely_sandbox_denied(out.exit_code, out.signal, out.stderr,
+                                     sandboxed=sandboxed)
+        output = SandboxOutput(
+            out.exit_code, out.signal, out.stdout, out.stderr,
+            truncated=out.truncated, duration_ms=out.duration_ms,
+            likely_sandbox_denied=kind is not None,
+            denial_hint=denial_hint(kind, out.stderr, mode) if kind else None,
+            backend=backend,
+        )
+        detail: dict[str, object] = {}
+        if warnings:
+            detail["warnings"] = list(warnings)
+        if out.truncated:
+            detail["truncated"] = True
+        self._audit(cmd, ws, mode, caps, backend, TIMED_OUT if out.timed_out else RAN, started,
+                    exit_code=out.exit_code, signal=out.signal, denied=kind is not None,
+                    detail=detail or None, cwd=cwd)
+        if out.timed_out:
+            raise CommandTimeout(
+                f"{cmd.program} ran past its {timeout:g} s timeout; its process tree was killed",
+                output=output,
+            )
+        return output
+
+    def make_profile(self, ws: SessionWorkspace, cmd: SandboxCommand, mode: str,
+                     caps: SandboxCapabilities, cwd: str, backend: str) -> Profile:
+        c = self.config
+        return build_profile(
+            mode=mode, workspace=ws.cwd, cwd=cwd, capabilities=caps,
+            read_scope=ws.read_scope, host_env=self.env, command_env=cmd.env,
+            unreadable=c.unreadable, writable=c.writable, granted_sockets=c.granted_sockets,
+            use_scratch=c.scratch, secret_env=tuple(c.secret_env) if c.secret_env is not None
+            else _default_secrets(), session_tmp=ws.tmp_dir, backend=backend,
+        )
+
+    def _audit(self, cmd: SandboxCommand, ws: SessionWorkspace, mode: str,
+               caps: SandboxCapabilities | None, backend: str, outcome: str, started: float,
+               *, exit_code: int | None = None, signal: int | None = None,
+               denied: bool = False, detail: dict[str, object] | None = None,
+               cwd: str | None = None) -> None:
+        self.ledger.record(
+            session=ws.session_id, program=cmd.program, argv=cmd.argv, cwd=cwd or ws.cwd,
+            mode=mode, capabilities=caps.to_json() if caps else None, backend=backend,
+            exit_code=exit_code, signal=signal,
+            duration_ms=round((time.monotonic() - started) * 1000.0, 3), denied=denied,
+            outcome=outcome, detail=detail,
+        )
+
+    def track(self, ws: SessionWorkspace, proc: object) -> None:
+        with self._proc_lock:
+            ws.processes.add(proc)
+
+    def untrack(self, ws: SessionWorkspace, proc: object) -> None:
+        with self._proc_lock:
+            ws.processes.discard(proc)
+
+
+def _default_secrets() -> tuple[str, ...]:
+    from .profile import DEFAULT_SECRET_ENV
+
+    return DEFAULT_SECRET_ENV
+
+
+def default_hooks(config: SandboxConfig) -> list[BeforeHook]:
+    """Command policy first, then the rate limit, as the chain is specified."""
+    hooks: list[BeforeHook] = []
+    try:
+        from .command_policy import policy_hook_from_config
+    except ImportError:  # pragma: no cover - the policy package ships with stockade
+        policy_hook_from_config = None
+    if policy_hook_from_config is not None:
+        hook = policy_hook_from_config(config.command_policy)
+        if hook is not None:
+            hooks.append(hook)
+    if config.commands_per_minute:
+        from .hooks import RateLimitHook
+
+        hooks.append(RateLimitHook(config.commands_per_minute))
+    return hooks
+
+
+def make_core(config: SandboxConfig | None = None, **options: object) -> SandboxCore:
+    """A core from a config (loaded from the usual files when None) and shell options."""
+    if config is None:
+        from .config import load_config
+
+        env = options.get("env")
+        config = load_config(env if isinstance(env, dict) else None)
+    if not config.enabled:
+        from .errors import SandboxDisabled
+
+        raise SandboxDisabled(
+            "sandbox disabled: [sandbox] enabled = false; stockade will not run commands "
+            "without a boundary. Use NoopSandbox in tests, or set enabled = true"
+        )
+    return SandboxCore(config, **options)  # type: ignore[arg-type]

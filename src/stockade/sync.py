@@ -1,0 +1,136 @@
+"""`SyncWorkspaceSandbox`: the pipeline driven by plain blocking calls.
+
+The CLI's `run` path uses this, so nothing here may import asyncio.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import TYPE_CHECKING
+
+from .approval import DENIED
+from .context import current_session
+from .core import Approve, Run, SandboxCore, SessionWorkspace, make_core
+from .errors import InvalidCommand, SandboxUnavailable
+
+if TYPE_CHECKING:
+    from collections.abc import Generator
+    from typing import Any
+
+    from .config import SandboxConfig
+
+    from .command import SandboxCommand, SandboxOutput
+    from .process import BackgroundProcess, Outcome
+
+
+def perform_run(run: Run) -> Outcome:
+    """Run a prepared launch to completion, then undo what the driver prepared."""
+    from .process import Process
+
+    launch = run.launch
+    try:
+        proc = Process(launch.argv, launch.env)  # type: ignore[attr-defined]
+        outcome = proc.communicate(run.stdin, timeout=run.timeout, max_output=run.max_output)
+    finally:
+        launch.cleanup()  # type: ignore[attr-defined]
+    check_launcher_failure(outcome.returncode, outcome.stderr, launch.argv)  # type: ignore[attr-defined]
+    return outcome
+
+
+def check_launcher_failure(returncode: int, stderr: bytes, argv: list[str]) -> None:
+    """bwrap's own setup errors are the sandbox failing, not the command."""
+    if returncode == 1 and stderr.startswith(b"bwrap: ") and argv[0].endswith("bwrap"):
+        from .drivers.linux.bwrap import userns_diagnosis
+
+        raise SandboxUnavailable(
+            "bubblewrap could not build the sandbox: "
+            + userns_diagnosis(stderr.decode("utf-8", "replace"))
+        )
+
+
+def perform_start(run: Run, core: SandboxCore, ws: SessionWorkspace) -> BackgroundProcess:
+    from .process import BackgroundProcess
+
+    launch = run.launch
+
+    def on_exit(proc: BackgroundProcess) -> None:
+        core.untrack(ws, proc)
+        launch.cleanup()  # type: ignore[attr-defined]
+
+    proc = BackgroundProcess(launch.argv, launch.env, stdin=run.stdin,  # type: ignore[attr-defined]
+                             window=run.max_output, on_exit=on_exit)
+    core.track(ws, proc)
+    return proc
+
+
+class SyncWorkspaceSandbox:
+    """Blocking twin of `WorkspaceSandbox`; same pipeline, same ledger, same errors."""
+
+    def __init__(self, config: SandboxConfig | None = None, **options: Any) -> None:
+        """Options: driver, approval (ApprovalGate), hooks, mode_source, env, ledger."""
+        self.core = make_core(config, **options)
+        self._lock = threading.Lock()
+
+    def open_session(self, session_id: str, workspace: str | None = None) -> SessionWorkspace:
+        """Bind a session to an existing directory (or provision one when None)."""
+        return self.session(session_id, workspace)
+
+    def session(self, session_id: str | None = None, workspace: str | None = None,
+                *, ephemeral_tmp: bool = False) -> SessionWorkspace:
+        """The session's workspace: looked up, or created once (double-checked)."""
+        sid = session_id or current_session()
+        if not sid:
+            raise InvalidCommand("no session id: pass one, or run inside session_scope()")
+        ws = self.core.sessions.get(sid)
+        if ws is not None:
+            return ws
+        with self._lock:
+            ws = self.core.sessions.get(sid)
+            if ws is None:
+                ws = self.core.new_session(sid, workspace, ephemeral_tmp=ephemeral_tmp)
+            return ws
+
+    def _drive(self, gen: Generator[Approve | Run, object, object], ws: SessionWorkspace,
+               background: bool) -> object:
+        value: object = None
+        while True:
+            try:
+                effect = gen.send(value)
+            except StopIteration as stop:
+                return stop.value
+            if isinstance(effect, Approve):
+                value = self._ask(effect)
+            elif background:
+                value = perform_start(effect, self.core, ws)
+            else:
+                value = perform_run(effect)
+
+    def _ask(self, effect: Approve) -> str:
+        requester = self.core.gate.requester
+        assert requester is not None
+        result = requester.request(effect.request)
+        if not isinstance(result, str):
+            raise SandboxUnavailable("an async approval requester needs WorkspaceSandbox (async)")
+        return result or DENIED
+
+    def execute(self, command: SandboxCommand) -> SandboxOutput:
+        ws = self.session(command.session_id)
+        return self._drive(self.core.pipeline(command, ws), ws, False)  # type: ignore[return-value]
+
+    def start(self, command: SandboxCommand) -> BackgroundProcess:
+        ws = self.session(command.session_id)
+        return self._drive(self.core.pipeline(command, ws, background=True), ws, True)  # type: ignore[return-value]
+
+    def close_session(self, session_id: str) -> None:
+        self.core.close_session(session_id)
+
+    def close(self) -> None:
+        for sid in list(self.core.sessions):
+            self.core.close_session(sid)
+        self.core.ledger.close()
+
+    def __enter__(self) -> SyncWorkspaceSandbox:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,152 @@
+"""`WorkspaceSandbox`: the async shell around the pipeline, and the `Sandbox` seam.
+
+Runs the blocking process supervision in a worker thread so the event loop
+stays free; a cancelled `execute` kills the command's whole tree before it
+returns, so cancellation never leaves a sandboxed process running.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING, Any, Protocol
+
+from .approval import DENIED, TIMEOUT
+from .context import current_session
+from .core import Approve, Run, SandboxCore, SessionWorkspace, make_core
+from .errors import InvalidCommand, SandboxDisabled
+from .sync import check_launcher_failure, perform_start
+
+if TYPE_CHECKING:
+    from collections.abc import Generator
+
+    from .command import SandboxCommand, SandboxOutput
+    from .config import SandboxConfig
+    from .process import BackgroundProcess, Outcome
+
+
+class Sandbox(Protocol):
+    """The single seam between exec-class tools and the operating system."""
+
+    async def execute(self, command: SandboxCommand) -> SandboxOutput: ...
+
+
+class WorkspaceSandbox:
+    """Per-session workspaces, capability checks with approval, OS confinement, audit."""
+
+    def __init__(self, config: SandboxConfig | None = None, **options: Any) -> None:
+        """Options: driver, approval (ApprovalGate), hooks, mode_source, env, ledger."""
+        self.core: SandboxCore = make_core(config, **options)
+        self._lock = asyncio.Lock()
+
+    async def for_session(self, session_id: str | None = None,
+                          workspace: str | None = None) -> SessionWorkspace:
+        """Fast path: a dict hit. Slow path: under the lock, look again, then create."""
+        sid = session_id or current_session()
+        if not sid:
+            raise InvalidCommand("no session id: pass one, or run inside session_scope()")
+        ws = self.core.sessions.get(sid)
+        if ws is not None:
+            return ws
+        async with self._lock:
+            ws = self.core.sessions.get(sid)
+            if ws is None:
+                ws = self.core.new_session(sid, workspace)
+            return ws
+
+    async def open_session(self, session_id: str, workspace: str | None = None
+                           ) -> SessionWorkspace:
+        """Bind a session to an existing directory (or provision one when None)."""
+        return await self.for_session(session_id, workspace)
+
+    async def _drive(self, gen: Generator[Approve | Run, object, object], ws: SessionWorkspace,
+                     background: bool) -> object:
+        value: object = None
+        while True:
+            try:
+                effect = gen.send(value)
+            except StopIteration as stop:
+                return stop.value
+            if isinstance(effect, Approve):
+                value = await self._ask(effect)
+            elif background:
+                value = perform_start(effect, self.core, ws)
+            else:
+                value = await _run_async(effect)
+
+    async def _ask(self, effect: Approve) -> str:
+        requester = self.core.gate.requester
+        assert requester is not None
+        try:
+            async with asyncio.timeout(self.core.gate.timeout_secs):
+                result = requester.request(effect.request)
+                if not isinstance(result, str):
+                    result = await result
+        except TimeoutError:
+            return TIMEOUT
+        return result or DENIED
+
+    async def execute(self, command: SandboxCommand) -> SandboxOutput:
+        ws = await self.for_session(command.session_id)
+        return await self._drive(self.core.pipeline(command, ws), ws, False)  # type: ignore[return-value]
+
+    async def start(self, command: SandboxCommand) -> BackgroundProcess:
+        """Start a command that outlives this call; the session stops it when it closes."""
+        ws = await self.for_session(command.session_id)
+        return await self._drive(self.core.pipeline(command, ws, background=True), ws, True)  # type: ignore[return-value]
+
+    async def close_session(self, session_id: str) -> None:
+        await asyncio.to_thread(self.core.close_session, session_id)
+
+    async def aclose(self) -> None:
+        for sid in list(self.core.sessions):
+            await self.close_session(sid)
+        self.core.ledger.close()
+
+    async def __aenter__(self) -> WorkspaceSandbox:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+
+async def _run_async(run: Run) -> Outcome:
+    from .process import Process
+
+    launch = run.launch
+    try:
+        proc = Process(launch.argv, launch.env)  # type: ignore[attr-defined]
+        cancelled = False
+        task = asyncio.ensure_future(asyncio.to_thread(
+            proc.communicate, run.stdin, timeout=run.timeout, max_output=run.max_output,
+            cancelled=lambda: cancelled))
+        try:
+            outcome = await asyncio.shield(task)
+        except asyncio.CancelledError:
+            cancelled = True
+            proc.kill()
+            await asyncio.wait([task])
+            raise
+    finally:
+        launch.cleanup()  # type: ignore[attr-defined]
+    check_launcher_failure(outcome.returncode, outcome.stderr, launch.argv)  # type: ignore[attr-defined]
+    return outcome
+
+
+class NoopSandbox:
+    """What `enabled = false` builds: every execute fails, loudly. Never a bypass."""
+
+    async def execute(self, command: SandboxCommand) -> SandboxOutput:
+        raise SandboxDisabled(
+            "sandbox disabled: [sandbox] enabled = false, so this command was not run"
+        )
+
+
+def build_sandbox(config: SandboxConfig | None = None, **options: Any) -> Sandbox:
+    """The production factory: a WorkspaceSandbox, or NoopSandbox when disabled."""
+    if config is None:
+        from .config import load_config
+
+        config = load_config()
+    if not config.enabled:
+        return NoopSandbox()
+    return WorkspaceSandbox(config, **options)
