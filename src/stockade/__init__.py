@@ -7,7 +7,7 @@ most commands need a handful of these names, not all of them.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+TYPE_CHECKING = False
 
 __version__ = "0.1.0"
 
@@ -57,6 +57,8 @@ def __getattr__(name: str) -> Any:
 
 
 if TYPE_CHECKING:
+    from typing import Any
+
     from .approval import ApprovalGate, ApprovalRequest
     from .capabilities import NetworkPolicy, SandboxCapabilities, capabilities_for_mode
     from .command import SandboxCommand, SandboxOutput

@@ -7,7 +7,7 @@ runs without asking again, and it turns silence into a denial.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+TYPE_CHECKING = False
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable

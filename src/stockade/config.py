@@ -9,7 +9,7 @@ misspelt `unreadable` that silently did nothing would hide nothing.
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING
+TYPE_CHECKING = False
 
 from .errors import ConfigError
 

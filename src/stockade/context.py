@@ -7,9 +7,7 @@ under asyncio, thread-local in plain threads) without touching every tool.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
-from contextvars import ContextVar
+from contextvars import ContextVar, Token
 
 _SESSION_ID: ContextVar[str | None] = ContextVar("stockade_session_id", default=None)
 
@@ -19,11 +17,24 @@ def current_session() -> str | None:
     return _SESSION_ID.get()
 
 
-@contextmanager
-def session_scope(session_id: str) -> Iterator[str]:
-    """Run a block with `current_session()` returning `session_id`."""
-    token = _SESSION_ID.set(session_id)
-    try:
-        yield session_id
-    finally:
-        _SESSION_ID.reset(token)
+class session_scope:  # noqa: N801 - used like a function: `with session_scope(sid):`
+    """Run a block (sync or async) with `current_session()` returning `session_id`."""
+
+    def __init__(self, session_id: str) -> None:
+        self.session_id = session_id
+        self._token: Token[str | None] | None = None
+
+    def __enter__(self) -> str:
+        self._token = _SESSION_ID.set(self.session_id)
+        return self.session_id
+
+    def __exit__(self, *exc: object) -> None:
+        assert self._token is not None
+        _SESSION_ID.reset(self._token)
+        self._token = None
+
+    async def __aenter__(self) -> str:
+        return self.__enter__()
+
+    async def __aexit__(self, *exc: object) -> None:
+        self.__exit__()

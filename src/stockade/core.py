@@ -14,9 +14,9 @@ Steps: 1 session resolve (done by the shell, which owns the lock),
 from __future__ import annotations
 
 import os
-import threading
+import _thread
 import time
-from typing import TYPE_CHECKING
+TYPE_CHECKING = False
 
 from . import approval as ap
 from .capabilities import (
@@ -108,8 +108,10 @@ class SandboxCore:
         mode_source: Callable[[], str] | None = None,
         env: Mapping[str, str] | None = None,
         ledger: Ledger | None = None,
+        driver_options: Mapping[str, object] | None = None,
     ) -> None:
         self.config = config
+        self.driver_options = dict(driver_options or {})
         self.env = dict(os.environ if env is None else env)
         self.gate = approval or ap.ApprovalGate(timeout_secs=config.approval_timeout_seconds)
         self.hooks: list[BeforeHook] = list(hooks) if hooks is not None else default_hooks(config)
@@ -120,7 +122,7 @@ class SandboxCore:
         self._none_driver: Driver | None = None
         self.default_timeout = float(config.default_timeout_seconds)
         self.max_output = int(config.max_output_bytes)
-        self._proc_lock = threading.Lock()
+        self._proc_lock = _thread.allocate_lock()
 
     # -- the driver ------------------------------------------------------------
 
@@ -132,7 +134,8 @@ class SandboxCore:
                 self._none_driver = select_driver("none")
             return self._none_driver
         if self._driver is None:
-            options: dict[str, object] = {"env": self.env, "workspace": workspace}
+            options: dict[str, object] = {"env": self.env, "workspace": workspace,
+                                          **self.driver_options}
             if self.config.bwrap:
                 options["bwrap_path"] = self.config.bwrap
             self._driver = select_driver(self.config.backend, **options)

@@ -15,9 +15,9 @@ class SandboxError(Exception):
 
 
 class InvalidCommand(SandboxError):
-    """The request itself is malformed: NUL in a path, empty argv, a cwd outside the workspace."""
+    """The request itself is malformed: NUL in a path, empty argv, an unknown mode."""
 
-    exit_status = 125
+    exit_status = 64  # EX_USAGE
 
 
 class ConfigError(SandboxError):

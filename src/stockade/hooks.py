@@ -8,7 +8,7 @@ and before anything runs, so a denial costs nothing.
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING
+TYPE_CHECKING = False
 
 if TYPE_CHECKING:
     from typing import Protocol

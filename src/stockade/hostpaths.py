@@ -8,7 +8,7 @@ always give the same profile and the tests need no monkeypatching.
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING
+TYPE_CHECKING = False
 
 from .errors import ConfigError
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import sys
 import time
-from typing import TYPE_CHECKING
+TYPE_CHECKING = False
 
 if TYPE_CHECKING:
     import sqlite3
@@ -87,10 +87,16 @@ class Ledger:
             self._conn = conn
         return self._conn
 
+    def warm(self) -> None:
+        """Open the database ahead of time, e.g. while the command runs."""
+        if self.path is not None:
+            try:
+                self._connect()
+            except Exception:
+                pass  # `record` reports it
+
     def record(self, **rec: object) -> None:
         """Write one execution record; never raises into the command's result."""
-        import json
-
         rec.setdefault("ts", time.time())
         if "logging" in sys.modules:
             import logging
@@ -103,11 +109,11 @@ class Ledger:
                 "INSERT INTO executions (ts, session, program, argv, cwd, mode, capabilities,"
                 " backend, exit_code, signal, duration_ms, denied, outcome, detail)"
                 " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-                (rec["ts"], rec["session"], rec["program"], json.dumps(rec["argv"]),
-                 rec.get("cwd"), rec["mode"], json.dumps(rec["capabilities"]), rec["backend"],
+                (rec["ts"], rec["session"], rec["program"], to_json(rec["argv"]),
+                 rec.get("cwd"), rec["mode"], to_json(rec["capabilities"]), rec["backend"],
                  rec.get("exit_code"), rec.get("signal"), rec.get("duration_ms"),
                  int(bool(rec.get("denied"))), rec["outcome"],
-                 json.dumps(rec["detail"]) if rec.get("detail") else None),
+                 to_json(rec["detail"]) if rec.get("detail") else None),
             )
         except Exception as exc:  # an audit failure must be seen, not fatal
             print(f"stockade: could not write the audit ledger {self.path}: {exc}",
@@ -152,6 +158,32 @@ class Ledger:
         if self._conn is not None:
             self._conn.close()
             self._conn = None
+
+
+def to_json(value: object) -> str:
+    """JSON text for the plain values a record holds (str, numbers, bools, None, lists, dicts).
+
+    The `json` package imports `re` and its decoder; this is the encoder's own
+    C string escaper and nothing else, which keeps the CLI's path short.
+    """
+    from _json import encode_basestring_ascii as quote
+
+    if value is None:
+        return "null"
+    if value is True:
+        return "true"
+    if value is False:
+        return "false"
+    if isinstance(value, str):
+        return str(quote(value))
+    if isinstance(value, int | float):
+        return repr(value) if value == value and value not in (float("inf"), float("-inf")) \
+            else "null"
+    if isinstance(value, list | tuple):
+        return "[" + ",".join(to_json(v) for v in value) + "]"
+    if isinstance(value, dict):
+        return "{" + ",".join(f"{quote(str(k))}:{to_json(v)}" for k, v in value.items()) + "}"
+    return str(quote(str(value)))
 
 
 def _dict_row(cursor: sqlite3.Cursor, row: tuple[object, ...]) -> dict[str, object]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import TYPE_CHECKING
+TYPE_CHECKING = False
 
 from . import hostpaths
 from .capabilities import FULL_ACCESS, READ_ONLY, NetworkPolicy, is_under

@@ -5,8 +5,8 @@ The CLI's `run` path uses this, so nothing here may import asyncio.
 
 from __future__ import annotations
 
-import threading
-from typing import TYPE_CHECKING
+import _thread
+TYPE_CHECKING = False
 
 from .approval import DENIED
 from .context import current_session
@@ -69,7 +69,7 @@ class SyncWorkspaceSandbox:
     def __init__(self, config: SandboxConfig | None = None, **options: Any) -> None:
         """Options: driver, approval (ApprovalGate), hooks, mode_source, env, ledger."""
         self.core = make_core(config, **options)
-        self._lock = threading.Lock()
+        self._lock = _thread.allocate_lock()
 
     def open_session(self, session_id: str, workspace: str | None = None) -> SessionWorkspace:
         """Bind a session to an existing directory (or provision one when None)."""

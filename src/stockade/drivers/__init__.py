@@ -9,7 +9,7 @@ one place a backend name becomes a driver.
 from __future__ import annotations
 
 import sys
-from typing import TYPE_CHECKING
+TYPE_CHECKING = False
 
 from ..capabilities import FULL_ACCESS
 from ..command import FORBID, REQUIRE

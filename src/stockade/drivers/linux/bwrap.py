@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import TYPE_CHECKING
+TYPE_CHECKING = False
 
 from ...capabilities import NetworkPolicy, is_under
 from ...errors import SandboxUnavailable
@@ -297,12 +297,15 @@ class BubblewrapDriver:
     name = "bubblewrap"
 
     def __init__(self, *, env: Mapping[str, str] | None = None, workspace: str = "",
-                 bwrap_path: str = "", state_dir: str = "") -> None:
+                 bwrap_path: str = "", state_dir: str = "", probe: bool = True) -> None:
         self._env = dict(env) if env is not None else dict(os.environ)
         self._workspace = workspace
         self._configured = bwrap_path
         self._state_dir = state_dir or _default_state_dir(self._env)
         self._bwrap: str | None = None
+        # The probe costs one extra sandbox; a one-shot CLI skips it and
+        # diagnoses after a failed start instead (see `diagnose_failed_start`).
+        self._probe = probe
 
     @property
     def bwrap(self) -> str:
@@ -314,7 +317,10 @@ class BubblewrapDriver:
         """Locate bwrap and prove, once per process, that it can build a sandbox."""
         if not sys.platform.startswith("linux"):
             raise SandboxUnavailable("the bubblewrap backend needs Linux")
-        probe_userns(self.bwrap)
+        if self._probe:
+            probe_userns(self.bwrap)
+        else:
+            self.bwrap  # noqa: B018 - locating it is the check that remains
 
     def prepare(self, argv: list[str], profile: Profile, *, info_fd: int | None = None
                 ) -> PreparedLaunch:

@@ -1,0 +1,358 @@
+"""The `stockade` command line.
+
+Parsed by hand rather than with argparse: `stockade run` is paid for on every
+command an agent runs, and argparse (with the gettext and re it pulls in)
+costs more start-up time than bubblewrap takes to build the sandbox. The
+option tables below drive both parsing and `--help`, so they cannot drift.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from .errors import SandboxError
+
+USAGE = """usage: stockade <command> [options]
+
+commands:
+  run      run one command inside the sandbox
+  doctor   report which backends can run here, and why not
+  audit    show the capability ledger
+  policy   check a command against the command policy, list its rules
+  proxy    run the managed network proxy alone, with a live log
+  mcp      serve the sandbox to an MCP client over stdio
+
+`stockade <command> --help` describes each one."""
+
+# name: (takes a value, repeatable, help)
+RUN_OPTIONS: dict[str, tuple[bool, bool, str]] = {
+    "--mode": (True, False, "read-only | workspace-write | full-access (default from config: "
+               "read-only)"),
+    "--workspace": (True, False, "the directory the command may work in (default: current dir)"),
+    "--cwd": (True, False, "directory inside the workspace to run in (default: the workspace)"),
+    "--session": (True, False, "session id: keeps /tmp and approvals across runs"),
+    "--allow-read": (True, True, "also let the command read PATH (asks for approval)"),
+    "--allow-write": (True, True, "also let the command write PATH (asks for approval)"),
+    "--network": (True, False, "none | all (default: none)"),
+    "--timeout": (True, False, "seconds before the whole process tree is killed (default 60)"),
+    "--max-output": (True, False, "capture output and stop past BYTES (split stdout/stderr)"),
+    "--backend": (True, False, "auto | bubblewrap | none (default: auto)"),
+    "--config": (True, False, "read this TOML file instead of the usual ones"),
+    "--json": (False, False, "capture output and print one JSON result"),
+    "--yes": (False, False, "approve the requested capabilities without asking"),
+    "--help": (False, False, "show this help"),
+}
+RUN_USAGE = "usage: stockade run [options] -- CMD [ARGS...]"
+
+EXIT_USAGE = 2
+
+
+def _help(usage: str, options: dict[str, tuple[bool, bool, str]]) -> str:
+    lines = [usage, "", "options:"]
+    for name, (takes, repeat, text) in options.items():
+        label = f"{name} {name[2:].upper().replace('-', '_')}" if takes else name
+        lines.append(f"  {label:<26} {text}{' (repeatable)' if repeat else ''}")
+    return "\n".join(lines)
+
+
+def parse_options(argv: list[str], options: dict[str, tuple[bool, bool, str]],
+                  usage: str) -> tuple[dict[str, object], list[str]]:
+    """`--name value`, `--name=value`, flags, repeats; everything after `--` is the command."""
+    values: dict[str, object] = {}
+    i = 0
+    while i < len(argv):
+        arg = argv[i]
+        if arg == "--":
+            return values, argv[i + 1:]
+        if not arg.startswith("--"):
+            return values, argv[i:]
+        name, eq, inline = arg.partition("=")
+        spec = options.get(name)
+        if spec is None:
+            raise UsageError(f"unknown option {name}", usage)
+        takes, repeat, _ = spec
+        if takes:
+            if eq:
+                value: object = inline
+            elif i + 1 < len(argv):
+                i += 1
+                value = argv[i]
+            else:
+                raise UsageError(f"{name} needs a value", usage)
+        else:
+            if eq:
+                raise UsageError(f"{name} takes no value", usage)
+            value = True
+        key = name[2:].replace("-", "_")
+        if repeat:
+            values.setdefault(key, []).append(value)  # type: ignore[attr-defined]
+        else:
+            values[key] = value
+        i += 1
+    return values, []
+
+
+class UsageError(Exception):
+    def __init__(self, message: str, usage: str) -> None:
+        super().__init__(message)
+        self.usage = usage
+
+
+def _number(values: dict[str, object], key: str, kind: type) -> float | int | None:
+    raw = values.get(key)
+    if raw is None:
+        return None
+    try:
+        number = kind(raw)
+    except ValueError:
+        raise UsageError(f"--{key.replace('_', '-')} needs a number, got {raw!r}",
+                         RUN_USAGE) from None
+    if number <= 0:
+        raise UsageError(f"--{key.replace('_', '-')} must be positive", RUN_USAGE)
+    return number  # type: ignore[no-any-return]
+
+
+def cmd_run(argv: list[str]) -> int:
+    values, command = parse_options(argv, RUN_OPTIONS, RUN_USAGE)
+    if values.get("help"):
+        print(_help(RUN_USAGE, RUN_OPTIONS))
+        return 0
+    if not command:
+        raise UsageError("no command given (put it after --)", RUN_USAGE)
+    timeout = _number(values, "timeout", float)
+    max_output = _number(values, "max_output", int)
+
+    from .capabilities import NetworkPolicy, capabilities_for_mode, parse_mode
+    from .command import SandboxCommand
+    from .config import load_config
+    from .sync import SyncWorkspaceSandbox
+
+    env = os.environ
+    workspace = str(values.get("workspace") or os.getcwd())
+    config_path = values.get("config")
+    config = load_config(
+        env, workspace, paths=[str(config_path)] if config_path else None,
+        mode=values.get("mode"), backend=values.get("backend"),
+        max_output_bytes=max_output,
+    )
+    mode = parse_mode(config.mode)
+    approver = _AutoApprove() if values.get("yes") else None
+    from .approval import ApprovalGate
+
+    sandbox = SyncWorkspaceSandbox(config, env=env, mode_source=lambda: mode,
+                                   approval=ApprovalGate(approver) if approver else None,
+                                   driver_options={"probe": False})
+    session = str(values.get("session") or f"cli-{os.getpid()}-{os.urandom(4).hex()}")
+    ws = sandbox.session(session, workspace, ephemeral_tmp=not values.get("session"))
+
+    caps = None
+    extra_read = [_abs(p) for p in values.get("allow_read", [])]  # type: ignore[attr-defined]
+    extra_write = [_abs(p) for p in values.get("allow_write", [])]  # type: ignore[attr-defined]
+    network = values.get("network")
+    if network not in (None, "none", "all"):
+        raise UsageError(f"--network must be none or all, got {network!r}", RUN_USAGE)
+    if extra_read or extra_write or network == "all":
+        base = capabilities_for_mode(mode, ws.cwd)
+        caps = base.replace(
+            fs_read=base.fs_read + tuple(extra_read),
+            fs_write=base.fs_write + tuple(extra_write),
+            network=NetworkPolicy.allow_all() if network == "all" else base.network,
+        )
+    cmd = SandboxCommand(command[0], command[1:], session_id=session, capabilities=caps,
+                         timeout=timeout, cwd=str(values["cwd"]) if values.get("cwd") else None)
+    capture = bool(values.get("json") or max_output)
+    if capture:
+        return _run_captured(sandbox, cmd, bool(values.get("json")))
+    return _run_passthrough(sandbox, cmd)
+
+
+def _abs(path: object) -> str:
+    return os.path.abspath(os.path.expanduser(str(path)))
+
+
+class _AutoApprove:
+    def request(self, request: object) -> str:
+        return "approved-once"
+
+
+def _run_captured(sandbox: object, cmd: object, as_json: bool) -> int:
+    from .errors import CommandTimeout
+
+    try:
+        out = sandbox.execute(cmd)  # type: ignore[attr-defined]
+    except CommandTimeout as exc:
+        out = exc.output
+        if not as_json:
+            raise
+    if as_json:
+        import json
+
+        print(json.dumps(out.to_json()))
+    else:
+        sys.stdout.buffer.write(out.stdout)
+        sys.stderr.buffer.write(out.stderr)
+    if out.denial_hint:
+        print(f"stockade: {out.denial_hint}", file=sys.stderr)
+    return out.returncode  # type: ignore[no-any-return]
+
+
+def _run_passthrough(sandbox: object, cmd: object) -> int:
+    """stdin, stdout and stderr are the terminal's; stockade only supervises."""
+    from . import sync
+
+    core = sandbox.core  # type: ignore[attr-defined]
+    ws = sandbox.session(cmd.session_id)  # type: ignore[attr-defined]
+    gen = core.pipeline(cmd, ws)
+    value: object = None
+    while True:
+        try:
+            effect = gen.send(value)
+        except StopIteration as stop:
+            out = stop.value
+            break
+        if isinstance(effect, sync.Approve):
+            value = sandbox._ask(effect)  # type: ignore[attr-defined]
+        else:
+            value = _supervise_inherited(effect, core)
+    if out.exit_code == 1 and out.backend == "bubblewrap":
+        # bwrap's own setup errors went straight to the terminal; say why.
+        from .drivers.linux.bwrap import probe_userns
+
+        probe_userns(effect.launch.argv[0])
+    if out.denial_hint:
+        print(f"stockade: {out.denial_hint}", file=sys.stderr)
+    return out.returncode  # type: ignore[no-any-return]
+
+
+def _supervise_inherited(run: object, core: object) -> object:
+    from .process import Process
+
+    launch = run.launch  # type: ignore[attr-defined]
+    try:
+        proc = Process(launch.argv, launch.env, stdin=0, capture=False)
+        core.ledger.warm()  # type: ignore[attr-defined]  # while the command runs
+        return proc.communicate(timeout=run.timeout)  # type: ignore[attr-defined]
+    finally:
+        launch.cleanup()
+
+
+# -- doctor, audit -------------------------------------------------------------
+
+def cmd_doctor(argv: list[str]) -> int:
+    values, _ = parse_options(argv, {"--json": (False, False, "print JSON"),
+                                     "--help": (False, False, "show this help")},
+                              "usage: stockade doctor [--json]")
+    if values.get("help"):
+        print("usage: stockade doctor [--json]\n\nReport each backend's availability and why, "
+              "kernel features, and the bwrap in use.")
+        return 0
+    from .doctor import report
+
+    return report(as_json=bool(values.get("json")))
+
+
+AUDIT_OPTIONS: dict[str, tuple[bool, bool, str]] = {
+    "--session": (True, False, "only this session"),
+    "--last": (True, False, "how many records (default 20)"),
+    "--network": (False, False, "show network decisions instead of executions"),
+    "--json": (False, False, "one JSON object per line"),
+    "--help": (False, False, "show this help"),
+}
+AUDIT_USAGE = "usage: stockade audit [--session ID] [--last N] [--network] [--json]"
+
+
+def cmd_audit(argv: list[str]) -> int:
+    values, rest = parse_options(argv, AUDIT_OPTIONS, AUDIT_USAGE)
+    if values.get("help"):
+        print(_help(AUDIT_USAGE, AUDIT_OPTIONS))
+        return 0
+    if rest:
+        raise UsageError(f"unexpected argument {rest[0]!r}", AUDIT_USAGE)
+    import json
+
+    from .config import load_config
+    from .ledger import Ledger
+
+    last = int(_number(values, "last", int) or 20)
+    config = load_config()
+    ledger = Ledger(config.ledger_path(os.environ))
+    table = "network" if values.get("network") else "executions"
+    rows = ledger.query(session=values.get("session"), last=last,  # type: ignore[arg-type]
+                        table=table)
+    for row in rows:
+        if values.get("json"):
+            print(json.dumps(row))
+            continue
+        import time
+
+        when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(float(row["ts"])))  # type: ignore[arg-type]
+        if table == "network":
+            verdict = "allow" if row["allowed"] else "DENY"
+            print(f"{when} {row['session']} {verdict} {row['host']}:{row['port']} "
+                  f"{row['address'] or ''} {row['rule'] or ''}")
+        else:
+            argv_text = " ".join(json.loads(str(row["argv"])))
+            status = row["exit_code"] if row["exit_code"] is not None else f"sig{row['signal']}"
+            flag = " denied" if row["denied"] else ""
+            print(f"{when} {row['session']} {row['mode']} {row['backend']} "
+                  f"{row['outcome']}{flag} exit={status} {row['duration_ms']}ms  {argv_text}")
+    return 0
+
+
+def _delegate(module: str, argv: list[str]) -> int:
+    import importlib
+
+    try:
+        mod = importlib.import_module(f"stockade.{module}")
+    except ImportError as exc:
+        print(f"stockade: {module.split('.')[0]} is not available: {exc}", file=sys.stderr)
+        return 125
+    return int(mod.main(argv))
+
+
+COMMANDS = {
+    "run": cmd_run,
+    "doctor": cmd_doctor,
+    "audit": cmd_audit,
+    "policy": lambda argv: _delegate("command_policy.cli", argv),
+    "proxy": lambda argv: _delegate("proxy.cli", argv),
+    "mcp": lambda argv: _delegate("mcp_server", argv),
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if not args or args[0] in ("-h", "--help", "help"):
+        print(USAGE)
+        return 0 if args else EXIT_USAGE
+    handler = COMMANDS.get(args[0])
+    if handler is None:
+        print(f"stockade: unknown command {args[0]!r}\n\n{USAGE}", file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        return handler(args[1:])
+    except UsageError as exc:
+        print(f"stockade: {exc}\n{exc.usage}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        return 130
+    except Exception as exc:
+        from .errors import SandboxError
+
+        if isinstance(exc, SandboxError):
+            return _fail(exc)
+        raise
+
+
+def _fail(exc: SandboxError) -> int:
+    """One readable line on stderr and the kind's own exit status."""
+    message = " ".join(str(exc).split())
+    print(f"stockade: {type(exc).__name__}: {message}", file=sys.stderr)
+    return exc.exit_status
+
+
+if __name__ == "__main__":
+    sys.exit(main())
