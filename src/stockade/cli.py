@@ -131,6 +131,8 @@ def cmd_run(argv: list[str]) -> int:
     from .sync import SyncWorkspaceSandbox
 
     env = os.environ
+    if values.get("mode") is not None:
+        parse_mode(str(values["mode"]))
     workspace = str(values.get("workspace") or os.getcwd())
     config_path = values.get("config")
     config = load_config(

@@ -193,10 +193,17 @@ def build_bwrap_args(profile: Profile, bwrap: str, *, info_fd: int | None = None
         # connect() to a character device fails with ECONNREFUSED.
         a += ["--ro-bind", "/dev/null", sock]
 
-    # 7. Protected metadata: read-only, and uncreatable when missing (the
-    #    stub the driver made on the host is what gets mounted over).
+    # 7. Protected metadata: read-only, and uncreatable when missing. For a
+    #    missing name bwrap makes the mount point itself, through the
+    #    writable bind, so the host sees an empty placeholder while the
+    #    sandbox runs (the driver removes it afterwards; see _StubSet).
     for item in profile.protected:
-        a += ["--ro-bind", item.path, item.path]
+        if item.kind == "missing-dir":
+            a += ["--tmpfs", item.path, "--remount-ro", item.path]
+        elif item.kind == "missing-file":
+            a += ["--ro-bind", "/dev/null", item.path]
+        else:
+            a += ["--ro-bind", item.path, item.path]
 
     # 8. Granted sockets come back last, through whatever hid their directory.
     for sock in profile.granted_sockets:

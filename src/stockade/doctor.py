@@ -1,0 +1,98 @@
+"""`stockade doctor`: which backends can confine commands here, and if not, why.
+
+Every line a person reads here answers "what is missing and how do I get
+it", because the usual reason to run doctor is a sandbox that would not start.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+
+def _read(path: str) -> str:
+    try:
+        with open(path) as fh:
+            return fh.read().strip()
+    except OSError:
+        return ""
+
+
+def kernel_facts() -> dict[str, object]:
+    facts: dict[str, object] = {"kernel": os.uname().release, "arch": os.uname().machine}
+    facts["user_namespaces"] = {
+        "max_user_namespaces": _read("/proc/sys/user/max_user_namespaces") or "n/a",
+        "unprivileged_userns_clone": _read("/proc/sys/kernel/unprivileged_userns_clone") or "n/a",
+        "apparmor_restrict_unprivileged_userns":
+            _read("/proc/sys/kernel/apparmor_restrict_unprivileged_userns") or "n/a",
+    }
+    try:
+        from .drivers.linux.landlock import landlock_abi
+
+        facts["landlock_abi"] = landlock_abi()
+    except Exception as exc:  # reported, never fatal here
+        facts["landlock_abi"] = f"unknown ({exc})"
+    actions = _read("/proc/sys/kernel/seccomp/actions_avail")
+    facts["seccomp"] = "available" if actions else "unknown"
+    if os.path.exists("/sys/fs/cgroup/cgroup.controllers"):
+        facts["cgroup"] = "v2"
+    elif os.path.isdir("/sys/fs/cgroup/memory"):
+        facts["cgroup"] = "v1" + (" (hybrid)" if os.path.isdir("/sys/fs/cgroup/unified") else "")
+    else:
+        facts["cgroup"] = "none found"
+    return facts
+
+
+def backend_status() -> dict[str, dict[str, object]]:
+    from .errors import SandboxUnavailable
+
+    out: dict[str, dict[str, object]] = {}
+    if sys.platform.startswith("linux"):
+        from .drivers.linux.bwrap import locate_bwrap, probe_userns
+        from .process import run_plain
+
+        entry: dict[str, object] = {}
+        try:
+            path = locate_bwrap(os.environ, "")
+            entry["path"] = path
+            code, out_b, _ = run_plain([path, "--version"], timeout=5.0)
+            entry["version"] = out_b.decode().strip() if code == 0 else "unknown"
+            probe_userns(path)
+            entry["available"] = True
+        except SandboxUnavailable as exc:
+            entry["available"] = False
+            entry["why"] = str(exc)
+        out["bubblewrap"] = entry
+    else:
+        out["bubblewrap"] = {"available": False, "why": "bubblewrap needs Linux"}
+    if sys.platform == "darwin":
+        ok = os.access("/usr/bin/sandbox-exec", os.X_OK)
+        out["seatbelt"] = {"available": ok, "path": "/usr/bin/sandbox-exec"}
+        if not ok:
+            out["seatbelt"]["why"] = "/usr/bin/sandbox-exec is missing"
+    else:
+        out["seatbelt"] = {"available": False, "why": "Seatbelt needs macOS"}
+    out["none"] = {"available": True, "note": "no boundary; only for full-access, when chosen"}
+    return out
+
+
+def report(*, as_json: bool = False) -> int:
+    facts = kernel_facts()
+    backends = backend_status()
+    if as_json:
+        import json
+
+        print(json.dumps({"kernel": facts, "backends": backends}, indent=2))
+    else:
+        print("backends:")
+        for name, entry in backends.items():
+            mark = "ok " if entry.get("available") else "-- "
+            detail = entry.get("why") or entry.get("note") or ""
+            where = f" {entry['path']}" if entry.get("path") else ""
+            version = f" ({entry['version']})" if entry.get("version") else ""
+            print(f"  {mark}{name}{where}{version}{': ' + str(detail) if detail else ''}")
+        print("kernel:")
+        for key, value in facts.items():
+            print(f"  {key}: {value}")
+    native = "bubblewrap" if sys.platform.startswith("linux") else "seatbelt"
+    return 0 if backends.get(native, {}).get("available") else 1

@@ -1,0 +1,161 @@
+"""The argument builder is pure: these tests run nothing."""
+
+import os
+
+import pytest
+
+from stockade.capabilities import NetworkPolicy, SandboxCapabilities, capabilities_for_mode
+from stockade.drivers.linux.bwrap import build_bwrap_args, find_bwrap
+from stockade.profile import DIR, FILE, LINK, MISSING, SOCKET, build_profile
+from stockade.errors import SandboxUnavailable
+
+WS = "/work/proj"
+
+
+def fake_fs(entries):
+    return lambda path: entries.get(path, MISSING)
+
+
+def profile(mode="workspace-write", entries=None, env=None, **kw):
+    env = {"HOME": "/home/u", "PATH": "/usr/bin", **(env or {})}
+    caps = kw.pop("capabilities", None) or capabilities_for_mode(mode, WS)
+    files = {WS: DIR, "/usr": DIR, "/etc": DIR, "/bin": LINK, **(entries or {})}
+    return build_profile(mode=mode, workspace=WS, cwd=WS, capabilities=caps,
+                         read_scope=kw.pop("read_scope", "host"), host_env=env,
+                         kind=fake_fs(files), use_scratch=False, **kw)
+
+
+def pairs(args, flag):
+    return [args[i + 1] for i, a in enumerate(args) if a == flag]
+
+
+def test_namespaces_and_hardening_flags():
+    args = build_bwrap_args(profile(), "/usr/bin/bwrap", inner=["echo", "hi"])
+    for flag in ("--unshare-user", "--unshare-pid", "--unshare-ipc", "--unshare-uts",
+                 "--unshare-net", "--die-with-parent", "--new-session", "--disable-userns"):
+        assert flag in args
+    assert args[args.index("--cap-drop") + 1] == "ALL"
+    # The command comes after `--`, so a program named --bind is just a program.
+    assert args[-3:] == ["--", "echo", "hi"]
+
+
+def test_network_all_keeps_the_host_network_namespace():
+    caps = capabilities_for_mode("workspace-write", WS).replace(network=NetworkPolicy.allow_all())
+    args = build_bwrap_args(profile(capabilities=caps), "bwrap", inner=["true"])
+    assert "--unshare-net" not in args
+
+
+def test_workspace_writable_only_in_workspace_write():
+    assert WS in pairs(build_bwrap_args(profile("workspace-write"), "b", inner=[]), "--bind")
+    ro = build_bwrap_args(profile("read-only"), "b", inner=[])
+    assert WS not in pairs(ro, "--bind") and WS in pairs(ro, "--ro-bind")
+
+
+def test_hidden_credentials_are_masked_after_writable_binds():
+    entries = {"/home/u/.aws": DIR, "/home/u/.netrc": FILE}
+    args = build_bwrap_args(profile(entries=entries), "b", inner=[])
+    assert "/home/u/.aws" in pairs(args, "--tmpfs")
+    i = args.index("/home/u/.netrc")
+    assert args[i - 2:i] == ["--ro-bind", "/dev/null"]
+    assert args.index("/home/u/.aws") > args.index(WS)
+
+
+def test_ssh_dir_hidden_only_when_agent_socket_granted():
+    entries = {"/home/u/.ssh": DIR, "/run/agent.sock": SOCKET}
+    env = {"SSH_AUTH_SOCK": "/run/agent.sock"}
+    plain = profile(entries=entries, env=env)
+    granted = profile(entries=entries, env=env, granted_sockets=["ssh-agent"])
+    assert ("/home/u/.ssh", DIR) not in plain.hidden
+    assert ("/home/u/.ssh", DIR) in granted.hidden
+    args = build_bwrap_args(granted, "b", inner=[])
+    assert "/run/agent.sock" in pairs(args, "--bind")
+
+
+def test_unreadable_setting_replaces_defaults_and_none_hides_nothing():
+    entries = {"/home/u/.aws": DIR, "/secret": FILE}
+    assert profile(entries=entries, unreadable=["/secret"]).hidden == (("/secret", FILE),)
+    assert profile(entries=entries, unreadable="none").hidden == ()
+
+
+def test_explicit_read_grant_unhides():
+    entries = {"/home/u/.aws": DIR}
+    caps = capabilities_for_mode("read-only", WS).replace(fs_read=("/home/u/.aws",))
+    assert profile("read-only", entries=entries, capabilities=caps).hidden == ()
+
+
+def test_container_sockets_masked_unless_granted():
+    entries = {"/tmp/d.sock": SOCKET, "/run/docker.sock": SOCKET}
+    p = profile(entries=entries, env={"DOCKER_HOST": "unix:///tmp/d.sock"})
+    assert set(p.sockets) == {"/tmp/d.sock", "/run/docker.sock"}
+    p2 = profile(entries=entries, granted_sockets=["/run/docker.sock"])
+    assert "/run/docker.sock" not in p2.sockets
+
+
+def test_protected_metadata_read_only_and_uncreatable():
+    entries = {f"{WS}/.git": DIR, f"{WS}/.git/hooks": DIR, f"{WS}/.git/config": FILE}
+    args = build_bwrap_args(profile(entries=entries), "b", inner=[])
+    ro = pairs(args, "--ro-bind")
+    assert f"{WS}/.git/hooks" in ro and f"{WS}/.git/config" in ro
+    assert f"{WS}/.git" not in ro  # objects, index and refs stay writable for git
+    assert f"{WS}/.stockade" in pairs(args, "--tmpfs")  # missing: made uncreatable
+    i = args.index(f"{WS}/.envrc")
+    assert args[i - 2:i] == ["--ro-bind", "/dev/null"]
+    assert args.index(f"{WS}/.git/hooks") > args.index(WS)
+
+
+def test_protected_names_not_applied_in_read_only():
+    assert profile("read-only").protected == ()
+
+
+def test_symlinked_protected_name_fails_closed():
+    with pytest.raises(SandboxUnavailable, match="symbolic link"):
+        profile(entries={f"{WS}/.git": LINK})
+
+
+def test_strict_scope_binds_only_system_paths_and_workspace():
+    p = profile(read_scope="strict")
+    args = build_bwrap_args(p, "b", inner=[])
+    assert "/" not in pairs(args, "--ro-bind")
+    assert "/usr" in pairs(args, "--ro-bind") and "/etc" in pairs(args, "--ro-bind")
+    assert "/bin" in pairs(args, "--symlink") or any(
+        a == "/bin" for a in args)  # merged-usr link recreated
+
+
+def test_environment_is_scrubbed_but_explicit_values_win():
+    env = {"LD_PRELOAD": "/evil.so", "PYTHONSTARTUP": "/x", "GITHUB_TOKEN": "t",
+           "MY_API_KEY": "k", "AWS_REGION": "r", "LANG": "C.UTF-8", "PYTHONUNBUFFERED": "1"}
+    p = profile(env=env, command_env={"GITHUB_TOKEN": "explicit"})
+    assert "LD_PRELOAD" not in p.env and "PYTHONSTARTUP" not in p.env
+    assert "MY_API_KEY" not in p.env and "AWS_REGION" not in p.env
+    assert p.env["GITHUB_TOKEN"] == "explicit"
+    assert p.env["LANG"] == "C.UTF-8" and p.env["PYTHONUNBUFFERED"] == "1"
+    assert p.env["STOCKADE_SANDBOX"] == "bubblewrap" and p.env["TMPDIR"] == "/tmp"
+
+
+def test_find_bwrap_skips_workspace_and_relative_path_entries(tmp_path):
+    planted = tmp_path / "ws" / "bin"
+    planted.mkdir(parents=True)
+    fake = planted / "bwrap"
+    fake.write_text("#!/bin/sh\n")
+    fake.chmod(0o755)
+    ws = os.path.realpath(tmp_path / "ws")
+    assert find_bwrap(f"{planted}:.:bin", ws) is None
+    assert find_bwrap(str(planted), "/elsewhere") == str(fake)
+
+
+def test_session_tmp_bound_or_fresh_tmpfs():
+    assert "/tmp" in pairs(build_bwrap_args(profile(), "b", inner=[]), "--tmpfs")
+    args = build_bwrap_args(profile(session_tmp="/state/tmp/abc"), "b", inner=[])
+    i = args.index("/state/tmp/abc")
+    assert args[i - 1] == "--bind" and args[i + 1] == "/tmp"
+
+
+def test_fs_write_outside_workspace_is_bound_writable():
+    caps = capabilities_for_mode("workspace-write", WS).replace(fs_write=(WS, "/data/out"))
+    p = profile(capabilities=caps, entries={"/data/out": DIR})
+    assert "/data/out" in p.write_roots
+    assert "/data/out" in pairs(build_bwrap_args(p, "b", inner=[]), "--bind-try")
+
+
+def test_capabilities_default():
+    assert SandboxCapabilities().network.kind == "none"

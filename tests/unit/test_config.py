@@ -1,0 +1,58 @@
+import re
+
+import pytest
+
+from stockade.config import SandboxConfig, load_config
+from stockade.errors import ConfigError
+
+
+def write(tmp_path, text):
+    path = tmp_path / "stockade.toml"
+    path.write_text(text)
+    return str(path)
+
+
+def test_defaults():
+    c = SandboxConfig()
+    assert c.enabled and c.default_timeout_seconds == 60.0 and c.max_output_bytes == 1 << 20
+    assert c.mode == "read-only" and c.backend == "auto" and c.unreadable is None
+
+
+def test_file_then_overrides(tmp_path):
+    path = write(tmp_path, '[sandbox]\nmode = "workspace-write"\nwritable = ["~/out"]\n'
+                 'default_timeout_seconds = 5\n')
+    c = load_config({}, str(tmp_path), paths=[path], mode=None, backend="none")
+    assert c.mode == "workspace-write" and c.writable == ["~/out"]
+    assert c.default_timeout_seconds == 5 and c.backend == "none" and c.sources == [path]
+
+
+def test_project_file_is_found_in_cwd(tmp_path):
+    write(tmp_path, '[sandbox]\nmode = "workspace-write"\n')
+    assert load_config({"HOME": str(tmp_path / "nohome")}, str(tmp_path)).mode == "workspace-write"
+
+
+@pytest.mark.parametrize("text, message", [
+    ("[sandbox\nmode=1", "malformed TOML"),
+    ('[sandbox]\nmdoe = "read-only"\n', "unknown key [sandbox] 'mdoe'"),
+    ('[sandbox]\nmode = "yolo"\n', "mode = 'yolo' is not one of"),
+    ("[sandbox]\ndefault_timeout_seconds = -1\n", "default_timeout_seconds must be"),
+    ('[sandbox]\nwritable = "not-a-list"\n', "writable must be"),
+    ('[other]\nx = 1\n', "unknown table or key 'other'"),
+    ("[sandbox]\nenabled = \"yes\"\n", "enabled must be a bool"),
+])
+def test_bad_files_name_the_key_and_the_file(tmp_path, text, message):
+    path = write(tmp_path, text)
+    with pytest.raises(ConfigError, match=re.escape(message)) as info:
+        load_config({}, str(tmp_path), paths=[path])
+    assert path in str(info.value)
+
+
+def test_unknown_keyword_is_an_error():
+    with pytest.raises(ConfigError, match="unknown sandbox setting"):
+        SandboxConfig(colour="blue")
+
+
+def test_unreadable_accepts_none_string_or_list(tmp_path):
+    for value in ('"none"', '["~/.aws"]', '"~/.aws:~/.kube"'):
+        path = write(tmp_path, f"[sandbox]\nunreadable = {value}\n")
+        load_config({}, str(tmp_path), paths=[path])
