@@ -15,7 +15,7 @@ _MARKERS = (
     (b"Could not resolve host", "network"),
     (b"Temporary failure in name resolution", "network"),
     (b"Name or service not known", "network"),
-    (b"Connection refused", "socket"),
+    (b"Connection refused", "refused"),
     (b"Bad system call", "seccomp"),
     (b"deny(1)", "seatbelt"),
 )
@@ -55,17 +55,23 @@ def denial_hint(kind: str, stderr: bytes, mode: str) -> str:
                 "(hidden credential, protected metadata, or a path outside the workspace)")
     if kind == "network":
         return "blocked by the sandbox: network access is off for this command (request it)"
-    if kind == "socket":
-        return "blocked by the sandbox: that socket leads out of the sandbox and is not granted"
+    if kind == "refused":
+        return ("blocked by the sandbox: connection refused (network is off for this command, "
+                "and host sockets such as docker.sock are not reachable)")
     if kind == "seccomp":
         return "blocked by the sandbox: a forbidden system call was refused"
     return f"blocked by the sandbox ({kind})"
 
 
 def _quoted_path(stderr: bytes) -> str:
-    """The first path-looking token of the last error line, if any."""
+    """The path an error line names: quoted (‘x’, 'x', "x") or path-looking, if any."""
     lines = stderr.decode("utf-8", "replace").strip().splitlines()
     for line in reversed(lines[-5:]):
+        for left, right in (("\u2018", "\u2019"), ("'", "'"), ('"', '"')):
+            start = line.find(left)
+            end = line.find(right, start + 1)
+            if start >= 0 and end > start + 1:
+                return line[start + 1:end]
         for part in line.replace("'", " ").replace("\u2018", " ").replace("\u2019", " ").replace(
                 '"', " ").replace(":", " ").split():
             if part.startswith(("/", "~/", "./")) and len(part) > 1:
