@@ -235,11 +235,10 @@ class _StubSet:
         if not missing:
             return
         import fcntl
-        import hashlib
 
         lock_dir = os.path.join(state_dir, "locks")
         os.makedirs(lock_dir, mode=0o700, exist_ok=True)
-        key = hashlib.sha256(profile.workspace.encode()).hexdigest()[:32]
+        key = sha256_hex(profile.workspace.encode())[:32]
         self.lock_fd = os.open(os.path.join(lock_dir, key + ".lock"),
                                os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
         fcntl.flock(self.lock_fd, fcntl.LOCK_SH)
@@ -338,6 +337,18 @@ class BubblewrapDriver:
             stubs.release()
             raise
         return PreparedLaunch(args, dict(profile.env), profile.cwd, cleanup=stubs.release)
+
+
+def sha256_hex(data: bytes) -> str:
+    """SHA-256 without `hashlib`, whose OpenSSL binding costs 3 ms to import."""
+    try:
+        from _sha256 import sha256  # Python 3.11
+    except ImportError:
+        try:
+            from _sha2 import sha256  # type: ignore[import-not-found,no-redef,unused-ignore]
+        except ImportError:  # pragma: no cover
+            from hashlib import sha256  # type: ignore[assignment,unused-ignore]
+    return sha256(data).hexdigest()  # type: ignore[no-any-return,unused-ignore]
 
 
 def _default_state_dir(env: Mapping[str, str]) -> str:
