@@ -1,0 +1,493 @@
+"""The proxy against local servers: HTTP CONNECT, plain forwarding, and attacks on both.
+
+Every denial is observed from outside: the backend that would have been reached
+counts its TCP connections, and the test checks the count stayed at zero.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from proxy_testkit import (
+    Backends,
+    TlsMaterial,
+    allow_for,
+    client_hello,
+    closed_by_peer,
+    http_connect,
+    http_exchange,
+    proxied,
+    read_head,
+    run,
+    settle,
+    spellings_of_loopback,
+)
+
+from stockade.proxy import ProxyOptions
+
+
+def test_connect_reaches_allowed_name_over_tls(backends: Backends, tls: TlsMaterial) -> None:
+    api = backends.start("api", tls=True)
+
+    async def main() -> None:
+        async with proxied(allow_for(api.port, "api.test"),
+                           names={"api.test": ["127.0.0.2"]}) as h:
+            status, _, (reader, writer) = await http_connect(h.endpoint, f"api.test:{api.port}")
+            assert status == 200
+            await writer.start_tls(tls.client_context(), server_hostname="api.test")
+            writer.write(b"GET /hello HTTP/1.1\r\nHost: api.test\r\nConnection: close\r\n\r\n")
+            status, headers = await read_head(reader)
+            body = await reader.readexactly(int(headers["content-length"]))
+            assert (status, body) == (200, b"api GET /hello host=api.test")
+            writer.close()
+            await settle()
+            opened, closed = h.decisions
+            assert (opened.final, opened.allowed, opened.address) == (False, True, "127.0.0.2")
+            assert opened.rule == f"allow api.test:{api.port}; allow 127.0.0.2:{api.port}"
+            assert closed.final and closed.allowed and closed.connection_id == opened.connection_id
+            assert closed.bytes_up > 0 and closed.bytes_down > 0
+            assert (closed.session_id, closed.protocol) == ("s1", "connect")
+            assert closed.host == "api.test"
+
+    run(main())
+    assert api.handshakes == 1
+
+
+def test_connect_through_the_unix_socket(backends: Backends) -> None:
+    api = backends.start("api", mode="echo")
+
+    async def main() -> None:
+        async with proxied(allow_for(api.port, "api.test"),
+                           names={"api.test": ["127.0.0.2"]}) as h:
+            status, _, (reader, writer) = await http_connect(
+                h.endpoint, f"api.test:{api.port}", via="unix")
+            assert status == 200
+            writer.write(b"ping")
+            assert await reader.readexactly(4) == b"ping"
+            writer.close()
+
+    run(main())
+
+
+def test_denied_name_gets_403_with_reason_and_is_never_resolved(backends: Backends) -> None:
+    api = backends.start("api")
+
+    async def main() -> None:
+        async with proxied(allow_for(api.port, "api.test"),
+                           deny={"evil.test": "known exfiltration endpoint"},
+                           names={"evil.test": ["127.0.0.2"]}) as h:
+            status, headers, (_, writer) = await http_connect(h.endpoint, f"evil.test:{api.port}")
+            writer.close()
+            assert status == 403
+            assert headers["x-stockade-denied"] == (
+                f"evil.test:{api.port} is denied: known exfiltration endpoint")
+            status, headers, body = await http_exchange(
+                h.endpoint, f"GET http://evil.test:{api.port}/ HTTP/1.1\r\n"
+                            f"Host: evil.test:{api.port}\r\n\r\n".encode())
+            assert status == 403
+            assert body == f"stockade proxy: {headers['x-stockade-denied']}\n".encode()
+            await settle()
+            assert h.resolver.calls == []  # no DNS leak for a denied name
+            assert [(d.allowed, d.rule, d.host) for d in h.decisions] == [
+                (False, "deny evil.test", "evil.test")] * 2
+
+    run(main())
+    assert api.connections == 0
+
+
+def test_unlisted_name_is_refused_before_resolution(backends: Backends) -> None:
+    api = backends.start("api")
+
+    async def main() -> None:
+        async with proxied(allow_for(api.port, "api.test"),
+                           names={"unlisted.test": ["127.0.0.2"]}) as h:
+            status, headers, (_, writer) = await http_connect(
+                h.endpoint, f"unlisted.test:{api.port}")
+            writer.close()
+            assert status == 403
+            assert headers["x-stockade-denied"] == (
+                f"unlisted.test:{api.port} is not on the allow list")
+            assert h.resolver.calls == []
+
+    run(main())
+    assert api.connections == 0
+
+
+@pytest.mark.parametrize("spelling", [*spellings_of_loopback(), "[::ffff:127.0.0.1]"])
+def test_every_loopback_spelling_is_denied(backends: Backends, spelling: str) -> None:
+    api, victim = backends.start_pair()
+
+    async def main() -> None:
+        async with proxied(allow_for(api.port, "api.test"),
+                           names={"api.test": ["127.0.0.2"]}) as h:
+            status, headers, (_, writer) = await http_connect(
+                h.endpoint, f"{spelling}:{victim.port}")
+            writer.close()
+            assert status == 403, headers
+            status, _, _ = await http_exchange(
+                h.endpoint, f"GET http://{spelling}:{victim.port}/ HTTP/1.1\r\n"
+                            f"Host: {spelling}:{victim.port}\r\n\r\n".encode())
+            assert status == 403
+            await settle()
+            assert {(d.host, d.allowed) for d in h.decisions} == {("127.0.0.1", False)}
+            assert h.resolver.calls == []  # a numeric host is parsed, never looked up
+
+    run(main())
+    assert victim.connections == 0
+
+
+@pytest.mark.parametrize("spelling", spellings_of_loopback())
+def test_loopback_spellings_meet_the_deny_entry(backends: Backends, spelling: str) -> None:
+    """With all of 127/8 allowed on the port, only reading the spelling as
+    127.0.0.1 can make the deny entry for 127.0.0.1 apply."""
+    _, victim = backends.start_pair()
+
+    async def main() -> None:
+        async with proxied([f"127.0.0.0/8:{victim.port}"],
+                           deny={"127.0.0.1": "the host's own services"}) as h:
+            status, headers, (_, writer) = await http_connect(
+                h.endpoint, f"{spelling}:{victim.port}")
+            writer.close()
+            assert status == 403
+            assert headers["x-stockade-denied"].endswith("is denied: the host's own services")
+
+    run(main())
+    assert victim.connections == 0
+
+
+def test_every_spelling_reaches_an_explicitly_allowed_address(backends: Backends) -> None:
+    _, victim = backends.start_pair(mode_b="echo")
+    spellings = spellings_of_loopback()
+
+    async def main() -> None:
+        async with proxied([f"127.0.0.1:{victim.port}"]) as h:
+            for spelling in spellings:
+                status, _, (reader, writer) = await http_connect(
+                    h.endpoint, f"{spelling}:{victim.port}")
+                assert status == 200, spelling
+                writer.write(b"x")
+                assert await reader.readexactly(1) == b"x"
+                writer.close()
+
+    run(main())
+    assert victim.connections == len(spellings)
+
+
+def test_names_resolving_to_special_addresses_are_refused(backends: Backends) -> None:
+    api, victim = backends.start_pair()
+    victim6 = backends.start("victim6", host="::1", port=api.port)
+
+    async def main() -> None:
+        names = {"loop.test": ["127.0.0.1"], "v6.test": ["::1"],
+                 "meta.test": ["169.254.169.254"], "mapped.test": ["::ffff:127.0.0.1"],
+                 "near.test": ["127.0.0.3"], "private.test": ["10.0.0.1"]}
+        async with proxied(allow_for(api.port, "*.test"), names=names) as h:
+            for name, kind in [("loop.test", "loopback"), ("v6.test", "loopback"),
+                               ("meta.test", "link-local"), ("mapped.test", "loopback"),
+                               ("near.test", "loopback"), ("private.test", "private")]:
+                status, headers, (_, writer) = await http_connect(
+                    h.endpoint, f"{name}:{api.port}")
+                writer.close()
+                assert status == 403, name
+                reason = headers["x-stockade-denied"]
+                assert reason.startswith(f"{name} resolves to ") and kind in reason, reason
+            await settle()
+            assert [d.rule.split(" ")[0] for d in h.decisions] == ["refused"] * 6
+            assert h.decisions[2].address == "169.254.169.254"
+
+    run(main())
+    assert victim.connections == victim6.connections == api.connections == 0
+
+
+def test_literal_special_addresses_are_refused(backends: Backends) -> None:
+    api, victim = backends.start_pair()
+    victim6 = backends.start("victim6", host="::1", port=api.port)
+
+    async def main() -> None:
+        async with proxied(allow_for(api.port, "*.test")) as h:
+            for authority in [f"127.0.0.1:{api.port}", f"[::1]:{api.port}",
+                              "169.254.169.254:80", f"[::ffff:169.254.169.254]:{api.port}",
+                              f"0.0.0.0:{api.port}", f"[::]:{api.port}"]:
+                status, _, (_, writer) = await http_connect(h.endpoint, authority)
+                writer.close()
+                assert status == 403, authority
+
+    run(main())
+    assert victim.connections == victim6.connections == 0
+
+
+def test_rebinding_cannot_switch_the_address(backends: Backends) -> None:
+    api, victim = backends.start_pair()
+    answers = iter([["127.0.0.2"], ["127.0.0.1"], ["127.0.0.1"]])
+
+    async def main() -> None:
+        async with proxied(allow_for(api.port, "api.test"),
+                           names={"api.test": lambda: next(answers)}) as h:
+            status, _, (_, writer) = await http_connect(h.endpoint, f"api.test:{api.port}")
+            assert status == 200
+            writer.close()
+            status, headers, (_, writer) = await http_connect(h.endpoint, f"api.test:{api.port}")
+            writer.close()
+            assert status == 403
+            assert headers["x-stockade-denied"].startswith("api.test resolves to 127.0.0.1")
+            status, _, _ = await http_exchange(
+                h.endpoint, f"GET http://api.test:{api.port}/ HTTP/1.1\r\n"
+                            f"Host: api.test:{api.port}\r\n\r\n".encode())
+            assert status == 403
+            # One lookup per connection, and the socket goes to what was checked.
+            assert h.resolver.calls == ["api.test"] * 3
+
+    run(main())
+    assert api.connections == 1
+    assert victim.connections == 0
+
+
+def test_mixed_answers_connect_only_to_a_checked_address(backends: Backends) -> None:
+    api, victim = backends.start_pair(mode_a="echo")
+
+    async def main() -> None:
+        async with proxied(allow_for(api.port, "api.test"),
+                           names={"api.test": ["127.0.0.1", "127.0.0.2"]}) as h:
+            status, _, (reader, writer) = await http_connect(h.endpoint, f"api.test:{api.port}")
+            assert status == 200
+            writer.write(b"x")
+            assert await reader.readexactly(1) == b"x"
+            writer.close()
+            assert h.decisions[0].address == "127.0.0.2"
+
+    run(main())
+    assert victim.connections == 0
+
+
+def test_sni_mismatch_closes_the_tunnel_before_a_byte_is_relayed(backends: Backends) -> None:
+    api = backends.start("api", mode="sink")
+
+    async def main() -> None:
+        async with proxied(allow_for(api.port, "api.test"),
+                           names={"api.test": ["127.0.0.2"]}) as h:
+            status, _, (reader, writer) = await http_connect(h.endpoint, f"api.test:{api.port}")
+            assert status == 200
+            writer.write(client_hello("other.test"))
+            assert await closed_by_peer(reader)
+            writer.close()
+            await settle()
+            final = h.decisions.final()[-1]
+            assert (final.allowed, final.rule) == (False, "tls sni mismatch")
+            assert final.reason == "TLS SNI other.test does not match the CONNECT host api.test"
+            assert final.bytes_up == 0
+
+    run(main())
+    assert api.bytes_received == 0
+
+
+def test_matching_or_absent_sni_is_relayed(backends: Backends) -> None:
+    api = backends.start("api", mode="sink")
+    hellos = [client_hello("API.test."), client_hello(None)]
+
+    async def main() -> None:
+        async with proxied(allow_for(api.port, "api.test"),
+                           names={"api.test": ["127.0.0.2"]}) as h:
+            for hello in hellos:
+                status, _, (_, writer) = await http_connect(h.endpoint, f"api.test:{api.port}")
+                assert status == 200
+                writer.write(hello[:10])  # a ClientHello split over TCP writes
+                await writer.drain()
+                await asyncio.sleep(0.02)
+                writer.write(hello[10:])
+                await writer.drain()
+                await asyncio.sleep(0.1)
+                writer.close()
+
+    run(main())
+    assert api.bytes_received == sum(len(h) for h in hellos)
+
+
+def test_sni_naming_a_host_on_an_address_tunnel_is_refused(backends: Backends) -> None:
+    api = backends.start("api", mode="sink")
+
+    async def main() -> None:
+        async with proxied(allow_for(api.port)) as h:
+            status, _, (reader, writer) = await http_connect(h.endpoint, f"127.0.0.2:{api.port}")
+            assert status == 200
+            writer.write(client_hello("evil.test"))
+            assert await closed_by_peer(reader)
+            writer.close()
+
+    run(main())
+    assert api.bytes_received == 0
+
+
+def test_tls_ports_carry_tls_only(backends: Backends) -> None:
+    api = backends.start("api", mode="sink")
+    options = ProxyOptions(tls_ports=frozenset({api.port}))
+
+    async def main() -> None:
+        async with proxied(allow_for(api.port, "api.test"), names={"api.test": ["127.0.0.2"]},
+                           options=options) as h:
+            status, _, (reader, writer) = await http_connect(h.endpoint, f"api.test:{api.port}")
+            assert status == 200
+            writer.write(b"GET / HTTP/1.1\r\nHost: other.test\r\n\r\n")
+            assert await closed_by_peer(reader)
+            writer.close()
+            await settle()
+            assert h.decisions.final()[-1].rule == "tls required"
+
+    run(main())
+    assert api.bytes_received == 0
+
+
+def test_plain_http_is_forwarded(backends: Backends) -> None:
+    api = backends.start("api")
+
+    async def main() -> None:
+        async with proxied(allow_for(api.port, "api.test"),
+                           names={"api.test": ["127.0.0.2"]}) as h:
+            status, headers, body = await http_exchange(
+                h.endpoint, f"GET http://api.test:{api.port}/x?y=1 HTTP/1.1\r\n"
+                            f"Host: api.test:{api.port}\r\nProxy-Authorization: secret\r\n"
+                            "Connection: close\r\n\r\n".encode())
+            assert status == 200
+            assert body == f"api GET /x?y=1 host=api.test:{api.port}".encode()
+            assert headers["connection"] == "close"
+            await settle()
+            assert [(d.protocol, d.final) for d in h.decisions] == [("http", False),
+                                                                     ("http", True)]
+
+    run(main())
+    assert api.requests[0][:3] == ("GET", "/x?y=1", f"api.test:{api.port}")
+
+
+def test_host_header_mismatch_is_rejected(backends: Backends) -> None:
+    api = backends.start("api")
+
+    async def main() -> None:
+        async with proxied(allow_for(api.port, "api.test", "other.test"),
+                           names={"api.test": ["127.0.0.2"]}) as h:
+            status, headers, _ = await http_exchange(
+                h.endpoint, f"GET http://api.test:{api.port}/ HTTP/1.1\r\n"
+                            f"Host: other.test:{api.port}\r\n\r\n".encode())
+            assert status == 403
+            assert headers["x-stockade-denied"] == (
+                f"Host header other.test:{api.port} does not match request target "
+                f"api.test:{api.port}")
+            await settle()
+            assert h.decisions[0].rule == "host header mismatch"
+
+    run(main())
+    assert api.connections == 0
+
+
+def test_request_bodies_and_chunked_responses(backends: Backends) -> None:
+    api = backends.start("api")
+
+    async def main() -> None:
+        async with proxied(allow_for(api.port, "api.test"),
+                           names={"api.test": ["127.0.0.2"]}) as h:
+            base = f"http://api.test:{api.port}"
+            host = f"Host: api.test:{api.port}\r\n"
+            status, _, body = await http_exchange(
+                h.endpoint, f"POST {base}/p HTTP/1.1\r\n{host}Content-Length: 5\r\n"
+                            "Connection: close\r\n\r\nhello".encode())
+            assert (status, body.split(b" ")[-1]) == (200, b"body=hello")
+            status, _, body = await http_exchange(
+                h.endpoint, f"POST {base}/c HTTP/1.1\r\n{host}Transfer-Encoding: chunked\r\n"
+                            "Connection: close\r\n\r\n"
+                            "3\r\nabc\r\n2;x=y\r\nde\r\n0\r\n\r\n".encode())
+            assert (status, body.split(b" ")[-1]) == (200, b"body=abcde")
+            status, headers, body = await http_exchange(
+                h.endpoint, f"GET {base}/chunked HTTP/1.1\r\n{host}Connection: close\r\n\r\n"
+                .encode())
+            assert headers["transfer-encoding"] == "chunked"
+            size, _, rest = body.partition(b"\r\n")
+            assert rest == rest[: int(size, 16)] + b"\r\n0\r\n\r\n"
+            assert rest.startswith(b"api GET /chunked")
+
+    run(main())
+
+
+def test_each_request_on_a_kept_alive_connection_is_checked(backends: Backends) -> None:
+    api = backends.start("api")
+
+    async def main() -> None:
+        async with proxied(allow_for(api.port, "api.test"),
+                           names={"api.test": ["127.0.0.2"], "evil.test": ["127.0.0.2"]}) as h:
+            # One write: a request with a body, then a second request the
+            # first one's body framing must not swallow.
+            smuggle = (f"POST http://api.test:{api.port}/a HTTP/1.1\r\n"
+                       f"Host: api.test:{api.port}\r\nContent-Length: 5\r\n\r\nhello"
+                       f"GET http://evil.test:{api.port}/b HTTP/1.1\r\n"
+                       f"Host: evil.test:{api.port}\r\n\r\n").encode()
+            reader, writer = await asyncio.open_connection(h.endpoint.host, h.endpoint.port)
+            writer.write(smuggle)
+            status, headers = await read_head(reader)
+            body = await reader.readexactly(int(headers["content-length"]))
+            assert status == 200 and body.endswith(b"body=hello")
+            status, headers = await read_head(reader)
+            assert status == 403
+            assert headers["x-stockade-denied"] == f"evil.test:{api.port} is not on the allow list"
+            writer.close()
+            await settle()
+            assert [(d.host, d.allowed, d.final) for d in h.decisions] == [
+                ("api.test", True, False), ("api.test", True, True), ("evil.test", False, True)]
+
+    run(main())
+    assert [r[1] for r in api.requests] == ["/a"]
+
+
+def test_second_request_to_a_denied_host_gets_its_own_403(backends: Backends) -> None:
+    api = backends.start("api")
+
+    async def main() -> None:
+        async with proxied(allow_for(api.port, "api.test"),
+                           names={"api.test": ["127.0.0.2"]}) as h:
+            reader, writer = await asyncio.open_connection(h.endpoint.host, h.endpoint.port)
+            writer.write(f"GET http://api.test:{api.port}/1 HTTP/1.1\r\n"
+                         f"Host: api.test:{api.port}\r\n\r\n".encode())
+            status, headers = await read_head(reader)
+            await reader.readexactly(int(headers["content-length"]))
+            assert status == 200
+            writer.write(f"GET http://evil.test:{api.port}/2 HTTP/1.1\r\n"
+                         f"Host: evil.test:{api.port}\r\n\r\n".encode())
+            status, headers = await read_head(reader)
+            assert status == 403
+            writer.close()
+            assert h.resolver.calls == ["api.test"]
+
+    run(main())
+    assert len(api.requests) == 1
+
+
+@pytest.mark.parametrize(("raw", "status"), [
+    (b"GET / HTTP/1.1\r\nHost: api.test\r\n\r\n", 400),
+    (b"GET https://api.test/ HTTP/1.1\r\nHost: api.test\r\n\r\n", 400),
+    (b"GET http://user@api.test/ HTTP/1.1\r\nHost: api.test\r\n\r\n", 400),
+    (b"GET http://api.test/ HTTP/1.1\r\n\r\n", 400),
+    (b"CONNECT api.test HTTP/1.1\r\n\r\n", 400),
+    (b"CONNECT [api.test]:443 HTTP/1.1\r\n\r\n", 400),
+    (b"GET http://api.test/ HTTP/3.0\r\n\r\n", 505),
+    (b"GET http://api.test/ HTTP/1.1\r\nX: " + b"a" * 70000 + b"\r\n\r\n", 431),
+])
+def test_malformed_requests_get_the_protocol_error(raw: bytes, status: int) -> None:
+    async def main() -> None:
+        async with proxied(["api.test"], names={"api.test": ["127.0.0.2"]}) as h:
+            got, headers, _ = await http_exchange(h.endpoint, raw)
+            assert got == status
+            assert headers["x-stockade-denied"]
+            assert h.resolver.calls == []
+
+    run(main())
+
+
+def test_unknown_protocols_are_closed() -> None:
+    async def main() -> None:
+        async with proxied(["api.test"]) as h:
+            for opener in (b"\x16\x03\x01\x00\x05hello", b"\x00\x01"):
+                reader, writer = await asyncio.open_connection(h.endpoint.host, h.endpoint.port)
+                writer.write(opener)
+                assert await closed_by_peer(reader)
+                writer.close()
+            await settle()
+            assert [d.rule for d in h.decisions] == ["unsupported protocol"] * 2
+
+    run(main())
