@@ -9,6 +9,7 @@ from __future__ import annotations
 
 TYPE_CHECKING = False
 
+
 __version__ = "0.1.0"
 
 _EXPORTS = {
@@ -42,7 +43,36 @@ _EXPORTS = {
     "wrap": "simple",
 }
 
-__all__ = sorted(_EXPORTS)
+__all__ = [
+    "ApprovalGate",
+    "ApprovalRequest",
+    "BackgroundProcess",
+    "CapabilityDenied",
+    "CommandTimeout",
+    "ConfigError",
+    "InvalidCommand",
+    "NetworkPolicy",
+    "NoopSandbox",
+    "Profile",
+    "Sandbox",
+    "SandboxCapabilities",
+    "SandboxCommand",
+    "SandboxConfig",
+    "SandboxDisabled",
+    "SandboxError",
+    "SandboxOutput",
+    "SandboxUnavailable",
+    "SessionWorkspace",
+    "SyncWorkspaceSandbox",
+    "WorkspaceSandbox",
+    "build_sandbox",
+    "capabilities_for_mode",
+    "current_session",
+    "load_config",
+    "run",
+    "session_scope",
+    "wrap",
+]
 
 
 def __getattr__(name: str) -> Any:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 TYPE_CHECKING = False
 
+
 if TYPE_CHECKING:
     from collections.abc import Awaitable
     from typing import Protocol

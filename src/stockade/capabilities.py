@@ -49,6 +49,9 @@ def _paths_within(inner: tuple[str, ...], outer: tuple[str, ...]) -> bool:
     return all(any(is_under(p, root) for root in outer) for p in inner)
 
 
+_RANK = {"none": 0, "hosts": 1, "all": 2}
+
+
 class NetworkPolicy:
     """None ⊆ AllowHosts ⊆ AllowAll. Construct with `none()`, `allow_hosts()`, `allow_all()`."""
 
@@ -57,10 +60,9 @@ class NetworkPolicy:
     NONE = "none"
     HOSTS = "hosts"
     ALL = "all"
-    _RANK = {NONE: 0, HOSTS: 1, ALL: 2}
 
     def __init__(self, kind: str, hosts: tuple[str, ...] = ()) -> None:
-        if kind not in self._RANK:
+        if kind not in _RANK:
             raise InvalidCommand(f"unknown network policy {kind!r}: choose none, hosts or all")
         if kind != self.HOSTS and hosts:
             raise InvalidCommand(f"network policy {kind!r} takes no host list")
@@ -82,7 +84,7 @@ class NetworkPolicy:
     def is_within(self, other: NetworkPolicy) -> bool:
         if self.kind == self.HOSTS and other.kind == self.HOSTS:
             return all(_host_covered(h, other.hosts) for h in self.hosts)
-        return self._RANK[self.kind] <= self._RANK[other.kind]
+        return _RANK[self.kind] <= _RANK[other.kind]
 
     def __eq__(self, other: object) -> bool:
         return (
@@ -175,7 +177,8 @@ class SandboxCapabilities:
 
     def __repr__(self) -> str:
         return (
-            f"SandboxCapabilities(fs_read={list(self.fs_read)!r}, fs_write={list(self.fs_write)!r}, "
+            f"SandboxCapabilities(fs_read={list(self.fs_read)!r}, "
+            f"fs_write={list(self.fs_write)!r}, "
             f"network={self.network!r}, spawn_subprocess={self.spawn_subprocess}, "
             f"max_memory_mb={self.max_memory_mb}, timeout_secs={self.timeout_secs})"
         )

@@ -13,7 +13,10 @@ import sys
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from .errors import SandboxError
+
 
 USAGE = """usage: stockade <command> [options]
 
@@ -203,7 +206,7 @@ def _run_captured(sandbox: object, cmd: object, as_json: bool) -> int:
 
 def _run_passthrough(sandbox: object, cmd: object) -> int:
     """stdin, stdout and stderr are the terminal's; stockade only supervises."""
-    from . import sync
+    from .core import Approve
 
     core = sandbox.core  # type: ignore[attr-defined]
     ws = sandbox.session(cmd.session_id)  # type: ignore[attr-defined]
@@ -215,7 +218,7 @@ def _run_passthrough(sandbox: object, cmd: object) -> int:
         except StopIteration as stop:
             out = stop.value
             break
-        if isinstance(effect, sync.Approve):
+        if isinstance(effect, Approve):
             value = sandbox._ask(effect)  # type: ignore[attr-defined]
         else:
             value = _supervise_inherited(effect, core)
@@ -315,7 +318,7 @@ def _delegate(module: str, argv: list[str]) -> int:
     return int(mod.main(argv))
 
 
-COMMANDS = {
+COMMANDS: dict[str, Callable[[list[str]], int]] = {
     "run": cmd_run,
     "doctor": cmd_doctor,
     "audit": cmd_audit,

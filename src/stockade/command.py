@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-TYPE_CHECKING = False
-
 from .errors import InvalidCommand
+
+TYPE_CHECKING = False
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence

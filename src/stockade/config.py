@@ -9,9 +9,10 @@ misspelt `unreadable` that silently did nothing would hide nothing.
 from __future__ import annotations
 
 import os
-TYPE_CHECKING = False
 
 from .errors import ConfigError
+
+TYPE_CHECKING = False
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -160,7 +161,9 @@ def _read_table(path: str) -> dict[str, object]:
         raise ConfigError(f"{path}: cannot read: {exc.strerror}") from exc
     extra = [k for k in data if k != "sandbox"]
     if extra:
-        raise ConfigError(f"{path}: unknown table or key {extra[0]!r} (settings go under [sandbox])")
+        raise ConfigError(
+            f"{path}: unknown table or key {extra[0]!r} (settings go under [sandbox])"
+        )
     table = data.get("sandbox", {})
     if not isinstance(table, dict):
         raise ConfigError(f"{path}: sandbox must be a table")

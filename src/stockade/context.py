@@ -17,7 +17,7 @@ def current_session() -> str | None:
     return _SESSION_ID.get()
 
 
-class session_scope:  # noqa: N801 - used like a function: `with session_scope(sid):`
+class session_scope:
     """Run a block (sync or async) with `current_session()` returning `session_id`."""
 
     def __init__(self, session_id: str) -> None:

@@ -13,10 +13,9 @@ Steps: 1 session resolve (done by the shell, which owns the lock),
 
 from __future__ import annotations
 
-import os
 import _thread
+import os
 import time
-TYPE_CHECKING = False
 
 from . import approval as ap
 from .capabilities import (
@@ -37,8 +36,11 @@ from .hooks import run_before_hooks
 from .ledger import DENIED, ERROR, RAN, TIMED_OUT, Ledger
 from .profile import HOST, STRICT, build_profile
 
+TYPE_CHECKING = False
+
 if TYPE_CHECKING:
     from collections.abc import Callable, Generator, Mapping
+    from typing import Any
 
     from .command import SandboxCommand
     from .config import SandboxConfig
@@ -134,7 +136,7 @@ class SandboxCore:
                 self._none_driver = select_driver("none")
             return self._none_driver
         if self._driver is None:
-            options: dict[str, object] = {"env": self.env, "workspace": workspace,
+            options: dict[str, Any] = {"env": self.env, "workspace": workspace,
                                           **self.driver_options}
             if self.config.bwrap:
                 options["bwrap_path"] = self.config.bwrap
@@ -247,9 +249,8 @@ class SandboxCore:
                     )
                 outcome = yield Approve(request)
                 if outcome not in ap.APPROVED:
-                    raise CapabilityDenied(
-                        f"{reason} was {'not answered in time' if outcome == ap.TIMEOUT else 'denied'}"
-                    )
+                    answer = "not answered in time" if outcome == ap.TIMEOUT else "denied"
+                    raise CapabilityDenied(f"{reason} was {answer}")
                 self.gate.remember(sid, str(outcome), caps)
             if cmd.preference == FORBID:
                 mode = FULL_ACCESS

@@ -64,7 +64,7 @@ def denial_hint(kind: str, stderr: bytes, mode: str) -> str:
 
 
 def _quoted_path(stderr: bytes) -> str:
-    """The path an error line names: quoted (‘x’, 'x', "x") or path-looking, if any."""
+    """The path an error line names: quoted (curly or straight) or path-looking, if any."""
     lines = stderr.decode("utf-8", "replace").strip().splitlines()
     for line in reversed(lines[-5:]):
         for left, right in (("\u2018", "\u2019"), ("'", "'"), ('"', '"')):

@@ -8,7 +8,9 @@ and before anything runs, so a denial costs nothing.
 from __future__ import annotations
 
 import time
+
 TYPE_CHECKING = False
+
 
 if TYPE_CHECKING:
     from typing import Protocol

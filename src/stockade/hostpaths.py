@@ -8,9 +8,10 @@ always give the same profile and the tests need no monkeypatching.
 from __future__ import annotations
 
 import os
-TYPE_CHECKING = False
 
 from .errors import ConfigError
+
+TYPE_CHECKING = False
 
 if TYPE_CHECKING:
     from collections.abc import Mapping

@@ -12,12 +12,14 @@ from __future__ import annotations
 import os
 import sys
 import time
+
 TYPE_CHECKING = False
+
 
 if TYPE_CHECKING:
     import sqlite3
-    from typing import Any
     from collections.abc import Mapping
+    from typing import Any
 
 LOGGER = "stockade.capability_ledger"
 

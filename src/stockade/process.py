@@ -21,9 +21,10 @@ import time
 # The `signal` module wraps every number in an IntEnum, and importing `enum`
 # is a measurable part of the CLI's start-up; the raw numbers are all we need.
 from _signal import SIGINT, SIGKILL, SIGPIPE, SIGQUIT, SIGTERM
-TYPE_CHECKING = False
 
 from .errors import SandboxUnavailable
+
+TYPE_CHECKING = False
 
 if TYPE_CHECKING:
     from collections.abc import Mapping

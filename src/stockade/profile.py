@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import os
 import sys
-TYPE_CHECKING = False
 
 from . import hostpaths
 from .capabilities import FULL_ACCESS, READ_ONLY, NetworkPolicy, is_under
 from .errors import SandboxUnavailable
+
+TYPE_CHECKING = False
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping

@@ -17,7 +17,7 @@ def run(
     *,
     mode: str = "read-only",
     cwd: str | None = None,
-    input: bytes | None = None,  # noqa: A002 - the name subprocess.run uses
+    input: bytes | None = None,
     timeout: float | None = None,
     env: Mapping[str, str] | None = None,
     check: bool = False,

@@ -6,20 +6,20 @@ The CLI's `run` path uses this, so nothing here may import asyncio.
 from __future__ import annotations
 
 import _thread
-TYPE_CHECKING = False
 
 from .approval import DENIED
 from .context import current_session
 from .core import Approve, Run, SandboxCore, SessionWorkspace, make_core
 from .errors import InvalidCommand, SandboxUnavailable
 
+TYPE_CHECKING = False
+
 if TYPE_CHECKING:
     from collections.abc import Generator
     from typing import Any
 
-    from .config import SandboxConfig
-
     from .command import SandboxCommand, SandboxOutput
+    from .config import SandboxConfig
     from .process import BackgroundProcess, Outcome
 
 

@@ -6,14 +6,14 @@ without real subprocesses. Nothing here is used by stockade's product code.
 
 from __future__ import annotations
 
+from .command import SandboxOutput
+from .drivers import PreparedLaunch
+
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from .approval import ApprovalRequest
     from .command import SandboxCommand
     from .profile import Profile
-
-from .command import SandboxOutput
-from .drivers import PreparedLaunch
 
 
 class FakeDriver:

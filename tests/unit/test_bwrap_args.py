@@ -6,8 +6,8 @@ import pytest
 
 from stockade.capabilities import NetworkPolicy, SandboxCapabilities, capabilities_for_mode
 from stockade.drivers.linux.bwrap import build_bwrap_args, find_bwrap
-from stockade.profile import DIR, FILE, LINK, MISSING, SOCKET, build_profile
 from stockade.errors import SandboxUnavailable
+from stockade.profile import DIR, FILE, LINK, MISSING, SOCKET, build_profile
 
 WS = "/work/proj"
 

@@ -167,13 +167,13 @@ def test_rate_limit_hook_counts_per_session_per_minute():
 
 def test_timeout_precedence_command_then_capabilities_then_config(tmp_path, env):
     sandbox, _ = make(tmp_path, env, default_timeout_seconds=0.2)
-    with pytest.raises(CommandTimeout, match="0.2 s"):
+    with pytest.raises(CommandTimeout, match=r"0.2 s"):
         sandbox.execute(SandboxCommand("sleep", ["5"], session_id="s"))
     ws = sandbox.open_session("s")
     caps = SandboxCapabilities(fs_write=[ws.cwd], spawn_subprocess=True, timeout_secs=0.3)
-    with pytest.raises(CommandTimeout, match="0.3 s"):
+    with pytest.raises(CommandTimeout, match=r"0.3 s"):
         sandbox.execute(SandboxCommand("sleep", ["5"], session_id="s", capabilities=caps))
-    with pytest.raises(CommandTimeout, match="0.4 s") as info:
+    with pytest.raises(CommandTimeout, match=r"0.4 s") as info:
         sandbox.execute(SandboxCommand("sleep", ["5"], session_id="s", capabilities=caps,
                                        timeout=0.4))
     assert info.value.output.signal == 9

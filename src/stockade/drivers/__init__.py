@@ -9,11 +9,12 @@ one place a backend name becomes a driver.
 from __future__ import annotations
 
 import sys
-TYPE_CHECKING = False
 
 from ..capabilities import FULL_ACCESS
 from ..command import FORBID, REQUIRE
 from ..errors import ConfigError
+
+TYPE_CHECKING = False
 
 if TYPE_CHECKING:
     from typing import Protocol

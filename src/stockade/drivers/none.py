@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-TYPE_CHECKING = False
-
 from . import PreparedLaunch
+
+TYPE_CHECKING = False
 
 if TYPE_CHECKING:
     from ..profile import Profile

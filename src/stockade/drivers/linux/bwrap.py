@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import os
 import sys
-TYPE_CHECKING = False
 
 from ...capabilities import NetworkPolicy, is_under
 from ...errors import SandboxUnavailable
-from ...profile import DIR, FILE, STRICT
+from ...profile import DIR, STRICT
 from .. import PreparedLaunch
+
+TYPE_CHECKING = False
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
