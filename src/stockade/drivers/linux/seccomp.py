@@ -1,0 +1,419 @@
+"""seccomp-bpf: the syscall denylist the in-sandbox init installs last before exec.
+
+`compile_seccomp` is a pure function from a network mode to classic-BPF
+bytes, so the whole policy is unit-tested by running the program through an
+interpreter; `install_seccomp` hands those bytes to the kernel.
+
+This module is loaded two ways: as `stockade.drivers.linux.seccomp` by the
+package, and as a top-level module by `init.py` inside bwrap, where every
+import is paid for on every command. So it imports nothing from stockade and
+nothing slower than the `posix` and `sys` built-ins.
+
+Why not libseccomp through ctypes: it is a C library the host may not have
+(it is not a wheel dependency), the policy is a flat list of about forty
+comparisons that fits in one screen of BPF, and a Python compiler keeps the
+policy a pure, deterministic function the tests can run without a kernel.
+libseccomp's advantage -- a balanced search tree over hundreds of rules --
+does not matter at this size.
+"""
+
+from __future__ import annotations
+
+import posix
+import sys
+
+# Network modes of the socket gate (the seed's SeccompNetworkMode).
+UNIX_ONLY = "unix-only"
+PROXY_ROUTED = "proxy-routed"
+UNRESTRICTED = "unrestricted"
+NETWORK_MODES = (UNIX_ONLY, PROXY_ROUTED, UNRESTRICTED)
+
+X86_64 = "x86_64"
+AARCH64 = "aarch64"
+
+AUDIT_ARCH = {X86_64: 0xC000003E, AARCH64: 0xC00000B7}
+
+# Numbers from the kernel's syscall tables (arch/x86/entry/syscalls/syscall_64.tbl
+# and the asm-generic table arm64 uses). aarch64 has no mknod: glibc calls mknodat.
+SYSCALLS: dict[str, dict[str, int]] = {
+    X86_64: {
+        "ioctl": 16, "socket": 41, "socketpair": 53, "clone": 56, "ptrace": 101,
+        "syslog": 103, "mknod": 133, "personality": 135, "pivot_root": 155, "prctl": 157,
+        "chroot": 161, "mount": 165, "umount2": 166, "swapon": 167, "swapoff": 168,
+        "reboot": 169, "init_module": 175, "delete_module": 176, "kexec_load": 246,
+        "add_key": 248, "request_key": 249, "keyctl": 250, "mknodat": 259, "unshare": 272,
+        "perf_event_open": 298, "prlimit64": 302, "name_to_handle_at": 303,
+        "open_by_handle_at": 304, "setns": 308, "process_vm_readv": 310,
+        "process_vm_writev": 311, "finit_module": 313, "seccomp": 317,
+        "kexec_file_load": 320, "bpf": 321, "userfaultfd": 323, "io_uring_setup": 425,
+        "io_uring_enter": 426, "io_uring_register": 427, "open_tree": 428, "move_mount": 429,
+        "fsopen": 430, "fsconfig": 431, "fsmount": 432, "fspick": 433, "clone3": 435,
+        "mount_setattr": 442, "landlock_create_ruleset": 444, "landlock_add_rule": 445,
+        "landlock_restrict_self": 446, "open_tree_attr": 467,
+    },
+    AARCH64: {
+        "ioctl": 29, "mknodat": 33, "umount2": 39, "mount": 40, "pivot_root": 41,
+        "chroot": 51, "personality": 92, "unshare": 97, "kexec_load": 104,
+        "init_module": 105, "delete_module": 106, "syslog": 116, "ptrace": 117,
+        "reboot": 142, "prctl": 167, "socket": 198, "socketpair": 199, "add_key": 217,
+        "request_key": 218, "keyctl": 219, "clone": 220, "swapon": 224, "swapoff": 225,
+        "perf_event_open": 241, "prlimit64": 261, "name_to_handle_at": 264,
+        "open_by_handle_at": 265, "setns": 268, "process_vm_readv": 270,
+        "process_vm_writev": 271, "finit_module": 273, "seccomp": 277, "bpf": 280,
+        "userfaultfd": 282, "kexec_file_load": 294, "io_uring_setup": 425,
+        "io_uring_enter": 426, "io_uring_register": 427, "open_tree": 428, "move_mount": 429,
+        "fsopen": 430, "fsconfig": 431, "fsmount": 432, "fspick": 433, "clone3": 435,
+        "mount_setattr": 442, "landlock_create_ruleset": 444, "landlock_add_rule": 445,
+        "landlock_restrict_self": 446, "open_tree_attr": 467,
+    },
+}
+
+# Denied outright with EPERM, whatever the arguments.
+DENIED = (
+    # The mount table is what bwrap built: a mount could uncover what it
+    # hid (a tmpfs over ~/.ssh) or remount a read-only bind read-write. The
+    # new mount API is the same power through other doors.
+    "mount", "umount2", "pivot_root", "chroot",
+    "open_tree", "open_tree_attr", "move_mount", "fsopen", "fsconfig", "fsmount", "fspick",
+    "mount_setattr",
+    # Replacing the running kernel or loading code into it ends every boundary at once.
+    "kexec_load", "kexec_file_load", "init_module", "finit_module", "delete_module",
+    # eBPF and perf are the largest kernel attack surfaces an unprivileged
+    # process can reach, and perf reads other processes' activity.
+    "bpf", "perf_event_open",
+    # Reading and writing another process's memory: in a shared pid
+    # namespace the command could patch the supervisor that watches it.
+    # process_vm_* is the same primitive without ptrace's checks.
+    "ptrace", "process_vm_readv", "process_vm_writev",
+    # Kernel keyrings are not namespaced: the command could read or plant
+    # keys in the user's session keyring (Kerberos tickets, fscrypt keys).
+    "add_key", "request_key", "keyctl",
+    # userfaultfd stalls kernel page faults at will: the standard tool for
+    # winning the race conditions behind kernel exploits.
+    "userfaultfd",
+    # io_uring runs reads, opens and connects from kernel workers that
+    # seccomp never sees, and was the most exploited subsystem of 2021-2023.
+    "io_uring_setup", "io_uring_enter", "io_uring_register",
+    # Host-wide switches: swap devices, the kernel log (kernel addresses
+    # defeat KASLR), reboot.
+    "swapon", "swapoff", "syslog", "reboot",
+    # setns joins another namespace through an fd, e.g. a /proc/<pid>/ns/*
+    # of a process outside the sandbox.
+    "setns",
+    # A file handle names an inode without a path, so open_by_handle_at
+    # opens files the mount view never showed (the 2014 "shocker" escape).
+    "open_by_handle_at", "name_to_handle_at",
+)
+
+# Namespace flags of clone(2) and unshare(2). A new user namespace hands the
+# command a full capability set in it, which is where most unprivileged
+# kernel exploits start; without capabilities every other flag fails anyway,
+# so denying all of them costs nothing and keeps the kernel code unreachable.
+# CLONE_NEWTIME (0x80) is left out for clone: its low byte is the exit signal.
+CLONE_NAMESPACES = 0x7E020000
+UNSHARE_NAMESPACES = CLONE_NAMESPACES | 0x80
+
+# personality(2): PER_LINUX, and 0xffffffff, which only queries. Anything
+# else turns off ASLR (ADDR_NO_RANDOMIZE) or makes data executable
+# (READ_IMPLIES_EXEC), which helps an exploit and no build.
+PERSONALITY_ALLOWED = (0x0, 0xFFFFFFFF)
+
+# TIOCSTI pushes bytes into a terminal's input queue and TIOCLINUX can do the
+# same through the console selection: typed into the caller's shell, they run
+# outside the sandbox once it exits.
+TIOCSTI = 0x5412
+TIOCLINUX = 0x541C
+
+# mknod(2) is denied for device nodes only. A device node is raw access to
+# hardware (and a char 0:0 "whiteout" can be made without CAP_MKNOD);
+# FIFOs are how `mkfifo` and GNU make's jobserver work, so they stay.
+S_IFMT = 0o170000
+DEVICE_TYPES = (0o020000, 0o060000)  # S_IFCHR, S_IFBLK
+
+AF_UNIX, AF_INET, AF_INET6 = 1, 2, 10
+AF_NETLINK, AF_PACKET, AF_VSOCK = 16, 17, 40
+# The socket families each mode may create; anything else gets EPERM, which
+# covers AF_PACKET (raw frames), AF_NETLINK (routing and firewall tables)
+# and AF_VSOCK (the hypervisor, reachable even without a network device).
+# proxy-routed keeps AF_UNIX: asyncio's self-pipe and libuv's child stdio
+# are AF_UNIX socketpairs, so without it `npm install` and every asyncio
+# program break in exactly the mode meant for installing packages, while
+# a unix socket reaches nothing the unix-only mode does not already allow.
+SOCKET_FAMILIES = {
+    UNIX_ONLY: (AF_UNIX,),
+    PROXY_ROUTED: (AF_UNIX, AF_INET, AF_INET6),
+}
+
+# x32 syscalls are x86_64 syscalls with this bit set: the same kernel entry
+# under another number, so every rule below would be bypassed through it.
+X32_SYSCALL_BIT = 0x40000000
+
+SECCOMP_RET_ALLOW = 0x7FFF0000
+SECCOMP_RET_ERRNO = 0x00050000
+EPERM, ENOSYS = 1, 38
+
+# Offsets into struct seccomp_data: nr, arch, instruction pointer, args[6].
+# Both supported architectures are little-endian, so an argument's low
+# 32 bits are at its offset and the high 32 bits four bytes later.
+OFF_NR, OFF_ARCH = 0, 4
+
+
+def off_arg(index: int) -> int:
+    return 16 + 8 * index
+
+
+# Classic BPF opcodes used here (linux/bpf_common.h).
+BPF_LD_W_ABS = 0x20
+BPF_ALU_AND_K = 0x54
+BPF_JMP_JA = 0x05
+BPF_JMP_JEQ_K = 0x15
+BPF_JMP_JGE_K = 0x35
+BPF_JMP_JSET_K = 0x45
+BPF_RET_K = 0x06
+
+
+def native_arch() -> str:
+    """The seccomp architecture of this interpreter, or "" when stockade has no table for it.
+
+    The interpreter's word size matters, not just the kernel's: a 32-bit
+    Python on an x86_64 kernel makes i386 syscalls, which the x86_64 filter
+    would refuse wholesale.
+    """
+    machine = posix.uname().machine
+    if sys.maxsize <= 2**32:
+        return ""
+    if machine in ("x86_64", "amd64"):
+        return X86_64
+    if machine in ("aarch64", "arm64"):
+        return AARCH64
+    return ""
+
+
+class _Assembler:
+    """Classic BPF with forward jumps to named labels."""
+
+    def __init__(self) -> None:
+        self.code: list[tuple[int, str | None, str | None, int | str]] = []
+        self.labels: dict[str, int] = {}
+
+    def label(self, name: str) -> None:
+        self.labels[name] = len(self.code)
+
+    def op(self, code: int, k: int, jt: str | None = None, jf: str | None = None) -> None:
+        self.code.append((code, jt, jf, k))
+
+    def load(self, offset: int) -> None:
+        self.op(BPF_LD_W_ABS, offset)
+
+    def jump(self, target: str) -> None:
+        self.code.append((BPF_JMP_JA, None, None, target))
+
+    def ret(self, action: int) -> None:
+        self.op(BPF_RET_K, action)
+
+    def bytes(self) -> bytes:
+        out = bytearray()
+        for pc, (code, jt, jf, k) in enumerate(self.code):
+            out += code.to_bytes(2, "little")
+            for target in (jt, jf):
+                # A conditional jump is an 8-bit forward offset; a policy
+                # that outgrows it must fail here, not in the kernel.
+                offset = 0 if target is None else self.labels[target] - pc - 1
+                if not 0 <= offset <= 255:
+                    raise ValueError(f"seccomp jump from {pc} to {target} out of range")
+                out.append(offset)
+            if isinstance(k, str):
+                k = self.labels[k] - pc - 1
+            out += k.to_bytes(4, "little")
+        return bytes(out)
+
+
+def compile_seccomp(network_mode: str, arch: str | None = None) -> bytes:
+    """The filter for `network_mode` as struct sock_filter bytes (pure)."""
+    if network_mode not in NETWORK_MODES:
+        raise ValueError(f"unknown seccomp network mode {network_mode!r}: "
+                         f"choose one of {', '.join(NETWORK_MODES)}")
+    arch = native_arch() if arch is None else arch
+    if arch not in SYSCALLS:
+        raise ValueError(f"no seccomp syscall table for architecture {arch or 'unknown'!r}: "
+                         "stockade supports x86_64 and aarch64")
+    nr = SYSCALLS[arch]
+    a = _Assembler()
+
+    # A syscall made through another ABI (int 0x80 from an x86_64 process
+    # is i386, with different numbers) would dodge every rule below.
+    a.load(OFF_ARCH)
+    a.op(BPF_JMP_JEQ_K, AUDIT_ARCH[arch], jf="deny")
+    a.load(OFF_NR)
+    if arch == X86_64:
+        a.op(BPF_JMP_JGE_K, X32_SYSCALL_BIT, jt="deny")
+    for name in DENIED:
+        a.op(BPF_JMP_JEQ_K, nr[name], jt="deny")
+    # clone3 passes its flags in memory, where BPF cannot read them. ENOSYS
+    # makes glibc fall back to clone, whose flags are a register.
+    a.op(BPF_JMP_JEQ_K, nr["clone3"], jt="enosys")
+    a.op(BPF_JMP_JEQ_K, nr["clone"], jt="clone")
+    a.op(BPF_JMP_JEQ_K, nr["unshare"], jt="unshare")
+    a.op(BPF_JMP_JEQ_K, nr["personality"], jt="personality")
+    a.op(BPF_JMP_JEQ_K, nr["ioctl"], jt="ioctl")
+    if "mknod" in nr:
+        a.op(BPF_JMP_JEQ_K, nr["mknod"], jt="mknod")
+    a.op(BPF_JMP_JEQ_K, nr["mknodat"], jt="mknodat")
+    if network_mode != UNRESTRICTED:
+        a.op(BPF_JMP_JEQ_K, nr["socket"], jt="socket")
+        a.op(BPF_JMP_JEQ_K, nr["socketpair"], jt="socket")
+    a.ret(SECCOMP_RET_ALLOW)
+
+    # Every argument compare below reads only the low 32 bits. The kernel
+    # truncates these arguments to int before use, so comparing all 64 bits
+    # would let ioctl(fd, TIOCSTI | 1 << 32) past the filter as something
+    # else and into the kernel as TIOCSTI.
+    a.label("clone")
+    a.load(off_arg(0))
+    a.op(BPF_JMP_JSET_K, CLONE_NAMESPACES, jt="deny", jf="allow")
+    a.label("unshare")
+    a.load(off_arg(0))
+    a.op(BPF_JMP_JSET_K, UNSHARE_NAMESPACES, jt="deny", jf="allow")
+    a.label("personality")
+    a.load(off_arg(0))
+    for value in PERSONALITY_ALLOWED:
+        a.op(BPF_JMP_JEQ_K, value, jt="allow")
+    a.jump("deny")
+    a.label("ioctl")
+    a.load(off_arg(1))
+    a.op(BPF_JMP_JEQ_K, TIOCSTI, jt="deny")
+    a.op(BPF_JMP_JEQ_K, TIOCLINUX, jt="deny", jf="allow")
+    if "mknod" in nr:
+        a.label("mknod")
+        a.load(off_arg(1))
+        a.jump("node_type")
+    a.label("mknodat")
+    a.load(off_arg(2))
+    a.label("node_type")
+    a.op(BPF_ALU_AND_K, S_IFMT)
+    a.op(BPF_JMP_JEQ_K, DEVICE_TYPES[0], jt="deny")
+    a.op(BPF_JMP_JEQ_K, DEVICE_TYPES[1], jt="deny", jf="allow")
+    if network_mode != UNRESTRICTED:
+        a.label("socket")
+        a.load(off_arg(0))
+        for family in SOCKET_FAMILIES[network_mode]:
+            a.op(BPF_JMP_JEQ_K, family, jt="allow")
+        a.jump("deny")
+    # Classic BPF only jumps forward, so the shared verdicts come last.
+    a.label("allow")
+    a.ret(SECCOMP_RET_ALLOW)
+    a.label("deny")
+    a.ret(SECCOMP_RET_ERRNO | EPERM)
+    a.label("enosys")
+    a.ret(SECCOMP_RET_ERRNO | ENOSYS)
+    return a.bytes()
+
+
+class Syscall:
+    """syscall(2), bound through `_ctypes`, the C half of ctypes.
+
+    `import ctypes` costs about 4 ms on a small VM (it pulls in os, types,
+    struct and its own Python layer) and the in-sandbox init pays its imports
+    on every command; the three C types and one function pointer needed here
+    come from `_ctypes` directly for a tenth of that. (`ctypes` itself is
+    built on exactly these names, so there is nothing to fall back to.)
+    Calls return the result or raise OSError with the kernel's errno.
+    """
+
+    def __init__(self) -> None:
+        from _ctypes import (
+            FUNCFLAG_CDECL,
+            FUNCFLAG_USE_ERRNO,
+            CFuncPtr,
+            Structure,
+            _SimpleCData,
+            byref,
+            dlopen,
+            get_errno,
+        )
+
+        class Long(_SimpleCData):  # type: ignore[type-arg]
+            _type_ = "l"
+
+        class UShort(_SimpleCData):  # type: ignore[type-arg]
+            _type_ = "H"
+
+        class CharP(_SimpleCData):  # type: ignore[type-arg]
+            _type_ = "z"
+
+        class Function(CFuncPtr):
+            _flags_ = FUNCFLAG_CDECL | FUNCFLAG_USE_ERRNO
+            _restype_ = Long
+
+        class SockFprog(Structure):
+            _fields_ = (("len", UShort), ("filter", CharP))
+
+        class Library:  # what CFuncPtr reads from a CDLL: the dlopen handle
+            _handle = dlopen(None)  # type: ignore[arg-type]  # NULL: the running program
+
+        self._fn = Function(("syscall", Library()))  # type: ignore[arg-type]
+        self._long = Long
+        self._fprog = SockFprog
+        self._byref = byref
+        self._errno = get_errno
+
+    def __call__(self, nr: int, *args: object) -> int:
+        result: int = self._fn(nr, *(self._long(a) if isinstance(a, int) else a for a in args))
+        if result == -1:
+            err = self._errno()
+            raise OSError(err, posix.strerror(err))
+        return result
+
+    def fprog(self, prog: bytes) -> object:
+        """A pointer to struct sock_fprog for `prog`; keep it alive until the call returns."""
+        return self._byref(self._fprog(len(prog) // 8, prog))
+
+
+_SYSCALL: list[Syscall] = []
+
+
+def libc_syscall() -> Syscall:
+    if not _SYSCALL:
+        _SYSCALL.append(Syscall())
+    return _SYSCALL[0]
+
+
+PR_SET_DUMPABLE = 4
+PR_SET_NO_NEW_PRIVS = 38
+SECCOMP_SET_MODE_FILTER = 1
+# All threads, or a thread started before the filter would keep running
+# unfiltered inside the same process.
+SECCOMP_FILTER_FLAG_TSYNC = 1
+RLIMIT_CORE = 4
+
+
+def set_no_new_privs(syscall: Syscall | None = None, arch: str | None = None) -> None:
+    """PR_SET_NO_NEW_PRIVS: execve can no longer grant privileges (setuid, file caps)."""
+    sc = syscall or libc_syscall()
+    sc(SYSCALLS[arch or native_arch()]["prctl"], PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
+
+
+def harden_process(syscall: Syscall | None = None, arch: str | None = None) -> None:
+    """Not dumpable, no core files: for stockade's own helper processes.
+
+    A dumpable helper can be ptrace-attached by any process of the same user,
+    and its core file -- or the host's core_pattern pipe, which runs as root
+    outside every namespace -- would receive its memory, configuration included.
+    """
+    sc = syscall or libc_syscall()
+    table = SYSCALLS[arch or native_arch()]
+    sc(table["prctl"], PR_SET_DUMPABLE, 0, 0, 0, 0)
+    sc(table["prlimit64"], 0, RLIMIT_CORE, bytes(16), None)
+
+
+def install_seccomp(prog: bytes, syscall: Syscall | None = None, arch: str | None = None) -> None:
+    """Load `prog` into the calling process; no_new_privs must be set first.
+
+    Raises OSError with the kernel's errno: EACCES means no_new_privs was not
+    set, EINVAL that the kernel rejected the program.
+    """
+    if not prog or len(prog) % 8 or len(prog) // 8 > 4096:
+        raise ValueError("a seccomp program is 1 to 4096 eight-byte instructions")
+    sc = syscall or libc_syscall()
+    sc(SYSCALLS[arch or native_arch()]["seccomp"], SECCOMP_SET_MODE_FILTER,
+       SECCOMP_FILTER_FLAG_TSYNC, sc.fprog(prog))
