@@ -52,7 +52,8 @@ class Backend:
 
     mode "http": answers each request with `<name> <METHOD> <path> host=<Host>`
     (keep-alive, Content-Length or chunked request bodies). mode "echo": echoes
-    bytes. mode "sink": reads and counts bytes, never answers. With `tls`, the
+    bytes. mode "sink": reads and counts bytes, never answers. mode "flood":
+    writes as fast as its peer takes bytes, counting them. With `tls`, the
     TLS handshake runs after the TCP accept is counted.
     """
 
@@ -62,6 +63,7 @@ class Backend:
         self.connections = 0
         self.handshakes = 0
         self.bytes_received = 0
+        self.bytes_sent = 0
         self.requests: list[tuple[str, str, str, bytes]] = []
         self._server: asyncio.Server | None = None
         self._writers: set[asyncio.StreamWriter] = set()
@@ -90,6 +92,12 @@ class Backend:
             if self.mode == "sink":
                 while data := await reader.read(65536):
                     self.bytes_received += len(data)
+            elif self.mode == "flood":
+                chunk = b"\xab" * 65536
+                while True:
+                    writer.write(chunk)
+                    await writer.drain()
+                    self.bytes_sent += len(chunk)
             elif self.mode == "echo":
                 while data := await reader.read(262144):
                     self.bytes_received += len(data)

@@ -102,7 +102,10 @@ def test_garbage_is_rejected(data: bytes) -> None:
         parse_client_hello(data)
 
 
-def test_first_byte_detection() -> None:
-    assert starts_tls(b"\x16\x03\x01")
-    assert not starts_tls(b"GET / HTTP/1.1")
-    assert not starts_tls(b"")
+def test_first_bytes_detection() -> None:
+    assert starts_tls(b"\x16\x03\x01") is True
+    assert starts_tls(b"\x16\x03\x07") is True  # any minor version: servers accept it
+    assert starts_tls(b"GET / HTTP/1.1") is False
+    assert starts_tls(b"\x16\x99binary") is False  # 0x16 alone is not TLS
+    assert starts_tls(b"") is None
+    assert starts_tls(b"\x16") is None

@@ -673,7 +673,12 @@ class ManagedProxy:
         data = await reader.read(_CHUNK)
         if not data:
             return data
-        if not starts_tls(data):
+        while (is_tls := starts_tls(data)) is None:
+            more = await reader.read(_CHUNK)
+            if not more:
+                return data
+            data += more
+        if not is_tls:
             if port in self.options.tls_ports:
                 raise _TunnelDenied("tls required",
                                     f"port {port} carries TLS only, and the tunnel to "

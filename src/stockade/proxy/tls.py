@@ -31,9 +31,20 @@ class ClientHello:
     server_name: str | None
 
 
-def starts_tls(first: bytes) -> bool:
-    """True when a stream's first byte opens a TLS handshake record."""
-    return bool(first) and first[0] == _HANDSHAKE_RECORD
+def starts_tls(data: bytes) -> bool | None:
+    """Whether a stream opens with a TLS handshake record; None until 2 bytes are known.
+
+    The record type (0x16) and the major version (3) are both required: a binary
+    protocol whose first byte merely happens to be 0x16 is not TLS, while any
+    minor version is accepted because servers accept any in a first record.
+    """
+    if not data:
+        return None
+    if data[0] != _HANDSHAKE_RECORD:
+        return False
+    if len(data) < 2:
+        return None
+    return data[1] == 0x03
 
 
 class _Reader:

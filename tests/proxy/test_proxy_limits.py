@@ -1,0 +1,297 @@
+"""Concurrency, the per-session cap, timeouts, backpressure, audit and lifecycle."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+
+import pytest
+from proxy_testkit import (
+    Backends,
+    Decisions,
+    StaticResolver,
+    allow_for,
+    closed_by_peer,
+    http_connect,
+    open_proxy,
+    proxied,
+    read_head,
+    run,
+    settle,
+    socks_connect,
+)
+
+from stockade.proxy import (
+    HostPolicy,
+    ManagedProxy,
+    ProxyDecision,
+    ProxyOptions,
+    ProxyUnavailable,
+    SessionEndpoint,
+    proxy_env,
+)
+
+
+def test_200_concurrent_tunnels_through_one_session(backends: Backends) -> None:
+    api = backends.start("api", mode="echo")
+
+    async def one(endpoint: SessionEndpoint, i: int) -> None:
+        status, _, (reader, writer) = await http_connect(endpoint, f"api.test:{api.port}")
+        assert status == 200
+        payload = b"data" + os.urandom(16384) + i.to_bytes(4, "big")
+        writer.write(payload)
+        assert await reader.readexactly(len(payload)) == payload
+        writer.close()
+
+    async def main() -> None:
+        async with proxied(allow_for(api.port, "api.test"),
+                           names={"api.test": ["127.0.0.2"]}) as h:
+            await asyncio.gather(*(one(h.endpoint, i) for i in range(200)))
+            await asyncio.sleep(0.3)
+            final = h.decisions.final()
+            assert len(final) == 200 and all(d.allowed and d.error is None for d in final)
+            assert len({d.connection_id for d in final}) == 200
+
+    run(main(), timeout=60)
+    assert api.connections == 200
+
+
+def test_connection_cap_refuses_with_the_protocols_error(backends: Backends) -> None:
+    api = backends.start("api", mode="echo")
+
+    async def main() -> None:
+        async with proxied(allow_for(api.port, "api.test"), names={"api.test": ["127.0.0.2"]},
+                           max_connections=3) as h:
+            open_tunnels = []
+            for _ in range(3):
+                status, _, stream = await http_connect(h.endpoint, f"api.test:{api.port}")
+                assert status == 200
+                open_tunnels.append(stream)
+            status, headers, (_, writer) = await http_connect(h.endpoint, f"api.test:{api.port}")
+            writer.close()
+            assert status == 429
+            assert headers["x-stockade-denied"] == (
+                "session s1 already has 3 connections open (the limit is 3)")
+            code, (_, writer) = await socks_connect(h.endpoint, "api.test", api.port)
+            writer.close()
+            assert code == 0x02
+            open_tunnels[0][1].close()
+            await settle()
+            status, _, (_, writer) = await http_connect(h.endpoint, f"api.test:{api.port}")
+            assert status == 200
+            writer.close()
+            for _, w in open_tunnels[1:]:
+                w.close()
+
+    run(main())
+    assert api.connections == 4
+
+
+def test_silent_client_is_dropped_after_the_handshake_timeout() -> None:
+    async def main() -> None:
+        async with proxied(["api.test"], options=ProxyOptions(handshake_timeout=0.3)) as h:
+            reader, writer = await open_proxy(h.endpoint)
+            assert await closed_by_peer(reader, timeout=3)
+            writer.close()
+            reader, writer = await open_proxy(h.endpoint)
+            writer.write(b"GET http://api.test/ HTTP/1.1\r\n")  # never finishes the head
+            status, _ = await read_head(reader)
+            assert status == 408
+            writer.close()
+            await settle()
+            assert [d.rule for d in h.decisions] == ["handshake timeout", "bad request"]
+
+    run(main())
+
+
+def test_idle_tunnel_is_closed_and_busy_tunnel_is_not(backends: Backends) -> None:
+    api = backends.start("api", mode="echo")
+
+    async def main() -> None:
+        async with proxied(allow_for(api.port, "api.test"), names={"api.test": ["127.0.0.2"]},
+                           options=ProxyOptions(idle_timeout=0.4)) as h:
+            _, _, (busy_r, busy_w) = await http_connect(h.endpoint, f"api.test:{api.port}")
+            _, _, (idle_r, idle_w) = await http_connect(h.endpoint, f"api.test:{api.port}")
+            for _ in range(10):  # 1 s of traffic on one tunnel, none on the other
+                busy_w.write(b".")
+                assert await busy_r.readexactly(1) == b"."
+                await asyncio.sleep(0.1)
+            assert await closed_by_peer(idle_r, timeout=0.5)
+            busy_w.write(b"!")
+            assert await busy_r.readexactly(1) == b"!"
+            busy_w.close()
+            idle_w.close()
+            await settle()
+            errors = [d.error for d in h.decisions.final()]
+            assert "idle for 0.4s" in errors
+
+    run(main())
+
+
+def test_slow_resolution_is_a_gateway_timeout() -> None:
+    async def slow(name: str, port: int) -> list[object]:
+        await asyncio.sleep(10)
+        return []
+
+    async def main() -> None:
+        decisions = Decisions()
+        async with ManagedProxy(on_decision=decisions.append, resolver=slow,  # type: ignore[arg-type]
+                                options=ProxyOptions(connect_timeout=0.3)) as proxy:
+            endpoint = await proxy.add_session("s", HostPolicy(["api.test"]))
+            status, headers, (_, writer) = await http_connect(endpoint, "api.test:443")
+            writer.close()
+            assert status == 504
+            assert headers["x-stockade-denied"] == "resolving api.test timed out"
+            await settle()
+            assert decisions[0].allowed and decisions[0].error
+
+    run(main())
+
+
+def test_unresolvable_name_is_a_bad_gateway() -> None:
+    async def main() -> None:
+        async with proxied(["api.test"]) as h:
+            status, headers, (_, writer) = await http_connect(h.endpoint, "api.test:443")
+            writer.close()
+            assert status == 502
+            assert headers["x-stockade-denied"].startswith("api.test could not be resolved")
+
+    run(main())
+
+
+def test_slow_reader_holds_back_the_sender(backends: Backends) -> None:
+    flood = backends.start("flood", mode="flood")
+
+    async def main() -> None:
+        async with proxied(allow_for(flood.port, "api.test"),
+                           names={"api.test": ["127.0.0.2"]}) as h:
+            _, _, (reader, writer) = await http_connect(h.endpoint, f"api.test:{flood.port}")
+            await asyncio.sleep(1.0)  # the client reads nothing
+            held = flood.bytes_sent
+            # Kernel socket buffers on both hops hold some megabytes; without
+            # drain() the proxy would have read hundreds more into memory.
+            assert held < 64 * 1024 * 1024, held
+            got = 0
+            while got < held + 1024 * 1024:
+                got += len(await reader.read(1 << 20))
+            writer.close()
+
+    run(main())
+
+
+def test_half_close_is_passed_on(backends: Backends) -> None:
+    api = backends.start("api", mode="echo")
+
+    async def main() -> None:
+        async with proxied(allow_for(api.port, "api.test"),
+                           names={"api.test": ["127.0.0.2"]}) as h:
+            _, _, (reader, writer) = await http_connect(h.endpoint, f"api.test:{api.port}")
+            writer.write(b"last words")
+            writer.write_eof()
+            async with asyncio.timeout(5):
+                assert await reader.read() == b"last words"
+            writer.close()
+
+    run(main())
+
+
+def test_a_failing_audit_callback_fails_closed(backends: Backends) -> None:
+    api = backends.start("api", mode="sink")
+
+    def ledger(decision: ProxyDecision) -> None:
+        raise OSError("disk full")
+
+    async def main() -> None:
+        async with ManagedProxy(on_decision=ledger, resolver=StaticResolver(
+                {"api.test": ["127.0.0.2"]})) as proxy:
+            endpoint = await proxy.add_session("s", HostPolicy(allow_for(api.port, "api.test")))
+            status, headers, (reader, writer) = await http_connect(
+                endpoint, f"api.test:{api.port}")
+            assert status == 503
+            assert "audit ledger" in headers["x-stockade-denied"]
+            await reader.readexactly(int(headers["content-length"]))
+            writer.write(b"payload")
+            assert await closed_by_peer(reader)
+            writer.close()
+
+    run(main())
+    assert api.bytes_received == 0
+
+
+def test_sessions_have_their_own_policies_and_listeners(backends: Backends) -> None:
+    api = backends.start("api", mode="echo")
+
+    async def main() -> None:
+        decisions = Decisions()
+        resolver = StaticResolver({"api.test": ["127.0.0.2"]})
+        async with ManagedProxy(on_decision=decisions.append, resolver=resolver) as proxy:
+            one = await proxy.add_session("one", HostPolicy(allow_for(api.port, "api.test")))
+            two = await proxy.add_session("two", HostPolicy())
+            assert one.port != two.port and one.unix_path != two.unix_path
+            assert (await http_connect(one, f"api.test:{api.port}"))[0] == 200
+            assert (await http_connect(two, f"api.test:{api.port}"))[0] == 403
+            again = await proxy.add_session("two", HostPolicy(allow_for(api.port, "api.test")))
+            assert again == two  # same endpoint, new policy
+            assert (await http_connect(two, f"api.test:{api.port}"))[0] == 200
+            assert sorted(proxy.session_ids) == ["one", "two"]
+            await settle()
+            by_session = {(d.session_id, d.allowed) for d in decisions}
+            assert by_session == {("one", True), ("two", False), ("two", True)}
+
+    run(main())
+
+
+def test_removing_a_session_cuts_its_tunnels_and_closes_its_listeners(
+        backends: Backends) -> None:
+    api = backends.start("api", mode="echo")
+
+    async def main() -> None:
+        async with proxied(allow_for(api.port, "api.test"),
+                           names={"api.test": ["127.0.0.2"]}) as h:
+            _, _, (reader, writer) = await http_connect(h.endpoint, f"api.test:{api.port}")
+            await h.proxy.remove_session("s1")
+            assert await closed_by_peer(reader)
+            writer.close()
+            with pytest.raises(OSError):
+                await open_proxy(h.endpoint)
+            with pytest.raises(OSError):
+                await open_proxy(h.endpoint, via="unix")
+            assert not os.path.exists(h.endpoint.unix_path)
+            await settle()
+            assert h.decisions.final()[-1].error == "the session was closed"
+
+    run(main())
+
+
+def test_a_closed_proxy_refuses_everything() -> None:
+    async def main() -> None:
+        proxy = ManagedProxy()
+        endpoint = await proxy.add_session("s", HostPolicy(["api.test"]))
+        socket_dir = os.path.dirname(endpoint.unix_path)
+        await proxy.aclose()
+        with pytest.raises(OSError):
+            await open_proxy(endpoint)
+        assert not os.path.exists(socket_dir)
+        with pytest.raises(ProxyUnavailable):
+            await proxy.add_session("s2", HostPolicy())
+
+    run(main())
+
+
+def test_a_live_unix_path_is_not_stolen(tmp_path: object) -> None:
+    async def main() -> None:
+        path = os.path.join(str(tmp_path), "p.sock")
+        async with ManagedProxy() as first, ManagedProxy() as second:
+            await first.add_session("s", HostPolicy(), unix_path=path)
+            with pytest.raises(ProxyUnavailable, match="in use"):
+                await second.add_session("s", HostPolicy(), unix_path=path)
+
+    run(main())
+
+
+def test_proxy_env_points_every_variable_at_one_http_url() -> None:
+    env = proxy_env("127.0.0.1", 3128)
+    assert set(env) == {"HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY",
+                        "http_proxy", "https_proxy", "all_proxy"}
+    assert set(env.values()) == {"http://127.0.0.1:3128"}
+    assert proxy_env("::1", 1)["ALL_PROXY"] == "http://[::1]:1"
