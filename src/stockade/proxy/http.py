@@ -293,17 +293,20 @@ async def _readline(reader: asyncio.StreamReader, idle: float) -> bytes:
             raise HttpError(400, "a chunk header is too long") from exc
 
 
-async def read_head(reader: asyncio.StreamReader, timeout: float) -> bytes:
-    """Read one message head; b"" on a clean EOF before any byte."""
+async def read_head(reader: asyncio.StreamReader, timeout: float, max_bytes: int) -> bytes:
+    """Read one message head of at most `max_bytes`; b"" on a clean EOF before any byte."""
     async with asyncio.timeout(timeout):
         try:
-            return await reader.readuntil(b"\r\n\r\n")
+            head = await reader.readuntil(b"\r\n\r\n")
         except asyncio.IncompleteReadError as exc:
             if not exc.partial:
                 return b""
             raise HttpError(400, "the connection closed inside a message head") from exc
         except asyncio.LimitOverrunError as exc:
             raise HttpError(431, "the message head is too large") from exc
+    if len(head) > max_bytes:
+        raise HttpError(431, "the message head is too large")
+    return head
 
 
 async def relay_body(
