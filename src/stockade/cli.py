@@ -233,11 +233,11 @@ def _run_passthrough(sandbox: object, cmd: object) -> int:
 
 
 def _supervise_inherited(run: object, core: object) -> object:
-    from .process import Process
+    from .process import spawn_launch
 
     launch = run.launch  # type: ignore[attr-defined]
     try:
-        proc = Process(launch.argv, launch.env, stdin=0, capture=False)
+        proc = spawn_launch(launch, stdin=0, capture=False)
         core.ledger.warm()  # type: ignore[attr-defined]  # while the command runs
         return proc.communicate(timeout=run.timeout)  # type: ignore[attr-defined]
     finally:

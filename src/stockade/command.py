@@ -94,7 +94,7 @@ class SandboxOutput:
     """What came back. `likely_sandbox_denied` says the boundary, not the command, failed it."""
 
     __slots__ = ("backend", "denial_hint", "duration_ms", "exit_code", "likely_sandbox_denied",
-                 "signal", "stderr", "stdout", "truncated")
+                 "limit_exceeded", "signal", "stderr", "stdout", "truncated")
 
     def __init__(
         self,
@@ -108,6 +108,7 @@ class SandboxOutput:
         likely_sandbox_denied: bool = False,
         denial_hint: str | None = None,
         backend: str = "",
+        limit_exceeded: str | None = None,
     ) -> None:
         self.exit_code = exit_code
         self.signal = signal
@@ -118,6 +119,8 @@ class SandboxOutput:
         self.likely_sandbox_denied = likely_sandbox_denied
         self.denial_hint = denial_hint
         self.backend = backend
+        #: "memory" or "pids" when a resource limit, not the command, ended it.
+        self.limit_exceeded = limit_exceeded
 
     @property
     def returncode(self) -> int:
@@ -137,6 +140,7 @@ class SandboxOutput:
             "likely_sandbox_denied": self.likely_sandbox_denied,
             "denial_hint": self.denial_hint,
             "backend": self.backend,
+            "limit_exceeded": self.limit_exceeded,
         }
 
     def __repr__(self) -> str:

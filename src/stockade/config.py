@@ -37,6 +37,8 @@ _FIELDS: dict[str, tuple[str, object]] = {
     "ledger": ("path-or-false", ""),
     "approval_timeout_seconds": ("number", 120.0),
     "bwrap": ("path", ""),
+    "max_pids": ("int", 200),
+    "cpu_quota_percent": ("int-or-none", None),
 }
 _TABLES = ("command_policy",)
 
@@ -60,6 +62,8 @@ class SandboxConfig:
     ledger: str | bool
     approval_timeout_seconds: float
     bwrap: str
+    max_pids: int
+    cpu_quota_percent: int | None
     command_policy: dict[str, object]
     sources: list[str]
 
@@ -102,6 +106,8 @@ def _validate(values: dict[str, object], source: str) -> None:
             "int": isinstance(value, int) and not isinstance(value, bool) and value > 0,
             "str": isinstance(value, str),
             "path": isinstance(value, str) and "\x00" not in value,
+            "int-or-none": value is None or (isinstance(value, int)
+                                             and not isinstance(value, bool) and value > 0),
             "path-or-false": value is False or (isinstance(value, str) and "\x00" not in value),
             _STR_LIST: value is None or (isinstance(value, list)
                                          and all(isinstance(v, str) for v in value)),
@@ -110,7 +116,8 @@ def _validate(values: dict[str, object], source: str) -> None:
         }[kind]
         if not ok:
             want = {"number": "a positive number", "int": "a positive integer",
-                    "path-or-false": "a path or false", "paths-or-none":
+                    "path-or-false": "a path or false", "int-or-none": "a positive integer",
+                    "paths-or-none":
                     "a list of paths or \"none\""}.get(kind, f"a {kind}")
             raise ConfigError(f"{source}: [sandbox] {key} must be {want}, got {value!r}")
     for key, allowed in (("backend", ("auto", "bubblewrap", "landlock", "seatbelt", "none")),

@@ -44,7 +44,7 @@ if TYPE_CHECKING:
 
     from .command import SandboxCommand
     from .config import SandboxConfig
-    from .drivers import Driver
+    from .drivers import Driver, Launch
     from .hooks import BeforeHook
     from .process import Outcome
     from .profile import Profile
@@ -88,7 +88,7 @@ class Run:
 
     __slots__ = ("launch", "max_output", "profile", "stdin", "timeout")
 
-    def __init__(self, launch: object, profile: Profile, stdin: bytes | None,
+    def __init__(self, launch: Launch, profile: Profile, stdin: bytes | None,
                  timeout: float, max_output: int) -> None:
         self.launch = launch
         self.profile = profile
@@ -138,6 +138,9 @@ class SandboxCore:
         if self._driver is None:
             options: dict[str, Any] = {"env": self.env, "workspace": workspace,
                                           **self.driver_options}
+            if self.config.backend in ("auto", "bubblewrap"):
+                options.setdefault("max_pids", self.config.max_pids)
+                options.setdefault("cpu_percent", self.config.cpu_quota_percent)
             if self.config.bwrap:
                 options["bwrap_path"] = self.config.bwrap
             self._driver = select_driver(self.config.backend, **options)
@@ -289,14 +292,22 @@ class SandboxCore:
         out: Outcome = result  # type: ignore[assignment]
         kind = likely_sandbox_denied(out.exit_code, out.signal, out.stderr,
                                      sandboxed=sandboxed)
+        hint = denial_hint(kind, out.stderr, mode) if kind else None
+        limit = "memory" if "oom" in launch.events else "pids" if "pids" in launch.events else None
+        if limit == "memory":
+            hint = (f"killed by the sandbox: out of memory (limit {caps.max_memory_mb} MiB; "
+                    "ask for a larger max_memory_mb)")
+        elif limit == "pids":
+            hint = "the sandbox refused more processes: the process limit (max_pids) was reached"
         output = SandboxOutput(
             out.exit_code, out.signal, out.stdout, out.stderr,
             truncated=out.truncated, duration_ms=out.duration_ms,
-            likely_sandbox_denied=kind is not None,
-            denial_hint=denial_hint(kind, out.stderr, mode) if kind else None,
-            backend=backend,
+            likely_sandbox_denied=kind is not None or limit is not None,
+            denial_hint=hint, backend=backend, limit_exceeded=limit,
         )
         detail: dict[str, object] = {}
+        if limit:
+            detail["limit_exceeded"] = limit
         if warnings:
             detail["warnings"] = list(warnings)
         if out.truncated:

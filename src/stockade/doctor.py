@@ -32,6 +32,10 @@ def kernel_facts() -> dict[str, object]:
         facts["landlock_abi"] = landlock_abi()
     except Exception as exc:  # reported, never fatal here
         facts["landlock_abi"] = f"unknown ({exc})"
+    from .drivers.linux.limits import mechanism
+
+    kind, _bases, why = mechanism()
+    facts["resource_limits"] = f"{kind}: {why}"
     actions = _read("/proc/sys/kernel/seccomp/actions_avail")
     facts["seccomp"] = "available" if actions else "unknown"
     if os.path.exists("/sys/fs/cgroup/cgroup.controllers"):

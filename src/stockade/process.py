@@ -27,7 +27,10 @@ from .errors import SandboxUnavailable
 TYPE_CHECKING = False
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
+    from collections.abc import Callable, Mapping
+    from typing import Any
+
+    from .drivers import Launch
 
 DEFAULT_MAX_OUTPUT = 1 << 20
 _CHUNK = 1 << 16
@@ -80,6 +83,7 @@ class Process:
         capture: bool = True,
         extra_fds: Mapping[int, int] | None = None,
         new_session: bool = True,
+        on_spawn: Callable[[int], None] | None = None,
     ) -> None:
         """`stdin`: an fd to inherit, or None for a pipe. `capture`: pipe stdout/stderr.
 
@@ -99,8 +103,16 @@ class Process:
             self.stderr_r, w2 = os.pipe()
             actions += [(os.POSIX_SPAWN_DUP2, w1, 1), (os.POSIX_SPAWN_DUP2, w2, 2)]
             close_after += [w1, w2]
-        for child_fd, parent_fd in (extra_fds or {}).items():
-            actions.append((os.POSIX_SPAWN_DUP2, parent_fd, child_fd))
+        if extra_fds:
+            import fcntl
+
+            for child_fd, parent_fd in extra_fds.items():
+                # A high duplicate first: dup2 onto the same number is a no-op
+                # that leaves close-on-exec set, and a low one could be
+                # overwritten by another action before it is placed.
+                high = fcntl.fcntl(parent_fd, fcntl.F_DUPFD_CLOEXEC, 64)
+                close_after.append(high)
+                actions.append((os.POSIX_SPAWN_DUP2, high, child_fd))
         _close_inherited_fds()
         try:
             self.pid = os.posix_spawn(
@@ -118,6 +130,14 @@ class Process:
         self.new_session = new_session
         self.returncode: int | None = None
         self._pidfd = -1
+        if on_spawn is not None:
+            try:
+                on_spawn(self.pid)
+            except BaseException:
+                self.kill()
+                self.wait()
+                self.close()
+                raise
         try:
             self._pidfd = os.pidfd_open(self.pid)
         except (AttributeError, OSError):
@@ -300,6 +320,12 @@ class Process:
                 pass
 
 
+def spawn_launch(launch: Launch, **options: Any) -> Process:
+    """Start a driver's prepared launch: its argv, env, extra fds and spawn hook."""
+    return Process(launch.argv, launch.env, extra_fds=launch.extra_fds,
+                   on_spawn=launch.on_spawn, **options)
+
+
 class Outcome:
     """What `communicate` observed: the raw facts, before any interpretation."""
 
@@ -341,10 +367,12 @@ class BackgroundProcess:
     """
 
     def __init__(self, argv: list[str], env: Mapping[str, str], *, stdin: bytes | None = None,
-                 window: int = DEFAULT_MAX_OUTPUT, on_exit: object = None) -> None:
+                 window: int = DEFAULT_MAX_OUTPUT, on_exit: object = None,
+                 extra_fds: Mapping[int, int] | None = None,
+                 on_spawn: Callable[[int], None] | None = None) -> None:
         import threading
 
-        self._proc = Process(argv, env)
+        self._proc = Process(argv, env, extra_fds=extra_fds, on_spawn=on_spawn)
         self.pid = self._proc.pid
         self._window = window
         self._bufs = {"stdout": bytearray(), "stderr": bytearray()}

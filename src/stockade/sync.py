@@ -25,15 +25,15 @@ if TYPE_CHECKING:
 
 def perform_run(run: Run) -> Outcome:
     """Run a prepared launch to completion, then undo what the driver prepared."""
-    from .process import Process
+    from .process import spawn_launch
 
     launch = run.launch
     try:
-        proc = Process(launch.argv, launch.env)  # type: ignore[attr-defined]
+        proc = spawn_launch(launch)
         outcome = proc.communicate(run.stdin, timeout=run.timeout, max_output=run.max_output)
     finally:
-        launch.cleanup()  # type: ignore[attr-defined]
-    check_launcher_failure(outcome.returncode, outcome.stderr, launch.argv)  # type: ignore[attr-defined]
+        launch.cleanup()
+    check_launcher_failure(outcome.returncode, outcome.stderr, launch.argv)
     return outcome
 
 
@@ -55,10 +55,11 @@ def perform_start(run: Run, core: SandboxCore, ws: SessionWorkspace) -> Backgrou
 
     def on_exit(proc: BackgroundProcess) -> None:
         core.untrack(ws, proc)
-        launch.cleanup()  # type: ignore[attr-defined]
+        launch.cleanup()
 
-    proc = BackgroundProcess(launch.argv, launch.env, stdin=run.stdin,  # type: ignore[attr-defined]
-                             window=run.max_output, on_exit=on_exit)
+    proc = BackgroundProcess(launch.argv, launch.env, stdin=run.stdin, window=run.max_output,
+                             on_exit=on_exit, extra_fds=launch.extra_fds,
+                             on_spawn=launch.on_spawn)
     core.track(ws, proc)
     return proc
 

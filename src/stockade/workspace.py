@@ -110,11 +110,11 @@ class WorkspaceSandbox:
 
 
 async def _run_async(run: Run) -> Outcome:
-    from .process import Process
+    from .process import spawn_launch
 
     launch = run.launch
     try:
-        proc = Process(launch.argv, launch.env)  # type: ignore[attr-defined]
+        proc = spawn_launch(launch)
         cancelled = False
         task = asyncio.ensure_future(asyncio.to_thread(
             proc.communicate, run.stdin, timeout=run.timeout, max_output=run.max_output,
@@ -127,8 +127,8 @@ async def _run_async(run: Run) -> Outcome:
             await asyncio.wait([task])
             raise
     finally:
-        launch.cleanup()  # type: ignore[attr-defined]
-    check_launcher_failure(outcome.returncode, outcome.stderr, launch.argv)  # type: ignore[attr-defined]
+        launch.cleanup()
+    check_launcher_failure(outcome.returncode, outcome.stderr, launch.argv)
     return outcome
 
 

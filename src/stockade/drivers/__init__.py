@@ -17,7 +17,8 @@ from ..errors import ConfigError
 TYPE_CHECKING = False
 
 if TYPE_CHECKING:
-    from typing import Protocol
+    from collections.abc import Callable
+    from typing import Any, Protocol
 
     from ..profile import Profile
 
@@ -25,7 +26,10 @@ if TYPE_CHECKING:
         argv: list[str]
         env: dict[str, str]
         cwd: str
-        pass_fds: tuple[int, ...]
+        extra_fds: dict[int, int]
+        events: list[str]
+
+        def on_spawn(self, pid: int) -> None: ...
 
         def cleanup(self) -> None: ...
 
@@ -51,21 +55,36 @@ BACKENDS = (AUTO, BUBBLEWRAP, LANDLOCK, SEATBELT, NONE)
 
 
 class PreparedLaunch:
-    """A concrete launch: what to exec, with which environment, and what to undo after."""
+    """A concrete launch: what to exec, with which environment, and what to undo after.
 
-    __slots__ = ("_cleanup", "argv", "cwd", "env", "pass_fds")
+    `extra_fds` maps a child fd number to a parent fd to place there;
+    `on_spawn(pid)` runs right after the spawn (e.g. to move the new process
+    into its cgroup before it may run the command); `cleanup()` runs once the
+    process is gone and may leave `events` ("oom", "pids") for the audit.
+    """
 
-    def __init__(self, argv: list[str], env: dict[str, str], cwd: str,
-                 pass_fds: tuple[int, ...] = (), cleanup: object = None) -> None:
+    __slots__ = ("_cleanup", "_on_spawn", "argv", "cwd", "env", "events", "extra_fds")
+
+    def __init__(self, argv: list[str], env: dict[str, str], cwd: str, *,
+                 extra_fds: dict[int, int] | None = None,
+                 on_spawn: Callable[[int], None] | None = None,
+                 cleanup: Callable[[PreparedLaunch], None] | None = None) -> None:
         self.argv = argv
         self.env = env
         self.cwd = cwd
-        self.pass_fds = pass_fds
+        self.extra_fds = extra_fds or {}
+        self.events: list[str] = []
+        self._on_spawn = on_spawn
         self._cleanup = cleanup
 
+    def on_spawn(self, pid: int) -> None:
+        if self._on_spawn is not None:
+            self._on_spawn(pid)
+
     def cleanup(self) -> None:
-        if self._cleanup is not None:
-            self._cleanup()  # type: ignore[operator]
+        cleanup, self._cleanup = self._cleanup, None
+        if cleanup is not None:
+            cleanup(self)
 
 
 def should_sandbox(mode: str, preference: str) -> bool:
@@ -89,7 +108,7 @@ def platform_backend() -> str:
     return ""
 
 
-def select_driver(backend: str, *, sandboxed: bool = True, **options: object) -> Driver:
+def select_driver(backend: str, *, sandboxed: bool = True, **options: Any) -> Driver:
     """The driver for a backend name; `auto` means this platform's native one.
 
     Never downgrades: a backend that cannot start raises from `available()`,
@@ -106,7 +125,7 @@ def select_driver(backend: str, *, sandboxed: bool = True, **options: object) ->
     if backend == BUBBLEWRAP:
         from .linux.bwrap import BubblewrapDriver
 
-        return BubblewrapDriver(**options)  # type: ignore[arg-type]
+        return BubblewrapDriver(**options)
     if backend == SEATBELT:
         from .macos.seatbelt import SeatbeltDriver  # type: ignore[import-not-found,unused-ignore]
 

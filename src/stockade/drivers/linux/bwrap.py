@@ -17,6 +17,11 @@ from ...capabilities import NetworkPolicy, is_under
 from ...errors import SandboxUnavailable
 from ...profile import DIR, STRICT
 from .. import PreparedLaunch
+from .limits import ExecCgroup, Limits, mechanism
+
+# The child fd bwrap blocks on until stockade has placed it in its cgroup.
+BLOCK_FD = 3
+_SEQ = 0
 
 TYPE_CHECKING = False
 
@@ -124,7 +129,7 @@ def userns_diagnosis(stderr: str = "") -> str:
     return "bwrap could not build the sandbox (inside a container without user namespaces?)"
 
 
-def build_bwrap_args(profile: Profile, bwrap: str, *, info_fd: int | None = None,
+def build_bwrap_args(profile: Profile, bwrap: str, *, block_fd: int | None = None,
                      inner: list[str] | None = None) -> list[str]:
     """bwrap's command line for `profile`, ending in `-- inner` (pure)."""
     a: list[str] = [bwrap]
@@ -137,8 +142,8 @@ def build_bwrap_args(profile: Profile, bwrap: str, *, info_fd: int | None = None
     # --new-session: no controlling terminal, so TIOCSTI cannot type into the
     # caller's shell. --die-with-parent: if stockade dies, the sandbox dies.
     a += ["--die-with-parent", "--new-session", "--cap-drop", "ALL"]
-    if info_fd is not None:
-        a += ["--info-fd", str(info_fd)]
+    if block_fd is not None:
+        a += ["--block-fd", str(block_fd)]
 
     # 1. The base view.
     if profile.read_scope == STRICT:
@@ -304,7 +309,10 @@ class BubblewrapDriver:
     name = "bubblewrap"
 
     def __init__(self, *, env: Mapping[str, str] | None = None, workspace: str = "",
-                 bwrap_path: str = "", state_dir: str = "", probe: bool = True) -> None:
+                 bwrap_path: str = "", state_dir: str = "", probe: bool = True,
+                 max_pids: int | None = 200, cpu_percent: int | None = None) -> None:
+        self._max_pids = max_pids
+        self._cpu_percent = cpu_percent
         self._env = dict(env) if env is not None else dict(os.environ)
         self._workspace = workspace
         self._configured = bwrap_path
@@ -329,15 +337,62 @@ class BubblewrapDriver:
         else:
             self.bwrap  # noqa: B018 - locating it is the check that remains
 
-    def prepare(self, argv: list[str], profile: Profile, *, info_fd: int | None = None
-                ) -> PreparedLaunch:
+    def prepare(self, argv: list[str], profile: Profile) -> PreparedLaunch:
         stubs = _StubSet(profile, self._state_dir)
+        cgroup = None
         try:
-            args = build_bwrap_args(profile, self.bwrap, info_fd=info_fd, inner=list(argv))
+            cgroup = self._cgroup(profile)
+            if cgroup is None:
+                args = build_bwrap_args(profile, self.bwrap, inner=list(argv))
+                return PreparedLaunch(args, dict(profile.env), profile.cwd,
+                                      cleanup=lambda launch: stubs.release())
+            # bwrap waits on this pipe before it runs the command, so the
+            # whole tree is in the cgroup before the command's first fork.
+            gate_r, gate_w = os.pipe()
+            args = build_bwrap_args(profile, self.bwrap, block_fd=BLOCK_FD, inner=list(argv))
         except BaseException:
+            if cgroup is not None:
+                cgroup.remove()
             stubs.release()
             raise
-        return PreparedLaunch(args, dict(profile.env), profile.cwd, cleanup=stubs.release)
+
+        def on_spawn(pid: int) -> None:
+            os.close(gate_r)
+            try:
+                cgroup.add_tree(pid)
+                os.write(gate_w, b"1")
+            finally:
+                os.close(gate_w)
+
+        def cleanup(launch: PreparedLaunch) -> None:
+            try:
+                if cgroup.oom_killed():
+                    launch.events.append("oom")
+                if cgroup.pids_exhausted():
+                    launch.events.append("pids")
+                cgroup.kill()
+                cgroup.remove()
+            finally:
+                stubs.release()
+
+        return PreparedLaunch(args, dict(profile.env), profile.cwd, extra_fds={BLOCK_FD: gate_r},
+                              on_spawn=on_spawn, cleanup=cleanup)
+
+    def _cgroup(self, profile: Profile) -> ExecCgroup | None:
+        limits = Limits(memory_mb=profile.max_memory_mb, max_pids=self._max_pids,
+                        cpu_percent=self._cpu_percent)
+        kind, bases, _why = mechanism()
+        if kind == "rlimit" or not limits.any():
+            return None
+        global _SEQ
+        _SEQ += 1
+        try:
+            return ExecCgroup(kind, bases, limits, f"stockade-{os.getpid()}-{_SEQ}")
+        except OSError as exc:
+            raise SandboxUnavailable(
+                f"cannot create a cgroup for this command under {next(iter(bases.values()))}: "
+                f"{exc.strerror}"
+            ) from exc
 
 
 def sha256_hex(data: bytes) -> str:

@@ -1,0 +1,258 @@
+"""Resource limits for one execution: a cgroup where stockade may make one, else rlimits.
+
+A sandbox that bounds what a command may touch but not how much it may
+consume still lets `:(){ :|:& };:` or a runaway allocation take the machine
+down. A per-execution cgroup bounds the whole tree: memory (RSS, so an
+mmap trick that slips past RLIMIT_AS is still caught), swap (none, or a
+memory limit is just a slower way to fill the disk), pids, cpu. Which
+mechanism holds is decided once per process and `stockade doctor` shows it.
+"""
+
+from __future__ import annotations
+
+import os
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+CGROUP_ROOT = "/sys/fs/cgroup"
+V1_CONTROLLERS = ("memory", "pids", "cpu")
+
+
+class Limits:
+    """What to bound. None means unbounded (for memory and cpu)."""
+
+    __slots__ = ("cpu_percent", "max_pids", "memory_mb")
+
+    def __init__(self, memory_mb: int | None = None, max_pids: int | None = 200,
+                 cpu_percent: int | None = None) -> None:
+        self.memory_mb = memory_mb
+        self.max_pids = max_pids
+        self.cpu_percent = cpu_percent
+
+    def any(self) -> bool:
+        return bool(self.memory_mb or self.max_pids or self.cpu_percent)
+
+
+def parse_proc_cgroup(text: str) -> dict[str, str]:
+    """`/proc/self/cgroup` as {controller: path}; the v2 entry is under ""."""
+    out: dict[str, str] = {}
+    for line in text.splitlines():
+        parts = line.split(":", 2)
+        if len(parts) != 3:
+            continue
+        _, controllers, path = parts
+        for name in controllers.split(",") if controllers else [""]:
+            out[name] = path
+    return out
+
+
+def detect(read: Callable[[str], str] | None = None,
+           writable: Callable[[str], bool] | None = None,
+           exists: Callable[[str], bool] | None = None) -> tuple[str, dict[str, str], str]:
+    """(mechanism, {controller: our cgroup dir}, why) for this process.
+
+    mechanism is "cgroup-v2", "cgroup-v1" or "rlimit". Pure given its three
+    probes, so each host shape is a unit test.
+    """
+    read = read or _read
+    writable = writable or (lambda p: os.access(p, os.W_OK))
+    exists = exists or os.path.exists
+    mine = parse_proc_cgroup(read("/proc/self/cgroup"))
+    if exists(f"{CGROUP_ROOT}/cgroup.controllers") and "" in mine:
+        base = CGROUP_ROOT + mine[""].rstrip("/")
+        have = read(f"{base}/cgroup.controllers").split()
+        missing = [c for c in V1_CONTROLLERS if c not in have]
+        if writable(base) and not missing:
+            return "cgroup-v2", {"": base}, f"delegated cgroup {base}"
+        why = (f"cgroup v2 at {base} is not writable by this user" if not writable(base)
+               else f"cgroup v2 at {base} lacks controllers {', '.join(missing)}")
+        return "rlimit", {}, why + " (run under `systemd-run --user --scope` to delegate one)"
+    dirs: dict[str, str] = {}
+    for controller in V1_CONTROLLERS:
+        path = f"{CGROUP_ROOT}/{controller}{mine.get(controller, '/').rstrip('/')}"
+        if controller in mine and exists(path) and writable(path):
+            dirs[controller] = path
+    if "memory" in dirs and "pids" in dirs:
+        return "cgroup-v1", dirs, "cgroup v1 memory and pids controllers are writable"
+    return "rlimit", {}, "no writable cgroup (v1 memory+pids or delegated v2) for this user"
+
+
+def _read(path: str) -> str:
+    try:
+        with open(path) as fh:
+            return fh.read()
+    except OSError:
+        return ""
+
+
+def _write(path: str, value: str) -> None:
+    with open(path, "w") as fh:
+        fh.write(value)
+
+
+_MECHANISM: tuple[str, dict[str, str], str] | None = None
+
+
+def mechanism() -> tuple[str, dict[str, str], str]:
+    """The detected mechanism, once per process."""
+    global _MECHANISM
+    if _MECHANISM is None:
+        _MECHANISM = detect()
+    return _MECHANISM
+
+
+class ExecCgroup:
+    """One execution's cgroup (v1: one per controller). Create, fill, read, remove."""
+
+    def __init__(self, kind: str, bases: dict[str, str], limits: Limits, name: str) -> None:
+        self.kind = kind
+        self.limits = limits
+        self.dirs: dict[str, str] = {}
+        if kind == "cgroup-v2":
+            base = bases[""]
+            self._v2_prepare(base)
+            self.dirs[""] = os.path.join(base, name)
+            os.mkdir(self.dirs[""])
+            self._v2_limits(self.dirs[""])
+        else:
+            for controller, base in bases.items():
+                if controller == "cpu" and not limits.cpu_percent:
+                    continue
+                path = os.path.join(base, name)
+                os.mkdir(path)
+                self.dirs[controller] = path
+            self._v1_limits()
+
+    # v2 forbids processes in a cgroup whose controllers are delegated to
+    # children ("no internal processes"), so stockade first moves itself
+    # into a leaf of its own cgroup, once.
+    def _v2_prepare(self, base: str) -> None:
+        leaf = os.path.join(base, "stockade-supervisor")
+        if not os.path.isdir(leaf):
+            os.makedirs(leaf, exist_ok=True)
+        if _read("/proc/self/cgroup").strip().endswith("/stockade-supervisor"):
+            return
+        for pid in _read(os.path.join(base, "cgroup.procs")).split():
+            try:
+                _write(os.path.join(leaf, "cgroup.procs"), pid)
+            except OSError:
+                pass
+        _write(os.path.join(base, "cgroup.subtree_control"), "+memory +pids +cpu")
+
+    def _v2_limits(self, path: str) -> None:
+        lim = self.limits
+        if lim.memory_mb:
+            _write(os.path.join(path, "memory.max"), str(lim.memory_mb << 20))
+            _write(os.path.join(path, "memory.swap.max"), "0")
+        if lim.max_pids:
+            _write(os.path.join(path, "pids.max"), str(lim.max_pids))
+        if lim.cpu_percent:
+            _write(os.path.join(path, "cpu.max"), f"{lim.cpu_percent * 1000} 100000")
+
+    def _v1_limits(self) -> None:
+        lim = self.limits
+        mem = self.dirs.get("memory")
+        if mem and lim.memory_mb:
+            _write(os.path.join(mem, "memory.limit_in_bytes"), str(lim.memory_mb << 20))
+            swap = os.path.join(mem, "memory.memsw.limit_in_bytes")
+            if os.path.exists(swap):  # present only with swap accounting on
+                _write(swap, str(lim.memory_mb << 20))
+        pids = self.dirs.get("pids")
+        if pids and lim.max_pids:
+            _write(os.path.join(pids, "pids.max"), str(lim.max_pids))
+        cpu = self.dirs.get("cpu")
+        if cpu and lim.cpu_percent:
+            _write(os.path.join(cpu, "cpu.cfs_period_us"), "100000")
+            _write(os.path.join(cpu, "cpu.cfs_quota_us"), str(lim.cpu_percent * 1000))
+
+    def add_tree(self, pid: int, *, expect: int = 2, timeout: float = 2.0) -> None:
+        """Move `pid` and its descendants, until at least `expect` processes are members.
+
+        A child still inside fork() when it is listed stays in the old cgroup,
+        so one pass is a race: bwrap forks its PID-namespace init right after
+        it starts. The init then waits on the block fd, so once every process
+        of the tree is a member, nothing can start outside the cgroup.
+        """
+        import time
+
+        deadline = time.monotonic() + timeout
+        probe = next(iter(self.dirs.values()))
+        while True:
+            tree = _tree(pid)
+            for p in tree:
+                for path in self.dirs.values():
+                    try:
+                        _write(os.path.join(path, "cgroup.procs"), str(p))
+                    except ProcessLookupError:
+                        pass
+            members = set(_read(os.path.join(probe, "cgroup.procs")).split())
+            if len(tree) >= expect and all(str(p) in members for p in tree):
+                return
+            if time.monotonic() > deadline:
+                raise OSError(f"could not move process tree {tree} into {probe}")
+            time.sleep(0.0005)
+
+    def oom_killed(self) -> bool:
+        if self.kind == "cgroup-v2":
+            events = _read(os.path.join(self.dirs[""], "memory.events"))
+        else:
+            events = _read(os.path.join(self.dirs.get("memory", "/nonexistent"),
+                                        "memory.oom_control"))
+        for line in events.splitlines():
+            key, _, value = line.partition(" ")
+            if key == "oom_kill" and value.strip() not in ("", "0"):
+                return True
+        return False
+
+    def pids_exhausted(self) -> bool:
+        path = self.dirs.get("" if self.kind == "cgroup-v2" else "pids", "")
+        events = _read(os.path.join(path, "pids.events")) if path else ""
+        return any(line.startswith("max ") and line.split()[1] != "0"
+                   for line in events.splitlines())
+
+    def kill(self) -> None:
+        """Kill everything still in the cgroup (cgroup.kill on v2, SIGKILL per pid on v1)."""
+        if self.kind == "cgroup-v2":
+            try:
+                _write(os.path.join(self.dirs[""], "cgroup.kill"), "1")
+                return
+            except OSError:
+                pass
+        for path in self.dirs.values():
+            for pid in _read(os.path.join(path, "cgroup.procs")).split():
+                try:
+                    os.kill(int(pid), 9)
+                except OSError:
+                    pass
+
+    def remove(self) -> None:
+        for path in self.dirs.values():
+            for _ in range(50):
+                try:
+                    os.rmdir(path)
+                    break
+                except FileNotFoundError:
+                    break
+                except OSError:
+                    # Members may still be exiting; a cgroup with tasks cannot go.
+                    self.kill()
+                    import time
+
+                    time.sleep(0.01)
+
+
+def _tree(pid: int) -> list[int]:
+    out = [pid]
+    i = 0
+    while i < len(out):
+        p = out[i]
+        i += 1
+        try:
+            tids = os.listdir(f"/proc/{p}/task")
+        except OSError:
+            continue
+        for tid in tids:
+            out.extend(int(c) for c in _read(f"/proc/{p}/task/{tid}/children").split())
+    return out
