@@ -1,0 +1,146 @@
+"""git in workspace-write: it works, and it cannot be turned into code the host runs.
+
+The host side of every check runs git as the same user, outside any sandbox,
+the way the person who owns the workspace would next type `git commit`.
+"""
+
+from __future__ import annotations
+
+import secrets
+import stat
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from .conftest import SH_TRY, Box, attempts, snapshot, text
+
+pytestmark = pytest.mark.isolation
+
+GIT_ENV = {
+    "GIT_AUTHOR_NAME": "Isolation Test", "GIT_AUTHOR_EMAIL": "iso@example.invalid",
+    "GIT_COMMITTER_NAME": "Isolation Test", "GIT_COMMITTER_EMAIL": "iso@example.invalid",
+    # The machine's /etc/gitconfig is not part of the experiment.
+    "GIT_CONFIG_NOSYSTEM": "1",
+}
+
+
+def git(box: Box, *args: str) -> subprocess.CompletedProcess[bytes]:
+    """git on the host, as the runner, in the workspace."""
+    res = box.host(["git", *args], env=box.env(**GIT_ENV))
+    return res
+
+
+@pytest.fixture
+def repo(box: Box) -> Box:
+    box.write(box.ws / "README", "hello\n")
+    for argv in (["init", "-q", "-b", "main"], ["add", "README"],
+                 ["commit", "-q", "-m", "host: initial"]):
+        res = git(box, *argv)
+        assert res.returncode == 0, text(res)
+    return box
+
+
+def guarded(box: Box) -> tuple[object, bytes]:
+    return snapshot(box.ws / ".git" / "hooks"), (box.ws / ".git" / "config").read_bytes()
+
+
+def test_git_status_add_commit_work_inside(repo: Box) -> None:
+    box = repo
+    before = guarded(box)
+    subject = f"inside: change {secrets.token_hex(4)}"
+    script = 'git status --porcelain && echo change >> README && echo new > added.txt && ' \
+             'git add README added.txt && git commit -q -m "$1" && git log -1 --format=%s'
+    res = box.sh(script, subject, mode="workspace-write", env=box.env(**GIT_ENV))
+    assert res.returncode == 0, text(res)
+    log = git(box, "log", "--format=%s")
+    assert log.stdout.decode().splitlines() == [subject, "host: initial"], text(log)
+    assert git(box, "status", "--porcelain").stdout == b""
+    assert git(box, "fsck", "--no-progress").returncode == 0
+    assert guarded(box) == before
+
+
+GIT_META_ATTACKS = SH_TRY + r"""
+try hook-write      sh -c 'printf "#!/bin/sh\ntouch pwned\n" > .git/hooks/pre-commit'
+try hook-chmod      chmod +x .git/hooks/pre-commit.sample
+try hook-rename     mv .git/hooks/pre-commit.sample .git/hooks/pre-commit
+try hook-delete     rm .git/hooks/pre-push.sample
+try hooks-replace   sh -c 'rm -rf .git/hooks && mkdir .git/hooks'
+try hooks-move      mv .git/hooks .git/hooks-old
+try config-append   sh -c 'printf "[core]\n\tfsmonitor = touch pwned\n" >> .git/config'
+try config-git      git config core.hooksPath /tmp
+try config-replace  sh -c 'cp .git/config c && echo "[alias] x = !id" >> c && mv c .git/config'
+try config-delete   rm .git/config
+try info-attrs      sh -c 'echo "* filter=evil" > .git/info/attributes'
+"""
+GIT_META_NAMES = ("hook-write", "hook-chmod", "hook-rename", "hook-delete", "hooks-replace",
+                  "hooks-move", "config-append", "config-git", "config-replace", "config-delete",
+                  "info-attrs")
+
+
+def test_git_hooks_and_config_cannot_be_changed(repo: Box) -> None:
+    box = repo
+    before = guarded(box)
+    info0 = snapshot(box.ws / ".git" / "info")
+    res = box.sh(GIT_META_ATTACKS, mode="workspace-write", env=box.env(**GIT_ENV))
+    tried = attempts(res)
+    assert {n for n in GIT_META_NAMES if tried.get(n) is not False} == set(), text(res)
+    assert guarded(box) == before
+    assert snapshot(box.ws / ".git" / "info") == info0
+    assert not (box.ws / "pwned").exists()
+
+
+def _host_commit_runs_planted_hook(box: Box) -> bool:
+    """Commit on the host as its owner would; True when attacker code ran."""
+    flag = box.ws / "pwned-by-hook"
+    git(box, "commit", "-q", "--allow-empty", "-m", "host: later")
+    return flag.exists()
+
+
+HOOK = "#!/bin/sh\ntouch \"$(git rev-parse --show-toplevel)/pwned-by-hook\"\n"
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "only .git/hooks and .git/config are mounted read-only, not .git itself: inside "
+    "workspace-write, `mv .git .git-old && mkdir .git && cp -a .git-old/. .git/` gives a "
+    "fresh, writable .git whose hooks/pre-commit the host's next `git commit` executes"))
+def test_replacing_dot_git_cannot_plant_a_hook(repo: Box) -> None:
+    box = repo
+    script = 'mv .git .git-old && mkdir .git && cp -a .git-old/. .git/ && ' \
+             'printf "%s" "$1" > .git/hooks/pre-commit && chmod +x .git/hooks/pre-commit'
+    box.sh(script, HOOK, mode="workspace-write", env=box.env(**GIT_ENV))
+    hook = box.ws / ".git" / "hooks" / "pre-commit"
+    planted = hook.exists() and bool(hook.stat().st_mode & stat.S_IXUSR)
+    ran = _host_commit_runs_planted_hook(box)
+    assert not planted and not ran, f"hook planted: {planted}, executed by host git: {ran}"
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "a new .git/commondir is not prevented: inside workspace-write, "
+    "`cp -a .git/. .evil/ && echo ../.evil > .git/commondir` plus a hook in .evil/hooks "
+    "redirects the host's git to a config and hooks directory the sandbox wrote; the "
+    "host's next `git commit` executes .evil/hooks/pre-commit"))
+def test_commondir_cannot_redirect_host_git(repo: Box) -> None:
+    box = repo
+    script = 'cp -a .git/. .evil/ && printf "%s" "$1" > .evil/hooks/pre-commit && ' \
+             'chmod +x .evil/hooks/pre-commit && echo ../.evil > .git/commondir'
+    box.sh(script, HOOK, mode="workspace-write", env=box.env(**GIT_ENV))
+    redirected = (box.ws / ".git" / "commondir").exists()
+    ran = _host_commit_runs_planted_hook(box)
+    assert not redirected and not ran, f"commondir planted: {redirected}, hook ran: {ran}"
+
+
+def test_control_host_commit_would_run_a_planted_hook(repo: Box) -> None:
+    """The check used above does detect a hook: plant one on the host, commit, see it run."""
+    box = repo
+    box.write(box.ws / ".git" / "hooks" / "pre-commit", HOOK, 0o755)
+    assert _host_commit_runs_planted_hook(box)
+
+
+def test_git_metadata_untouched_by_read_only_commit_attempt(repo: Box) -> None:
+    box = repo
+    before = snapshot(Path(box.ws))
+    res = box.sh('echo x >> README; git add README; git commit -q -m nope; true',
+                 env=box.env(**GIT_ENV))
+    assert res.returncode == 0, text(res)
+    assert snapshot(Path(box.ws)) == before
