@@ -1,0 +1,216 @@
+"""The body of stockade-init, the kernel layers behind bubblewrap, applied inside it.
+
+bwrap runs `python -I -S init.py CONFIG -- ARGV...` as the sandbox's first
+program, and init.py calls `main` here. In order: no_new_privs, Landlock,
+seccomp, then a check that no capability and no stray file descriptor
+survived, then execve(ARGV). Each layer must be in place before the next,
+and all before the command's first instruction, so nothing is optional or
+lazy: on any failure the init refuses with one `stockade-init: ...` line on
+stderr.
+
+Exit statuses are env(1)'s: 125 the init refused, 126 the command was found
+but could not be executed, 127 it was not found.
+
+This runs before every command, so it imports only built-ins, `landlock`
+and `seccomp` (as top-level modules: init.py put this directory on the
+path), and never the stockade package. The host side, `layers.py`, writes
+the CONFIG read here.
+"""
+
+from __future__ import annotations
+
+import posix
+import sys
+from time import perf_counter
+
+TYPE_CHECKING = False  # typing costs the init 3 ms; mypy treats this name as True
+
+REFUSED, CANNOT_EXECUTE, NOT_FOUND = 125, 126, 127
+ENOENT, ENOEXEC, EACCES, ENOTDIR = 2, 8, 13, 20
+CONFIG_VERSION = 1
+
+
+class Refusal(Exception):
+    """The command must not run; the message is the reason."""
+
+
+def parse_config(text: str) -> dict[str, object]:
+    """The config, through the C scanner behind `json`.
+
+    `import json` pulls in re, enum and functools: 10 ms on a small VM, more
+    than this whole init may cost. The scanner in `_json` is the same parser.
+    """
+    try:
+        from _json import make_scanner
+    except ImportError:  # an interpreter built without the accelerator
+        import json
+
+        value: object = json.loads(text)
+    else:
+        class Context:
+            strict = True
+            object_hook = object_pairs_hook = parse_constant = None
+            parse_float, parse_int = float, int
+            memo: dict[str, object] = {}  # noqa: RUF012 - the scanner's own cache
+
+        try:
+            value, end = make_scanner(Context())(text, 0)  # type: ignore[arg-type]
+        except Exception:
+            end = -1
+        if end != len(text):
+            raise Refusal("the config is not valid JSON")
+    if not isinstance(value, dict) or value.get("v") != CONFIG_VERSION:
+        raise Refusal(f"the config is not a version {CONFIG_VERSION} stockade-init config")
+    return value
+
+
+def status_fields() -> dict[str, str]:
+    fd = posix.open("/proc/self/status", posix.O_RDONLY | posix.O_CLOEXEC)
+    try:
+        data = posix.read(fd, 65536).decode("ascii", "replace")
+    finally:
+        posix.close(fd)
+    fields = {}
+    for line in data.splitlines():
+        name, _, value = line.partition(":")
+        fields[name] = value.strip()
+    return fields
+
+
+def verify(keep_fds: set[int]) -> None:
+    """What the command inherits: no capability, no descriptor it was not meant to get.
+
+    A capability in the permitted set survives execve and undoes every
+    layer; an inherited descriptor is a door bwrap's view never showed (a
+    directory fd opened on the host reaches the whole host filesystem by
+    openat). Close-on-exec descriptors are not inherited, so they pass.
+    """
+    fields = status_fields()
+    for name in ("CapEff", "CapPrm", "CapAmb"):
+        if int(fields.get(name, "1"), 16):
+            raise Refusal(f"the sandbox still holds capabilities ({name} {fields[name]}); "
+                          "bwrap must run with --cap-drop ALL or as an unprivileged user")
+    if fields.get("NoNewPrivs") != "1" or fields.get("Seccomp") != "2":
+        raise Refusal("no_new_privs or the seccomp filter did not take effect")
+    for name in posix.listdir("/proc/self/fd"):
+        fd = int(name)
+        if fd <= 2 or fd in keep_fds:
+            continue
+        try:
+            if not posix.get_inheritable(fd):
+                continue
+            target = posix.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            continue  # the descriptor listdir itself used, closed by now
+        raise Refusal(f"file descriptor {fd} ({target}) would leak into the sandbox")
+
+
+def execute(argv: list[str], env: dict[bytes, bytes]) -> int:
+    """execvp(3)'s search, with env(1)'s exit statuses; returns only on failure."""
+    name = argv[0]
+    if "/" in name:
+        candidates = [name]
+    else:
+        path = env.get(b"PATH", b"/bin:/usr/bin").decode(sys.getfilesystemencoding(),
+                                                         "surrogateescape")
+        candidates = [f"{d or '.'}/{name}" for d in path.split(":")]
+    failure = OSError(ENOENT, posix.strerror(ENOENT))
+    denied: OSError | None = None
+    for candidate in candidates:
+        try:
+            posix.execve(candidate, argv, env)
+        except OSError as exc:
+            failure = exc
+        if failure.errno == ENOEXEC:
+            # A script without #!: execvp, which bwrap would have used, runs it with sh.
+            try:
+                posix.execve("/bin/sh", ["/bin/sh", candidate, *argv[1:]], env)
+            except OSError as exc:
+                failure = exc
+            break
+        if failure.errno == EACCES:
+            denied = failure  # keep looking; report it if nothing else runs
+        elif failure.errno not in (ENOENT, ENOTDIR):
+            break
+    else:
+        failure = denied or failure
+    status = NOT_FOUND if failure.errno == ENOENT else CANNOT_EXECUTE
+    posix.write(2, f"stockade-init: cannot run {name}: {failure.strerror}\n".encode())
+    return status
+
+
+def main(argv: list[str]) -> int:
+    started = perf_counter()
+    timing: list[tuple[str, float]] = []
+
+    def mark(stage: str) -> None:
+        timing.append((stage, (perf_counter() - started) * 1000))
+
+    try:
+        if len(argv) < 4 or argv[2] != "--":
+            raise Refusal("usage: init.py CONFIG -- COMMAND [ARG...]")
+        config = parse_config(argv[1])
+        command = argv[3:]
+        mark("config")
+
+        if TYPE_CHECKING:
+            from . import landlock, seccomp
+        else:
+            import landlock
+            import seccomp
+        mark("imports")
+
+        arch = seccomp.native_arch()
+        if not arch:
+            raise Refusal(f"no seccomp policy for this architecture ({posix.uname().machine})")
+        sc = seccomp.Syscall()
+        seccomp.harden_process(sc, arch)
+        seccomp.set_no_new_privs(sc, arch)
+        mark("no_new_privs")
+
+        rules = config.get("landlock")
+        if not isinstance(rules, dict):
+            raise Refusal("the config has no landlock rules")
+        report = landlock.apply_landlock(landlock.LandlockRules.from_json(rules), sc)
+        if not report.enforced and config.get("require_landlock") is True:
+            raise Refusal(f"Landlock is required but not enforced: {report.reason}")
+        mark("landlock")
+
+        mode = config.get("seccomp")
+        if not isinstance(mode, str):
+            raise Refusal("the config names no seccomp network mode")
+        prog = seccomp.compile_seccomp(mode, arch)
+        mark("seccomp_compile")
+        seccomp.install_seccomp(prog, sc, arch)
+        mark("seccomp_install")
+
+        keep = config.get("keep_fds", [])
+        verify({fd for fd in keep if type(fd) is int} if isinstance(keep, list) else set())
+        env = dict(posix.environ)
+        changes = config.get("env", {})
+        encoding = sys.getfilesystemencoding()
+        for key, value in (changes.items() if isinstance(changes, dict) else ()):
+            # The host moved these out of the init's own environment (LD_*
+            # would load code into it before any layer existed) and records
+            # what Python's locale coercion rewrites (LC_CTYPE); the command
+            # gets them exactly as the caller set them.
+            name = key.encode(encoding, "surrogateescape")
+            if value is None:
+                env.pop(name, None)
+            elif isinstance(value, str):
+                env[name] = value.encode(encoding, "surrogateescape")
+        mark("verify")
+    except (Refusal, OSError, ValueError) as exc:
+        posix.write(2, f"stockade-init: {exc}\n".encode())
+        return REFUSED
+
+    if config.get("timing") is True:
+        line = " ".join(f"{stage}={ms:.3f}" for stage, ms in timing)
+        posix.write(2, f"stockade-init timing: {line}\n".encode())
+    # Python ignores SIGPIPE and SIGXFSZ for itself, and an ignored signal
+    # stays ignored across execve: `yes | head -1` would never end.
+    import _signal
+
+    _signal.signal(_signal.SIGPIPE, _signal.SIG_DFL)
+    _signal.signal(_signal.SIGXFSZ, _signal.SIG_DFL)
+    return execute(command, env)
