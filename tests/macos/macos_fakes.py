@@ -1,0 +1,96 @@
+"""A Mac described, not built: profiles for a made-up machine, through the real pipeline.
+
+`build_profile` decides (hidden stores, protected metadata, scratch roots)
+from a fake `kind` function, exactly as it would on a Mac; the Seatbelt
+driver then turns that decision into a profile these tests evaluate.
+"""
+
+from __future__ import annotations
+
+from sbpl_eval import Policy
+
+from stockade.capabilities import NetworkPolicy, SandboxCapabilities, capabilities_for_mode
+from stockade.drivers.macos.seatbelt import seatbelt_profile
+from stockade.profile import DIR, FILE, MISSING, SOCKET, Profile, build_profile
+
+HOME = "/Users/dev"
+WS = "/Users/dev/work/proj"
+SIBLING = "/Users/dev/work/sibling"
+AGENT = "/private/tmp/com.apple.launchd.Xy12Ab/Listeners"
+DOCKER_SOCKS = ("/Users/dev/.docker/run/docker.sock", "/private/var/run/docker.sock")
+SCRATCH = "/private/var/folders/zz/abc123/T/stockade-k3y"
+PROXY_PORT = 43123
+GOCACHE = "/Users/dev/Library/Caches/go-build"
+
+# Every store hostpaths hides by default, as the Linux isolation suite plants them.
+HIDDEN_DECOYS = (
+    ".aws/credentials",
+    ".config/gcloud/application_default_credentials.json",
+    ".kube/config",
+    ".docker/config.json",
+    ".netrc",
+    ".git-credentials",
+    ".gnupg/private-keys-v1.d/decoy.key",
+    ".npmrc",
+    ".pypirc",
+    ".config/gh/hosts.yml",
+    ".config/hub",
+    ".azure/accessTokens.json",
+    ".password-store/decoy.gpg",
+    ".vault-token",
+    ".terraform.d/credentials.tfrc.json",
+    ".config/op/config",
+    ".local/share/keyrings/login.keyring",
+)
+_HIDDEN_ROOTS = {".aws": DIR, ".config/gcloud": DIR, ".kube": DIR, ".docker/config.json": FILE,
+                 ".netrc": FILE, ".git-credentials": FILE, ".gnupg": DIR, ".npmrc": FILE,
+                 ".pypirc": FILE, ".config/gh": DIR, ".config/hub": FILE, ".azure": DIR,
+                 ".password-store": DIR, ".vault-token": FILE,
+                 ".terraform.d/credentials.tfrc.json": FILE, ".config/op": DIR,
+                 ".local/share/keyrings": DIR, ".ssh": DIR}
+
+
+def machine(workspace: str = WS, extra: dict[str, str] | None = None) -> dict[str, str]:
+    fs = {
+        "/usr": DIR, "/bin": DIR, "/sbin": DIR,
+        HOME: DIR, workspace: DIR, SIBLING: DIR,
+        f"{workspace}/.git": DIR, f"{workspace}/.git/hooks": DIR,
+        f"{workspace}/.git/config": FILE, f"{workspace}/.vscode": DIR,
+        f"{HOME}/.cargo": DIR, GOCACHE: DIR, f"{HOME}/.config": DIR,
+        AGENT: SOCKET, **{s: SOCKET for s in DOCKER_SOCKS},
+    }
+    fs.update({f"{HOME}/{rel}": kind for rel, kind in _HIDDEN_ROOTS.items()})
+    fs.update(extra or {})
+    return fs
+
+
+def mac_profile(
+    mode: str = "workspace-write",
+    *,
+    scope: str = "host",
+    network: NetworkPolicy | None = None,
+    workspace: str = WS,
+    capabilities: SandboxCapabilities | None = None,
+    writable: tuple[str, ...] = (),
+    granted: tuple[str, ...] = ("ssh-agent",),
+    extra_fs: dict[str, str] | None = None,
+    env: dict[str, str] | None = None,
+) -> Profile:
+    fs = machine(workspace, extra_fs)
+    host_env = {"HOME": HOME, "PATH": "/usr/bin:/bin", "SSH_AUTH_SOCK": AGENT,
+                "GOCACHE": GOCACHE, "TMPDIR": "/var/folders/zz/abc123/T/",
+                "DOCKER_HOST": f"unix://{DOCKER_SOCKS[0]}", **(env or {})}
+    caps = capabilities or capabilities_for_mode(mode, workspace)
+    if network is not None:
+        caps = caps.replace(network=network)
+    return build_profile(
+        mode=mode, workspace=workspace, cwd=workspace, capabilities=caps, read_scope=scope,
+        host_env=host_env, writable=writable, granted_sockets=granted, backend="seatbelt",
+        kind=lambda p: fs.get(p, MISSING),
+    )
+
+
+def policy(profile: Profile, precedence: str = "last-match", *,
+           proxy_ports: tuple[int, ...] = (), scratch: str | None = SCRATCH) -> Policy:
+    text, params = seatbelt_profile(profile, proxy_ports=proxy_ports, scratch=scratch)
+    return Policy(text, params, precedence=precedence)
