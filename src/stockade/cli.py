@@ -192,6 +192,10 @@ def _run_captured(sandbox: object, cmd: object, as_json: bool) -> int:
         out = exc.output
         if not as_json:
             raise
+        import json
+
+        print(json.dumps(out.to_json()))  # type: ignore[attr-defined]
+        return exc.exit_status
     if as_json:
         import json
 

@@ -94,7 +94,7 @@ class SandboxOutput:
     """What came back. `likely_sandbox_denied` says the boundary, not the command, failed it."""
 
     __slots__ = ("backend", "denial_hint", "duration_ms", "exit_code", "likely_sandbox_denied",
-                 "limit_exceeded", "signal", "stderr", "stdout", "truncated")
+                 "limit_exceeded", "signal", "stderr", "stdout", "timed_out", "truncated")
 
     def __init__(
         self,
@@ -109,6 +109,7 @@ class SandboxOutput:
         denial_hint: str | None = None,
         backend: str = "",
         limit_exceeded: str | None = None,
+        timed_out: bool = False,
     ) -> None:
         self.exit_code = exit_code
         self.signal = signal
@@ -121,6 +122,8 @@ class SandboxOutput:
         self.backend = backend
         #: "memory" or "pids" when a resource limit, not the command, ended it.
         self.limit_exceeded = limit_exceeded
+        #: True on the output a `CommandTimeout` carries: the deadline ended it.
+        self.timed_out = timed_out
 
     @property
     def returncode(self) -> int:
@@ -141,6 +144,7 @@ class SandboxOutput:
             "denial_hint": self.denial_hint,
             "backend": self.backend,
             "limit_exceeded": self.limit_exceeded,
+            "timed_out": self.timed_out,
         }
 
     def __repr__(self) -> str:

@@ -303,7 +303,7 @@ class SandboxCore:
             out.exit_code, out.signal, out.stdout, out.stderr,
             truncated=out.truncated, duration_ms=out.duration_ms,
             likely_sandbox_denied=kind is not None or limit is not None,
-            denial_hint=hint, backend=backend, limit_exceeded=limit,
+            denial_hint=hint, backend=backend, limit_exceeded=limit, timed_out=out.timed_out,
         )
         detail: dict[str, object] = {}
         if limit:

@@ -19,6 +19,9 @@ from ...profile import DIR, STRICT
 from .. import PreparedLaunch
 from .limits import ExecCgroup, Limits, mechanism
 
+SYS_READ_PATHS = ("/sys/devices/system/cpu", "/sys/devices/system/node", "/sys/fs/cgroup",
+                  "/sys/kernel/mm/transparent_hugepage")
+
 # The child fd bwrap blocks on until stockade has placed it in its cgroup.
 BLOCK_FD = 3
 _SEQ = 0
@@ -166,8 +169,14 @@ def build_bwrap_args(profile: Profile, bwrap: str, *, block_fd: int | None = Non
         if home != "/root" and os.path.isdir("/root"):
             a += ["--tmpfs", "/root", "--remount-ro", "/root"]
 
-    # 3. /dev, /proc, /tmp.
-    a += ["--dev", "/dev", "--proc", "/proc"]
+    # 3. /dev, /proc, /sys, /tmp. The host's /sys shows the network
+    #    namespace it was mounted in -- interfaces, MAC addresses, counters --
+    #    and its hardware; commands get the few parts tools read (CPU count,
+    #    cgroup limits, hugepage settings for JVMs) and nothing else.
+    a += ["--dev", "/dev", "--proc", "/proc", "--tmpfs", "/sys"]
+    for path in SYS_READ_PATHS:
+        a += ["--ro-bind-try", path, path]
+    a += ["--remount-ro", "/sys"]
     if profile.session_tmp:
         a += ["--bind", profile.session_tmp, "/tmp"]
     else:
