@@ -7,6 +7,7 @@ counts its TCP connections, and the test checks the count stayed at zero.
 from __future__ import annotations
 
 import asyncio
+import socket
 
 import pytest
 from proxy_testkit import (
@@ -491,3 +492,61 @@ def test_unknown_protocols_are_closed() -> None:
             assert [d.rule for d in h.decisions] == ["unsupported protocol"] * 2
 
     run(main())
+
+
+def test_refusal_survives_pipelined_bytes() -> None:
+    """A client still writing after its request (an upload, say) reads the 403
+    rather than failing its write with a reset."""
+
+    def client(port: int) -> bytes:
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+            sock.sendall(b"POST http://evil.test/ HTTP/1.1\r\nHost: evil.test\r\n"
+                         b"Content-Length: 4000000\r\n\r\n" + b"u" * 4_000_000)
+            return sock.recv(65536)
+
+    async def main() -> None:
+        async with proxied(["api.test"]) as h:
+            reply = await asyncio.to_thread(client, h.endpoint.port)
+            assert reply.startswith(b"HTTP/1.1 403 Forbidden\r\nX-Stockade-Denied: ")
+
+    run(main())
+
+
+def test_malformed_request_body_is_answered_without_waiting(backends: Backends) -> None:
+    api = backends.start("api")
+
+    async def main() -> None:
+        async with proxied(allow_for(api.port, "api.test"),
+                           names={"api.test": ["127.0.0.2"]}) as h:
+            status, headers, _ = await http_exchange(
+                h.endpoint, f"POST http://api.test:{api.port}/ HTTP/1.1\r\n"
+                            f"Host: api.test:{api.port}\r\nTransfer-Encoding: chunked\r\n\r\n"
+                            "zz\r\n".encode())
+            assert status == 400
+            assert headers["x-stockade-denied"] == "malformed chunk size line"
+
+    run(main(), timeout=5)
+    assert api.requests == []
+
+
+def test_tls_lookalike_that_is_not_a_client_hello_is_closed(backends: Backends) -> None:
+    api = backends.start("api", mode="sink")
+
+    async def main() -> None:
+        async with proxied(allow_for(api.port, "api.test"),
+                           names={"api.test": ["127.0.0.2"]}) as h:
+            status, _, (reader, writer) = await http_connect(h.endpoint, f"api.test:{api.port}")
+            assert status == 200
+            writer.write(b"\x16\x03\x01\x00\x05\x02\x00\x00\x01\x00")  # a ServerHello
+            assert await closed_by_peer(reader)
+            writer.close()
+            status, _, (reader, writer) = await http_connect(h.endpoint, f"api.test:{api.port}")
+            writer.write(b"\x16binary protocol")  # 0x16 without a TLS version is not TLS
+            await writer.drain()
+            await asyncio.sleep(0.1)
+            writer.close()
+            await settle()
+            assert h.decisions.final()[0].rule == "tls malformed"
+
+    run(main())
+    assert api.bytes_received == len(b"\x16binary protocol")

@@ -24,7 +24,7 @@ _CHUNK_SIZE = re.compile(rb"([0-9a-fA-F]{1,15})(?:[ \t]*;[^\r\n]*)?\Z")
 
 #: Headers that describe one hop, not the message; RFC 9110 7.6.1.
 HOP_BY_HOP = frozenset({
-    "connection", "proxy-connection", "keep-alive", "te", "trailer", "upgrade",
+    "connection", "proxy-connection", "keep-alive", "te", "upgrade",
     "proxy-authorization", "proxy-authenticate",
 })
 

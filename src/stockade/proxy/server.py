@@ -50,6 +50,8 @@ _CHUNK = 256 * 1024
 # calls per read), which cost a tunnel about a third of its throughput. Heads
 # are held to `max_head_bytes` separately.
 _STREAM_LIMIT = 256 * 1024
+#: Seconds a refused client gets to read the refusal before the socket closes.
+_LINGER = 0.5
 
 
 async def system_resolver(name: str, port: int) -> list[IPAddress]:
@@ -349,6 +351,8 @@ class ManagedProxy:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+        for server in session.servers:
+            await server.wait_closed()
         if session.endpoint is not None:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(session.endpoint.unix_path)
@@ -401,12 +405,14 @@ class ManagedProxy:
         try:
             await self._dispatch(session, reader, writer, over_cap)
         except asyncio.CancelledError:
-            pass  # the session was removed or the proxy closed
+            writer.transport.abort()  # the session was removed or the proxy closed
+            return
         except Exception:
             log.exception("proxy connection for session %r failed", session.session_id)
+            writer.transport.abort()
         finally:
             session.tasks.discard(task)
-            writer.transport.abort()
+        await _close_gently(reader, writer)
 
     async def _dispatch(
         self, session: _Session, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
@@ -626,7 +632,8 @@ class ManagedProxy:
             # answers `Expect: 100-continue` is heard before the client gives up.
             body_task = asyncio.ensure_future(http.relay_body(reader, u_writer, framing, idle))
             while True:
-                raw = await http.read_head(u_reader, idle, self.options.max_head_bytes)
+                raw = await _unless_failed(
+                    http.read_head(u_reader, idle, self.options.max_head_bytes), body_task)
                 if not raw:
                     raise http.HttpError(502, f"{host}:{port} closed the connection "
                                               "without a response")
@@ -655,7 +662,8 @@ class ManagedProxy:
             if rec.bytes_down == 0:
                 # Nothing of a response has reached the client: answer it
                 # properly. Later, all that is left is to cut the connection.
-                writer.write(http.error_response(502, message))
+                status = exc.status if isinstance(exc, http.HttpError) else 502
+                writer.write(http.error_response(status, message))
         finally:
             if body_task is not None and not body_task.done():
                 body_task.cancel()
@@ -790,6 +798,23 @@ class ManagedProxy:
                 self._emit(rec.decision(True, error=error))
 
 
+async def _unless_failed(awaitable: Awaitable[bytes], body: asyncio.Task[int]) -> bytes:
+    """Await `awaitable`, unless the request body relay fails first.
+
+    A client that sends a malformed body leaves the server waiting for the
+    rest of it; without this the proxy would wait for a response that never
+    comes until the idle timeout.
+    """
+    main = asyncio.ensure_future(awaitable)
+    await asyncio.wait({main, body}, return_when=asyncio.FIRST_COMPLETED)
+    if not main.done():
+        failure = body.exception() if not body.cancelled() else None
+        if failure is not None:
+            main.cancel()
+            raise failure
+    return await main
+
+
 async def _pump(
     src: asyncio.StreamReader, dst: asyncio.StreamWriter, rec: _Record, *, up: bool
 ) -> None:
@@ -806,6 +831,34 @@ async def _pump(
         await drain()
     if dst.can_write_eof() and not dst.transport.is_closing():
         dst.write_eof()
+
+
+async def _close_gently(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    """Close so that a refusal just written is actually read.
+
+    Closing a socket that still has unread input makes the kernel send a reset,
+    and a client that pipelined bytes after its request would then see
+    "connection reset" instead of the 403 and its reason. So: send FIN, read
+    and discard briefly, then close.
+    """
+    transport = writer.transport
+    if transport.is_closing():
+        return
+    try:
+        if writer.can_write_eof():
+            writer.write_eof()
+        async with asyncio.timeout(_LINGER):
+            while await reader.read(_CHUNK):
+                pass
+    except (OSError, TimeoutError):
+        pass
+    finally:
+        if transport.get_write_buffer_size():
+            transport.close()
+            # A client that neither reads nor closes must not hold the socket.
+            asyncio.get_running_loop().call_later(_LINGER, transport.abort)
+        else:
+            transport.abort()
 
 
 async def _connect(address: IPAddress, port: int) -> socket.socket:
