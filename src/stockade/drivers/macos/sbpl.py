@@ -26,9 +26,10 @@ _ROOT_SYMLINKS = ("/tmp", "/var", "/etc")
 DATA_VOLUME = "/System/Volumes/Data"
 
 # Characters that mean something to a regex; each becomes a one-character
-# bracket expression, which every POSIX-style engine reads literally. `^` and
-# `\` have no safe bracket spelling and are escaped with a backslash instead.
-_BRACKETED = frozenset(".*+?(){}|$[]")
+# bracket expression, which every POSIX-style engine reads literally. `^`,
+# `\` and `[` have no unambiguous bracket spelling (`[[]` reads as the start
+# of a nested class to some engines) and are escaped with a backslash.
+_BRACKETED = frozenset(".*+?(){}|$]")
 
 
 def canonical_macos_path(path: str) -> str:
@@ -101,7 +102,7 @@ def regex_literal(path: str, *, fold_case: bool = False) -> str:
             out.append(f"[{ch.lower()}{ch.upper()}]")
         elif ch in _BRACKETED:
             out.append(f"[{ch}]")
-        elif ch in "^\\":
+        elif ch in "^\\[":
             out.append("\\" + ch)
         else:
             out.append(ch)

@@ -485,7 +485,7 @@ _MEMORY_LIMIT = (
 
 def command_argv(argv: list[str], profile: Profile) -> list[str]:
     """What sandbox-exec runs: the command in its cwd, under the memory ceiling (pure)."""
-    inner = chdir_argv(canonical_macos_path(profile.cwd), list(argv))
+    inner = chdir_argv(profile.cwd, list(argv))
     if profile.max_memory_mb:
         inner = ["/bin/sh", "-c", _MEMORY_LIMIT, str(profile.max_memory_mb * 1024), *inner]
     return inner

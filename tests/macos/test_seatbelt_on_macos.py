@@ -1,0 +1,236 @@
+"""The escape tests, run for real through /usr/bin/sandbox-exec. Needs a Mac.
+
+Nothing in this file has run yet: it was written on Linux, where it is
+skipped. It mirrors the Linux isolation suite -- the attack runs inside the
+sandbox, the verdict is read from outside -- and each group has a control
+that runs the same attack without a boundary, so a test that cannot fail is
+noticed.
+
+A fake HOME under a temporary directory holds decoy credentials, so the
+user's real home is never the target.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import sys
+import tempfile
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import pytest
+
+from stockade.capabilities import NetworkPolicy, capabilities_for_mode
+from stockade.drivers.macos.seatbelt import SANDBOX_EXEC, SeatbeltDriver
+from stockade.drivers.none import NoneDriver
+from stockade.process import Process
+from stockade.profile import build_profile
+
+pytestmark = [
+    pytest.mark.macos,
+    pytest.mark.skipif(sys.platform != "darwin" or not os.access(SANDBOX_EXEC, os.X_OK),
+                       reason="needs a real macOS host with /usr/bin/sandbox-exec"),
+]
+
+DECOYS = (".aws/credentials", ".netrc", ".config/gh/hosts.yml", ".docker/config.json")
+
+
+@dataclass
+class Mac:
+    root: str
+    home: str
+    ws: str
+    sibling: str
+
+    def run(self, script: str, *, mode: str = "workspace-write", scope: str = "host",
+            network: NetworkPolicy | None = None, granted: tuple[str, ...] = (),
+            env: dict[str, str] | None = None, sandboxed: bool = True,
+            max_memory_mb: int | None = None) -> tuple[int, str]:
+        caps = capabilities_for_mode(mode, self.ws)
+        if network is not None:
+            caps = caps.replace(network=network)
+        if max_memory_mb is not None:
+            caps = caps.replace(max_memory_mb=max_memory_mb)
+        host_env = {"HOME": self.home, "PATH": "/usr/bin:/bin:/usr/sbin:/sbin",
+                    "TMPDIR": os.environ.get("TMPDIR", "/tmp"), **(env or {})}
+        profile = build_profile(mode=mode, workspace=self.ws, cwd=self.ws, capabilities=caps,
+                                read_scope=scope, host_env=host_env, granted_sockets=granted,
+                                use_scratch=False, backend="seatbelt")
+        driver = SeatbeltDriver(env=host_env) if sandboxed else NoneDriver()
+        launch = driver.prepare(["/bin/sh", "-c", script], profile)
+        try:
+            proc = Process(launch.argv, launch.env)
+            out = proc.communicate(timeout=60)
+        finally:
+            launch.cleanup()
+        return out.returncode, (out.stdout + out.stderr).decode("utf-8", "replace")
+
+
+@pytest.fixture
+def mac() -> Iterator[Mac]:
+    root = os.path.realpath(tempfile.mkdtemp(prefix="stockade-mac-"))
+    home, ws, sibling = (os.path.join(root, n) for n in ("home", "ws", "sibling"))
+    for d in (home, ws, sibling, f"{ws}/.git/hooks"):
+        os.makedirs(d)
+    for rel in DECOYS:
+        os.makedirs(os.path.dirname(f"{home}/{rel}"), exist_ok=True)
+        with open(f"{home}/{rel}", "w") as fh:
+            fh.write(f"SECRET-{rel}\n")
+    for path, text in ((f"{home}/.bashrc", "visible\n"), (f"{sibling}/notes.txt", "sib\n"),
+                       (f"{ws}/.git/config", "[core]\n")):
+        with open(path, "w") as fh:
+            fh.write(text)
+    yield Mac(root, home, ws, sibling)
+    shutil.rmtree(root, ignore_errors=True)
+
+
+def _read(path: str) -> str:
+    with open(path) as fh:
+        return fh.read()
+
+
+TRY = 'try() { n=$1; shift; if "$@" 2>/dev/null; then echo "DID $n"; fi; }\n'
+
+ESCAPES = TRY + r"""
+try bashrc     sh -c 'echo PWNED > "$HOME/.bashrc"'
+try profile    sh -c 'echo PWNED > "$HOME/.profile"'
+try sibling    sh -c 'echo PWNED > ../sibling/notes.txt'
+try sibling-rm rm -f ../sibling/notes.txt
+try host-tmp   sh -c 'echo PWNED > /private/tmp/stockade-mac-planted'
+try hook       sh -c 'echo "touch /tmp/x" > .git/hooks/pre-commit'
+try config     sh -c 'echo "[core] fsmonitor=x" >> .git/config'
+try stockade   mkdir .stockade
+try STOCKADE   mkdir .STOCKADE
+try envrc      sh -c 'echo x > .envrc'
+try aside      mv .git git-aside
+try hardlink   ln .git/config cfg-alias
+echo ok > in-workspace.txt && echo "DID workspace"
+"""
+
+
+def test_escapes_fail_and_the_workspace_is_writable(mac: Mac) -> None:
+    _code, out = mac.run(ESCAPES)
+    assert "DID workspace" in out, out
+    assert [ln for ln in out.splitlines() if ln.startswith("DID ") and ln != "DID workspace"] \
+        == [], out
+    assert _read(f"{mac.home}/.bashrc") == "visible\n"
+    assert _read(f"{mac.sibling}/notes.txt") == "sib\n"
+    assert not os.path.exists("/private/tmp/stockade-mac-planted")
+    assert not os.path.exists(f"{mac.ws}/.git/hooks/pre-commit")
+    assert sorted(os.listdir(mac.ws)) == [".git", "in-workspace.txt"]
+
+
+def test_control_the_same_escapes_succeed_unconfined(mac: Mac) -> None:
+    try:
+        _, out = mac.run(ESCAPES, sandboxed=False)
+        assert "DID bashrc" in out and "DID hook" in out, out
+    finally:
+        if os.path.exists("/private/tmp/stockade-mac-planted"):
+            os.unlink("/private/tmp/stockade-mac-planted")
+
+
+def test_hidden_credentials_unreadable_bashrc_readable(mac: Mac) -> None:
+    script = "".join(f'cat "$HOME/{rel}"; cat "/System/Volumes/Data$HOME/{rel}"\n'
+                     for rel in DECOYS) + 'cat "$HOME/.bashrc"\n'
+    _, out = mac.run(script, mode="read-only")
+    assert "SECRET" not in out, out
+    assert "visible" in out, out
+
+
+def test_read_only_blocks_every_write(mac: Mac) -> None:
+    script = TRY + r"""
+try create sh -c 'echo x > new.txt'
+try append sh -c 'echo x >> .git/config'
+try mkdir  mkdir d
+try chmod  chmod 777 .git
+try rename mv .git g
+try touch  touch .git/config
+echo scratch > "$TMPDIR/ok" && echo "SCRATCH OK"
+"""
+    _, out = mac.run(script, mode="read-only")
+    assert "DID" not in out and "SCRATCH OK" in out, out
+
+
+def test_strict_scope_reads_the_system_not_the_home(mac: Mac) -> None:
+    script = 'cat "$HOME/.bashrc" || echo NO-BASHRC; /usr/bin/true && echo TRUE-RUNS\n' \
+             'git --version >/dev/null 2>&1 && echo GIT-RUNS\n'
+    _, out = mac.run(script, scope="strict")
+    assert "visible" not in out and "NO-BASHRC" in out and "TRUE-RUNS" in out, out
+    assert "GIT-RUNS" in out, f"xcrun shims need more than the strict scope gives: {out}"
+
+
+@pytest.fixture
+def listener(mac: Mac) -> Iterator[tuple[int, str]]:
+    tcp = socket.socket()
+    tcp.bind(("127.0.0.1", 0))
+    tcp.listen()
+    sock_path = os.path.join(mac.root, "fake-docker.sock")
+    unix = socket.socket(socket.AF_UNIX)
+    unix.bind(sock_path)
+    unix.listen()
+    stop = threading.Event()
+
+    def accept(s: socket.socket) -> None:
+        s.settimeout(0.2)
+        while not stop.is_set():
+            try:
+                s.accept()[0].close()
+            except OSError:
+                continue
+
+    threads = [threading.Thread(target=accept, args=(s,), daemon=True) for s in (tcp, unix)]
+    for t in threads:
+        t.start()
+    yield tcp.getsockname()[1], sock_path
+    stop.set()
+    tcp.close()
+    unix.close()
+
+
+CONNECT = r"""
+/usr/bin/python3 - "$@" <<'EOF'
+import socket, sys
+port, path = int(sys.argv[1]), sys.argv[2]
+for family, addr, name in ((socket.AF_INET, ("127.0.0.1", port), "tcp"),
+                           (socket.AF_UNIX, path, "unix")):
+    s = socket.socket(family)
+    s.settimeout(3)
+    try:
+        s.connect(addr)
+        print("CONNECTED", name)
+    except OSError as exc:
+        print("REFUSED", name, exc.errno)
+EOF
+"""
+
+
+def test_network_none_reaches_neither_loopback_nor_unix_sockets(
+        mac: Mac, listener: tuple[int, str]) -> None:
+    port, path = listener
+    _, out = mac.run(CONNECT.replace('"$@"', f"{port} {path}"))
+    assert "CONNECTED" not in out, out
+
+
+def test_network_all_reaches_loopback_but_still_no_unix_socket(
+        mac: Mac, listener: tuple[int, str]) -> None:
+    port, path = listener
+    _, out = mac.run(CONNECT.replace('"$@"', f"{port} {path}"),
+                     network=NetworkPolicy.allow_all())
+    assert "CONNECTED tcp" in out and "CONNECTED unix" not in out, out
+
+
+def test_a_granted_socket_is_reachable(mac: Mac, listener: tuple[int, str]) -> None:
+    port, path = listener
+    _, out = mac.run(CONNECT.replace('"$@"', f"{port} {path}"), granted=(path,))
+    assert "CONNECTED unix" in out and "CONNECTED tcp" not in out, out
+
+
+def test_memory_ceiling_is_applied_or_refused_never_ignored(mac: Mac) -> None:
+    code, out = mac.run("ulimit -v; echo RAN", max_memory_mb=1024)
+    if code == 125:
+        assert "refused an address-space limit" in out and "RAN" not in out, out
+    else:
+        assert out.split()[:2] == [str(1024 * 1024), "RAN"], out
