@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from stockade.proxy.http import (
@@ -105,3 +107,13 @@ def test_error_response_text_is_exact_and_injection_free() -> None:
     assert raw.startswith(b"HTTP/1.1 403 Forbidden\r\n"
                           b"X-Stockade-Denied: evil.test:443 is denied: bad??Set-Cookie: x\r\n")
     assert raw.endswith(b"\r\n\r\nstockade proxy: evil.test:443 is denied: bad??Set-Cookie: x\n")
+
+
+def test_the_documented_refusal_is_the_real_one() -> None:
+    docs = Path(__file__).resolve().parents[2] / "docs" / "proxy.md"
+    block = docs.read_text().split("```\nHTTP/1.1 403 Forbidden\n", 1)[1].split("```", 1)[0]
+    documented = ("HTTP/1.1 403 Forbidden\n" + block).replace("\n", "\r\n").encode()
+    reason = "gist.github.com:443 is denied: paste sites can exfiltrate the workspace"
+    real = error_response(403, reason)
+    head, body = real.split(b"\r\n\r\n", 1)
+    assert documented == head + b"\r\n\r\n" + body.replace(b"\n", b"\r\n")
