@@ -1,0 +1,214 @@
+"""The host side of stockade-init: what it is told, how it is started, what it will report.
+
+`init_config` and `init_argv` are pure functions of a `Profile`; the init
+itself (init.py, initcore.py) runs inside bwrap and never imports this. The
+integration in `BubblewrapDriver.prepare` is:
+
+    inner, env = init_launch(profile, list(argv), proxy_ports=..., keep_fds=...)
+    args = build_bwrap_args(profile, self.bwrap, info_fd=info_fd, inner=inner)
+    at = args.index("--chdir")
+    args[at:at] = init_mounts(inner[0])
+    return PreparedLaunch(args, env, profile.cwd, cleanup=stubs.release)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from typing import TYPE_CHECKING
+
+from ...profile import SYSTEM_READ_PATHS
+from .landlock import LandlockReport, LandlockRules, landlock_abi
+from .seccomp import PROXY_ROUTED, UNIX_ONLY, UNRESTRICTED
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping, Sequence
+
+    from ...profile import Profile
+
+INIT_DIR = os.path.dirname(os.path.abspath(__file__))
+INIT_PATH = os.path.join(INIT_DIR, "init.py")
+#: What the init imports from INIT_DIR, all before the first layer is in place.
+INIT_MODULES = ("initcore", "landlock", "seccomp")
+CONFIG_VERSION = 1
+
+#: NetworkPolicy kind -> the seccomp socket gate.
+SECCOMP_MODES = {"none": UNIX_ONLY, "hosts": PROXY_ROUTED, "all": UNRESTRICTED}
+
+# /dev/null, /dev/urandom and the pty devices are opened by nearly every
+# program; /proc by ps, by every runtime that sizes its thread pool, and by
+# the init's own checks; /tmp is the sandbox's private scratch.
+ALWAYS_READ = ("/dev", "/proc", "/tmp")
+# /dev is writable for /dev/null, /dev/tty and the POSIX shared memory
+# in /dev/shm that Python's multiprocessing needs; bwrap's --dev holds no disk.
+ALWAYS_WRITE = ("/tmp", "/dev")
+
+# Variables that make the dynamic loader or glibc load code: in the init's
+# (and bwrap's) own environment they would run code before any layer
+# exists, so the init gets them only as config and sets them for the command.
+_LOADER_PREFIX = "LD_"
+_LOADER_NAMES = ("GCONV_PATH",)
+
+
+def _is_loader_var(name: str) -> bool:
+    return name.startswith(_LOADER_PREFIX) or name in _LOADER_NAMES
+
+
+def env_changes(env: Mapping[str, str]) -> dict[str, str | None]:
+    """What the init sets (a string) or unsets (None) just before exec.
+
+    LC_CTYPE is always listed: Python's locale coercion (PEP 538) writes
+    LC_CTYPE=C.UTF-8 into its own environment when the locale is C, even
+    under -I, and the command would inherit it -- changing `sort` order
+    and what `ls` prints.
+    """
+    changes: dict[str, str | None] = {k: v for k, v in sorted(env.items()) if _is_loader_var(k)}
+    changes["LC_CTYPE"] = env.get("LC_CTYPE")
+    return changes
+
+
+def launch_env(env: Mapping[str, str]) -> dict[str, str]:
+    """The environment bwrap and the init start with: the command's, minus loader variables."""
+    return {k: v for k, v in env.items() if not _is_loader_var(k)}
+
+
+def landlock_rules(profile: Profile, proxy_ports: Sequence[int] = ()) -> LandlockRules:
+    """Read+execute on what the profile shows, everything on what it lets the command write.
+
+    Hidden credentials get no rule: bwrap covers them with an empty tmpfs
+    or /dev/null, and Landlock cannot subtract from a directory granted
+    above them, so a rule could only add.
+    """
+    read = [*profile.read_roots, *profile.read_extra, *ALWAYS_READ]
+    write = [profile.workspace] if profile.workspace_writable else []
+    write += [*profile.write_roots, *ALWAYS_WRITE]
+    kind = profile.network.kind
+    # network "all" leaves TCP alone. "none" handles TCP with no port
+    # allowed, so even a socket the seccomp gate missed connects nowhere.
+    # "hosts" allows connect to the in-sandbox proxy bridge only: a
+    # program ignoring HTTP_PROXY fails instead of reaching past the proxy.
+    return LandlockRules(read, write, restrict_tcp=kind != "all",
+                         tcp_connect=tuple(proxy_ports) if kind == "hosts" else ())
+
+
+def init_config(profile: Profile, *, proxy_ports: Sequence[int] = (),
+                keep_fds: Sequence[int] = (), require_landlock: bool = False,
+                env: Mapping[str, str] | None = None) -> dict[str, object]:
+    """The init's JSON config for `profile` (pure).
+
+    `proxy_ports`: loopback ports of the proxy bridge (network "hosts").
+    `keep_fds`: descriptors stockade passes to the command on purpose.
+    `env`: the command's environment, `profile.env` when not given.
+    """
+    kind = profile.network.kind
+    if kind not in SECCOMP_MODES:
+        raise ValueError(f"no seccomp socket gate for network policy {kind!r}")
+    return {
+        "v": CONFIG_VERSION,
+        "seccomp": SECCOMP_MODES[kind],
+        "landlock": landlock_rules(profile, proxy_ports).to_json(),
+        "require_landlock": require_landlock,
+        "keep_fds": sorted(set(keep_fds)),
+        "env": env_changes(profile.env if env is None else env),
+    }
+
+
+def init_argv(python: str, init_path: str, config: Mapping[str, object],
+              argv: Sequence[str]) -> list[str]:
+    """The command line that starts the init, to follow bwrap's `--` (pure).
+
+    -I ignores PYTHON* variables and the user's site directory, which the
+    command's environment controls; -S skips site-packages, whose .pth files
+    run code, and the directory scan that costs milliseconds on every command.
+    """
+    if not argv:
+        raise ValueError("the init needs a command to run")
+    text = json.dumps(config, separators=(",", ":"), sort_keys=True)
+    return [python, "-I", "-S", init_path, text, "--", *argv]
+
+
+def init_python() -> str:
+    """The interpreter for the init: this one, resolved past venv links.
+
+    A venv's bin/python is a symlink that makes Python look for
+    pyvenv.cfg on every start; the init uses no site-packages anyway.
+    """
+    return os.path.realpath(sys.executable)
+
+
+def init_mounts(python: str) -> list[str]:
+    """bwrap arguments that make the init visible and read-only inside the sandbox.
+
+    The strict read scope shows only system paths and the interpreter, not
+    an editable checkout of stockade; and when stockade lives under a
+    writable root (a developer's own workspace), one command could rewrite
+    the init that confines the next. The interpreter comes back too when
+    it sits under a masked home (/root/.pyenv with the host scope).
+    """
+    args = ["--ro-bind", INIT_DIR, INIT_DIR]
+    prefix = os.path.dirname(os.path.dirname(python))
+    if not any(prefix == p or prefix.startswith(p + "/") for p in SYSTEM_READ_PATHS):
+        args += ["--ro-bind", prefix, prefix]
+    return args
+
+
+def init_launch(profile: Profile, argv: Sequence[str], *, python: str | None = None,
+                proxy_ports: Sequence[int] = (), keep_fds: Sequence[int] = (),
+                require_landlock: bool = False) -> tuple[list[str], dict[str, str]]:
+    """(argv after bwrap's `--`, environment to start bwrap with) for one command."""
+    ensure_bytecode()
+    config = init_config(profile, proxy_ports=proxy_ports, keep_fds=keep_fds,
+                         require_landlock=require_landlock)
+    inner = init_argv(python or init_python(), INIT_PATH, config, argv)
+    return inner, launch_env(profile.env)
+
+
+def landlock_report(config: Mapping[str, object], abi: int | None = None) -> LandlockReport:
+    """What the init will enforce with `config` on this kernel, for the audit record.
+
+    The init runs on the same kernel, so the host can tell without asking
+    it; `skipped` paths are only known inside and stay empty here.
+    """
+    rules = config.get("landlock")
+    if not isinstance(rules, dict):
+        raise ValueError("config has no landlock rules")
+    return LandlockRules.from_json(rules).plan(landlock_abi() if abi is None else abi)
+
+
+_FRESH: set[str] = set()
+
+
+def ensure_bytecode() -> None:
+    """Write the init modules' bytecode cache when it is missing or stale.
+
+    The init imports them inside a read-only view, where Python cannot
+    write the cache itself and would compile about 1,000 lines on every
+    command (10 ms on a small VM). pip writes the cache at install time;
+    an editable install under PYTHONDONTWRITEBYTECODE never does.
+    """
+    import importlib.util
+
+    for name in INIT_MODULES:
+        if name in _FRESH:
+            continue
+        source = os.path.join(INIT_DIR, name + ".py")
+        cache = importlib.util.cache_from_source(source)
+        try:
+            st = os.stat(source)
+            with open(cache, "rb") as fh:
+                header = fh.read(16)
+            fresh = (header[:4] == importlib.util.MAGIC_NUMBER
+                     and int.from_bytes(header[8:12], "little") == int(st.st_mtime) & 0xFFFFFFFF
+                     and int.from_bytes(header[12:16], "little") == st.st_size & 0xFFFFFFFF)
+        except OSError:
+            fresh = False
+        if not fresh:
+            import py_compile
+
+            try:
+                py_compile.compile(source, cfile=cache, doraise=True,
+                                   invalidation_mode=py_compile.PycInvalidationMode.TIMESTAMP)
+            except (OSError, py_compile.PyCompileError):
+                continue  # a read-only install without cache: slower, still correct
+        _FRESH.add(name)
