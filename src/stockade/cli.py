@@ -22,6 +22,7 @@ USAGE = """usage: stockade <command> [options]
 
 commands:
   run      run one command inside the sandbox
+  shell    an interactive shell inside the sandbox
   doctor   report which backends can run here, and why not
   audit    show the capability ledger
   policy   check a command against the command policy, list its rules
@@ -144,11 +145,20 @@ def cmd_run(argv: list[str]) -> int:
         max_output_bytes=max_output,
     )
     mode = parse_mode(config.mode)
-    approver = _AutoApprove() if values.get("yes") else None
     from .approval import ApprovalGate
 
+    approver: object
+    if values.get("yes"):
+        approver = _AutoApprove()
+    else:
+        # Asks on /dev/tty only when the command asks for more than the mode;
+        # without a terminal it denies with a hint. Small module, os only.
+        from .approvers import TerminalApprovalRequester
+
+        approver = TerminalApprovalRequester(config.approval_timeout_seconds)
     sandbox = SyncWorkspaceSandbox(config, env=env, mode_source=lambda: mode,
-                                   approval=ApprovalGate(approver) if approver else None,
+                                   approval=ApprovalGate(approver,
+                                                         config.approval_timeout_seconds),
                                    driver_options={"probe": False})
     session = str(values.get("session") or f"cli-{os.getpid()}-{os.urandom(4).hex()}")
     ws = sandbox.session(session, workspace, ephemeral_tmp=not values.get("session"))
@@ -329,6 +339,7 @@ COMMANDS: dict[str, Callable[[list[str]], int]] = {
     "policy": lambda argv: _delegate("command_policy.cli", argv),
     "proxy": lambda argv: _delegate("proxy.cli", argv),
     "mcp": lambda argv: _delegate("mcp_server", argv),
+    "shell": lambda argv: _delegate("shell", argv),
 }
 
 
