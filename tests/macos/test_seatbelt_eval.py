@@ -16,6 +16,8 @@ from __future__ import annotations
 from functools import cache
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from macos_fakes import (
     AGENT,
     DOCKER_SOCKS,
@@ -29,7 +31,7 @@ from macos_fakes import (
     mac_profile,
     policy,
 )
-from sbpl_eval import Policy
+from sbpl_eval import Policy, Request
 
 from stockade.capabilities import NetworkPolicy, SandboxCapabilities
 
@@ -262,8 +264,7 @@ CASES = [
     row("signal-own-sandbox", "ww", lambda p: p.signal("same-sandbox"), True),
     row("signal-host-process", "ww", lambda p: p.signal("other"), False),
     row("process-info-host", "ww",
-        lambda p: p.allows(__import__("sbpl_eval").Request("process-info-pidinfo",
-                                                           target="other")), False),
+        lambda p: p.allows(Request("process-info-pidinfo", target="other")), False),
     # -- full-access (REQUIRE'd sandbox): the boundary shrinks to the essentials ------------
     row("full-bashrc-writable", "full", lambda p: p.write(f"{HOME}/.bashrc"), True),
     row("full-git-hook-still-protected", "full",
@@ -305,3 +306,40 @@ def _touch_all(p: Policy, f: object) -> None:
             p._string(f)
         for sub in f:
             _touch_all(p, sub)
+
+
+# -- a property: the text agrees with an oracle built from the Profile object ---------------
+
+_SEGMENTS = (".git", "hooks", "config", ".stockade", "stockade.toml", ".envrc", ".vscode",
+             ".claude", "src", "a.b", "index", "objects", "x", ".aws", "credentials", "..x")
+_ROOTS = (WS, SIBLING, HOME, SCRATCH, "/private/tmp", GOCACHE, f"{HOME}/.cargo", "/usr/bin")
+
+
+def _oracle_create(profile, path: str) -> bool:
+    """Independent of the profile text: may `path` be created, per the decided Profile?"""
+    from stockade.capabilities import is_under
+
+    roots = ([WS] if profile.workspace_writable else []) + list(profile.write_roots) + [SCRATCH]
+    if not any(is_under(path, r) for r in roots):
+        return False
+    if any(is_under(path, h) for h, _ in profile.hidden):
+        return False
+    low = path.lower()
+    for item in profile.protected:
+        prot = item.path.lower()
+        if low == prot or low.startswith(prot + "/") or prot.startswith(low + "/"):
+            return False  # protected, or a directory above protected metadata
+    return True
+
+
+@settings(max_examples=300, deadline=None)
+@given(root=st.sampled_from(_ROOTS),
+       parts=st.lists(st.tuples(st.sampled_from(_SEGMENTS), st.booleans()), max_size=4),
+       precedence=st.sampled_from(["last-match", "deny-wins"]),
+       mode=st.sampled_from(["workspace-write", "read-only"]))
+def test_creating_any_path_agrees_with_the_profile_object(
+        root: str, parts: list[tuple[str, bool]], precedence: str, mode: str) -> None:
+    path = "/".join([root, *(seg.upper() if up else seg for seg, up in parts)])
+    name = "ww" if mode == "workspace-write" else "ro"
+    profile = _profiles()[name]()  # type: ignore[operator]
+    assert _policy(name, precedence).create(path) is _oracle_create(profile, path), path
