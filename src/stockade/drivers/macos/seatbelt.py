@@ -111,16 +111,16 @@ _SYSCTL_NAMES = (
 _MACH_SERVICES = (
     # A denied lookup is itself reported as a violation: every command would
     # flood the system log with reports for logging it was entitled to.
-    ("com.apple.logd", "os_log"),
-    ("com.apple.system.logger", "syslog(3) and asl"),
+    "com.apple.logd",
+    "com.apple.system.logger",
     # Certificate checks through Security.framework (Go's crypto/x509, Swift,
     # system curl) ask trustd; without it every TLS handshake fails to verify.
-    ("com.apple.trustd", "TLS trust evaluation"),
-    ("com.apple.trustd.agent", "TLS trust evaluation (per-user)"),
+    "com.apple.trustd",
+    "com.apple.trustd.agent",
     # getpwuid/getpwnam: ssh, git and `~` expansion stop with
     # "No user exists for uid" when they cannot look the user up.
-    ("com.apple.system.opendirectoryd.libinfo", "user and group lookup"),
-    ("com.apple.system.opendirectoryd.membership", "group membership"),
+    "com.apple.system.opendirectoryd.libinfo",
+    "com.apple.system.opendirectoryd.membership",
 )
 
 _PROXY_NAMES = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY")
@@ -268,7 +268,7 @@ Not here, on purpose: launchservicesd (`open` starts apps outside the
 sandbox), the pasteboard, securityd (the keychain is a credential store),
 cfprefsd (it writes preferences on a client's behalf).
 """)
-    b.rule("allow", "mach-lookup", [f"(global-name {quote(n)})" for n, _ in _MACH_SERVICES])
+    b.rule("allow", "mach-lookup", [f"(global-name {quote(n)})" for n in _MACH_SERVICES])
     b.comment("""
 Power-management assertions (caffeinate, builds that keep the machine awake)
 open this IOKit client; it can change nothing but sleep assertions.
