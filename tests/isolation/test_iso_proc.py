@@ -9,7 +9,9 @@ shows the uid alone would not).
 from __future__ import annotations
 
 import json
+import os
 import random
+import socket
 import subprocess
 import time
 from collections.abc import Iterator
@@ -17,7 +19,15 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import RUN_TIMEOUT, Box, kill_marked, procs_with, text, wait_gone
+from .conftest import (
+    RUN_TIMEOUT,
+    SYSTEM_PYTHON,
+    Box,
+    kill_marked,
+    procs_with,
+    text,
+    wait_gone,
+)
 
 pytestmark = pytest.mark.isolation
 
@@ -230,3 +240,61 @@ def test_output_flood_is_capped_in_bounded_memory(box: Box, flood: list[str]) ->
     assert maxrss_kb < PEAK_RSS_LIMIT_KB, f"peak RSS {maxrss_kb / 1024:.0f} MB"
     assert elapsed < 20, f"capping took {elapsed:.1f}s"
     assert rc != 124, "the flood ran to the timeout instead of being cut at the cap"
+
+
+# -- descriptors the caller leaves open -------------------------------------------------
+
+FD_PROBE = r"""
+import os, socket
+for fd in range(3, 64):
+    try:
+        os.fstat(fd)
+    except OSError:
+        continue
+    print("OPEN", fd, os.readlink(f"/proc/self/fd/{fd}"))
+    for attempt in (
+        lambda: print(os.pread(fd, 200, 0).decode(errors="replace")),
+        lambda: os.close(os.open("pwned-via-fd", os.O_CREAT | os.O_WRONLY, dir_fd=fd)),
+        lambda: socket.socket(fileno=fd).sendall(b"egress via inherited socket"),
+    ):
+        try:
+            attempt()
+            print("USED", fd)
+        except Exception:
+            pass
+"""
+
+
+def test_inherited_descriptors_do_not_reach_the_command(box: Box) -> None:
+    """A parent's open file, directory or socket must not become the command's way out."""
+    secret = box.home / ".aws" / "credentials"
+    planted = box.sibling / "pwned-via-fd"
+    ours, theirs = socket.socketpair()
+    ours.settimeout(0.3)
+    fds = [os.open(secret, os.O_RDONLY), os.open(box.sibling, os.O_RDONLY | os.O_DIRECTORY),
+           theirs.fileno()]
+
+    def egress() -> bytes:
+        try:
+            return ours.recv(4096)
+        except OSError:
+            return b""
+
+    try:
+        # Control: the same descriptors do work in a plain child of the same parent.
+        plain = text(box.host([SYSTEM_PYTHON, "-I", "-c", FD_PROBE], pass_fds=fds))
+        assert plain.count("USED") >= 3 and box.markers[".aws/credentials"] in plain, plain
+        assert planted.exists() and egress()
+        planted.unlink()
+
+        res = box.py(FD_PROBE, mode="workspace-write", pass_fds=fds)
+        out = text(res)
+        assert "USED" not in out and "OPEN" not in out, out
+        assert box.markers[".aws/credentials"] not in out
+        assert not planted.exists()
+        assert egress() == b""
+    finally:
+        for fd in fds[:2]:
+            os.close(fd)
+        ours.close()
+        theirs.close()
