@@ -1,0 +1,234 @@
+"""One pass of every rule over the normalised text, with RE2.
+
+RE2 runs in time linear in the text whatever the pattern, which is what lets
+a user add a custom rule without being able to hang the filter (a Python
+`re` pattern such as `(a+)+$` takes exponential time on the wrong input).
+`re2.Set` evaluates all rules in a single scan and reports every rule that
+matched, so a command that is both a fork bomb and a root delete names both.
+
+`re2` is imported when a policy is built, not when this package is: a CLI
+invocation that never checks a command should not pay for it.
+"""
+
+from __future__ import annotations
+
+from .normalize import normalize, scan_target
+from .rules import BLOCK, DEFAULT_RULES, WARN, Rule
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from .config import CommandPolicyConfig
+
+ENFORCEMENTS = ("block", "warn", "off")
+
+# RE2's default budget (8 MiB) is shared by the compiled set and the DFA
+# cache. With every rule in one set, a larger cache keeps the DFA from
+# thrashing on long adversarial input; memory is only used as states appear.
+_MAX_MEM = 64 << 20
+LOGGER_NAME = "stockade.command_policy"
+
+
+def _options() -> object:
+    import re2
+
+    options = re2.Options()
+    options.max_mem = _MAX_MEM
+    # Otherwise RE2 prints every bad custom pattern to stderr through absl,
+    # on top of the error we report ourselves.
+    options.log_errors = False
+    return options
+
+
+def regex_error(pattern: str) -> str | None:
+    """Why `pattern` cannot be a rule, or None if it can."""
+    import re2
+
+    if not pattern:
+        return "the regex is empty and would match every command"
+    try:
+        compiled = re2.compile(pattern, _options())
+    except re2.error as exc:
+        detail = exc.args[0] if exc.args else exc
+        if isinstance(detail, bytes):
+            detail = detail.decode("utf-8", "replace")
+        return f"RE2 rejects it: {detail}"
+    if compiled.search("") is not None:
+        # `x*` or `(?:)` matches the empty string, so it matches everything:
+        # a typo that would block (or flood the audit with) every command.
+        return "the regex matches the empty string, so it would match every command"
+    return None
+
+
+class RuleMatch:
+    """One rule that matched: its tier as written and as enforced."""
+
+    __slots__ = ("action", "description", "effective", "excerpt", "name", "source")
+
+    def __init__(self, rule: Rule, effective: str, excerpt: str | None = None) -> None:
+        self.name = rule.name
+        self.action = rule.action
+        self.description = rule.description
+        self.source = rule.source
+        #: "block" or "warn" after `enforcement` is applied.
+        self.effective = effective
+        #: The part of the normalised text that matched (only when asked to explain).
+        self.excerpt = excerpt
+
+    def to_json(self) -> dict[str, object]:
+        return {"name": self.name, "action": self.action, "effective": self.effective,
+                "description": self.description, "source": self.source,
+                "excerpt": self.excerpt}
+
+    def __repr__(self) -> str:
+        return f"RuleMatch({self.name!r}, action={self.action!r}, effective={self.effective!r})"
+
+
+class PolicyVerdict:
+    """The outcome of one check. `blocked` is true when any match is enforced as a block."""
+
+    __slots__ = ("blocked", "enforcement", "matches", "normalized", "truncated")
+
+    def __init__(self, matches: tuple[RuleMatch, ...], normalized: str, truncated: bool,
+                 enforcement: str) -> None:
+        self.matches = matches
+        self.blocked = any(m.effective == BLOCK for m in matches)
+        self.normalized = normalized
+        #: The scan target was longer than 256 KiB; only its head was checked.
+        self.truncated = truncated
+        self.enforcement = enforcement
+
+    @property
+    def blocks(self) -> tuple[RuleMatch, ...]:
+        return tuple(m for m in self.matches if m.effective == BLOCK)
+
+    @property
+    def warnings(self) -> tuple[RuleMatch, ...]:
+        return tuple(m for m in self.matches if m.effective == WARN)
+
+    def to_json(self) -> dict[str, object]:
+        return {"blocked": self.blocked, "enforcement": self.enforcement,
+                "truncated": self.truncated, "normalized": self.normalized,
+                "matches": [m.to_json() for m in self.matches]}
+
+    def __repr__(self) -> str:
+        return (f"PolicyVerdict(blocked={self.blocked}, matches={[m.name for m in self.matches]},"
+                f" truncated={self.truncated})")
+
+
+class CommandPolicy:
+    """A compiled rule set plus how to enforce it. Build once; `check` is thread-safe."""
+
+    __slots__ = ("_compiled", "_set", "enabled", "enforcement", "errors", "rules")
+
+    def __init__(self, rules: Sequence[Rule] = DEFAULT_RULES, *, enabled: bool = True,
+                 enforcement: str = "block", errors: Sequence[str] = ()) -> None:
+        if enforcement not in ENFORCEMENTS:
+            raise ValueError(f"enforcement must be one of {', '.join(ENFORCEMENTS)}, "
+                             f"got {enforcement!r}")
+        self.enabled = enabled
+        self.enforcement = enforcement
+        self.rules: tuple[Rule, ...] = tuple(rules)
+        #: Configuration problems that were survived by falling back (see `from_config`).
+        self.errors: tuple[str, ...] = tuple(errors)
+        self._compiled: dict[str, object] = {}
+        self._set = _compile_set(self.rules) if self.rules else None
+
+    @classmethod
+    def from_config(cls, cfg: CommandPolicyConfig, *, report: bool = True) -> CommandPolicy:
+        """Compile `cfg`. A broken custom rule never leaves the process without a filter.
+
+        Each custom regex RE2 rejects is dropped and named in `errors`; the
+        curated defaults are then in force whatever `use_default_rules` says,
+        because the user's intent was *more* filtering, not none. With
+        `report`, each error is logged once to `stockade.command_policy`.
+        """
+        errors = list(cfg.errors)
+        custom: list[Rule] = []
+        for rule in cfg.custom_rules:
+            problem = regex_error(rule.regex)
+            if problem is None:
+                custom.append(rule)
+                continue
+            message = _bad_rule_message(rule.name, rule.source or cfg.source, problem)
+            if message not in errors:
+                errors.append(message)
+        defaults = DEFAULT_RULES if (cfg.use_default_rules or errors) else ()
+        policy = cls((*defaults, *custom), enabled=cfg.enabled, enforcement=cfg.enforcement,
+                     errors=errors)
+        if report and errors:
+            import logging
+
+            log = logging.getLogger(LOGGER_NAME)
+            for message in errors:
+                log.error("%s", message)
+        return policy
+
+    def check(self, program: str, args: Sequence[str] = (), stdin: bytes | None = None, *,
+              explain: bool = False) -> PolicyVerdict:
+        """Normalise program + args + stdin (first 256 KiB) and match every rule once.
+
+        With `explain`, each match carries the excerpt of the normalised text
+        that matched (an extra search per matching rule, for people, not hooks).
+        """
+        raw, truncated = scan_target(program, args, stdin)
+        return self.check_text(raw, truncated=truncated, explain=explain)
+
+    def check_text(self, raw: str, *, truncated: bool = False,
+                   explain: bool = False) -> PolicyVerdict:
+        """`check` for text that is already one scan target (not cut here)."""
+        normalized = normalize(raw)
+        if not self.enabled or self.enforcement == "off" or self._set is None:
+            # Normalisation still ran: "off" stops rules from acting, it does
+            # not change what the text is taken to say.
+            return PolicyVerdict((), normalized, truncated, self._state())
+        data = normalized.encode("utf-8", "surrogatepass")
+        hits = self._set.Match(data)  # type: ignore[attr-defined]
+        if not hits:
+            return PolicyVerdict((), normalized, truncated, self.enforcement)
+        downgrade = self.enforcement == "warn"
+        matches = []
+        for index in sorted(hits):
+            rule = self.rules[index]
+            effective = WARN if downgrade else rule.action
+            excerpt = self._excerpt(rule, normalized) if explain else None
+            matches.append(RuleMatch(rule, effective, excerpt))
+        return PolicyVerdict(tuple(matches), normalized, truncated, self.enforcement)
+
+    def _state(self) -> str:
+        return self.enforcement if self.enabled else "disabled"
+
+    def _excerpt(self, rule: Rule, text: str) -> str | None:
+        import re2
+
+        compiled = self._compiled.get(rule.name)
+        if compiled is None:
+            compiled = re2.compile(rule.regex, _options())
+            self._compiled[rule.name] = compiled
+        found = compiled.search(text)  # type: ignore[attr-defined]
+        if found is None:
+            return None
+        excerpt: str = found.group(0).strip()
+        return excerpt if len(excerpt) <= 200 else excerpt[:197] + "..."
+
+
+def _compile_set(rules: Sequence[Rule]) -> object:
+    import re2
+
+    matcher = re2.Set.SearchSet(_options())
+    for rule in rules:
+        try:
+            matcher.Add(rule.regex)
+        except re2.error as exc:
+            # Custom rules were vetted by `regex_error`; a default rule that
+            # fails here is a bug in this package, and running without the
+            # filter is not an option.
+            raise ValueError(f"command policy rule {rule.name!r} does not compile: {exc}") from exc
+    matcher.Compile()
+    return matcher
+
+
+def _bad_rule_message(name: str, source: str, problem: str) -> str:
+    return (f"{source}: [sandbox.command_policy] custom rule {name!r}: {problem}; "
+            "the rule is ignored and the default rules stay in force")

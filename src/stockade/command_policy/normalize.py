@@ -1,0 +1,405 @@
+"""Fold the spellings a shell would execute verbatim into one canonical text.
+
+Rules are written once, against this text. Without the fold, every rule would
+have to anticipate `r""m`, `\\r\\m`, `rm${IFS}-rf`, `r^m`, a zero-width space
+or a base64 `-EncodedCommand`, and the one it forgot is the bypass. Anything
+the fold cannot prove equivalent (variables, `eval`, string arithmetic) is out
+of scope: this is a hard filter in front of the OS sandbox, not a shell.
+
+Every step errs towards joining and revealing: a fold that turns a harmless
+command into one a rule matches costs a false positive, a fold that hides a
+dangerous one is a bypass. The result is idempotent (`normalize(normalize(t))
+== normalize(t)`), so rules and the texts shown to people agree.
+
+Nothing here may be slower than linear in the input: the scan target is
+bounded, but a quadratic step on 256 KiB is still a denial of service.
+"""
+
+from __future__ import annotations
+
+import binascii
+import re
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+#: The scan target is cut here. A `bash -s` script can be megabytes; scanning
+#: the head keeps a check within milliseconds, and the verdict says it was cut.
+SCAN_LIMIT = 256 * 1024
+
+#: Stands in for a decoded `-EncodedCommand` payload; the decoded text is
+#: appended below. It cannot itself be mistaken for a payload (`[` is not
+#: base64), which is what keeps the fold idempotent.
+DECODED_MARKER = "[decoded below]"
+
+# Characters no terminal shows and no shell treats as part of a command
+# name's meaning in an evasion: stripping them is what the reader sees.
+_INVISIBLE = (
+    "\u00ad\u034f\u061c\u115f\u1160\u17b4\u17b5\u180b\u180c\u180d\u180e\u180f"
+    "\u200b\u200c\u200d\u200e\u200f\u202a\u202b\u202c\u202d\u202e"
+    "\u2060\u2061\u2062\u2063\u2064\u2066\u2067\u2068\u2069\u206a\u206b\u206c\u206d\u206e"
+    "\u206f\u3164\ufe00\ufe01\ufe02\ufe03\ufe04\ufe05\ufe06\ufe07\ufe08\ufe09\ufe0a\ufe0b"
+    "\ufe0c\ufe0d\ufe0e\ufe0f\ufeff\uffa0"
+)
+# PowerShell reads these dashes as `-` and these quotes as quotes, so
+# `Remove-Item` followed by an en-dash `Recurse`, or `rm` in curly quotes, is the
+# command it looks like.
+_DASHES = "\u2010\u2011\u2012\u2013\u2014\u2015\u2212"
+_SINGLE_QUOTES = "\u2018\u2019\u201a\u201b"
+_DOUBLE_QUOTES = "\u201c\u201d\u201e"
+_SPACES = ("\u00a0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008\u2009\u200a"
+           "\u202f\u205f\u3000")
+_NEWLINES = "\u0085\u2028\u2029"
+
+_UNICODE_MAP: dict[str, str] = {c: "" for c in _INVISIBLE}
+_UNICODE_MAP.update({c: "-" for c in _DASHES})
+_UNICODE_MAP.update({c: "'" for c in _SINGLE_QUOTES})
+_UNICODE_MAP.update({c: '"' for c in _DOUBLE_QUOTES})
+_UNICODE_MAP.update({c: " " for c in _SPACES})
+_UNICODE_MAP.update({c: "\n" for c in _NEWLINES})
+# Tag characters (U+E0000..U+E007F) render as nothing; they are outside the BMP
+# so they get their own range in the pattern rather than 128 map entries.
+_UNICODE_RE = re.compile("[" + re.escape("".join(_UNICODE_MAP)) + "\U000e0000-\U000e007f]")
+
+# Quotes only group words for the shell, carets only escape for cmd: with
+# them gone, `"r"m`, `r''m` and `r^m` all read `rm`. Control characters other
+# than tab and newline are dropped for the same reason: bash keeps them as
+# word characters, so removing them can only join, never hide. (Vertical tab
+# and form feed separate words, so they become spaces.)
+_DROP = "\"'^" + "".join(map(chr, (*range(0x00, 0x09), *range(0x0E, 0x20), 0x7F)))
+_DROP_TABLE: dict[int, str | None] = {ord(c): None for c in _DROP}
+_DROP_TABLE.update({0x0B: " ", 0x0C: " "})
+# ASCII bytes never occur inside a multi-byte UTF-8 sequence, so the same
+# deletion on the encoded text is exact, and far faster than `str.translate`
+# once the text is not pure ASCII.
+_DROP_BYTES = _DROP.encode("ascii")
+_BYTE_TABLE = bytes(range(256)).replace(b"\x0b", b" ").replace(b"\x0c", b" ")
+
+# `'Down'+'loadString'` is one string to PowerShell. The pattern starts at the
+# `+` (a literal, which `re` can scan for quickly); the quote before it is
+# checked by hand.
+_CONCAT_RE = re.compile(r"\+[ \t]*[\"']")
+
+# Bash ANSI-C quoting: `$'\x72\x6d'` is `rm`. Possessive so an unterminated
+# `$'` costs one linear scan, not a backtracking one.
+_ANSI_C_RE = re.compile(r"\$'((?:[^'\\]++|\\.)*+)'", re.DOTALL)
+_ANSI_C_ESCAPE_RE = re.compile(
+    r"\\(?:x([0-9A-Fa-f]{1,2})|u([0-9A-Fa-f]{1,4})|U([0-9A-Fa-f]{1,8})|([0-7]{1,3})|c(.)|(.))",
+    re.DOTALL,
+)
+_ANSI_C_SIMPLE = {"a": "\a", "b": "\b", "e": "\x1b", "E": "\x1b", "f": "\f", "n": "\n",
+                  "r": "\r", "t": "\t", "v": "\v", "\\": "\\", "'": "'", '"': '"', "?": "?"}
+
+# `$IFS` is whitespace after word splitting: `rm${IFS}-rf${IFS}/` is `rm -rf /`.
+# The `$9` of the `$IFS$9` idiom is an unset positional parameter: empty.
+_IFS_RE = re.compile(r"(?:\$\{IFS[^}\n]*\}|\$IFS(?![A-Za-z0-9_]))(?:\$\{?[1-9@*]\}?)?")
+
+# `{rm,-rf,/}` as a word of its own is brace-expanded by bash to `rm -rf /`.
+# (Whether it stands alone is checked in `_expand_braces`: a pattern that
+# starts with a look-behind makes `re` try it at every position, ten times
+# slower on a long script.)
+_BRACE_RE = re.compile(r"\{([^{}\s,]*(?:,[^{}\s,]*)+)\}")
+_WORD_BREAK = frozenset(" \t\n;&|()")
+
+# A base64 `-EncodedCommand` payload. PowerShell accepts any unambiguous
+# prefix of the parameter (`-e`, `-enc`, `-encodedc`...), `-ec`, and `/` or
+# `--` as the dash. The word class includes `.` so that a payload glued to a
+# dot is one word here and after the path fold (see `_decode_word`).
+_POWERSHELL_LINE_RE = re.compile(r"(?i)(?:powershell|pwsh)[^\n]*")
+_ENCODED_RE = re.compile(
+    r"(?i)(?<![^\s])(?:--?|/)(?:ec|e(?:n(?:c(?:o(?:d(?:e(?:d(?:c(?:o(?:m(?:m(?:a(?:n(?:d)?)?)?)?)?)?)?)?)?)?)?)?)?)"
+    r"(?::|[ \t]+)([A-Za-z0-9+/=.]{4,})"
+)
+
+# Path spellings. `\\?\C:\`, `\\.\C:` and `\??\C:\` (after `\` became `/`)
+# name the same place as `C:/`; `//./PhysicalDrive0` keeps its device name.
+_WIN_PREFIX_RE = re.compile(r"(?i)//[?.]/(unc/)?|/\?\?/")
+_WIN_PREFIXED_RE = re.compile(r"(?i)[a-z]:|physicaldrive|harddisk|volume\{|globalroot")
+_PREFIX_BREAK = frozenset(" \t\n=;&|<>(")
+# `/.` as a whole segment.
+_DOT_SEGMENT_RE = re.compile(r"/\.(?=[/\s;&|<>()]|$)")
+_SLASHES_RE = re.compile(r"//+")
+# A URL's `//` is kept (as a NUL, which the earlier steps removed from the
+# text, while the other runs collapse) so `https://host` stays readable;
+# nothing this filter looks for is spelt with a scheme. `C://` is a drive.
+_COLON_SLASHES_RE = re.compile(r":/{2,}")
+_SCHEME_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+.-")
+_DELIMITERS = frozenset(" \t\n;&|<>()")
+_DRIVE_RE = re.compile(r"[A-Za-z]:")
+
+
+def normalize(text: str) -> str:
+    """The canonical reading of `text` that rules are matched against. Never raises."""
+    t = text
+    if "$'" in t:
+        t = _ANSI_C_RE.sub(_decode_ansi_c, t)
+    if not t.isascii():
+        t = _fold_unicode(t)
+    if "\r" in t:
+        t = t.replace("\r\n", "\n").replace("\r", "\n")
+    # Line continuations of bash, cmd and PowerShell join two lines into one
+    # command; left in, `rm -rf \<newline>/` would hide the `/`. (`in` first:
+    # it is several times faster than a `replace` that finds nothing.)
+    for continuation in ("\\\n", "^\n", "`\n"):
+        if continuation in t:
+            t = t.replace(continuation, "")
+    if "+" in t:
+        t = _fold_concatenation(t)
+    if t.isascii():
+        t = t.translate(_DROP_TABLE)
+    else:
+        t = (t.encode("utf-8", "surrogatepass").translate(_BYTE_TABLE, _DROP_BYTES)
+             .decode("utf-8", "surrogatepass"))
+
+    # `\` is an escape to a POSIX shell and a path separator to Windows; a
+    # backtick is a command substitution to bash and an escape to PowerShell.
+    # Both readings are scanned rather than guessing which shell will run it.
+    # The Windows reading only needs the lines that hold one of the two.
+    views = [t]
+    if "\\" in t or "`" in t:
+        views = [t.replace("\\", "").replace("`", " "),
+                 _lines_with_escapes(t).replace("`", "").replace("\\", "/")]
+
+    decoded: dict[str, None] = {}
+    out: list[str] = []
+    for view in views:
+        v = _fold_view(view, decoded)
+        if v not in out:
+            out.append(v)
+    for payload in decoded:
+        if payload not in out:
+            out.append(payload)
+    return "\n".join(out)
+
+
+def scan_target(program: str, args: Sequence[str], stdin: bytes | None) -> tuple[str, bool]:
+    """Program, space-joined args and stdin as one text, cut at `SCAN_LIMIT` bytes.
+
+    Returns the (not yet normalised) text and whether it was cut. Stdin is
+    read as UTF-8 with undecodable bytes replaced: one stray byte must not
+    turn a `bash -s` script into "binary, skipped".
+    """
+    line = " ".join((program, *args)) if args else program
+    if not stdin:
+        # A character is at most 4 bytes, so short lines skip the encode.
+        if len(line) * 4 <= SCAN_LIMIT:
+            return line, False
+        raw = line.encode("utf-8", "surrogateescape")
+        if len(raw) <= SCAN_LIMIT:
+            return line, False
+        return raw[:SCAN_LIMIT].decode("utf-8", "replace"), True
+    head = line.encode("utf-8", "surrogateescape") + b"\n" if line else b""
+    room = SCAN_LIMIT - len(head)
+    if room < 0:
+        return head[:SCAN_LIMIT].decode("utf-8", "replace"), True
+    body = stdin[:room]
+    truncated = len(stdin) > room
+    return (head + body).decode("utf-8", "replace"), truncated
+
+
+def _fold_unicode(t: str) -> str:
+    return _UNICODE_RE.sub(_unicode_replacement, t)
+
+
+def _fold_concatenation(t: str) -> str:
+    cuts: list[tuple[int, int]] = []
+    for m in _CONCAT_RE.finditer(t):
+        i = m.start() - 1
+        while i >= 0 and t[i] in " \t":
+            i -= 1
+        if i >= 0 and t[i] in "\"'" and (not cuts or i >= cuts[-1][1]):
+            cuts.append((i, m.end()))
+    if not cuts:
+        return t
+    out: list[str] = []
+    pos = 0
+    for start, end in cuts:
+        out.append(t[pos:start])
+        pos = end
+    out.append(t[pos:])
+    return "".join(out)
+
+
+def _lines_with_escapes(t: str) -> str:
+    """The lines of `t` that contain a backslash or a backtick, in order."""
+    n = len(t)
+    lines: list[str] = []
+    pos = 0
+    # Cached next positions: re-finding both characters from every line
+    # would be quadratic when one of them never occurs.
+    next_backslash = t.find("\\")
+    next_backtick = t.find("`")
+    while True:
+        if 0 <= next_backslash < pos:
+            next_backslash = t.find("\\", pos)
+        if 0 <= next_backtick < pos:
+            next_backtick = t.find("`", pos)
+        hits = [i for i in (next_backslash, next_backtick) if i >= 0]
+        if not hits:
+            break
+        i = min(hits)
+        start = t.rfind("\n", pos, i) + 1 or pos
+        end = t.find("\n", i)
+        if end == -1:
+            end = n
+        lines.append(t[start:end])
+        pos = end + 1
+    return "\n".join(lines)
+
+
+def _unicode_replacement(m: re.Match[str]) -> str:
+    return _UNICODE_MAP.get(m.group(), "")
+
+
+def _decode_ansi_c(m: re.Match[str]) -> str:
+    return _ANSI_C_ESCAPE_RE.sub(_ansi_c_escape, m.group(1))
+
+
+def _ansi_c_escape(m: re.Match[str]) -> str:
+    hex2, hex4, hex8, octal, control, other = m.groups()
+    if other is not None:
+        # Bash keeps the backslash of an unknown escape.
+        return _ANSI_C_SIMPLE.get(other, "\\" + other)
+    if control is not None:
+        return chr(ord(control) & 0x1F)
+    number = hex2 or hex4 or hex8
+    code = int(number, 16) if number else int(octal, 8) & 0xFF
+    if code > 0x10FFFF or 0xD800 <= code <= 0xDFFF:
+        return "?"
+    return chr(code)
+
+
+def _fold_view(t: str, decoded: dict[str, None]) -> str:
+    if "IFS" in t:
+        t = _IFS_RE.sub(" ", t)
+    if "{" in t and "," in t:
+        t = _BRACE_RE.sub(_expand_braces, t)
+    if ("-" in t or "/" in t) and _mentions_powershell(t):
+        t = _POWERSHELL_LINE_RE.sub(lambda m: _ENCODED_RE.sub(
+            lambda e: _replace_payload(e, decoded), m.group()), t)
+    if "/" in t:
+        t = _fold_paths(t)
+    return t
+
+
+def _mentions_powershell(t: str) -> bool:
+    low = t.lower()
+    return "powershell" in low or "pwsh" in low
+
+
+def _expand_braces(m: re.Match[str]) -> str:
+    t = m.string
+    before, after = m.start() - 1, m.end()
+    if (before >= 0 and t[before] not in _WORD_BREAK) or (
+            after < len(t) and t[after] not in _WORD_BREAK and t[after] != ")"):
+        return m.group()
+    return m.group(1).replace(",", " ")
+
+
+def _replace_payload(m: re.Match[str], decoded: dict[str, None]) -> str:
+    text = _decode_word(m.group(1))
+    if text is None:
+        return m.group()
+    decoded[normalize(text)] = None
+    return m.group()[: m.start(1) - m.start()] + DECODED_MARKER
+
+
+def _decode_word(word: str) -> str | None:
+    # The path fold runs after this step and may rewrite a word that
+    # contains `//` or `/.`; trying the folded spelling too means a second
+    # `normalize` sees exactly the same payloads as the first.
+    for candidate in (word, _fold_paths(word)):
+        try:
+            raw = binascii.a2b_base64(candidate, strict_mode=True)
+            return raw.decode("utf-16-le")
+        except (binascii.Error, UnicodeDecodeError, ValueError):
+            continue
+    return None
+
+
+def _fold_paths(t: str) -> str:
+    if ("/?" in t or "//." in t) and ("//?/" in t or "//./" in t or "/??/" in t):
+        t = _WIN_PREFIX_RE.sub(_strip_win_prefix, t)
+    if "/." in t:
+        t = _DOT_SEGMENT_RE.sub("/", t)
+    if "//" in t:
+        if "://" in t:
+            t = _COLON_SLASHES_RE.sub(_keep_scheme, t)
+        t = _SLASHES_RE.sub("/", t)
+        if "\x00" in t:
+            t = t.replace("\x00", "//")
+    if "/.." in t:
+        t = _resolve_parents(t)
+    return t
+
+
+def _strip_win_prefix(m: re.Match[str]) -> str:
+    t = m.string
+    if m.start() > 0 and t[m.start() - 1] not in _PREFIX_BREAK:
+        return m.group()
+    if m.group(1):
+        return "//"  # `\\?\UNC\server\share` is `\\server\share`
+    if _WIN_PREFIXED_RE.match(t, m.end()) is None:
+        return m.group()
+    return ""
+
+
+def _keep_scheme(m: re.Match[str]) -> str:
+    t = m.string
+    i = m.start()
+    if i >= 1 and t[i - 1].isalpha() and (i < 2 or t[i - 2] not in _SCHEME_CHARS):
+        return ":/"
+    return ":\x00"
+
+
+def _resolve_parents(t: str) -> str:
+    """Resolve `..` in absolute paths lexically: `/usr/../*` is `/*`.
+
+    Each path word is visited once, so this is linear however many `..` a
+    word holds.
+    """
+    n = len(t)
+    out: list[str] = []
+    pos = 0
+    i = t.find("/..")
+    while i != -1:
+        after = i + 3
+        if after < n and t[after] != "/" and t[after] not in _DELIMITERS:
+            i = t.find("/..", i + 1)
+            continue
+        start = i
+        while start > pos and t[start - 1] not in _DELIMITERS:
+            start -= 1
+        end = after
+        while end < n and t[end] not in _DELIMITERS:
+            end += 1
+        out.append(t[pos:start])
+        out.append(_resolve_word(t[start:end]))
+        pos = end
+        i = t.find("/..", end)
+    out.append(t[pos:])
+    return "".join(out)
+
+
+def _resolve_word(word: str) -> str:
+    slash = word.find("/")
+    prefix = word[:slash]
+    # Only absolute paths: `of=/dev/../dev/sda`, `C:/x/..`, `/usr/..`.
+    # A relative `build/..` cannot reach the root, so it is left as written.
+    if prefix and not prefix.endswith("=") and not _DRIVE_RE.fullmatch(prefix):
+        return word
+    parts = word[slash + 1:].split("/")
+    stack: list[str] = []
+    for part in parts:
+        if part in ("", "."):
+            continue
+        if part == "..":
+            if stack:
+                stack.pop()
+            continue
+        stack.append(part)
+    path = prefix + "/" + "/".join(stack)
+    if stack and parts and parts[-1] in ("", ".", ".."):
+        path += "/"
+    return path
