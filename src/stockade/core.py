@@ -138,9 +138,14 @@ class SandboxCore:
         if self._driver is None:
             options: dict[str, Any] = {"env": self.env, "workspace": workspace,
                                           **self.driver_options}
-            if self.config.backend in ("auto", "bubblewrap"):
+            from .drivers import BUBBLEWRAP, platform_backend
+
+            backend = self.config.backend
+            if (platform_backend() if backend == "auto" else backend) == BUBBLEWRAP:
                 options.setdefault("max_pids", self.config.max_pids)
                 options.setdefault("cpu_percent", self.config.cpu_quota_percent)
+            else:
+                options.pop("probe", None)
             if self.config.bwrap:
                 options["bwrap_path"] = self.config.bwrap
             self._driver = select_driver(self.config.backend, **options)
@@ -363,15 +368,12 @@ def _default_secrets() -> tuple[str, ...]:
 
 def default_hooks(config: SandboxConfig) -> list[BeforeHook]:
     """Command policy first, then the rate limit, as the chain is specified."""
+    from .command_policy import policy_hook_from_config
+
     hooks: list[BeforeHook] = []
-    try:
-        from .command_policy import policy_hook_from_config
-    except ImportError:  # pragma: no cover - the policy package ships with stockade
-        policy_hook_from_config = None
-    if policy_hook_from_config is not None:
-        hook = policy_hook_from_config(config.command_policy)
-        if hook is not None:
-            hooks.append(hook)
+    hook = policy_hook_from_config(config.command_policy)
+    if hook is not None:
+        hooks.append(hook)
     if config.commands_per_minute:
         from .hooks import RateLimitHook
 

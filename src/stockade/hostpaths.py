@@ -8,6 +8,7 @@ always give the same profile and the tests need no monkeypatching.
 from __future__ import annotations
 
 import os
+import sys
 
 from .errors import ConfigError
 
@@ -176,7 +177,7 @@ def local_sockets(env: Mapping[str, str]) -> list[str]:
     return socks
 
 
-def scratch(env: Mapping[str, str]) -> list[str]:
+def scratch(env: Mapping[str, str], platform: str = "") -> list[str]:
     """Directories outside the workspace a toolchain must write to in order to build at all.
 
     A compiler's cache is shared across projects and too large to keep in one,
@@ -188,7 +189,12 @@ def scratch(env: Mapping[str, str]) -> list[str]:
     to be denied.
     """
     home = env.get("HOME", "")
-    cache = env.get("XDG_CACHE_HOME") or (os.path.join(home, ".cache") if home else "")
+    # macOS toolchains default to ~/Library/Caches, not the XDG location:
+    # Go's build cache there is the path the Go seed saw denied first.
+    darwin = (platform or sys.platform) == "darwin"
+    default_cache = os.path.join(home, "Library", "Caches") if darwin else os.path.join(
+        home, ".cache")
+    cache = env.get("XDG_CACHE_HOME") or (default_cache if home else "")
     out: list[str] = []
 
     def add(var: str, *default: str) -> None:
@@ -206,6 +212,8 @@ def scratch(env: Mapping[str, str]) -> list[str]:
     add("PNPM_HOME", home, ".local/share/pnpm")
     add("YARN_CACHE_FOLDER", cache, "yarn")
     add("PIP_CACHE_DIR", cache, "pip")
+    if darwin and home:
+        out.append(os.path.join(home, "Library", "Caches", "Yarn"))
     add("UV_CACHE_DIR", cache, "uv")
     add("GRADLE_USER_HOME", home, ".gradle")
     if home:

@@ -83,7 +83,6 @@ class Process:
         capture: bool = True,
         extra_fds: Mapping[int, int] | None = None,
         new_session: bool = True,
-        on_spawn: Callable[[int], None] | None = None,
     ) -> None:
         """`stdin`: an fd to inherit, or None for a pipe. `capture`: pipe stdout/stderr.
 
@@ -130,14 +129,6 @@ class Process:
         self.new_session = new_session
         self.returncode: int | None = None
         self._pidfd = -1
-        if on_spawn is not None:
-            try:
-                on_spawn(self.pid)
-            except BaseException:
-                self.kill()
-                self.wait()
-                self.close()
-                raise
         try:
             self._pidfd = os.pidfd_open(self.pid)
         except (AttributeError, OSError):
@@ -322,8 +313,7 @@ class Process:
 
 def spawn_launch(launch: Launch, **options: Any) -> Process:
     """Start a driver's prepared launch: its argv, env, extra fds and spawn hook."""
-    return Process(launch.argv, launch.env, extra_fds=launch.extra_fds,
-                   on_spawn=launch.on_spawn, **options)
+    return Process(launch.argv, launch.env, extra_fds=launch.extra_fds, **options)
 
 
 class Outcome:
@@ -368,11 +358,10 @@ class BackgroundProcess:
 
     def __init__(self, argv: list[str], env: Mapping[str, str], *, stdin: bytes | None = None,
                  window: int = DEFAULT_MAX_OUTPUT, on_exit: object = None,
-                 extra_fds: Mapping[int, int] | None = None,
-                 on_spawn: Callable[[int], None] | None = None) -> None:
+                 extra_fds: Mapping[int, int] | None = None) -> None:
         import threading
 
-        self._proc = Process(argv, env, extra_fds=extra_fds, on_spawn=on_spawn)
+        self._proc = Process(argv, env, extra_fds=extra_fds)
         self.pid = self._proc.pid
         self._window = window
         self._bufs = {"stdout": bytearray(), "stderr": bytearray()}

@@ -58,8 +58,7 @@ def perform_start(run: Run, core: SandboxCore, ws: SessionWorkspace) -> Backgrou
         launch.cleanup()
 
     proc = BackgroundProcess(launch.argv, launch.env, stdin=run.stdin, window=run.max_output,
-                             on_exit=on_exit, extra_fds=launch.extra_fds,
-                             on_spawn=launch.on_spawn)
+                             on_exit=on_exit, extra_fds=launch.extra_fds)
     core.track(ws, proc)
     return proc
 

@@ -29,8 +29,6 @@ if TYPE_CHECKING:
         extra_fds: dict[int, int]
         events: list[str]
 
-        def on_spawn(self, pid: int) -> None: ...
-
         def cleanup(self) -> None: ...
 
     class Driver(Protocol):
@@ -58,28 +56,21 @@ class PreparedLaunch:
     """A concrete launch: what to exec, with which environment, and what to undo after.
 
     `extra_fds` maps a child fd number to a parent fd to place there;
-    `on_spawn(pid)` runs right after the spawn (e.g. to move the new process
-    into its cgroup before it may run the command); `cleanup()` runs once the
-    process is gone and may leave `events` ("oom", "pids") for the audit.
+    `cleanup()` runs once the process is gone and may leave `events`
+    ("oom", "pids") for the audit record.
     """
 
-    __slots__ = ("_cleanup", "_on_spawn", "argv", "cwd", "env", "events", "extra_fds")
+    __slots__ = ("_cleanup", "argv", "cwd", "env", "events", "extra_fds")
 
     def __init__(self, argv: list[str], env: dict[str, str], cwd: str, *,
                  extra_fds: dict[int, int] | None = None,
-                 on_spawn: Callable[[int], None] | None = None,
                  cleanup: Callable[[PreparedLaunch], None] | None = None) -> None:
         self.argv = argv
         self.env = env
         self.cwd = cwd
         self.extra_fds = extra_fds or {}
         self.events: list[str] = []
-        self._on_spawn = on_spawn
         self._cleanup = cleanup
-
-    def on_spawn(self, pid: int) -> None:
-        if self._on_spawn is not None:
-            self._on_spawn(pid)
 
     def cleanup(self) -> None:
         cleanup, self._cleanup = self._cleanup, None

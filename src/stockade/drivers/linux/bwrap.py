@@ -22,8 +22,6 @@ from .limits import ExecCgroup, Limits, mechanism
 SYS_READ_PATHS = ("/sys/devices/system/cpu", "/sys/devices/system/node", "/sys/fs/cgroup",
                   "/sys/kernel/mm/transparent_hugepage")
 
-# The child fd bwrap blocks on until stockade has placed it in its cgroup.
-BLOCK_FD = 3
 _SEQ = 0
 
 TYPE_CHECKING = False
@@ -132,8 +130,8 @@ def userns_diagnosis(stderr: str = "") -> str:
     return "bwrap could not build the sandbox (inside a container without user namespaces?)"
 
 
-def build_bwrap_args(profile: Profile, bwrap: str, *, block_fd: int | None = None,
-                     inner: list[str] | None = None) -> list[str]:
+def build_bwrap_args(profile: Profile, bwrap: str, *, inner: list[str] | None = None
+                     ) -> list[str]:
     """bwrap's command line for `profile`, ending in `-- inner` (pure)."""
     a: list[str] = [bwrap]
     # A user namespace even for root: without it root's capabilities would be
@@ -145,8 +143,6 @@ def build_bwrap_args(profile: Profile, bwrap: str, *, block_fd: int | None = Non
     # --new-session: no controlling terminal, so TIOCSTI cannot type into the
     # caller's shell. --die-with-parent: if stockade dies, the sandbox dies.
     a += ["--die-with-parent", "--new-session", "--cap-drop", "ALL"]
-    if block_fd is not None:
-        a += ["--block-fd", str(block_fd)]
 
     # 1. The base view.
     if profile.read_scope == STRICT:
@@ -348,30 +344,15 @@ class BubblewrapDriver:
 
     def prepare(self, argv: list[str], profile: Profile) -> PreparedLaunch:
         stubs = _StubSet(profile, self._state_dir)
-        cgroup = None
         try:
+            args = build_bwrap_args(profile, self.bwrap, inner=list(argv))
             cgroup = self._cgroup(profile)
-            if cgroup is None:
-                args = build_bwrap_args(profile, self.bwrap, inner=list(argv))
-                return PreparedLaunch(args, dict(profile.env), profile.cwd,
-                                      cleanup=lambda launch: stubs.release())
-            # bwrap waits on this pipe before it runs the command, so the
-            # whole tree is in the cgroup before the command's first fork.
-            gate_r, gate_w = os.pipe()
-            args = build_bwrap_args(profile, self.bwrap, block_fd=BLOCK_FD, inner=list(argv))
         except BaseException:
-            if cgroup is not None:
-                cgroup.remove()
             stubs.release()
             raise
-
-        def on_spawn(pid: int) -> None:
-            os.close(gate_r)
-            try:
-                cgroup.add_tree(pid)
-                os.write(gate_w, b"1")
-            finally:
-                os.close(gate_w)
+        if cgroup is None:
+            return PreparedLaunch(args, dict(profile.env), profile.cwd,
+                                  cleanup=lambda launch: stubs.release())
 
         def cleanup(launch: PreparedLaunch) -> None:
             try:
@@ -384,8 +365,8 @@ class BubblewrapDriver:
             finally:
                 stubs.release()
 
-        return PreparedLaunch(args, dict(profile.env), profile.cwd, extra_fds={BLOCK_FD: gate_r},
-                              on_spawn=on_spawn, cleanup=cleanup)
+        return PreparedLaunch(cgroup.enter_argv(args), dict(profile.env), profile.cwd,
+                              cleanup=cleanup)
 
     def _cgroup(self, profile: Profile) -> ExecCgroup | None:
         limits = Limits(memory_mb=profile.max_memory_mb, max_pids=self._max_pids,

@@ -117,8 +117,12 @@ class ExecCgroup:
             os.mkdir(self.dirs[""])
             self._v2_limits(self.dirs[""])
         else:
+            wanted = {"memory": limits.memory_mb, "pids": limits.max_pids,
+                      "cpu": limits.cpu_percent}
             for controller, base in bases.items():
-                if controller == "cpu" and not limits.cpu_percent:
+                # Each hierarchy joined costs a task migration (milliseconds on
+                # v1), so only the ones with a limit to enforce are used.
+                if not wanted.get(controller):
                     continue
                 path = os.path.join(base, name)
                 os.mkdir(path)
@@ -167,32 +171,18 @@ class ExecCgroup:
             _write(os.path.join(cpu, "cpu.cfs_period_us"), "100000")
             _write(os.path.join(cpu, "cpu.cfs_quota_us"), str(lim.cpu_percent * 1000))
 
-    def add_tree(self, pid: int, *, expect: int = 2, timeout: float = 2.0) -> None:
-        """Move `pid` and its descendants, until at least `expect` processes are members.
+    def enter_argv(self, argv: list[str]) -> list[str]:
+        """`argv`, started from inside this cgroup.
 
-        A child still inside fork() when it is listed stays in the old cgroup,
-        so one pass is a race: bwrap forks its PID-namespace init right after
-        it starts. The init then waits on the block fd, so once every process
-        of the tree is a member, nothing can start outside the cgroup.
+        The process joins before it execs, so everything it ever forks is
+        born inside: no child can be listed too late and escape the limits,
+        and one migration per hierarchy is all it costs (each is a few ms on
+        a v1 kernel, where moving a task waits for an RCU grace period).
         """
-        import time
-
-        deadline = time.monotonic() + timeout
-        probe = next(iter(self.dirs.values()))
-        while True:
-            tree = _tree(pid)
-            for p in tree:
-                for path in self.dirs.values():
-                    try:
-                        _write(os.path.join(path, "cgroup.procs"), str(p))
-                    except ProcessLookupError:
-                        pass
-            members = set(_read(os.path.join(probe, "cgroup.procs")).split())
-            if len(tree) >= expect and all(str(p) in members for p in tree):
-                return
-            if time.monotonic() > deadline:
-                raise OSError(f"could not move process tree {tree} into {probe}")
-            time.sleep(0.0005)
+        files = [os.path.join(path, "cgroup.procs") for path in self.dirs.values()]
+        joins = " && ".join(f'echo $$ > "${i + 1}"' for i in range(len(files)))
+        script = f'{joins} || exit 125; shift {len(files)}; exec "$@"'
+        return ["/bin/sh", "-c", script, "stockade-cgroup", *files, *argv]
 
     def oom_killed(self) -> bool:
         if self.kind == "cgroup-v2":
@@ -241,18 +231,3 @@ class ExecCgroup:
                     import time
 
                     time.sleep(0.01)
-
-
-def _tree(pid: int) -> list[int]:
-    out = [pid]
-    i = 0
-    while i < len(out):
-        p = out[i]
-        i += 1
-        try:
-            tids = os.listdir(f"/proc/{p}/task")
-        except OSError:
-            continue
-        for tid in tids:
-            out.extend(int(c) for c in _read(f"/proc/{p}/task/{tid}/children").split())
-    return out
