@@ -27,7 +27,7 @@ from .errors import SandboxUnavailable
 TYPE_CHECKING = False
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Mapping
+    from collections.abc import Mapping
     from typing import Any
 
     from .drivers import Launch
