@@ -14,6 +14,7 @@ import ipaddress
 import socket
 import ssl
 import threading
+import time
 from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -272,6 +273,12 @@ class Decisions(list[ProxyDecision]):
     def denied(self) -> list[ProxyDecision]:
         return [d for d in self if not d.allowed]
 
+    def complete(self) -> bool:
+        """Every connection that produced an opening record also has its final one."""
+        snapshot = list(self)
+        opened = {d.connection_id for d in snapshot if not d.final}
+        return opened <= {d.connection_id for d in snapshot if d.final}
+
 
 
 
@@ -400,9 +407,26 @@ async def proxied(
         yield Harness(proxy, endpoint, decisions, resolver)
 
 
-async def settle() -> None:
-    """Let the proxy finish a connection it is closing (final records, closes)."""
+async def settle(decisions: Decisions | None = None, timeout: float = 5) -> None:
+    """Let the proxy finish connections it is closing.
+
+    With `decisions`, wait until every connection that opened has its final
+    record (a loaded machine can take a while); then give closes a moment.
+    """
+    if decisions is not None:
+        async with asyncio.timeout(timeout):
+            while not decisions.complete():
+                await asyncio.sleep(0.01)
     await asyncio.sleep(0.05)
+
+
+def wait_until(predicate: Callable[[], bool], timeout: float = 5) -> None:
+    """Poll from a plain thread until `predicate()` holds (decisions arrive on the proxy thread)."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not reached in time")
+        time.sleep(0.01)
 
 
 def client_hello(server_hostname: str | None) -> bytes:

@@ -12,7 +12,15 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 import pytest
-from proxy_testkit import Backend, Backends, Decisions, StaticResolver, TlsMaterial, allow_for
+from proxy_testkit import (
+    Backend,
+    Backends,
+    Decisions,
+    StaticResolver,
+    TlsMaterial,
+    allow_for,
+    wait_until,
+)
 
 from stockade.proxy import HostPolicy, ProxyThread, SessionEndpoint
 
@@ -77,6 +85,7 @@ def test_curl_through_socks5(setup: Setup) -> None:
                 "--cacert", str(setup.tls.ca_path), f"https://api.test:{setup.tls_web.port}/s")
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith("secure GET /s")
+    wait_until(setup.decisions.complete)
     assert {d.protocol for d in setup.decisions} == {"socks5"}
 
 
@@ -93,6 +102,7 @@ def test_curl_sees_the_denial(setup: Setup) -> None:
     assert f"X-Stockade-Denied: evil.test:{setup.web.port} is denied: not for agents" in (
         done.stdout)
     assert setup.web.connections == setup.tls_web.connections == 0
+    wait_until(lambda: len(setup.decisions) >= 2)
     assert [(d.host, d.rule) for d in setup.decisions] == [("evil.test", "deny evil.test")] * 2
 
 
@@ -112,6 +122,7 @@ def test_python_urllib_uses_the_env_proxies(setup: Setup) -> None:
     done = urlopen(setup, f"http://api.test:{setup.web.port}/py")
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith("web GET /py")
+    wait_until(setup.decisions.complete)
     assert {d.protocol for d in setup.decisions} == {"connect", "http"}
 
 

@@ -32,6 +32,12 @@ from stockade.proxy import (
 )
 
 
+async def wait_for_final(decisions: Decisions, count: int) -> None:
+    async with asyncio.timeout(5):
+        while len([d for d in decisions if d.final and d.allowed]) < count:
+            await asyncio.sleep(0.01)
+
+
 def test_200_concurrent_tunnels_through_one_session(backends: Backends) -> None:
     api = backends.start("api", mode="echo")
 
@@ -47,7 +53,7 @@ def test_200_concurrent_tunnels_through_one_session(backends: Backends) -> None:
         async with proxied(allow_for(api.port, "api.test"),
                            names={"api.test": ["127.0.0.2"]}) as h:
             await asyncio.gather(*(one(h.endpoint, i) for i in range(200)))
-            await asyncio.sleep(0.3)
+            await settle(h.decisions, timeout=20)
             final = h.decisions.final()
             assert len(final) == 200 and all(d.allowed and d.error is None for d in final)
             assert len({d.connection_id for d in final}) == 200
@@ -76,7 +82,7 @@ def test_connection_cap_refuses_with_the_protocols_error(backends: Backends) -> 
             writer.close()
             assert code == 0x02
             open_tunnels[0][1].close()
-            await settle()
+            await wait_for_final(h.decisions, 1)
             status, _, (_, writer) = await http_connect(h.endpoint, f"api.test:{api.port}")
             assert status == 200
             writer.close()
@@ -98,7 +104,7 @@ def test_silent_client_is_dropped_after_the_handshake_timeout() -> None:
             status, _ = await read_head(reader)
             assert status == 408
             writer.close()
-            await settle()
+            await settle(h.decisions)
             assert [d.rule for d in h.decisions] == ["handshake timeout", "bad request"]
 
     run(main())
@@ -121,7 +127,7 @@ def test_idle_tunnel_is_closed_and_busy_tunnel_is_not(backends: Backends) -> Non
             assert await busy_r.readexactly(1) == b"!"
             busy_w.close()
             idle_w.close()
-            await settle()
+            await settle(h.decisions)
             errors = [d.error for d in h.decisions.final()]
             assert "idle for 0.4s" in errors
 
@@ -142,7 +148,7 @@ def test_slow_resolution_is_a_gateway_timeout() -> None:
             writer.close()
             assert status == 504
             assert headers["x-stockade-denied"] == "resolving api.test timed out"
-            await settle()
+            await settle(decisions)
             assert decisions[0].allowed and decisions[0].error
 
     run(main())
@@ -234,7 +240,7 @@ def test_sessions_have_their_own_policies_and_listeners(backends: Backends) -> N
             assert again == two  # same endpoint, new policy
             assert (await http_connect(two, f"api.test:{api.port}"))[0] == 200
             assert sorted(proxy.session_ids) == ["one", "two"]
-            await settle()
+            await settle(decisions)
             by_session = {(d.session_id, d.allowed) for d in decisions}
             assert by_session == {("one", True), ("two", False), ("two", True)}
 
@@ -257,7 +263,7 @@ def test_removing_a_session_cuts_its_tunnels_and_closes_its_listeners(
             with pytest.raises(OSError):
                 await open_proxy(h.endpoint, via="unix")
             assert not os.path.exists(h.endpoint.unix_path)
-            await settle()
+            await settle(h.decisions)
             assert h.decisions.final()[-1].error == "the session was closed"
 
     run(main())

@@ -42,7 +42,7 @@ def test_connect_reaches_allowed_name_over_tls(backends: Backends, tls: TlsMater
             body = await reader.readexactly(int(headers["content-length"]))
             assert (status, body) == (200, b"api GET /hello host=api.test")
             writer.close()
-            await settle()
+            await settle(h.decisions)
             opened, closed = h.decisions
             assert (opened.final, opened.allowed, opened.address) == (False, True, "127.0.0.2")
             assert opened.rule == f"allow api.test:{api.port}; allow 127.0.0.2:{api.port}"
@@ -88,7 +88,7 @@ def test_denied_name_gets_403_with_reason_and_is_never_resolved(backends: Backen
                             f"Host: evil.test:{api.port}\r\n\r\n".encode())
             assert status == 403
             assert body == f"stockade proxy: {headers['x-stockade-denied']}\n".encode()
-            await settle()
+            await settle(h.decisions)
             assert h.resolver.calls == []  # no DNS leak for a denied name
             assert [(d.allowed, d.rule, d.host) for d in h.decisions] == [
                 (False, "deny evil.test", "evil.test")] * 2
@@ -130,7 +130,7 @@ def test_every_loopback_spelling_is_denied(backends: Backends, spelling: str) ->
                 h.endpoint, f"GET http://{spelling}:{victim.port}/ HTTP/1.1\r\n"
                             f"Host: {spelling}:{victim.port}\r\n\r\n".encode())
             assert status == 403
-            await settle()
+            await settle(h.decisions)
             assert {(d.host, d.allowed) for d in h.decisions} == {("127.0.0.1", False)}
             assert h.resolver.calls == []  # a numeric host is parsed, never looked up
 
@@ -193,7 +193,7 @@ def test_names_resolving_to_special_addresses_are_refused(backends: Backends) ->
                 assert status == 403, name
                 reason = headers["x-stockade-denied"]
                 assert reason.startswith(f"{name} resolves to ") and kind in reason, reason
-            await settle()
+            await settle(h.decisions)
             assert [d.rule.split(" ")[0] for d in h.decisions] == ["refused"] * 6
             assert h.decisions[2].address == "169.254.169.254"
 
@@ -272,7 +272,7 @@ def test_sni_mismatch_closes_the_tunnel_before_a_byte_is_relayed(backends: Backe
             writer.write(client_hello("other.test"))
             assert await closed_by_peer(reader)
             writer.close()
-            await settle()
+            await settle(h.decisions)
             final = h.decisions.final()[-1]
             assert (final.allowed, final.rule) == (False, "tls sni mismatch")
             assert final.reason == "TLS SNI other.test does not match the CONNECT host api.test"
@@ -331,7 +331,7 @@ def test_tls_ports_carry_tls_only(backends: Backends) -> None:
             writer.write(b"GET / HTTP/1.1\r\nHost: other.test\r\n\r\n")
             assert await closed_by_peer(reader)
             writer.close()
-            await settle()
+            await settle(h.decisions)
             assert h.decisions.final()[-1].rule == "tls required"
 
     run(main())
@@ -351,7 +351,7 @@ def test_plain_http_is_forwarded(backends: Backends) -> None:
             assert status == 200
             assert body == f"api GET /x?y=1 host=api.test:{api.port}".encode()
             assert headers["connection"] == "close"
-            await settle()
+            await settle(h.decisions)
             assert [(d.protocol, d.final) for d in h.decisions] == [("http", False),
                                                                      ("http", True)]
 
@@ -372,7 +372,7 @@ def test_host_header_mismatch_is_rejected(backends: Backends) -> None:
             assert headers["x-stockade-denied"] == (
                 f"Host header other.test:{api.port} does not match request target "
                 f"api.test:{api.port}")
-            await settle()
+            await settle(h.decisions)
             assert h.decisions[0].rule == "host header mismatch"
 
     run(main())
@@ -428,7 +428,7 @@ def test_each_request_on_a_kept_alive_connection_is_checked(backends: Backends) 
             assert status == 403
             assert headers["x-stockade-denied"] == f"evil.test:{api.port} is not on the allow list"
             writer.close()
-            await settle()
+            await settle(h.decisions)
             assert [(d.host, d.allowed, d.final) for d in h.decisions] == [
                 ("api.test", True, False), ("api.test", True, True), ("evil.test", False, True)]
 
@@ -488,7 +488,7 @@ def test_unknown_protocols_are_closed() -> None:
                 writer.write(opener)
                 assert await closed_by_peer(reader)
                 writer.close()
-            await settle()
+            await settle(h.decisions)
             assert [d.rule for d in h.decisions] == ["unsupported protocol"] * 2
 
     run(main())
@@ -545,7 +545,7 @@ def test_tls_lookalike_that_is_not_a_client_hello_is_closed(backends: Backends) 
             await writer.drain()
             await asyncio.sleep(0.1)
             writer.close()
-            await settle()
+            await settle(h.decisions)
             assert h.decisions.final()[0].rule == "tls malformed"
 
     run(main())

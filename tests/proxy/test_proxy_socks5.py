@@ -30,7 +30,7 @@ def test_socks5_connect_reaches_allowed_target(backends: Backends, target: str) 
             writer.write(b"hello")
             assert await reader.readexactly(5) == b"hello"
             writer.close()
-            await settle()
+            await settle(h.decisions)
             assert [(d.protocol, d.allowed, d.final) for d in h.decisions] == [
                 ("socks5", True, False), ("socks5", True, True)]
             assert h.decisions[-1].bytes_up == h.decisions[-1].bytes_down == 5
@@ -66,7 +66,7 @@ def test_socks5_denials_use_code_2_and_leave_backends_alone(backends: Backends) 
                 writer.close()
                 assert code == 0x02, target
             assert h.resolver.calls == ["loop.test"]
-            await settle()
+            await settle(h.decisions)
             assert all(not d.allowed for d in h.decisions)
 
     run(main())
@@ -85,7 +85,7 @@ def test_socks5_other_commands_are_not_supported(backends: Backends, command: in
                                                     command=command)
             writer.close()
             assert code == 0x07
-            await settle()
+            await settle(h.decisions)
             assert h.decisions[0].reason == f"SOCKS5 {name} is not supported; only CONNECT"
 
     run(main())
@@ -134,7 +134,7 @@ def test_socks4_gets_the_socks4_rejection() -> None:
             async with asyncio.timeout(5):
                 assert await reader.readexactly(8) == b"\x00\x5b" + b"\x00" * 6
             writer.close()
-            await settle()
+            await settle(h.decisions)
             assert h.decisions[0].protocol == "socks4"
 
     run(main())
@@ -150,7 +150,7 @@ def test_socks5_unreachable_port_is_connection_refused(backends: Backends) -> No
             code, (_, writer) = await socks_connect(h.endpoint, "api.test", port)
             writer.close()
             assert code == 0x05
-            await settle()
+            await settle(h.decisions)
             d = h.decisions[0]
             assert d.allowed and d.final and d.error and "could not connect" in d.error
 
