@@ -21,6 +21,7 @@ from proxy_testkit import (
     socks_connect,
 )
 
+from stockade.errors import ConfigError
 from stockade.proxy import (
     HostPolicy,
     ManagedProxy,
@@ -301,3 +302,29 @@ def test_proxy_env_points_every_variable_at_one_http_url() -> None:
                         "http_proxy", "https_proxy", "all_proxy"}
     assert set(env.values()) == {"http://127.0.0.1:3128"}
     assert proxy_env("::1", 1)["ALL_PROXY"] == "http://[::1]:1"
+
+
+@pytest.mark.parametrize("options", [
+    {"listen_host": "0.0.0.0"}, {"listen_host": "192.168.1.5"}, {"listen_host": "localhost"},
+    {"idle_timeout": 0}, {"connect_timeout": -1}, {"max_connections": -1},
+])
+def test_options_refuse_non_loopback_listeners_and_nonsense(options: dict[str, object]) -> None:
+    with pytest.raises(ConfigError):
+        ProxyOptions(**options)  # type: ignore[arg-type]
+    assert ProxyOptions(listen_host="::1").listen_host == "::1"
+
+
+def test_an_ipv6_loopback_listener_works(backends: Backends) -> None:
+    api = backends.start("api", mode="echo")
+
+    async def main() -> None:
+        async with proxied(allow_for(api.port, "api.test"), names={"api.test": ["127.0.0.2"]},
+                           options=ProxyOptions(listen_host="::1")) as h:
+            assert h.endpoint.http_proxy_url == f"http://[::1]:{h.endpoint.port}"
+            status, _, (reader, writer) = await http_connect(h.endpoint, f"api.test:{api.port}")
+            assert status == 200
+            writer.write(b"6")
+            assert await reader.readexactly(1) == b"6"
+            writer.close()
+
+    run(main())

@@ -30,6 +30,7 @@ from functools import partial
 from ipaddress import IPv6Address, ip_address
 from typing import Any
 
+from ..errors import ConfigError
 from . import http, socks5
 from .errors import InvalidHost, ProxyUnavailable
 from .hosts import Host, IPAddress, canonical_host, normalize_address, split_authority
@@ -84,7 +85,26 @@ class ProxyOptions:
     tls_ports: frozenset[int] = frozenset({443})
     #: Largest request or response head accepted.
     max_head_bytes: int = 64 * 1024
+    #: Must be a loopback address.
     listen_host: str = "127.0.0.1"
+
+    def __post_init__(self) -> None:
+        for name in ("connect_timeout", "idle_timeout", "handshake_timeout"):
+            if not getattr(self, name) > 0:
+                raise ConfigError(f"ProxyOptions.{name} must be positive, got "
+                                  f"{getattr(self, name)!r}")
+        if self.max_connections < 0 or self.max_head_bytes < 1024:
+            raise ConfigError("ProxyOptions.max_connections must be >= 0 and "
+                              "max_head_bytes >= 1024")
+        try:
+            loopback = ip_address(self.listen_host).is_loopback
+        except ValueError:
+            loopback = False
+        if not loopback:
+            # A listener beyond loopback would hand each session's network
+            # grant to every machine that can reach this host.
+            raise ConfigError(f"ProxyOptions.listen_host must be a loopback address such as "
+                              f"127.0.0.1, got {self.listen_host!r}")
 
 
 def _authority(host: str, port: int) -> str:
@@ -468,7 +488,9 @@ class ManagedProxy:
             except TimeoutError:
                 raise _Refusal(504, socks5.TTL_EXPIRED, verdict.rule,
                                f"resolving {host} timed out", policy_allowed=True) from None
-            except (OSError, UnicodeError) as exc:
+            except Exception as exc:
+                # OSError from getaddrinfo, or anything an injected resolver
+                # raises: either way the connection ends with a record.
                 raise _Refusal(502, socks5.HOST_UNREACHABLE, verdict.rule,
                                f"{host} could not be resolved: {exc}",
                                policy_allowed=True) from None
