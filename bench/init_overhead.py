@@ -96,7 +96,7 @@ def main() -> None:
     start_env = launch_env(profile.env)
     samples: dict[str, list[float]] = {name: [] for name in variants}
     stages: dict[str, list[float]] = {stage: [] for stage in STAGES}
-    for name, argv in variants.items():  # warm the page cache
+    for argv in variants.values():  # warm the page cache
         spawn(argv, start_env)
     for _ in range(args.runs):
         for name, argv in variants.items():

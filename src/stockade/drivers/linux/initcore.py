@@ -13,11 +13,9 @@ but could not be executed, 127 it was not found.
 
 This runs before every command, so it imports only built-ins, `landlock`
 and `seccomp` (as top-level modules: init.py put this directory on the
-path), and never the stockade package. The host side, `layers.py`, writes
+path), never the stockade package, and not even `__future__`. The host side, `layers.py`, writes
 the CONFIG read here.
 """
-
-from __future__ import annotations
 
 import posix
 import sys
@@ -65,11 +63,14 @@ def parse_config(text: str) -> dict[str, object]:
 
 
 def status_fields() -> dict[str, str]:
-    fd = posix.open("/proc/self/status", posix.O_RDONLY | posix.O_CLOEXEC)
     try:
-        data = posix.read(fd, 65536).decode("ascii", "replace")
-    finally:
-        posix.close(fd)
+        fd = posix.open("/proc/self/status", posix.O_RDONLY | posix.O_CLOEXEC)
+        try:
+            data = posix.read(fd, 65536).decode("ascii", "replace")
+        finally:
+            posix.close(fd)
+    except OSError as exc:
+        raise Refusal(f"cannot read /proc/self/status: {exc.strerror}") from None
     fields = {}
     for line in data.splitlines():
         name, _, value = line.partition(":")
@@ -201,7 +202,10 @@ def main(argv: list[str]) -> int:
                 env[name] = value.encode(encoding, "surrogateescape")
         mark("verify")
     except (Refusal, OSError, ValueError) as exc:
-        posix.write(2, f"stockade-init: {exc}\n".encode())
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        if isinstance(exc, OSError) and exc.filename:
+            reason = f"{exc.filename}: {reason}"
+        posix.write(2, f"stockade-init: {reason}\n".encode())
         return REFUSED
 
     if config.get("timing") is True:

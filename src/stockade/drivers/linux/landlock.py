@@ -9,10 +9,9 @@ makes the system calls.
 Loaded two ways, like `seccomp.py`: as a package module and as a top-level
 module of the init, which pays for every import on every command. So the
 only imports are the `posix` built-in and, for the default syscall binding,
-`seccomp.py` (the init passes its own binding instead).
+`seccomp.py` (the init passes its own binding instead) -- not even
+`__future__`, which is a module like any other; forward references are quoted.
 """
-
-from __future__ import annotations
 
 import posix
 
@@ -139,6 +138,10 @@ class LandlockRules:
             if scope not in SCOPES:
                 raise ValueError(f"unknown Landlock scope {scope!r}: choose from "
                                  f"{', '.join(SCOPES)}")
+        for path in (*read, *write):
+            if not path.startswith("/"):
+                # Relative to whatever directory the init happens to run in.
+                raise ValueError(f"Landlock rule paths must be absolute: {path!r}")
         for port in (*tcp_connect, *tcp_bind):
             if not 0 <= port <= 65535:
                 raise ValueError(f"TCP port {port} is out of range")
@@ -155,7 +158,7 @@ class LandlockRules:
                 "tcp_bind": list(self.tcp_bind), "scopes": list(self.scopes)}
 
     @classmethod
-    def from_json(cls, data: dict[str, object]) -> LandlockRules:
+    def from_json(cls, data: dict[str, object]) -> "LandlockRules":
         def strings(key: str) -> list[str]:
             value = data.get(key, [])
             if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
@@ -213,7 +216,7 @@ class LandlockRules:
         return LandlockReport(abi=abi, kernel_abi=kernel_abi, enforced=True, dropped=dropped)
 
 
-def _default_syscall() -> Syscall:
+def _default_syscall() -> "Syscall":
     from .seccomp import libc_syscall  # the init passes its own binding and never gets here
 
     return libc_syscall()
@@ -228,7 +231,7 @@ def unavailable_reason(errno: int) -> str:
     return f"Landlock is unavailable: {posix.strerror(errno)}"
 
 
-def landlock_abi(syscall: Syscall | None = None) -> int:
+def landlock_abi(syscall: "Syscall | None" = None) -> int:
     """The running kernel's Landlock ABI; 0 when it has none or has it disabled."""
     sc = syscall or _default_syscall()
     try:
@@ -237,7 +240,7 @@ def landlock_abi(syscall: Syscall | None = None) -> int:
         return 0
 
 
-def apply_landlock(rules: LandlockRules, syscall: Syscall | None = None) -> LandlockReport:
+def apply_landlock(rules: LandlockRules, syscall: "Syscall | None" = None) -> LandlockReport:
     """Restrict the calling process (and its future children) to `rules`.
 
     no_new_privs must already be set. A kernel without Landlock is not an

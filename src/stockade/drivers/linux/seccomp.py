@@ -7,7 +7,7 @@ interpreter; `install_seccomp` hands those bytes to the kernel.
 This module is loaded two ways: as `stockade.drivers.linux.seccomp` by the
 package, and as a top-level module by `init.py` inside bwrap, where every
 import is paid for on every command. So it imports nothing from stockade and
-nothing slower than the `posix` and `sys` built-ins.
+nothing slower than the `posix` and `sys` built-ins (not even `__future__`).
 
 Why not libseccomp through ctypes: it is a C library the host may not have
 (it is not a wheel dependency), the policy is a flat list of about forty
@@ -16,8 +16,6 @@ policy a pure, deterministic function the tests can run without a kernel.
 libseccomp's advantage -- a balanced search tree over hundreds of rules --
 does not matter at this size.
 """
-
-from __future__ import annotations
 
 import posix
 import sys

