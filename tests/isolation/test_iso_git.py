@@ -9,6 +9,7 @@ from __future__ import annotations
 import secrets
 import stat
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -144,3 +145,30 @@ def test_git_metadata_untouched_by_read_only_commit_attempt(repo: Box) -> None:
                  env=box.env(**GIT_ENV))
     assert res.returncode == 0, text(res)
     assert snapshot(Path(box.ws)) == before
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "follows from the .git replacement hole: a sandbox that swaps .git for a file "
+    "`gitdir: <any dir>` steers stockade itself, on the host and outside any sandbox, to "
+    "create placeholder `hooks/` and `config` in that directory on the next workspace-write "
+    "run (removed afterwards only where user xattrs work); with a hidden target such as "
+    "~/.kube every later workspace-write run fails to start instead"))
+def test_planted_gitdir_pointer_cannot_steer_stockade_outside_workspace(repo: Box) -> None:
+    box = repo
+    box.sh('mv .git .git-old && printf "gitdir: %s\\n" "$1" > .git', str(box.sibling),
+           mode="workspace-write")
+    before = sorted(p.name for p in box.sibling.iterdir())
+    proc = box.runner.popen(
+        box.runner.cli_argv(["run", "--mode", "workspace-write", "--", "sleep", "2"]),
+        cwd=str(box.ws), env=box.env(), stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    seen: set[str] = set()
+    try:
+        deadline = time.monotonic() + 10
+        while proc.poll() is None and time.monotonic() < deadline:
+            seen |= {p.name for p in box.sibling.iterdir()} - set(before)
+            time.sleep(0.02)
+    finally:
+        proc.kill()
+        proc.wait(timeout=5)
+    assert seen == set(), f"stockade created {sorted(seen)} in {box.sibling} during the run"
