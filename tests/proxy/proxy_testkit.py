@@ -11,14 +11,18 @@ import asyncio
 import contextlib
 import datetime
 import ipaddress
+import shutil
 import socket
 import ssl
+import subprocess
 import threading
 import time
 from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
+
+import pytest
 
 from stockade.proxy import (
     HostPolicy,
@@ -195,7 +199,47 @@ class TlsMaterial:
         return ssl.create_default_context(cafile=str(self.ca_path))
 
 
+SERVER_NAMES = ("api.test", "other.test", "*.wild.test")
+
+
 def make_tls(directory: Path) -> TlsMaterial:
+    """A throwaway CA and a server certificate for the test names and 127.0.0.2.
+
+    Made with the `cryptography` package when it is installed, else with the
+    openssl command; the tests that need TLS are skipped when neither exists.
+    """
+    try:
+        import cryptography  # noqa: F401
+    except ImportError:
+        return make_tls_with_openssl(directory)
+    return _make_tls_with_cryptography(directory)
+
+
+def make_tls_with_openssl(directory: Path) -> TlsMaterial:
+    openssl = shutil.which("openssl")
+    if openssl is None:
+        pytest.skip("neither the cryptography package nor the openssl command is available")
+    material = TlsMaterial(directory, directory / "ca.pem", directory / "cert.pem",
+                           directory / "key.pem")
+    ca_key, csr, ext = directory / "ca.key", directory / "leaf.csr", directory / "leaf.ext"
+    curve = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
+    sans = ",".join([f"DNS:{n}" for n in SERVER_NAMES] + ["IP:127.0.0.2"])
+    ext.write_text(f"subjectAltName={sans}\nextendedKeyUsage=serverAuth\n"
+                   "authorityKeyIdentifier=keyid\n")
+    for argv in (
+        ["req", "-x509", *curve, "-keyout", ca_key, "-out", material.ca_path, "-days", "2",
+         "-subj", "/CN=stockade test CA",
+         "-addext", "basicConstraints=critical,CA:TRUE",
+         "-addext", "keyUsage=critical,keyCertSign,cRLSign"],
+        ["req", *curve, "-keyout", material.key_path, "-out", csr, "-subj", "/CN=api.test"],
+        ["x509", "-req", "-in", csr, "-CA", material.ca_path, "-CAkey", ca_key,
+         "-CAcreateserial", "-out", material.cert_path, "-days", "2", "-extfile", ext],
+    ):
+        subprocess.run([openssl, *map(str, argv)], check=True, capture_output=True, timeout=30)
+    return material
+
+
+def _make_tls_with_cryptography(directory: Path) -> TlsMaterial:
     from cryptography import x509
     from cryptography.hazmat.primitives import hashes, serialization
     from cryptography.hazmat.primitives.asymmetric import ec
@@ -219,8 +263,7 @@ def make_tls(directory: Path) -> TlsMaterial:
         .sign(ca_key, hashes.SHA256())
     )
     key = ec.generate_private_key(ec.SECP256R1())
-    names: list[x509.GeneralName] = [x509.DNSName(n) for n in
-                                     ("api.test", "other.test", "*.wild.test")]
+    names: list[x509.GeneralName] = [x509.DNSName(n) for n in SERVER_NAMES]
     names.append(x509.IPAddress(ipaddress.ip_address("127.0.0.2")))
     cert = (
         x509.CertificateBuilder()

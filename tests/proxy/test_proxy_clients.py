@@ -3,13 +3,16 @@ configured only by the proxy environment variables."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import socket
+import ssl
 import subprocess
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 from proxy_testkit import (
@@ -19,6 +22,7 @@ from proxy_testkit import (
     StaticResolver,
     TlsMaterial,
     allow_for,
+    make_tls_with_openssl,
     wait_until,
 )
 
@@ -150,3 +154,21 @@ def test_proxy_thread_lifecycle() -> None:
     with pytest.raises(OSError):
         socket.create_connection((second.host, second.port), timeout=5)
     assert not os.path.exists(second.unix_path)
+
+
+def test_openssl_made_certificates_work_too(tmp_path: Path, backends: Backends) -> None:
+    """The fallback used where the cryptography package is missing."""
+    material = make_tls_with_openssl(tmp_path)
+    server = material.server_context()
+    client = material.client_context()
+    incoming, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
+    s_in, s_out = ssl.MemoryBIO(), ssl.MemoryBIO()
+    c = client.wrap_bio(incoming, outgoing, server_hostname="api.test")
+    s = server.wrap_bio(s_in, s_out, server_side=True)
+    for _ in range(10):  # drive both ends of the handshake in memory
+        for end in (c, s):
+            with contextlib.suppress(ssl.SSLWantReadError):
+                end.do_handshake()
+        s_in.write(outgoing.read())
+        incoming.write(s_out.read())
+    assert c.version() is not None and c.getpeercert()["subject"]
