@@ -28,6 +28,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from functools import partial
 from multiprocessing.connection import Connection
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "src"))
@@ -239,8 +240,8 @@ def main(argv: list[str]) -> int:
     results: dict[str, float] = {}
     for label, fn, port in (("one tunnel, upload (MB/s)", upload, sink_port),
                             ("one tunnel, download (MB/s)", download, source_port)):
-        direct = best_and_median(lambda f=fn, p=port: f(None, p, total), args.rounds)
-        proxied = best_and_median(lambda f=fn, p=port: f(proxy_port, p, total), args.rounds)
+        direct = best_and_median(partial(fn, None, port, total), args.rounds)
+        proxied = best_and_median(partial(fn, proxy_port, port, total), args.rounds)
         results[label] = proxied[1]
         print(f"{label:34}{direct[0] / mb:8.0f}/{direct[1] / mb:<7.0f}"
               f"{proxied[0] / mb:8.0f}/{proxied[1] / mb:<7.0f}")

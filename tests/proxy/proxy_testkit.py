@@ -17,7 +17,7 @@ import ssl
 import subprocess
 import threading
 import time
-from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
+from collections.abc import AsyncIterator, Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -437,7 +437,7 @@ class Harness:
 @contextlib.asynccontextmanager
 async def proxied(
     allow: Sequence[str] = (), deny: dict[str, str] | Sequence[str] = (), *,
-    names: dict[str, Sequence[str] | Callable[[], Sequence[str]]] | None = None,
+    names: Mapping[str, Sequence[str] | Callable[[], Sequence[str]]] | None = None,
     options: ProxyOptions | None = None, max_connections: int | None = None,
 ) -> AsyncIterator[Harness]:
     """A proxy with one session, the test resolver and a decision list."""

@@ -171,4 +171,5 @@ def test_openssl_made_certificates_work_too(tmp_path: Path, backends: Backends) 
                 end.do_handshake()
         s_in.write(outgoing.read())
         incoming.write(s_out.read())
-    assert c.version() is not None and c.getpeercert()["subject"]
+    peer = c.getpeercert()
+    assert c.version() is not None and peer is not None and peer["subject"]

@@ -108,7 +108,7 @@ def test_bad_entries_raise_config_errors_naming_the_entry() -> None:
 
 
 def test_a_single_string_is_one_entry() -> None:
-    assert [r.text for r in HostPolicy(allow="example.com").allow] == ["example.com"]  # type: ignore[arg-type]
+    assert [r.text for r in HostPolicy(allow="example.com").allow] == ["example.com"]
 
 
 def test_decision_json_has_every_field() -> None:
