@@ -120,11 +120,14 @@ def test_init_argv_is_python_isolated_then_config_then_command() -> None:
         init_argv("/usr/bin/python3", INIT_PATH, config, [])
 
 
-def test_init_launch_returns_argv_and_a_scrubbed_environment() -> None:
-    inner, env = init_launch(make_profile(), ["true"], python="/usr/bin/python3")
-    assert inner[0] == "/usr/bin/python3" and inner[-2:] == ["--", "true"]
-    assert "LD_LIBRARY_PATH" not in env
-    assert json.loads(inner[4])["env"]["LD_LIBRARY_PATH"] == "/work/ws/lib"
+def test_init_launch_has_argv_env_mounts_and_the_report() -> None:
+    launch = init_launch(make_profile(), ["true"], python="/usr/bin/python3")
+    assert launch.argv[0] == "/usr/bin/python3" and launch.argv[-2:] == ["--", "true"]
+    assert "LD_LIBRARY_PATH" not in launch.env
+    assert json.loads(launch.argv[4]) == launch.config
+    assert launch.config["env"] == {"LD_LIBRARY_PATH": "/work/ws/lib", "LC_CTYPE": None}
+    assert launch.mounts == ["--ro-bind", INIT_DIR, INIT_DIR]
+    assert launch.landlock_report(abi=7).enforced
 
 
 def test_init_mounts_make_the_init_and_its_interpreter_visible() -> None:
@@ -511,13 +514,13 @@ def test_the_integration_the_driver_will_do(tmp_path: Path, scope: str) -> None:
                             capabilities=capabilities_for_mode("workspace-write", ws),
                             read_scope=scope, host_env=env)
     profile.protected = tuple(p for p in profile.protected if not p.kind.startswith("missing"))
-    inner, launch = init_launch(profile, ["/bin/sh", "-c",
-                                          "echo ok > out; echo no > /var/tmp/x-$$ || true;"
-                                          " grep Seccomp: /proc/self/status"])
-    args = build_bwrap_args(profile, BWRAP, inner=inner)
+    launch = init_launch(profile, ["/bin/sh", "-c",
+                                   "echo ok > out; echo no > /var/tmp/x-$$ || true;"
+                                   " grep Seccomp: /proc/self/status"])
+    args = build_bwrap_args(profile, BWRAP, inner=launch.argv)
     at = args.index("--chdir")
-    args[at:at] = init_mounts(inner[0])
-    res = subprocess.run(args, env=launch, capture_output=True, text=True, timeout=60,
+    args[at:at] = launch.mounts
+    res = subprocess.run(args, env=launch.env, capture_output=True, text=True, timeout=60,
                          check=False)
     assert res.returncode == 0, res.stderr
     assert Path(ws, "out").read_text() == "ok\n"

@@ -49,7 +49,6 @@ def parse_config(text: str) -> dict[str, object]:
             strict = True
             object_hook = object_pairs_hook = parse_constant = None
             parse_float, parse_int = float, int
-            memo: dict[str, object] = {}  # noqa: RUF012 - the scanner's own cache
 
         try:
             value, end = make_scanner(Context())(text, 0)  # type: ignore[arg-type]
@@ -98,11 +97,15 @@ def verify(keep_fds: set[int]) -> None:
         if fd <= 2 or fd in keep_fds:
             continue
         try:
-            if not posix.get_inheritable(fd):
-                continue
-            target = posix.readlink(f"/proc/self/fd/{fd}")
+            inheritable = posix.get_inheritable(fd)
         except OSError:
             continue  # the descriptor listdir itself used, closed by now
+        if not inheritable:
+            continue
+        try:
+            target = posix.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            target = "unknown"
         raise Refusal(f"file descriptor {fd} ({target}) would leak into the sandbox")
 
 
@@ -165,6 +168,8 @@ def main(argv: list[str]) -> int:
         if not arch:
             raise Refusal(f"no seccomp policy for this architecture ({posix.uname().machine})")
         sc = seccomp.Syscall()
+        # RLIMIT_CORE 0 carries over to the command: a crash inside must not
+        # hand its memory to a core file or to the host's core_pattern pipe.
         seccomp.harden_process(sc, arch)
         seccomp.set_no_new_privs(sc, arch)
         mark("no_new_privs")
@@ -207,8 +212,11 @@ def main(argv: list[str]) -> int:
             reason = f"{exc.filename}: {reason}"
         posix.write(2, f"stockade-init: {reason}\n".encode())
         return REFUSED
+    except Exception as exc:  # a bug here must still refuse in one line, never run the command
+        posix.write(2, f"stockade-init: internal error: {type(exc).__name__}: {exc}\n".encode())
+        return REFUSED
 
-    if config.get("timing") is True:
+    if config.get("timing") is True:  # bench/init_overhead.py's per-stage breakdown
         line = " ".join(f"{stage}={ms:.3f}" for stage, ms in timing)
         posix.write(2, f"stockade-init timing: {line}\n".encode())
     # Python ignores SIGPIPE and SIGXFSZ for itself, and an ignored signal

@@ -4,11 +4,13 @@
 itself (init.py, initcore.py) runs inside bwrap and never imports this. The
 integration in `BubblewrapDriver.prepare` is:
 
-    inner, env = init_launch(profile, list(argv), proxy_ports=..., keep_fds=...)
-    args = build_bwrap_args(profile, self.bwrap, info_fd=info_fd, inner=inner)
+    launch = init_launch(profile, list(argv), proxy_ports=..., keep_fds=...)
+    args = build_bwrap_args(profile, self.bwrap, info_fd=info_fd, inner=launch.argv)
     at = args.index("--chdir")
-    args[at:at] = init_mounts(inner[0])
-    return PreparedLaunch(args, env, profile.cwd, cleanup=stubs.release)
+    args[at:at] = launch.mounts
+    return PreparedLaunch(args, launch.env, profile.cwd, cleanup=stubs.release)
+
+and `launch.landlock_report()` is what the audit record shows.
 """
 
 from __future__ import annotations
@@ -153,15 +155,42 @@ def init_mounts(python: str) -> list[str]:
     return args
 
 
+class InitLaunch:
+    """One command's launch through the init: what follows bwrap's `--`, and around it."""
+
+    __slots__ = ("argv", "config", "env", "mounts")
+
+    def __init__(self, argv: list[str], env: dict[str, str], mounts: list[str],
+                 config: dict[str, object]) -> None:
+        self.argv = argv  #: after bwrap's `--`: python -I -S init.py CONFIG -- command...
+        self.env = env  #: what bwrap starts with: the command's, minus loader variables
+        self.mounts = mounts  #: bwrap arguments, before `--chdir`
+        self.config = config
+
+    def landlock_report(self, abi: int | None = None) -> LandlockReport:
+        return landlock_report(self.config, abi)
+
+
 def init_launch(profile: Profile, argv: Sequence[str], *, python: str | None = None,
                 proxy_ports: Sequence[int] = (), keep_fds: Sequence[int] = (),
-                require_landlock: bool = False) -> tuple[list[str], dict[str, str]]:
-    """(argv after bwrap's `--`, environment to start bwrap with) for one command."""
+                require_landlock: bool = False) -> InitLaunch:
+    """Everything the driver needs to run `argv` behind the init."""
     ensure_bytecode()
+    python = python or init_python()
     config = init_config(profile, proxy_ports=proxy_ports, keep_fds=keep_fds,
                          require_landlock=require_landlock)
-    inner = init_argv(python or init_python(), INIT_PATH, config, argv)
-    return inner, launch_env(profile.env)
+    return InitLaunch(init_argv(python, INIT_PATH, config, argv), launch_env(profile.env),
+                      init_mounts(python), config)
+
+
+_ABI: list[int] = []
+
+
+def host_landlock_abi() -> int:
+    """The kernel's Landlock ABI, asked once per process: it cannot change while we run."""
+    if not _ABI:
+        _ABI.append(landlock_abi())
+    return _ABI[0]
 
 
 def landlock_report(config: Mapping[str, object], abi: int | None = None) -> LandlockReport:
@@ -173,7 +202,7 @@ def landlock_report(config: Mapping[str, object], abi: int | None = None) -> Lan
     rules = config.get("landlock")
     if not isinstance(rules, dict):
         raise ValueError("config has no landlock rules")
-    return LandlockRules.from_json(rules).plan(landlock_abi() if abi is None else abi)
+    return LandlockRules.from_json(rules).plan(host_landlock_abi() if abi is None else abi)
 
 
 _FRESH: set[str] = set()
