@@ -356,7 +356,8 @@ class Syscall:
         self._errno = get_errno
 
     def __call__(self, nr: int, *args: object) -> int:
-        result: int = self._fn(nr, *(self._long(a) if isinstance(a, int) else a for a in args))
+        result: int = self._fn(self._long(nr),
+                               *(self._long(a) if isinstance(a, int) else a for a in args))
         if result == -1:
             err = self._errno()
             raise OSError(err, posix.strerror(err))
@@ -397,6 +398,8 @@ def harden_process(syscall: Syscall | None = None, arch: str | None = None) -> N
     A dumpable helper can be ptrace-attached by any process of the same user,
     and its core file -- or the host's core_pattern pipe, which runs as root
     outside every namespace -- would receive its memory, configuration included.
+    (The third part of helper hardening, keeping LD_* out of their
+    environment, is `layers.launch_env`.)
     """
     sc = syscall or libc_syscall()
     table = SYSCALLS[arch or native_arch()]
@@ -413,5 +416,10 @@ def install_seccomp(prog: bytes, syscall: Syscall | None = None, arch: str | Non
     if not prog or len(prog) % 8 or len(prog) // 8 > 4096:
         raise ValueError("a seccomp program is 1 to 4096 eight-byte instructions")
     sc = syscall or libc_syscall()
-    sc(SYSCALLS[arch or native_arch()]["seccomp"], SECCOMP_SET_MODE_FILTER,
-       SECCOMP_FILTER_FLAG_TSYNC, sc.fprog(prog))
+    fprog = sc.fprog(prog)
+    thread = sc(SYSCALLS[arch or native_arch()]["seccomp"], SECCOMP_SET_MODE_FILTER,
+                SECCOMP_FILTER_FLAG_TSYNC, fprog)
+    if thread:
+        # TSYNC reports the thread it could not synchronise instead of failing;
+        # that thread would run unfiltered.
+        raise OSError(16, f"seccomp could not filter thread {thread}")
