@@ -107,21 +107,27 @@ def main() -> None:
                     stages[stage].append(ms)
 
     med = {name: statistics.median(values) for name, values in samples.items()}
-    main_total = sum(statistics.median(v) for v in stages.values())
-    print(f"/bin/true, median of {args.runs} interleaved runs, ms; init python: {args.python}\n")
-    print(f"  bwrap alone                          {med['raw']:7.2f}")
-    print(f"  bwrap + python -I -S -c pass         {med['python']:7.2f}")
-    print(f"  bwrap + init + /bin/true             {med['init']:7.2f}")
-    print(f"\n  init overhead over bwrap alone       {med['init'] - med['raw']:7.2f}")
-    print(f"    python startup                     {med['python'] - med['raw']:7.2f}")
-    print(f"    init.py compile + initcore import  "
-          f"{med['init'] - med['python'] - main_total:7.2f}  (residual)")
+    low = {name: min(values) for name, values in samples.items()}
+    in_main = {stage: statistics.median(v) for stage, v in stages.items()}
+    print(f"/bin/true, {args.runs} interleaved runs, ms; init python: {args.python}\n")
+    print(f"  {'':38} {'median':>7} {'min':>7}")
+    for name, label in (("raw", "bwrap alone"), ("python", "bwrap + python -I -S -c pass"),
+                        ("init", "bwrap + init + /bin/true")):
+        print(f"  {label:<38} {med[name]:7.2f} {low[name]:7.2f}")
+    print(f"\n  {'init overhead over bwrap alone':<38} {med['init'] - med['raw']:7.2f} "
+          f"{low['init'] - low['raw']:7.2f}")
+    print(f"    {'python startup':<36} {med['python'] - med['raw']:7.2f} "
+          f"{low['python'] - low['raw']:7.2f}")
+    print(f"    {'stockade init, all of it':<36} {med['init'] - med['python']:7.2f} "
+          f"{low['init'] - low['python']:7.2f}")
+    print("\n  inside init main (median of each stage):")
+    labels = {"config": "config (_json)", "imports": "imports (landlock, seccomp)",
+              "no_new_privs": "harden + no_new_privs (+_ctypes)",
+              "verify": "verify caps and fds, env"}
     for stage in STAGES:
-        label = {"imports": "imports (landlock, seccomp)",
-                 "no_new_privs": "harden + no_new_privs (+_ctypes)",
-                 "verify": "verify caps and fds"}.get(stage, stage)
-        print(f"    {label:<34} {statistics.median(stages[stage]):7.2f}")
-
+        print(f"    {labels.get(stage, stage):<36} {in_main[stage]:7.2f}")
+    print(f"    {'total in main':<36} {sum(in_main.values()):7.2f}")
+    print("  the rest of 'stockade init' is compiling init.py and importing initcore")
 
 if __name__ == "__main__":
     main()

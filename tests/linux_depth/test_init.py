@@ -16,13 +16,13 @@ import subprocess
 import sys
 import tempfile
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 import pytest
 
 from stockade.capabilities import NetworkPolicy, capabilities_for_mode
-from stockade.drivers.linux import initcore, landlock, layers
+from stockade.drivers.linux import initcore, landlock, layers, seccomp
 from stockade.drivers.linux.bwrap import build_bwrap_args, locate_bwrap
 from stockade.drivers.linux.layers import (
     INIT_DIR,
@@ -200,8 +200,9 @@ def config(mode: str = "unix-only", read: Sequence[str] = ("/",),
 def sandbox(cfg: dict[str, object], command: Sequence[str], *, python: str = HOST_PYTHON,
             binds: Sequence[str] = (), cap_drop: bool = True, net: bool = True,
             pass_fds: Sequence[int] = (), env: dict[str, str] | None = None,
-            bwrap: str = BWRAP, init_path: str = INIT_PATH,
-            user: str | None = None) -> subprocess.CompletedProcess[str]:
+            bwrap: str = BWRAP, init_path: str = INIT_PATH, user: str | None = None,
+            preexec_fn: Callable[[], None] | None = None,
+            ) -> subprocess.CompletedProcess[str]:
     argv = [bwrap, "--unshare-user", "--unshare-pid", "--die-with-parent",
             *(["--unshare-net"] if net else []), *(["--cap-drop", "ALL"] if cap_drop else []),
             "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp",
@@ -209,7 +210,8 @@ def sandbox(cfg: dict[str, object], command: Sequence[str], *, python: str = HOS
     return subprocess.run(argv, capture_output=True, text=True, timeout=90, check=False,
                           pass_fds=tuple(pass_fds), cwd="/",
                           env={"PATH": "/usr/local/bin:/usr/bin:/bin"} if env is None else env,
-                          user=user, group=user, extra_groups=[] if user else None)
+                          user=user, group=user, extra_groups=[] if user else None,
+                          preexec_fn=preexec_fn)
 
 
 def sh(cfg: dict[str, object], script: str, **kw: object) -> subprocess.CompletedProcess[str]:
@@ -368,6 +370,31 @@ def test_require_landlock_runs_where_landlock_exists() -> None:
     assert (res.returncode, res.stdout) == (0, "ran\n")
 
 
+def hide_landlock() -> None:
+    """In the child, before bwrap: a filter that makes this kernel look Landlock-less."""
+    ld_nr, jeq, ret = 0x20, 0x15, 0x06
+    insns = [(ld_nr, 0, 0, 0), (jeq, 0, 1, landlock.SYS_CREATE_RULESET),
+             (ret, 0, 0, 0x00050000 | 38), (ret, 0, 0, 0x7FFF0000)]
+    prog = b"".join(c.to_bytes(2, "little") + bytes([t, f]) + k.to_bytes(4, "little")
+                    for c, t, f, k in insns)
+    seccomp.set_no_new_privs()
+    seccomp.install_seccomp(prog)
+
+
+@real
+def test_a_kernel_without_landlock_is_reported_not_fatal_unless_required(ws: Path) -> None:
+    binds = ["--bind", str(ws / "other"), str(ws / "other")]
+    lenient = sh(config(), f"echo x > {ws}/other/new && echo ran", binds=binds,
+                 preexec_fn=hide_landlock)
+    strict = sh(config(require_landlock=True), "echo ran", preexec_fn=hide_landlock)
+    assert (lenient.returncode, lenient.stdout) == (0, "ran\n")  # bwrap still stands
+    assert (ws / "other" / "new").exists()  # ...but nothing else stopped the write
+    assert strict.returncode == initcore.REFUSED and "ran" not in strict.stdout
+    assert strict.stderr == ("stockade-init: Landlock is required but not enforced: this "
+                             "kernel has no Landlock (it needs Linux 5.13 with "
+                             "CONFIG_SECURITY_LANDLOCK)\n")
+
+
 @real
 def test_environment_reaches_the_command_exactly() -> None:
     """Python's locale coercion must not leak LC_CTYPE; loader variables come back."""
@@ -465,8 +492,8 @@ def test_proxy_routed_reaches_only_the_bridge_port(two_listeners: tuple[int, int
 @pytest.fixture(scope="module")
 def user_copy() -> Iterator[tuple[str, str]]:
     """bwrap and the init where an unprivileged user can read them (root's home is 0700)."""
-    if os.geteuid() != 0:
-        pytest.skip("needs root to switch to the test user")
+    if os.geteuid() != 0 or SYSTEM_PYTHON not in PYTHONS:
+        pytest.skip("needs root to switch to the test user, and /usr/bin/python3")
     try:
         pwd.getpwnam(TEST_USER)
     except KeyError:
