@@ -86,6 +86,12 @@ def test_landlock_paths_follow_the_profile() -> None:
     assert "/home/u/.aws" not in rules["read"] + rules["write"]  # hidden: no rule
 
 
+def test_the_private_runtime_dir_is_writable() -> None:
+    rules = init_config(make_profile(runtime_dir="/run/user/1000"))["landlock"]
+    assert isinstance(rules, dict)
+    assert rules["write"][-1] == "/run/user/1000"
+
+
 def test_a_read_only_workspace_is_not_a_write_root() -> None:
     rules = init_config(make_profile(workspace_writable=False, write_roots=()))["landlock"]
     assert isinstance(rules, dict)
@@ -403,6 +409,24 @@ def test_environment_reaches_the_command_exactly() -> None:
     assert res.stdout == "LD_LIBRARY_PATH=/nonexistent-lib\n"
     kept = sh(config(env={"LC_CTYPE": "C"}), "echo $LC_CTYPE", env={"PATH": "/usr/bin:/bin"})
     assert kept.stdout == "C\n"
+
+
+@real
+@needs_landlock
+def test_stdout_redirected_to_a_file_can_be_reopened(ws: Path) -> None:
+    """`> /dev/stdout` reopens the caller's log file; its neighbours stay out of reach."""
+    log = ws / "other" / "log"
+    with open(log, "w") as out:
+        res = subprocess.run(
+            [BWRAP, "--unshare-user", "--unshare-pid", "--die-with-parent", "--cap-drop", "ALL",
+             "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp",
+             "--bind", str(ws / "other"), str(ws / "other"), "--",
+             HOST_PYTHON, "-I", "-S", INIT_PATH, json.dumps(config()), "--", "/bin/sh", "-c",
+             f"echo a > /dev/stdout; echo b >> /dev/stdout; echo c > {ws}/other/file"],
+            stdout=out, stderr=subprocess.PIPE, text=True, timeout=60, check=False)
+    assert log.read_text() == "a\nb\n"
+    assert (ws / "other" / "file").read_text() == "keep me"
+    assert "Permission denied" in res.stderr
 
 
 @real

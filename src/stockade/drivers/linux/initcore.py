@@ -77,6 +77,25 @@ def status_fields() -> dict[str, str]:
     return fields
 
 
+def stdio_files() -> list[str]:
+    """/proc/self/fd/N for each of stdin, stdout, stderr that is a regular file.
+
+    `echo x > /dev/stdout` reopens whatever fd 1 points at. When that is a
+    log file outside the write roots, Landlock would refuse the command a
+    file it is already writing through the descriptor; a rule on exactly
+    that inode gives nothing new. Directories never get one: a rule on a
+    directory would grant everything beneath it.
+    """
+    files = []
+    for fd in (0, 1, 2):
+        try:
+            if posix.fstat(fd).st_mode & 0o170000 == 0o100000:
+                files.append(f"/proc/self/fd/{fd}")
+        except OSError:
+            continue  # closed: nothing to reopen
+    return files
+
+
 def verify(keep_fds: set[int]) -> None:
     """What the command inherits: no capability, no descriptor it was not meant to get.
 
@@ -177,6 +196,7 @@ def main(argv: list[str]) -> int:
         rules = config.get("landlock")
         if not isinstance(rules, dict):
             raise Refusal("the config has no landlock rules")
+        rules = {**rules, "write": [*rules.get("write", []), *stdio_files()]}
         report = landlock.apply_landlock(landlock.LandlockRules.from_json(rules), sc)
         if not report.enforced and config.get("require_landlock") is True:
             raise Refusal(f"Landlock is required but not enforced: {report.reason}")

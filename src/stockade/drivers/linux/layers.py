@@ -85,6 +85,10 @@ def landlock_rules(profile: Profile, proxy_ports: Sequence[int] = ()) -> Landloc
     read = [*profile.read_roots, *profile.read_extra, *ALWAYS_READ]
     write = [profile.workspace] if profile.workspace_writable else []
     write += [*profile.write_roots, *ALWAYS_WRITE]
+    if profile.runtime_dir:
+        # bwrap puts an empty private tmpfs there; tools that keep sockets
+        # and locks in XDG_RUNTIME_DIR would fail on it for no gain.
+        write.append(profile.runtime_dir)
     kind = profile.network.kind
     # network "all" leaves TCP alone. "none" handles TCP with no port
     # allowed, so even a socket the seccomp gate missed connects nowhere.
