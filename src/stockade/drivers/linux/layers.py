@@ -46,9 +46,11 @@ ALWAYS_READ = ("/dev", "/proc", "/tmp")
 # in /dev/shm that Python's multiprocessing needs; bwrap's --dev holds no disk.
 ALWAYS_WRITE = ("/tmp", "/dev")
 
-# Variables that make the dynamic loader or glibc load code: in the init's
-# (and bwrap's) own environment they would run code before any layer
-# exists, so the init gets them only as config and sets them for the command.
+# Variables that make the dynamic loader or glibc load code. The command may
+# keep them (the caller passed them on purpose), but bwrap runs outside the
+# sandbox and the init before any layer: an LD_LIBRARY_PATH pointing into
+# the workspace would let a library planted by an earlier command run there.
+# So they travel as config, and the init sets them for the command alone.
 _LOADER_PREFIX = "LD_"
 _LOADER_NAMES = ("GCONV_PATH",)
 
