@@ -223,7 +223,6 @@ def _relay(proc: object, master: int, stdin: int, stdout: int, timeout: float | 
     deadline = time.monotonic() + timeout if timeout else None
     poller = select.poll()
     poller.register(master, select.POLLIN)
-    stdin_open = True
     poller.register(stdin, select.POLLIN)
     tail = b""
     while True:
@@ -253,22 +252,22 @@ def _relay(proc: object, master: int, stdin: int, stdout: int, timeout: float | 
                 # End of input (a pipe, not a terminal): end the shell's input
                 # the way a person would, with Ctrl-D at the start of a line.
                 poller.unregister(stdin)
-                stdin_open = False
                 _write_all(master, b"\x04")
             else:
                 poller.unregister(stdin)
-                stdin_open = False
                 _write_all(master, b"\x04")
-        if not stdin_open and proc.poll() is not None:  # type: ignore[attr-defined]
-            # Drain what is left, then stop: no reader remains to close the pty.
-            try:
-                while True:
+        if proc.poll() is not None:  # type: ignore[attr-defined]
+            # The shell is gone. Something it left (only possible without a
+            # PID namespace) may still hold the pty open, so do not wait for
+            # the pty to close: show what is buffered, then stop.
+            while select.select([master], [], [], 0.05)[0]:
+                try:
                     data = os.read(master, 65536)
-                    if not data:
-                        break
-                    _write_all(stdout, data)
-            except OSError:
-                pass
+                except OSError:
+                    break
+                if not data:
+                    break
+                _write_all(stdout, data)
             return False, tail
 
 
