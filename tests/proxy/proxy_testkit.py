@@ -58,7 +58,8 @@ class Backend:
     mode "http": answers each request with `<name> <METHOD> <path> host=<Host>`
     (keep-alive, Content-Length or chunked request bodies). mode "echo": echoes
     bytes. mode "sink": reads and counts bytes, never answers. mode "flood":
-    writes as fast as its peer takes bytes, counting them. With `tls`, the
+    writes as fast as its peer takes bytes, counting them. mode "banner": greets
+    first, then echoes. mode "close": hangs up as soon as it accepts. With `tls`, the
     TLS handshake runs after the TCP accept is counted.
     """
 
@@ -103,6 +104,12 @@ class Backend:
                     writer.write(chunk)
                     await writer.drain()
                     self.bytes_sent += len(chunk)
+            elif self.mode == "close":
+                pass  # accept, then hang up at once
+            elif self.mode == "banner":
+                writer.write(b"220 banner\r\n")  # a server-first protocol (SMTP, FTP)
+                while data := await reader.read(65536):
+                    writer.write(data)
             elif self.mode == "echo":
                 while data := await reader.read(262144):
                     self.bytes_received += len(data)

@@ -18,6 +18,7 @@ from proxy_testkit import (
     closed_by_peer,
     http_connect,
     http_exchange,
+    open_proxy,
     proxied,
     read_head,
     run,
@@ -550,3 +551,78 @@ def test_tls_lookalike_that_is_not_a_client_hello_is_closed(backends: Backends) 
 
     run(main())
     assert api.bytes_received == len(b"\x16binary protocol")
+
+
+def test_bytes_pipelined_after_connect_are_judged_too(backends: Backends) -> None:
+    api = backends.start("api", mode="sink")
+
+    async def main() -> None:
+        async with proxied(allow_for(api.port, "api.test"),
+                           names={"api.test": ["127.0.0.2"]}) as h:
+            for name in ("other.test", "api.test"):
+                reader, writer = await open_proxy(h.endpoint)
+                writer.write(f"CONNECT api.test:{api.port} HTTP/1.1\r\n\r\n".encode()
+                             + client_hello(name))
+                status, _ = await read_head(reader)
+                assert status == 200
+                if name == "other.test":
+                    assert await closed_by_peer(reader)
+                else:
+                    await asyncio.sleep(0.1)
+                writer.close()
+
+    run(main())
+    assert api.bytes_received == len(client_hello("api.test"))
+
+
+def test_pipelined_bytes_and_eof_are_relayed_in_order(backends: Backends) -> None:
+    api = backends.start("api", mode="echo")
+
+    async def main() -> None:
+        async with proxied(allow_for(api.port, "api.test"),
+                           names={"api.test": ["127.0.0.2"]}) as h:
+            reader, writer = await open_proxy(h.endpoint)
+            writer.write(f"CONNECT api.test:{api.port} HTTP/1.1\r\n\r\n".encode()
+                         + b"early bytes")
+            writer.write_eof()
+            status, _ = await read_head(reader)
+            assert status == 200
+            async with asyncio.timeout(5):
+                assert await reader.read() == b"early bytes"
+            writer.close()
+
+    run(main())
+
+
+def test_server_first_protocols_work(backends: Backends) -> None:
+    api = backends.start("api", mode="banner")
+
+    async def main() -> None:
+        async with proxied(allow_for(api.port, "api.test"),
+                           names={"api.test": ["127.0.0.2"]}) as h:
+            status, _, (reader, writer) = await http_connect(h.endpoint, f"api.test:{api.port}")
+            assert status == 200
+            async with asyncio.timeout(5):
+                assert await reader.readuntil(b"\r\n") == b"220 banner\r\n"
+            writer.write(b"EHLO\r\n")
+            async with asyncio.timeout(5):
+                assert await reader.readuntil(b"\r\n") == b"EHLO\r\n"
+            writer.close()
+
+    run(main())
+
+
+def test_upstream_hanging_up_at_once_ends_the_tunnel(backends: Backends) -> None:
+    api = backends.start("api", mode="close")
+
+    async def main() -> None:
+        async with proxied(allow_for(api.port, "api.test"),
+                           names={"api.test": ["127.0.0.2"]}) as h:
+            status, _, (reader, writer) = await http_connect(h.endpoint, f"api.test:{api.port}")
+            assert status == 200
+            assert await closed_by_peer(reader)
+            writer.close()
+            await settle(h.decisions)
+            assert h.decisions.final()[0].allowed
+
+    run(main())

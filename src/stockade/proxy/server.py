@@ -28,14 +28,14 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from ipaddress import IPv6Address, ip_address
-from typing import Any
+from typing import Any, cast
 
 from ..errors import ConfigError
 from . import http, socks5
 from .errors import InvalidHost, ProxyUnavailable
-from .hosts import Host, IPAddress, canonical_host, normalize_address, split_authority
+from .hosts import Host, IPAddress, normalize_address, split_authority
 from .policy import HostPolicy, ProxyDecision
-from .tls import MAX_CLIENT_HELLO, ClientHelloError, parse_client_hello, starts_tls
+from .tunnel import Tunnel
 
 log = logging.getLogger("stockade.proxy")
 
@@ -164,13 +164,6 @@ class _Refusal(Exception):
         # True when the policy allowed the target and the network failed it,
         # so the ledger can tell "blocked" from "unreachable".
         self.policy_allowed = policy_allowed
-
-
-class _TunnelDenied(Exception):
-    def __init__(self, rule: str, reason: str) -> None:
-        super().__init__(reason)
-        self.rule = rule
-        self.reason = reason
 
 
 @dataclass(slots=True)
@@ -312,16 +305,17 @@ class ManagedProxy:
             path = unix_path or os.path.join(self._socket_dir, _session_file(session_id))
             session = _Session(session_id, policy, limit)
             handler = partial(self._serve, session)
+
+            def factory() -> _EofTracking:
+                return _EofTracking(asyncio.StreamReader(limit=_STREAM_LIMIT), handler)
+
+            loop = asyncio.get_running_loop()
             try:
                 await _refuse_live_socket(path)
-                tcp = await asyncio.start_server(
-                    handler, host=self.options.listen_host, port=port,
-                    limit=_STREAM_LIMIT, backlog=1024,
-                )
+                tcp = await loop.create_server(factory, host=self.options.listen_host,
+                                               port=port, backlog=1024)
                 session.servers.append(tcp)
-                unix = await asyncio.start_unix_server(
-                    handler, path=path, limit=_STREAM_LIMIT, backlog=1024,
-                )
+                unix = await loop.create_unix_server(factory, path=path, backlog=1024)
                 session.servers.append(unix)
             except OSError as exc:
                 for server in session.servers:
@@ -466,9 +460,7 @@ class ManagedProxy:
                         f"session {session.session_id} already has {limit} connections open "
                         f"(the limit is {limit})")
 
-    async def _open(
-        self, session: _Session, rec: _Record, host: Host, port: int
-    ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    async def _open(self, session: _Session, rec: _Record, host: Host, port: int) -> socket.socket:
         """Check, resolve, re-check and connect; raise _Refusal at the first failure."""
         rec.host, rec.port = str(host), port
         policy = session.policy
@@ -524,7 +516,7 @@ class ManagedProxy:
                     rec.address = str(address)
                     if address_rule not in ("public address", verdict.rule):
                         rec.rule = f"{verdict.rule}; {address_rule}"
-                    return await asyncio.open_connection(sock=sock, limit=_STREAM_LIMIT)
+                    return sock
         except TimeoutError:
             raise _Refusal(504, socks5.TTL_EXPIRED, "connect timeout",
                            f"connecting to {host}:{port} timed out after "
@@ -536,9 +528,9 @@ class ManagedProxy:
         self._deny(rec, refusal.rule, refusal.reason, policy_allowed=refusal.policy_allowed,
                    error=refusal.reason if refusal.policy_allowed else None)
 
-    def _audit_open(self, rec: _Record, upstream: asyncio.StreamWriter) -> None:
+    def _audit_open(self, rec: _Record, upstream: socket.socket) -> None:
         if not self._emit(rec.decision(True, final=False)):
-            upstream.transport.abort()
+            upstream.close()
             raise _Refusal(503, socks5.GENERAL_FAILURE, "audit unavailable",
                            "the audit ledger did not accept the decision, so the "
                            "connection was not opened", policy_allowed=True)
@@ -565,14 +557,14 @@ class ManagedProxy:
             if over_cap:
                 rec.host, rec.port = str(request.host), request.port
                 raise self._over_cap(session)
-            u_reader, u_writer = await self._open(session, rec, request.host, request.port)
-            self._audit_open(rec, u_writer)
+            upstream = await self._open(session, rec, request.host, request.port)
+            self._audit_open(rec, upstream)
         except _Refusal as refusal:
             writer.write(socks5.reply(refusal.socks_code))
             self._refused(rec, refusal)
             return
-        writer.write(socks5.reply(socks5.SUCCEEDED))
-        await self._tunnel(rec, reader, writer, u_reader, u_writer, request.host, request.port)
+        await self._tunnel(rec, reader, writer, upstream, request.host, request.port,
+                           socks5.reply(socks5.SUCCEEDED))
 
     # --- HTTP --------------------------------------------------------------------
 
@@ -624,10 +616,10 @@ class ManagedProxy:
         if over_cap:
             rec.host, rec.port = str(host), port
             raise self._over_cap(session)
-        u_reader, u_writer = await self._open(session, rec, host, port)
-        self._audit_open(rec, u_writer)
-        writer.write(b"HTTP/1.1 200 Connection established\r\n\r\n")
-        await self._tunnel(rec, reader, writer, u_reader, u_writer, host, port)
+        upstream = await self._open(session, rec, host, port)
+        self._audit_open(rec, upstream)
+        await self._tunnel(rec, reader, writer, upstream, host, port,
+                           b"HTTP/1.1 200 Connection established\r\n\r\n")
 
     async def _forward(
         self, session: _Session, rec: _Record, reader: asyncio.StreamReader,
@@ -640,8 +632,9 @@ class ManagedProxy:
         framing = http.request_framing(head)
         if over_cap:
             raise self._over_cap(session)
-        u_reader, u_writer = await self._open(session, rec, host, port)
-        self._audit_open(rec, u_writer)
+        upstream = await self._open(session, rec, host, port)
+        self._audit_open(rec, upstream)
+        u_reader, u_writer = await asyncio.open_connection(sock=upstream, limit=_STREAM_LIMIT)
         idle = self.options.idle_timeout
         error: str | None = None
         keep_alive = head.version == "HTTP/1.1" and "close" not in head.tokens("connection")
@@ -698,126 +691,62 @@ class ManagedProxy:
 
     # --- tunnels -----------------------------------------------------------------
 
-    async def _first_flight(
-        self, reader: asyncio.StreamReader, host: Host, port: int
-    ) -> bytes:
-        """The client's first bytes, checked: a ClientHello must name the target.
-
-        Only the client's first bytes are inspected, so server-first protocols
-        still work; the server's bytes flow meanwhile.
-        """
-        data = await reader.read(_CHUNK)
-        if not data:
-            return data
-        while (is_tls := starts_tls(data)) is None:
-            more = await reader.read(_CHUNK)
-            if not more:
-                return data
-            data += more
-        if not is_tls:
-            if port in self.options.tls_ports:
-                raise _TunnelDenied("tls required",
-                                    f"port {port} carries TLS only, and the tunnel to "
-                                    f"{host}:{port} did not start with a TLS ClientHello")
-            return data
-        try:
-            async with asyncio.timeout(self.options.handshake_timeout):
-                while (hello := parse_client_hello(data)) is None:
-                    more = await reader.read(_CHUNK) if len(data) < 2 * MAX_CLIENT_HELLO else b""
-                    if not more:
-                        raise ClientHelloError("the client stopped inside its ClientHello")
-                    data += more
-        except (ClientHelloError, TimeoutError) as exc:
-            raise _TunnelDenied("tls malformed",
-                                f"the tunnel to {host}:{port} began a TLS handshake that "
-                                f"could not be read: {exc or 'timed out'}") from None
-        if hello.server_name is None:
-            return data
-        try:
-            sni = canonical_host(hello.server_name)
-        except InvalidHost:
-            sni = Host(hello.server_name)
-        if sni != host:
-            # Domain fronting: an allowed CONNECT host on a shared front end,
-            # with the ClientHello asking that front end for another tenant.
-            raise _TunnelDenied("tls sni mismatch",
-                                f"TLS SNI {hello.server_name} does not match the "
-                                f"CONNECT host {host}")
-        return data
-
     async def _tunnel(
-        self, rec: _Record, c_reader: asyncio.StreamReader, c_writer: asyncio.StreamWriter,
-        u_reader: asyncio.StreamReader, u_writer: asyncio.StreamWriter, host: Host, port: int,
+        self, rec: _Record, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+        upstream: socket.socket, host: Host, port: int, reply: bytes,
     ) -> None:
+        """Answer the client, then splice its transport to the upstream socket."""
+        opts = self.options
         loop = asyncio.get_running_loop()
-        error: str | None = None
-        denied: _TunnelDenied | None = None
-
-        def abort() -> None:
-            c_writer.transport.abort()
-            u_writer.transport.abort()
-
-        async def upward() -> None:
-            data = await self._first_flight(c_reader, host, port)
-            if data:
-                rec.bytes_up += len(data)
-                u_writer.write(data)
-                await u_writer.drain()
-                await _pump(c_reader, u_writer, rec, up=True)
-            elif u_writer.can_write_eof():
-                u_writer.write_eof()
-
-        async def downward() -> None:
-            await _pump(u_reader, c_writer, rec, up=False)
-
-        # Idleness is measured by byte counts sampled on a timer, so the hot
-        # path does no clock reads; a tunnel closes between 1 and 1.25 idle
-        # periods after its last byte.
-        period = self.options.idle_timeout / 4
-        idle_ticks = 0
-        last_total = -1
-        timed_out = False
-        timer: asyncio.TimerHandle | None = None
-
-        def tick() -> None:
-            nonlocal idle_ticks, last_total, timed_out, timer
-            total = rec.bytes_up + rec.bytes_down
-            idle_ticks = idle_ticks + 1 if total == last_total else 0
-            last_total = total
-            if idle_ticks >= 4:
-                timed_out = True
-                abort()
-            else:
-                timer = loop.call_later(period, tick)
-
-        timer = loop.call_later(period, tick)
-        tasks = [asyncio.ensure_future(upward()), asyncio.ensure_future(downward())]
+        tunnel = Tunnel(host, port, opts.tls_ports, opts.handshake_timeout, opts.idle_timeout)
         try:
-            for next_done in asyncio.as_completed(tasks):
-                try:
-                    await next_done
-                except _TunnelDenied as exc:
-                    denied = exc
-                    abort()
-                except (OSError, asyncio.IncompleteReadError) as exc:
-                    # A reset on one side is passed on as a reset on the other.
-                    error = error or (str(exc) or type(exc).__name__)
-                    abort()
+            await loop.create_connection(lambda: tunnel.upstream, sock=upstream)
+            writer.write(reply)
+            client = writer.transport
+            if client.is_closing():
+                tunnel.error = "the client went away before the tunnel opened"
+                return
+            # Leave stream mode: whatever the client sent after its request is
+            # still in the StreamReader. With EOF fed, read() hands all of it
+            # back without waiting, and `eof_seen` says whether the client's own
+            # EOF had already arrived, so none is lost and none invented.
+            protocol = client.get_protocol()
+            client_eof = isinstance(protocol, _EofTracking) and protocol.eof_seen
+            reader.feed_eof()
+            leftover = await reader.read()
+            tunnel.start(cast(asyncio.Transport, client), leftover, client_eof)
+            await tunnel.done
         except asyncio.CancelledError:
-            error = "the session was closed"
+            tunnel.error = "the session was closed"
             raise
+        except OSError as exc:
+            tunnel.error = str(exc) or type(exc).__name__
         finally:
-            timer.cancel()
-            for task in tasks:
-                task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
-            abort()
-            if timed_out:
-                error = f"idle for {self.options.idle_timeout:g}s"
-            if denied is not None:
-                self._emit(rec.decision(False, reason=denied.reason, rule=denied.rule))
+            if not tunnel.done.done():
+                tunnel.abort()
+            rec.bytes_up, rec.bytes_down = tunnel.bytes_up, tunnel.bytes_down
+            if tunnel.timed_out:
+                tunnel.error = f"idle for {opts.idle_timeout:g}s"
+            if tunnel.denied is not None:
+                self._emit(rec.decision(False, reason=tunnel.denied.reason,
+                                        rule=tunnel.denied.rule))
             else:
-                self._emit(rec.decision(True, error=error))
+                self._emit(rec.decision(True, error=tunnel.error))
+
+
+class _EofTracking(asyncio.StreamReaderProtocol):
+    """A client connection's protocol while it is read as a stream.
+
+    It remembers whether the client's EOF has arrived, because once a tunnel
+    takes the transport over, the StreamReader can no longer say whether its
+    EOF came from the client or from the handover.
+    """
+
+    eof_seen = False
+
+    def eof_received(self) -> bool:
+        self.eof_seen = True
+        return bool(super().eof_received())
 
 
 async def _unless_failed(awaitable: Awaitable[bytes], body: asyncio.Task[int]) -> bytes:
@@ -835,24 +764,6 @@ async def _unless_failed(awaitable: Awaitable[bytes], body: asyncio.Task[int]) -
             main.cancel()
             raise failure
     return await main
-
-
-async def _pump(
-    src: asyncio.StreamReader, dst: asyncio.StreamWriter, rec: _Record, *, up: bool
-) -> None:
-    """Copy until EOF, then half-close. `drain()` after each write keeps at most
-    one buffer's worth in flight, so a slow reader slows the writer instead of
-    growing memory."""
-    read, write, drain = src.read, dst.write, dst.drain
-    while data := await read(_CHUNK):
-        if up:
-            rec.bytes_up += len(data)
-        else:
-            rec.bytes_down += len(data)
-        write(data)
-        await drain()
-    if dst.can_write_eof() and not dst.transport.is_closing():
-        dst.write_eof()
 
 
 async def _close_gently(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
