@@ -48,8 +48,8 @@ _CHUNK = 256 * 1024
 # StreamReader limit: it bounds a head before `readuntil` gives up, and the
 # reader pauses its transport at twice this much buffered. At the default 64 KiB
 # every 256 KiB socket read paused and resumed the transport (two epoll_ctl
-# calls per read), which cost a tunnel about a third of its throughput. Heads
-# are held to `max_head_bytes` separately.
+# calls per read), which halved the rate of a streamed body. Heads are held to
+# `max_head_bytes` separately.
 _STREAM_LIMIT = 256 * 1024
 #: Seconds a refused client gets to read the refusal before the socket closes.
 _LINGER = 0.5

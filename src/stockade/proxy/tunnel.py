@@ -2,8 +2,8 @@
 
 After CONNECT (or SOCKS5 CONNECT) has been answered, the proxy only has to copy
 bytes both ways. Doing that through StreamReader costs two extra copies and a
-task wake-up per chunk, which held one tunnel to about a third of the loopback
-rate; here each transport's protocol hands what it receives straight to the
+task wake-up per chunk, which held one tunnel to about half of what it reaches
+here, where each transport's protocol hands what it receives straight to the
 other transport. Backpressure is the same mechanism `drain()` is built on: when
 one transport's write buffer passes its high-water mark it calls
 `pause_writing()`, and the tunnel stops reading the other side until
