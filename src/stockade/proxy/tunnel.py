@@ -104,8 +104,11 @@ class Side(asyncio.Protocol):
         self.peer.write(data)
 
     def write(self, data: bytes) -> None:
-        assert self.transport is not None
-        self.transport.write(data)
+        transport = self.transport
+        # Bytes for a side that has already gone have nowhere to go; writing
+        # them anyway only makes asyncio log a warning per write.
+        if transport is not None and not transport.is_closing():
+            transport.write(data)
 
     def eof_received(self) -> bool:
         self.tunnel.side_eof(self)
