@@ -702,7 +702,7 @@ def main(argv: list[str]) -> int:
     logging.basicConfig(stream=sys.stderr, level=getattr(logging, options.log_level),
                         format="stockade mcp: %(levelname)s %(name)s: %(message)s")
     if _MCP_MISSING is not None:
-        print("stockade: the MCP server needs the MCP Python SDK: pip install 'stockade[mcp]' "
+        print("stockade: the MCP server needs the MCP Python SDK 2.x: pip install 'stockade[mcp]' "
               f"({_MCP_MISSING})", file=sys.stderr)
         return 125
     if options.timeout is not None and not options.timeout > 0:

@@ -1,0 +1,10 @@
+"""Framework adapters: each module plugs stockade into one agent framework.
+
+Every adapter is an optional extra and imports its framework only when the
+adapter itself is imported, so `import stockade` never pays for them:
+
+- `stockade.adapters.openai_agents` -- a `ShellTool` executor for the OpenAI
+  Agents SDK (`pip install 'stockade[openai-agents]'`).
+- `stockade.adapters.langchain` -- an execution policy for LangChain's
+  `ShellToolMiddleware` (`pip install 'stockade[langchain]'`).
+"""

@@ -1,0 +1,241 @@
+"""The framework adapters against the real frameworks, with real sandboxes.
+
+Each framework is driven end to end by its own runner with a scripted model
+(no network, no API key): the framework decides to call its shell tool, the
+adapter runs the command in stockade, and the test checks the effect on the
+host and what the model was shown.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import tempfile
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from stockade.config import SandboxConfig
+
+pytestmark = pytest.mark.timeout(90)
+
+
+@pytest.fixture
+def dirs(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[Path, Path]]:
+    # /var/tmp: the sandbox has its own /tmp, where a host path would not exist.
+    base = Path(tempfile.mkdtemp(prefix="stockade-adapters-", dir="/var/tmp"))
+    (base / "ws").mkdir()
+    (base / "outside").mkdir()
+    monkeypatch.setenv("XDG_DATA_HOME", str(base / "data"))
+    monkeypatch.setenv("XDG_STATE_HOME", str(base / "state"))
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(base / "config"))
+    yield base / "ws", base / "outside"
+    shutil.rmtree(base, ignore_errors=True)
+
+
+# -- OpenAI Agents SDK ---------------------------------------------------------------
+
+def _shell_request(commands: list[str], timeout_ms: int | None = None) -> Any:
+    agents = pytest.importorskip("agents")
+    return agents.ShellCommandRequest(
+        ctx_wrapper=agents.RunContextWrapper(None),
+        data=agents.ShellCallData(call_id="call_1", action=agents.ShellActionRequest(
+            commands=commands, timeout_ms=timeout_ms)))
+
+
+def test_openai_executor_runs_each_command(dirs: tuple[Path, Path]) -> None:
+    pytest.importorskip("agents")
+    from stockade.adapters.openai_agents import StockadeShellExecutor
+
+    ws, outside = dirs
+
+    async def go() -> Any:
+        async with StockadeShellExecutor(ws, mode="workspace-write") as shell:
+            return await shell(_shell_request([
+                "echo made > made && cat made",
+                f"echo x > {outside}/f",
+                "echo carried > /tmp/t",
+                "cat /tmp/t",
+            ]))
+
+    result = asyncio.run(go())
+    made, blocked, _, carried = result.output
+    assert (made.stdout, made.exit_code) == ("made\n", 0)
+    assert blocked.exit_code != 0
+    assert "Read-only file system" in blocked.stderr
+    assert "stockade: blocked by the sandbox:" in blocked.stderr
+    assert carried.stdout == "carried\n"  # one session: /tmp carries over
+    assert (ws / "made").exists() and not (outside / "f").exists()
+
+
+def test_openai_executor_timeout_and_refusal(dirs: tuple[Path, Path]) -> None:
+    pytest.importorskip("agents")
+    from stockade.adapters.openai_agents import StockadeShellExecutor
+
+    ws, _ = dirs
+
+    async def go(executor: StockadeShellExecutor, commands: list[str], ms: int | None) -> Any:
+        async with executor as shell:
+            return await shell(_shell_request(commands, ms))
+
+    timed = asyncio.run(go(StockadeShellExecutor(ws), ["echo early; sleep 30"], 1000))
+    out = timed.output[0]
+    assert out.status == "timeout" and out.exit_code is None
+    assert out.stdout == "early\n"
+    assert "stockade: CommandTimeout:" in out.stderr
+
+    broken = SandboxConfig(bwrap="/nonexistent/bwrap")
+    refused = asyncio.run(go(StockadeShellExecutor(ws, config=broken), ["true"], None))
+    out = refused.output[0]
+    assert out.exit_code == 125
+    assert out.stderr.startswith("stockade: SandboxUnavailable: configured bwrap")
+
+
+def test_openai_agents_runner_end_to_end(dirs: tuple[Path, Path]) -> None:
+    agents = pytest.importorskip("agents")
+    from openai.types.responses import (
+        ResponseFunctionShellToolCall,
+        ResponseOutputMessage,
+        ResponseOutputText,
+    )
+    from openai.types.responses.response_function_shell_tool_call import Action
+
+    from stockade.adapters.openai_agents import StockadeShellExecutor
+
+    ws, outside = dirs
+    seen: list[Any] = []
+
+    class ScriptedModel(agents.Model):  # type: ignore[misc]
+        """Turn 1: call the shell tool. Turn 2: repeat what the tool returned."""
+
+        async def get_response(self, system_instructions: Any, input: Any, *args: Any,
+                               **kwargs: Any) -> Any:
+            seen.append(input)
+            usage = agents.Usage()
+            if len(seen) == 1:
+                call = ResponseFunctionShellToolCall(
+                    id="sh_1", call_id="call_1", type="shell_call", status="completed",
+                    action=Action(commands=["echo from-the-sandbox > out.txt; cat out.txt",
+                                            f"touch {outside}/escape"]))
+                return agents.ModelResponse(output=[call], usage=usage, response_id=None)
+            outputs = [item for item in input if isinstance(item, dict)
+                       and item.get("type") == "shell_call_output"]
+            text = repr(outputs)
+            message = ResponseOutputMessage(
+                id="msg_1", type="message", role="assistant", status="completed",
+                content=[ResponseOutputText(type="output_text", text=text, annotations=[])])
+            return agents.ModelResponse(output=[message], usage=usage, response_id=None)
+
+        def stream_response(self, *args: Any, **kwargs: Any) -> Any:
+            raise NotImplementedError
+
+    async def go() -> Any:
+        async with StockadeShellExecutor(ws, mode="workspace-write") as shell:
+            agent = agents.Agent(name="coder", model=ScriptedModel(),
+                                 tools=[agents.ShellTool(executor=shell)])
+            return await agents.Runner.run(agent, "write out.txt",
+                                           run_config=agents.RunConfig(tracing_disabled=True))
+
+    result = asyncio.run(go())
+    assert (ws / "out.txt").read_text() == "from-the-sandbox\n"
+    assert not (outside / "escape").exists()
+    assert "from-the-sandbox" in result.final_output
+    assert "blocked by the sandbox" in result.final_output
+
+
+# -- LangChain -----------------------------------------------------------------------
+
+def test_langchain_policy_spawns_a_sandboxed_shell(dirs: tuple[Path, Path]) -> None:
+    pytest.importorskip("langchain.agents.middleware")
+    from stockade.adapters.langchain import StockadeExecutionPolicy
+
+    ws, outside = dirs
+    policy = StockadeExecutionPolicy(mode="workspace-write")
+    try:
+        proc = policy.spawn(workspace=ws, env={"GREETING": "hello"}, command=["/bin/bash"])
+        out, err = proc.communicate(
+            f'echo "$GREETING $STOCKADE_SANDBOX"; touch inside {outside}/f; exit 3\n',
+            timeout=30)
+    finally:
+        policy.close()
+    assert proc.returncode == 3
+    assert out == "hello bubblewrap\n"
+    assert "Read-only file system" in err
+    assert (ws / "inside").exists() and not (outside / "f").exists()
+
+
+def test_langchain_kill_ends_everything_the_shell_started(dirs: tuple[Path, Path]) -> None:
+    pytest.importorskip("langchain.agents.middleware")
+    from stockade.adapters.langchain import StockadeExecutionPolicy
+
+    ws, _ = dirs
+    marker = f"{uuid.uuid4().int % 10**6}.5"
+    policy = StockadeExecutionPolicy()
+    proc = policy.spawn(workspace=ws, env={}, command=["/bin/bash"])
+    try:
+        assert proc.stdin is not None and proc.stdout is not None
+        proc.stdin.write(f"setsid sleep {marker} & echo started\n")
+        proc.stdin.flush()
+        assert proc.stdout.readline() == "started\n"
+        proc.kill()
+        proc.wait(timeout=10)
+    finally:
+        policy.close()
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and _running(f"sleep\0{marker}"):
+        time.sleep(0.1)
+    assert not _running(f"sleep\0{marker}")
+
+
+def _running(marker: str) -> bool:
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                if marker.encode() in Path(f"/proc/{name}/cmdline").read_bytes():
+                    return True
+            except OSError:
+                pass
+    return False
+
+
+def test_langchain_agent_end_to_end(dirs: tuple[Path, Path]) -> None:
+    pytest.importorskip("langchain.agents.middleware")
+    from langchain.agents import create_agent
+    from langchain.agents.middleware import ShellToolMiddleware
+    from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
+    from langchain_core.messages import AIMessage
+
+    from stockade.adapters.langchain import StockadeExecutionPolicy
+
+    ws, outside = dirs
+
+    class ScriptedChat(GenericFakeChatModel):
+        def bind_tools(self, tools: Any, **kwargs: Any) -> Any:
+            return self
+
+    model = ScriptedChat(messages=iter([
+        AIMessage(content="", tool_calls=[{
+            "name": "shell", "id": "call_1",
+            "args": {"command": f"echo lc-ok > made.txt; touch {outside}/escape; cat made.txt"},
+        }]),
+        AIMessage(content="done"),
+    ]))
+    policy = StockadeExecutionPolicy(mode="workspace-write", command_timeout=20)
+    agent = create_agent(model, middleware=[ShellToolMiddleware(
+        workspace_root=ws, execution_policy=policy)])
+    try:
+        state = agent.invoke({"messages": [{"role": "user", "content": "make the file"}]})
+    finally:
+        policy.close()
+    tool_messages = [m for m in state["messages"] if m.type == "tool"]
+    assert len(tool_messages) == 1
+    shown = str(tool_messages[0].content)
+    assert "lc-ok" in shown
+    assert "Read-only file system" in shown
+    assert (ws / "made.txt").read_text() == "lc-ok\n"
+    assert not (outside / "escape").exists()
