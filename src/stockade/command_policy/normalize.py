@@ -18,6 +18,7 @@ bounded, but a quadratic step on 256 KiB is still a denial of service.
 from __future__ import annotations
 
 import binascii
+import functools
 import re
 
 TYPE_CHECKING = False
@@ -52,15 +53,25 @@ _SPACES = ("\u00a0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008\u
            "\u202f\u205f\u3000")
 _NEWLINES = "\u0085\u2028\u2029"
 
-_UNICODE_MAP: dict[str, str] = {c: "" for c in _INVISIBLE}
-_UNICODE_MAP.update({c: "-" for c in _DASHES})
-_UNICODE_MAP.update({c: "'" for c in _SINGLE_QUOTES})
-_UNICODE_MAP.update({c: '"' for c in _DOUBLE_QUOTES})
-_UNICODE_MAP.update({c: " " for c in _SPACES})
-_UNICODE_MAP.update({c: "\n" for c in _NEWLINES})
-# Tag characters (U+E0000..U+E007F) render as nothing; they are outside the BMP
-# so they get their own range in the pattern rather than 128 map entries.
-_UNICODE_RE = re.compile("[" + re.escape("".join(_UNICODE_MAP)) + "\U000e0000-\U000e007f]")
+# Tag characters (U+E0000..U+E007F) render as nothing too.
+_TAGS = "\U000e0000-\U000e007f"
+
+
+@functools.cache
+def _unicode_folds() -> tuple[re.Pattern[str], tuple[tuple[re.Pattern[str], str], ...]]:
+    # Compiled on first non-ASCII input: most commands never need them, and
+    # the character classes are the slowest patterns here to compile.
+    anything = re.compile("[" + re.escape(_INVISIBLE + _DASHES + _SINGLE_QUOTES + _DOUBLE_QUOTES
+                                          + _SPACES + _NEWLINES) + _TAGS + "]")
+    # One constant replacement per class, so a text made of nothing but
+    # zero-width spaces costs a few regex passes, not a Python call per character.
+    folds = tuple(
+        (re.compile("[" + re.escape(chars) + extra + "]"), replacement)
+        for chars, extra, replacement in ((_INVISIBLE, _TAGS, ""), (_DASHES, "", "-"),
+                                          (_SINGLE_QUOTES, "", "'"), (_DOUBLE_QUOTES, "", '"'),
+                                          (_SPACES, "", " "), (_NEWLINES, "", "\n"))
+    )
+    return anything, folds
 
 # Quotes only group words for the shell, carets only escape for cmd: with
 # them gone, `"r"m`, `r''m` and `r^m` all read `rm`. Control characters other
@@ -80,6 +91,11 @@ _BYTE_TABLE = bytes(range(256)).replace(b"\x0b", b" ").replace(b"\x0c", b" ")
 # `+` (a literal, which `re` can scan for quickly); the quote before it is
 # checked by hand.
 _CONCAT_RE = re.compile(r"\+[ \t]*[\"']")
+_CONCAT_BULK_RE = re.compile(r"[\"'][ \t]*\+[ \t]*[\"']")
+# Above this many candidates, a step switches from a scan that is fastest on
+# ordinary text (a Python loop over a few hits) to one whose cost does not
+# depend on the number of hits; both give the same result.
+_MANY = 512
 
 # Bash ANSI-C quoting: `$'\x72\x6d'` is `rm`. Possessive so an unterminated
 # `$'` costs one linear scan, not a backtracking one.
@@ -125,8 +141,13 @@ _SLASHES_RE = re.compile(r"//+")
 # nothing this filter looks for is spelt with a scheme. `C://` is a drive.
 _COLON_SLASHES_RE = re.compile(r":/{2,}")
 _SCHEME_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+.-")
-_DELIMITERS = frozenset(" \t\n;&|<>()")
-_DRIVE_RE = re.compile(r"[A-Za-z]:")
+# A whole absolute path word (`/x`, `C:/x`, `of=/x`) with a `..` segment. Only
+# absolute paths are resolved: a relative `build/..` cannot reach the root.
+# Each word is scanned once from its start, so this stays linear.
+_ABSOLUTE_WITH_PARENT_RE = re.compile(
+    r"(?<![^\s;&|<>()])(?:[A-Za-z]:|[^\s;&|<>()/]*=)?/(?:[^\s;&|<>()]*?/)?\.\."
+    r"(?![^/\s;&|<>()])[^\s;&|<>()]*"
+)
 
 
 def normalize(text: str) -> str:
@@ -158,8 +179,9 @@ def normalize(text: str) -> str:
     # The Windows reading only needs the lines that hold one of the two.
     views = [t]
     if "\\" in t or "`" in t:
+        windows = t if t.count("\\") + t.count("`") > _MANY else _lines_with_escapes(t)
         views = [t.replace("\\", "").replace("`", " "),
-                 _lines_with_escapes(t).replace("`", "").replace("\\", "/")]
+                 windows.replace("`", "").replace("\\", "/")]
 
     decoded: dict[str, None] = {}
     out: list[str] = []
@@ -199,10 +221,18 @@ def scan_target(program: str, args: Sequence[str], stdin: bytes | None) -> tuple
 
 
 def _fold_unicode(t: str) -> str:
-    return _UNICODE_RE.sub(_unicode_replacement, t)
+    anything, folds = _unicode_folds()
+    if anything.search(t) is None:
+        return t
+    for pattern, replacement in folds:
+        t = pattern.sub(replacement, t)
+    return t
 
 
 def _fold_concatenation(t: str) -> str:
+    if t.count("+") > _MANY:
+        # No Python per `+`: the quotes this also removes go in the next step.
+        return _CONCAT_BULK_RE.sub("", t)
     cuts: list[tuple[int, int]] = []
     for m in _CONCAT_RE.finditer(t):
         i = m.start() - 1
@@ -248,12 +278,9 @@ def _lines_with_escapes(t: str) -> str:
     return "\n".join(lines)
 
 
-def _unicode_replacement(m: re.Match[str]) -> str:
-    return _UNICODE_MAP.get(m.group(), "")
-
-
 def _decode_ansi_c(m: re.Match[str]) -> str:
-    return _ANSI_C_ESCAPE_RE.sub(_ansi_c_escape, m.group(1))
+    body = m.group(1)
+    return _ANSI_C_ESCAPE_RE.sub(_ansi_c_escape, body) if "\\" in body else body
 
 
 def _ansi_c_escape(m: re.Match[str]) -> str:
@@ -309,10 +336,14 @@ def _decode_word(word: str) -> str | None:
     # The path fold runs after this step and may rewrite a word that
     # contains `//` or `/.`; trying the folded spelling too means a second
     # `normalize` sees exactly the same payloads as the first.
-    for candidate in (word, _fold_paths(word)):
+    folded = _fold_paths(word) if "/" in word else word
+    for candidate in (word, folded) if folded != word else (word,):
+        if len(candidate) % 4:
+            continue  # strict base64 is whole quads; cheaper than the exception
         try:
             raw = binascii.a2b_base64(candidate, strict_mode=True)
-            return raw.decode("utf-16-le")
+            if len(raw) % 2 == 0:
+                return raw.decode("utf-16-le")
         except (binascii.Error, UnicodeDecodeError, ValueError):
             continue
     return None
@@ -354,41 +385,17 @@ def _keep_scheme(m: re.Match[str]) -> str:
 
 
 def _resolve_parents(t: str) -> str:
-    """Resolve `..` in absolute paths lexically: `/usr/../*` is `/*`.
+    """Resolve `..` in absolute paths lexically: `/usr/../*` is `/*`."""
+    return _ABSOLUTE_WITH_PARENT_RE.sub(_resolve_match, t)
 
-    Each path word is visited once, so this is linear however many `..` a
-    word holds.
-    """
-    n = len(t)
-    out: list[str] = []
-    pos = 0
-    i = t.find("/..")
-    while i != -1:
-        after = i + 3
-        if after < n and t[after] != "/" and t[after] not in _DELIMITERS:
-            i = t.find("/..", i + 1)
-            continue
-        start = i
-        while start > pos and t[start - 1] not in _DELIMITERS:
-            start -= 1
-        end = after
-        while end < n and t[end] not in _DELIMITERS:
-            end += 1
-        out.append(t[pos:start])
-        out.append(_resolve_word(t[start:end]))
-        pos = end
-        i = t.find("/..", end)
-    out.append(t[pos:])
-    return "".join(out)
+
+def _resolve_match(m: re.Match[str]) -> str:
+    return _resolve_word(m.group())
 
 
 def _resolve_word(word: str) -> str:
     slash = word.find("/")
     prefix = word[:slash]
-    # Only absolute paths: `of=/dev/../dev/sda`, `C:/x/..`, `/usr/..`.
-    # A relative `build/..` cannot reach the root, so it is left as written.
-    if prefix and not prefix.endswith("=") and not _DRIVE_RE.fullmatch(prefix):
-        return word
     parts = word[slash + 1:].split("/")
     stack: list[str] = []
     for part in parts:
