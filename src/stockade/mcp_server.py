@@ -472,6 +472,11 @@ async def request_capability(kind: Literal["network_host", "writable_path", "mod
                 granted=False, outcome="not-applicable",
                 message="extra writable paths apply in workspace-write mode, and this session "
                         "is read-only: request kind=mode value=workspace-write first")
+        if not os.path.isdir(path):
+            # bwrap binds only what exists; approving a missing path would
+            # grant nothing while telling the person it did.
+            raise ToolError(f"InvalidCommand: writable_path {value!r} is not an existing "
+                            "directory")
         value = path
         proposed = Grants(writable=(path,))
         what = f"write access to {path}"
@@ -497,6 +502,9 @@ async def request_capability(kind: Literal["network_host", "writable_path", "mod
     grants = Grants(merged.hosts, merged.writable)
     caps = s.capabilities(mode_after, grants)
     baseline = capabilities_for_mode(s.mode, s.workspace)
+    if mode_after == s.mode and s.capabilities(s.mode, proposed).is_within(baseline):
+        return CapabilityResult(granted=True, outcome="not-needed",
+                                message=f"{what} is already within mode {s.mode}")
     if mode_after == s.mode and gate.granted(s.session_id, caps):
         return CapabilityResult(granted=True, outcome="already-granted",
                                 message=f"{what} is already granted for this session")

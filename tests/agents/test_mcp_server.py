@@ -490,6 +490,23 @@ def test_without_elicitation_the_request_is_denied_with_the_config_way(tmp_path:
     run(go())
 
 
+def test_what_the_mode_already_gives_needs_no_person(tmp_path: Path) -> None:
+    (tmp_path / "ws" / "build").mkdir(parents=True)
+    async def go() -> None:
+        async with serve(tmp_path, "--mode", "workspace-write") as c:
+            r = await call(c, "request_capability", kind="writable_path",
+                           value=str(tmp_path / "ws" / "build"), reason="x")
+            assert r.structured_content["outcome"] == "not-needed"
+            r = await call(c, "request_capability", kind="writable_path",
+                           value=str(tmp_path / "missing"), reason="x")
+            assert r.is_error and "not an existing directory" in text(r)
+        async with serve(tmp_path, "--mode", "full-access") as c:
+            r = await call(c, "request_capability", kind="network_host", value="pypi.org",
+                           reason="x")
+            assert r.structured_content["outcome"] == "not-needed"
+    run(go())
+
+
 def test_narrowing_the_mode_needs_no_person(tmp_path: Path) -> None:
     async def go() -> None:
         async with serve(tmp_path, "--mode", "workspace-write") as c:
