@@ -316,3 +316,24 @@ def test_toolchain_dirs_cannot_plant_code_the_host_runs(box: Box, rel: str,
     res = box.sh(attack, mode="workspace-write")
     after = target.read_bytes() if target.exists() else None
     assert after == before, f"{rel} changed on the host: {text(res)}"
+
+
+NAMESPACE_ESCAPES = SH_TRY + r"""
+try remount       mount -o remount,rw "$PWD"
+try bind-rw       sh -c 'mount --bind "$PWD" "$PWD" && mount -o remount,rw,bind "$PWD"'
+try userns-remount unshare -Urm sh -c 'mount -o remount,rw "$0" && echo x > "$0/pwned"' "$PWD"
+try mountns       unshare -m true
+try userns-py     python3 -I -c 'import ctypes; assert ctypes.CDLL(None).unshare(0x10000000) == 0'
+try write-after   sh -c 'echo x > pwned'
+"""
+
+
+def test_read_only_workspace_survives_namespace_tricks(box: Box) -> None:
+    """Capabilities are dropped and new user namespaces refused, so read-only cannot be undone."""
+    _ro_workspace(box)
+    before = snapshot(box.ws)
+    res = box.sh(NAMESPACE_ESCAPES)
+    tried = attempts(res)
+    names = ("remount", "bind-rw", "userns-remount", "mountns", "userns-py", "write-after")
+    assert {n for n in names if tried.get(n) is not False} == set(), text(res)
+    assert snapshot(box.ws) == before
