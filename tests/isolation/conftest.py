@@ -21,8 +21,6 @@ the host, which is exactly the view these tests attack.
 from __future__ import annotations
 
 import contextlib
-import errno
-import json
 import os
 import pwd
 import secrets
@@ -141,14 +139,6 @@ class Runner:
             return
         for p in paths:
             os.lchown(p, self.uid, self.gid)
-
-    def own_tree(self, root: str | Path) -> None:
-        if not self.switches_user:
-            return
-        for dirpath, dirnames, filenames in os.walk(root):
-            self.own(dirpath)
-            for name in dirnames + filenames:
-                self.own(os.path.join(dirpath, name))
 
 
 def _ensure_user() -> pwd.struct_passwd:
@@ -371,11 +361,6 @@ def attempts(res: subprocess.CompletedProcess[bytes]) -> dict[str, bool]:
     return out
 
 
-def json_lines(res: subprocess.CompletedProcess[bytes]) -> list[object]:
-    return [json.loads(line) for line in res.stdout.decode().splitlines()
-            if line.startswith(("{", "["))]
-
-
 # -- host-side observers -------------------------------------------------------------
 
 
@@ -486,7 +471,3 @@ def kill_marked(marker: str) -> None:
     for pid, _ in procs_with(marker):
         with contextlib.suppress(OSError):
             os.kill(pid, 9)
-
-
-def errno_name(code: int) -> str:
-    return errno.errorcode.get(code, str(code))
