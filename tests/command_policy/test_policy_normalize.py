@@ -32,7 +32,9 @@ from stockade.command_policy.normalize import DECODED_MARKER, SCAN_LIMIT, scan_t
     ("$'\\x72\\x6d' -rf /", "rm -rf /"),
     ("$'\\162\\155' x", "rm x"),
     ("{rm,-rf,/}", "rm -rf /"),
-    ("x{a,b}", "x{a,b}"),
+    ("rm -rf /{,}", "rm -rf / /"),
+    ("x{a,b}y z", "xay xby z"),
+    ("a{b,c}{d,e}", "a{b,c}{d,e}"),
     # Path spellings.
     ("rm -rf //", "rm -rf /"),
     ("rm -rf /./", "rm -rf /"),

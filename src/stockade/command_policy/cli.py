@@ -148,7 +148,8 @@ def _print_verdict(verdict: PolicyVerdict, policy: CommandPolicy, out: TextIO) -
             tier = m.effective if m.effective == m.action else f"{m.effective} (rule: {m.action})"
             print(f"  {tier:5}  {m.name}: {m.description}", file=out)
             if m.excerpt:
-                print(f"         matched: {_printable(m.excerpt)}", file=out)
+                shown = _printable(m.excerpt).replace("\n", "\\n")
+                print(f"         matched: {shown}", file=out)
     print("verdict: " + ("blocked" if verdict.blocked else
                          "allowed with warnings" if verdict.matches else "allowed"), file=out)
 

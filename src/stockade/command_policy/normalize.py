@@ -96,6 +96,9 @@ _CONCAT_BULK_RE = re.compile(r"[\"'][ \t]*\+[ \t]*[\"']")
 # ordinary text (a Python loop over a few hits) to one whose cost does not
 # depend on the number of hits; both give the same result.
 _MANY = 512
+# Picking out the lines with an escape costs about a microsecond a line; past
+# this many, scanning the whole text a second time is cheaper.
+_MANY_ESCAPES = 8192
 
 # Bash ANSI-C quoting: `$'\x72\x6d'` is `rm`. Possessive so an unterminated
 # `$'` costs one linear scan, not a backtracking one.
@@ -111,21 +114,23 @@ _ANSI_C_SIMPLE = {"a": "\a", "b": "\b", "e": "\x1b", "E": "\x1b", "f": "\f", "n"
 # The `$9` of the `$IFS$9` idiom is an unset positional parameter: empty.
 _IFS_RE = re.compile(r"(?:\$\{IFS[^}\n]*\}|\$IFS(?![A-Za-z0-9_]))(?:\$\{?[1-9@*]\}?)?")
 
-# `{rm,-rf,/}` as a word of its own is brace-expanded by bash to `rm -rf /`.
-# (Whether it stands alone is checked in `_expand_braces`: a pattern that
-# starts with a look-behind makes `re` try it at every position, ten times
-# slower on a long script.)
+# Bash brace expansion: `{rm,-rf,/}` is `rm -rf /` and `/{,}` is `/ /`. The
+# pattern finds the group; `_expand_braces` extends it to the whole word
+# (a pattern that started at the word, with a look-behind, would make `re`
+# try it at every position, ten times slower on a long script).
 _BRACE_RE = re.compile(r"\{([^{}\s,]*(?:,[^{}\s,]*)+)\}")
+_BRACE_WORD_END_RE = re.compile(r"[\s;&|()]")
 _WORD_BREAK = frozenset(" \t\n;&|()")
 
 # A base64 `-EncodedCommand` payload. PowerShell accepts any unambiguous
 # prefix of the parameter (`-e`, `-enc`, `-encodedc`...), `-ec`, and `/` or
-# `--` as the dash. The word class includes `.` so that a payload glued to a
-# dot is one word here and after the path fold (see `_decode_word`).
+# `--` as the dash. The word class includes `.` and `?`, which the path fold
+# may remove, so that a word is the same word before and after it (see
+# `_decode_word`).
 _POWERSHELL_LINE_RE = re.compile(r"(?i)(?:powershell|pwsh)[^\n]*")
 _ENCODED_RE = re.compile(
     r"(?i)(?<![^\s])(?:--?|/)(?:ec|e(?:n(?:c(?:o(?:d(?:e(?:d(?:c(?:o(?:m(?:m(?:a(?:n(?:d)?)?)?)?)?)?)?)?)?)?)?)?)?)"
-    r"(?::|[ \t]+)([A-Za-z0-9+/=.]{4,})"
+    r"(?::|[ \t]+)([A-Za-z0-9+/=.?]{4,})"
 )
 
 # Path spellings. `\\?\C:\`, `\\.\C:` and `\??\C:\` (after `\` became `/`)
@@ -141,17 +146,31 @@ _SLASHES_RE = re.compile(r"//+")
 # nothing this filter looks for is spelt with a scheme. `C://` is a drive.
 _COLON_SLASHES_RE = re.compile(r":/{2,}")
 _SCHEME_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+.-")
-# A whole absolute path word (`/x`, `C:/x`, `of=/x`) with a `..` segment. Only
-# absolute paths are resolved: a relative `build/..` cannot reach the root.
-# Each word is scanned once from its start, so this stays linear.
-_ABSOLUTE_WITH_PARENT_RE = re.compile(
-    r"(?<![^\s;&|<>()])(?:[A-Za-z]:|[^\s;&|<>()/]*=)?/(?:[^\s;&|<>()]*?/)?\.\."
-    r"(?![^/\s;&|<>()])[^\s;&|<>()]*"
-)
+# A `..` path segment, and the characters that end a word.
+_PARENT_RE = re.compile(r"/\.\.(?![^/\s;&|<>()])")
+_DELIMITERS = frozenset(" \t\n;&|<>()")
+_DELIMITER_RE = re.compile(r"[\s;&|<>()]")
+_DRIVE_RE = re.compile(r"[A-Za-z]:")
 
 
 def normalize(text: str) -> str:
     """The canonical reading of `text` that rules are matched against. Never raises."""
+    result, decodes = _normalize_once(text)
+    # Decoding a payload and folding paths can, in contrived spellings, each
+    # expose something for the other (a path fold that turns a word into
+    # valid base64). One more pass settles it; only text that mentions
+    # PowerShell pays for it.
+    for _ in range(4):
+        if not decodes:
+            break
+        again, decodes = _normalize_once(result)
+        if again == result:
+            break
+        result = again
+    return result
+
+
+def _normalize_once(text: str) -> tuple[str, bool]:
     t = text
     if "$'" in t:
         t = _ANSI_C_RE.sub(_decode_ansi_c, t)
@@ -179,20 +198,23 @@ def normalize(text: str) -> str:
     # The Windows reading only needs the lines that hold one of the two.
     views = [t]
     if "\\" in t or "`" in t:
-        windows = t if t.count("\\") + t.count("`") > _MANY else _lines_with_escapes(t)
+        windows = (t if t.count("\\") + t.count("`") > _MANY_ESCAPES
+                   else _lines_with_escapes(t))
         views = [t.replace("\\", "").replace("`", " "),
                  windows.replace("`", "").replace("\\", "/")]
 
     decoded: dict[str, None] = {}
     out: list[str] = []
+    powershell = False
     for view in views:
-        v = _fold_view(view, decoded)
+        v, mentions = _fold_view(view, decoded)
+        powershell = powershell or mentions
         if v not in out:
             out.append(v)
     for payload in decoded:
         if payload not in out:
             out.append(payload)
-    return "\n".join(out)
+    return "\n".join(out), powershell
 
 
 def scan_target(program: str, args: Sequence[str], stdin: bytes | None) -> tuple[str, bool]:
@@ -297,17 +319,18 @@ def _ansi_c_escape(m: re.Match[str]) -> str:
     return chr(code)
 
 
-def _fold_view(t: str, decoded: dict[str, None]) -> str:
+def _fold_view(t: str, decoded: dict[str, None]) -> tuple[str, bool]:
     if "IFS" in t:
         t = _IFS_RE.sub(" ", t)
     if "{" in t and "," in t:
-        t = _BRACE_RE.sub(_expand_braces, t)
-    if ("-" in t or "/" in t) and _mentions_powershell(t):
+        t = _expand_braces(t)
+    powershell = ("-" in t or "/" in t) and _mentions_powershell(t)
+    if powershell:
         t = _POWERSHELL_LINE_RE.sub(lambda m: _ENCODED_RE.sub(
             lambda e: _replace_payload(e, decoded), m.group()), t)
     if "/" in t:
         t = _fold_paths(t)
-    return t
+    return t, powershell
 
 
 def _mentions_powershell(t: str) -> bool:
@@ -315,13 +338,34 @@ def _mentions_powershell(t: str) -> bool:
     return "powershell" in low or "pwsh" in low
 
 
-def _expand_braces(m: re.Match[str]) -> str:
-    t = m.string
-    before, after = m.start() - 1, m.end()
-    if (before >= 0 and t[before] not in _WORD_BREAK) or (
-            after < len(t) and t[after] not in _WORD_BREAK and t[after] != ")"):
-        return m.group()
-    return m.group(1).replace(",", " ")
+def _expand_braces(t: str) -> str:
+    """Expand words with one brace group, `pre{a,b}post` to `prea preb` + `post`s.
+
+    A word with several groups is left as written: their product grows
+    exponentially, and a filter that expanded `{a,b}` forty times would be
+    the denial of service.
+    """
+    out: list[str] = []
+    pos = 0  # copied to `out` up to here
+    seen = 0  # words before here are done
+    for m in _BRACE_RE.finditer(t):
+        if m.start() < seen:
+            continue
+        start = m.start()
+        while start > seen and t[start - 1] not in _WORD_BREAK:
+            start -= 1
+        stop = _BRACE_WORD_END_RE.search(t, m.end())
+        end = stop.start() if stop else len(t)
+        seen = end
+        prefix, suffix = t[start:m.start()], t[m.end():end]
+        if "{" in prefix or "{" in suffix or "}" in prefix or "}" in suffix:
+            continue
+        out.append(t[pos:start])
+        out.append(" ".join(prefix + alternative + suffix
+                            for alternative in m.group(1).split(",")))
+        pos = end
+    out.append(t[pos:])
+    return "".join(out)
 
 
 def _replace_payload(m: re.Match[str], decoded: dict[str, None]) -> str:
@@ -336,7 +380,8 @@ def _decode_word(word: str) -> str | None:
     # The path fold runs after this step and may rewrite a word that
     # contains `//` or `/.`; trying the folded spelling too means a second
     # `normalize` sees exactly the same payloads as the first.
-    folded = _fold_paths(word) if "/" in word else word
+    # In the text a payload always follows a separator; fold it that way.
+    folded = _fold_paths(" " + word)[1:] if "/" in word else word
     for candidate in (word, folded) if folded != word else (word,):
         if len(candidate) % 4:
             continue  # strict base64 is whole quads; cheaper than the exception
@@ -385,17 +430,39 @@ def _keep_scheme(m: re.Match[str]) -> str:
 
 
 def _resolve_parents(t: str) -> str:
-    """Resolve `..` in absolute paths lexically: `/usr/../*` is `/*`."""
-    return _ABSOLUTE_WITH_PARENT_RE.sub(_resolve_match, t)
+    """Resolve `..` in absolute paths lexically: `/usr/../*` is `/*`.
 
-
-def _resolve_match(m: re.Match[str]) -> str:
-    return _resolve_word(m.group())
+    Each word is visited once however many `..` it holds, so this is linear.
+    Only absolute paths change; a relative `build/..` cannot reach the root.
+    """
+    out: list[str] = []
+    pos = 0  # copied to `out` up to here
+    seen = 0  # words before here are done
+    for m in _PARENT_RE.finditer(t):
+        if m.start() < seen:
+            continue
+        start = m.start()
+        while start > seen and t[start - 1] not in _DELIMITERS:
+            start -= 1
+        stop = _DELIMITER_RE.search(t, m.end())
+        end = stop.start() if stop else len(t)
+        seen = end
+        word = t[start:end]
+        resolved = _resolve_word(word)
+        if resolved != word:
+            out.append(t[pos:start])
+            out.append(resolved)
+            pos = end
+    out.append(t[pos:])
+    return "".join(out)
 
 
 def _resolve_word(word: str) -> str:
     slash = word.find("/")
     prefix = word[:slash]
+    # `/usr/..`, `C:/x/..` and `of=/dev/../sda` are absolute; `build/..` is not.
+    if prefix and not prefix.endswith("=") and not _DRIVE_RE.fullmatch(prefix):
+        return word
     parts = word[slash + 1:].split("/")
     stack: list[str] = []
     for part in parts:

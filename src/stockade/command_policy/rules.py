@@ -212,10 +212,10 @@ _POSIX_WARN = (
         "host-shutdown",
         r"(?:" + _COMMAND_POSITION + r"(?:/\S*/)?(?:shutdown|reboot|halt|poweroff)(?:\.exe)?"
         + _END + r"|\bsystemctl\s+(?:-\S+\s+)*(?:poweroff|reboot|halt|kexec|soft-reboot)\b"
-        r"|" + _COMMAND_POSITION + r"(?:tel)?init\s+[06]\b"
+        r"|" + _COMMAND_POSITION + r"(?:tel)?init\s+[06]\b|/proc/sysrq-trigger\b"
         r"|(?i:\b(?:stop|restart)-computer\b))",
         WARN,
-        "shutting down or rebooting the host",
+        "shutting down or rebooting the host (shutdown, reboot, init 0, sysrq)",
         platform="posix",
     ),
     Rule(
@@ -276,7 +276,7 @@ _WINDOWS_BLOCK = (
     ),
     Rule(
         "raw-disk-wipe",
-        r"(?i)(?:\bsel(?:e(?:c(?:t)?)?)?\s+dis(?:k)?\s+\d+(?:[^\n]*\n){0,8}[^\n]*\bclean\b"
+        r"(?i)(?:\bsel(?:e(?:c(?:t)?)?)?\s+dis(?:k)?(?:\s+|\s*=\s*)\d+(?:[^\n]*\n){0,8}[^\n]*\bclean\b"
         r"|\bclear-disk\b|\bremove-partition\b"
         r"|(?:of=|>[>|]?\s*)/*(?:\./)?physicaldrive\d)",
         BLOCK,
