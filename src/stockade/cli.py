@@ -237,10 +237,9 @@ def _run_passthrough(sandbox: object, cmd: object) -> int:
         else:
             value = _supervise_inherited(effect, core)
     if out.exit_code == 1 and out.backend == "bubblewrap":
-        # bwrap's own setup errors went straight to the terminal; say why.
-        from .drivers.linux.bwrap import probe_userns
-
-        probe_userns(effect.launch.argv[0])
+        # bwrap's own setup errors went straight to the terminal; if the
+        # machine cannot build a sandbox at all, say why.
+        core.driver(True, ws.cwd).diagnose()
     if out.denial_hint:
         print(f"stockade: {out.denial_hint}", file=sys.stderr)
     return out.returncode  # type: ignore[no-any-return]

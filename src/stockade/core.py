@@ -310,9 +310,18 @@ class SandboxCore:
             likely_sandbox_denied=kind is not None or limit is not None,
             denial_hint=hint, backend=backend, limit_exceeded=limit, timed_out=out.timed_out,
         )
-        detail: dict[str, object] = {}
+        detail: dict[str, object] = dict(launch.audit)
         if limit:
             detail["limit_exceeded"] = limit
+        planted = [e.partition(":")[2] for e in launch.events
+                   if e.startswith("removed-planted:")]
+        if planted:
+            # Reported where the caller looks: a command that tried this is
+            # not an ordinary one.
+            detail["removed_planted"] = planted
+            output.denial_hint = (f"the sandbox removed {', '.join(planted)}: a command may not "
+                                  "redirect git to another directory")
+            output.likely_sandbox_denied = True
         if warnings:
             detail["warnings"] = list(warnings)
         if out.truncated:

@@ -207,9 +207,15 @@ def scratch(env: Mapping[str, str], platform: str = "") -> list[str]:
     add("GOCACHE", cache, "go-build")
     gopath = env.get("GOPATH") or (os.path.join(home, "go") if home else "")
     add("GOMODCACHE", gopath, "pkg", "mod")
-    add("CARGO_HOME", home, ".cargo")
+    # Caches only, never a directory of executables on PATH: ~/.cargo/bin and
+    # PNPM_HOME hold the programs the user runs next, so a writable one is a
+    # command planted on the host. Cargo's registry and git checkouts are the
+    # cache; pnpm's content-addressed store lives under its own path.
+    cargo = env.get("CARGO_HOME") or (os.path.join(home, ".cargo") if home else "")
+    if cargo:
+        out += [os.path.join(cargo, "registry"), os.path.join(cargo, "git")]
     add("npm_config_cache", home, ".npm")
-    add("PNPM_HOME", home, ".local/share/pnpm")
+    add("PNPM_STORE_DIR", home, ".local/share/pnpm/store")
     add("YARN_CACHE_FOLDER", cache, "yarn")
     add("PIP_CACHE_DIR", cache, "pip")
     if darwin and home:

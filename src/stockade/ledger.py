@@ -13,6 +13,8 @@ import os
 import sys
 import time
 
+from .jsontext import to_json
+
 TYPE_CHECKING = False
 
 
@@ -177,32 +179,6 @@ def _sqlite() -> Any:
         import sqlite3
 
         return sqlite3
-
-
-def to_json(value: object) -> str:
-    """JSON text for the plain values a record holds (str, numbers, bools, None, lists, dicts).
-
-    The `json` package imports `re` and its decoder; this is the encoder's own
-    C string escaper and nothing else, which keeps the CLI's path short.
-    """
-    from _json import encode_basestring_ascii as quote
-
-    if value is None:
-        return "null"
-    if value is True:
-        return "true"
-    if value is False:
-        return "false"
-    if isinstance(value, str):
-        return str(quote(value))
-    if isinstance(value, int | float):
-        return repr(value) if value == value and value not in (float("inf"), float("-inf")) \
-            else "null"
-    if isinstance(value, list | tuple):
-        return "[" + ",".join(to_json(v) for v in value) + "]"
-    if isinstance(value, dict):
-        return "{" + ",".join(f"{quote(str(k))}:{to_json(v)}" for k, v in value.items()) + "}"
-    return str(quote(str(value)))
 
 
 def _dict_row(cursor: sqlite3.Cursor, row: tuple[object, ...]) -> dict[str, object]:

@@ -177,14 +177,18 @@ class Profile:
 _FILE_NAMES = (".envrc", "stockade.toml")
 
 
-def protected_under(root: str, kind: Callable[[str], str] = path_kind) -> list[Protected]:
+def protected_under(root: str, kind: Callable[[str], str] = path_kind,
+                    writable: tuple[str, ...] = ()) -> list[Protected]:
     """Protected metadata in one writable root, resolving `.git` pointer files.
 
     git itself must keep working in workspace-write -- objects, index and refs
     are written by every `git add` and `git commit` -- so a `.git` directory is
     not frozen whole: its hooks and config are, because those are what run
-    code on the host the next time a person types `git`.
+    code on the host the next time a person types `git`. `writable` are all
+    the roots the command may write; only git directories inside them need
+    (or get) protection.
     """
+    roots = writable or (root,)
     out: list[Protected] = []
     for name in hostpaths.PROTECTED_NAMES:
         path = os.path.join(root, name)
@@ -199,12 +203,12 @@ def protected_under(root: str, kind: Callable[[str], str] = path_kind) -> list[P
                 "or run in read-only mode."
             )
         if name == ".git" and k == DIR:
-            out.extend(_git_dir_protection(path, kind))
+            out.extend(_git_dir_protection(path, kind, roots))
         elif name == ".git" and k == FILE:
             out.append(Protected(path, FILE))
             gitdir = _read_gitdir_pointer(path)
             if gitdir:
-                out.extend(_git_dir_protection(gitdir, kind))
+                out.extend(_git_dir_protection(gitdir, kind, roots))
         elif k == MISSING:
             out.append(Protected(path, "missing-file" if name in _FILE_NAMES else "missing-dir"))
         else:
@@ -212,11 +216,40 @@ def protected_under(root: str, kind: Callable[[str], str] = path_kind) -> list[P
     return out
 
 
-def _git_dir_protection(gitdir: str, kind: Callable[[str], str]) -> list[Protected]:
-    out = [Protected(os.path.join(gitdir, "hooks"),
-                     DIR if kind(os.path.join(gitdir, "hooks")) == DIR else "missing-dir"),
-           Protected(os.path.join(gitdir, "config"),
-                     FILE if kind(os.path.join(gitdir, "config")) == FILE else "missing-file")]
+#: A directory that must stay where it is: writable inside, but a mount point,
+#: so it cannot be renamed aside and replaced (`mv .git .old && mkdir .git`
+#: would otherwise give a fresh .git whose hooks the host runs).
+PIN = "pin"
+#: A name that must not appear but cannot be blocked by a mount: checked and
+#: removed after each run (see the bwrap driver's cleanup).
+ABSENT = "absent"
+
+
+def _git_dir_protection(gitdir: str, kind: Callable[[str], str], roots: tuple[str, ...],
+                        depth: int = 0) -> list[Protected]:
+    # A git directory outside every writable root is already read-only, and
+    # stockade must not create placeholders there: a planted `gitdir:` pointer
+    # would otherwise steer stockade itself into making directories anywhere.
+    if depth > 4 or not any(is_under(gitdir, r) for r in roots):
+        return []
+    out = [Protected(gitdir, PIN)]
+    for name, want in (("hooks", DIR), ("config", FILE), ("commondir", FILE)):
+        path = os.path.join(gitdir, name)
+        k = kind(path)
+        if k == LINK:
+            raise SandboxUnavailable(
+                f"{path} is a symbolic link; stockade cannot keep it read-only in a writable "
+                "workspace. Replace the link, or run in read-only mode."
+            )
+        if k == want:
+            out.append(Protected(path, k))
+        elif name == "commondir":
+            # git dies on any placeholder it can see at this name, so a
+            # missing commondir cannot be made uncreatable by a mount; it is
+            # watched instead and removed if a command plants one.
+            out.append(Protected(path, ABSENT))
+        else:
+            out.append(Protected(path, f"missing-{want}"))
     for extra in ("info", "config.worktree"):
         path = os.path.join(gitdir, extra)
         k = kind(path)
@@ -224,24 +257,31 @@ def _git_dir_protection(gitdir: str, kind: Callable[[str], str]) -> list[Protect
             out.append(Protected(path, k))
     common = os.path.join(gitdir, "commondir")
     if kind(common) == FILE:
-        try:
-            with open(common) as fh:
-                target = fh.read().strip()
-        except OSError:
-            target = ""
+        target = _read_first_line(common)
         if target:
             target = os.path.realpath(os.path.join(gitdir, target))
             if target != gitdir:
-                out.extend(_git_dir_protection(target, kind))
+                out.extend(_git_dir_protection(target, kind, roots, depth + 1))
+    modules = os.path.join(gitdir, "modules")
+    if kind(modules) == DIR:
+        # Submodules keep their own git directories, hooks and config included.
+        for entry in sorted(os.listdir(modules)):
+            sub = os.path.join(modules, entry)
+            if kind(sub) == DIR:
+                out.extend(_git_dir_protection(sub, kind, roots, depth + 1))
     return out
 
 
-def _read_gitdir_pointer(path: str) -> str:
+def _read_first_line(path: str) -> str:
     try:
         with open(path) as fh:
-            line = fh.readline().strip()
+            return fh.readline().strip()
     except OSError:
         return ""
+
+
+def _read_gitdir_pointer(path: str) -> str:
+    line = _read_first_line(path)
     if not line.startswith("gitdir:"):
         return ""
     target = line[len("gitdir:"):].strip()
@@ -319,9 +359,11 @@ def build_profile(
 
     protected: list[Protected] = []
     if writable_ws or write_roots:
-        for root in ([workspace] if writable_ws else []) + list(capabilities.fs_write):
+        roots = ([workspace] if writable_ws else []) + list(capabilities.fs_write)
+        writable_all = tuple(roots) + tuple(write_roots)
+        for root in roots:
             if kind(root) == DIR and not any(is_under(root, d) for d, _ in hidden):
-                protected.extend(protected_under(root, kind))
+                protected.extend(protected_under(root, kind, writable_all))
 
     return Profile(
         mode=mode,

@@ -39,7 +39,7 @@ def perform_run(run: Run) -> Outcome:
 
 def check_launcher_failure(returncode: int, stderr: bytes, argv: list[str]) -> None:
     """bwrap's own setup errors are the sandbox failing, not the command."""
-    if returncode == 1 and stderr.startswith(b"bwrap: ") and argv[0].endswith("bwrap"):
+    if returncode == 1 and stderr.startswith(b"bwrap: "):
         from .drivers.linux.bwrap import userns_diagnosis
 
         raise SandboxUnavailable(

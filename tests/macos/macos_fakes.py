@@ -56,7 +56,7 @@ def machine(workspace: str = WS, extra: dict[str, str] | None = None) -> dict[st
         HOME: DIR, workspace: DIR, SIBLING: DIR,
         f"{workspace}/.git": DIR, f"{workspace}/.git/hooks": DIR,
         f"{workspace}/.git/config": FILE, f"{workspace}/.vscode": DIR,
-        f"{HOME}/.cargo": DIR, GOCACHE: DIR, f"{HOME}/.config": DIR,
+        f"{HOME}/.cargo": DIR, f"{HOME}/.cargo/registry": DIR, GOCACHE: DIR, f"{HOME}/.config": DIR,
         AGENT: SOCKET, **{s: SOCKET for s in DOCKER_SOCKS},
     }
     fs.update({f"{HOME}/{rel}": kind for rel, kind in _HIDDEN_ROOTS.items()})

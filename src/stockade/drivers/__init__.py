@@ -28,6 +28,7 @@ if TYPE_CHECKING:
         cwd: str
         extra_fds: dict[int, int]
         events: list[str]
+        audit: dict[str, object]
 
         def cleanup(self) -> None: ...
 
@@ -56,11 +57,12 @@ class PreparedLaunch:
     """A concrete launch: what to exec, with which environment, and what to undo after.
 
     `extra_fds` maps a child fd number to a parent fd to place there;
-    `cleanup()` runs once the process is gone and may leave `events`
-    ("oom", "pids") for the audit record.
+    `audit` is what the driver wants in the execution's audit record (the
+    Landlock ABI in force, the limit mechanism); `cleanup()` runs once the
+    process is gone and may leave `events` ("oom", "pids").
     """
 
-    __slots__ = ("_cleanup", "argv", "cwd", "env", "events", "extra_fds")
+    __slots__ = ("_cleanup", "argv", "audit", "cwd", "env", "events", "extra_fds")
 
     def __init__(self, argv: list[str], env: dict[str, str], cwd: str, *,
                  extra_fds: dict[int, int] | None = None,
@@ -70,6 +72,7 @@ class PreparedLaunch:
         self.cwd = cwd
         self.extra_fds = extra_fds or {}
         self.events: list[str] = []
+        self.audit: dict[str, object] = {}
         self._cleanup = cleanup
 
     def cleanup(self) -> None:

@@ -15,7 +15,7 @@ import sys
 
 from ...capabilities import NetworkPolicy, is_under
 from ...errors import SandboxUnavailable
-from ...profile import DIR, STRICT
+from ...profile import ABSENT, DIR, PIN, STRICT
 from .. import PreparedLaunch
 from .limits import ExecCgroup, Limits, mechanism
 
@@ -130,9 +130,13 @@ def userns_diagnosis(stderr: str = "") -> str:
     return "bwrap could not build the sandbox (inside a container without user namespaces?)"
 
 
-def build_bwrap_args(profile: Profile, bwrap: str, *, inner: list[str] | None = None
-                     ) -> list[str]:
-    """bwrap's command line for `profile`, ending in `-- inner` (pure)."""
+def build_bwrap_args(profile: Profile, bwrap: str, *, inner: list[str] | None = None,
+                     extra_mounts: list[str] | tuple[str, ...] = ()) -> list[str]:
+    """bwrap's command line for `profile`, ending in `-- inner` (pure).
+
+    `extra_mounts` are bwrap mount arguments applied after the profile's own
+    (the init's read-only view of itself and its interpreter).
+    """
     a: list[str] = [bwrap]
     # A user namespace even for root: without it root's capabilities would be
     # real ones, and a read-only bind could simply be remounted read-write.
@@ -154,16 +158,20 @@ def build_bwrap_args(profile: Profile, bwrap: str, *, inner: list[str] | None = 
         a += ["--ro-bind", "/", "/"]
 
     # 2. Other people's homes: the host scope shows the machine, not its users.
+    #    The empty tmpfs is made read-only at the very end, after everything
+    #    that must appear inside it (your home, the workspace, the init's
+    #    interpreter) has been bound there.
+    remount: list[str] = []
     if profile.mask_other_homes:
         home = profile.home
-        if os.path.isdir("/home") and not (home and is_under(home, "/home") and home != "/home"):
-            a += ["--tmpfs", "/home", "--remount-ro", "/home"]
-        elif os.path.isdir("/home"):
+        if os.path.isdir("/home"):
             a += ["--tmpfs", "/home"]
-            a += ["--ro-bind", home, home]
-            a += ["--remount-ro", "/home"]
+            remount.append("/home")
+            if home and is_under(home, "/home") and home != "/home":
+                a += ["--ro-bind", home, home]
         if home != "/root" and os.path.isdir("/root"):
-            a += ["--tmpfs", "/root", "--remount-ro", "/root"]
+            a += ["--tmpfs", "/root"]
+            remount.append("/root")
 
     # 3. /dev, /proc, /sys, /tmp. The host's /sys shows the network
     #    namespace it was mounted in -- interfaces, MAC addresses, counters --
@@ -209,7 +217,11 @@ def build_bwrap_args(profile: Profile, bwrap: str, *, inner: list[str] | None = 
     #    writable bind, so the host sees an empty placeholder while the
     #    sandbox runs (the driver removes it afterwards; see _StubSet).
     for item in profile.protected:
-        if item.kind == "missing-dir":
+        if item.kind == ABSENT:
+            continue
+        if item.kind == PIN:
+            a += ["--bind", item.path, item.path]
+        elif item.kind == "missing-dir":
             a += ["--tmpfs", item.path, "--remount-ro", item.path]
         elif item.kind == "missing-file":
             a += ["--ro-bind", "/dev/null", item.path]
@@ -220,6 +232,9 @@ def build_bwrap_args(profile: Profile, bwrap: str, *, inner: list[str] | None = 
     for sock in profile.granted_sockets:
         a += ["--bind", sock, sock]
 
+    a += [*extra_mounts]
+    for path in remount:
+        a += ["--remount-ro", path]
     a += ["--chdir", profile.cwd, "--"]
     a += inner if inner is not None else []
     return a
@@ -242,6 +257,7 @@ class _StubSet:
     def __init__(self, profile: Profile, state_dir: str) -> None:
         self.paths: list[str] = []
         self.lock_fd = -1
+        self.absent = [p for p in profile.protected if p.kind == ABSENT]
         missing = [p for p in profile.protected if p.kind.startswith("missing-")]
         if not missing:
             return
@@ -262,7 +278,7 @@ class _StubSet:
             except FileExistsError:
                 continue  # created meanwhile (another sandbox's stub or the user's own)
             except OSError as exc:
-                self.release()
+                self._release_stubs()
                 raise SandboxUnavailable(
                     f"cannot create the read-only placeholder {item.path}: {exc.strerror}. "
                     "stockade needs it to keep that name uncreatable inside the sandbox"
@@ -273,7 +289,21 @@ class _StubSet:
                 pass  # no user xattrs here: the stub stays, which is safe
             self.paths.append(item.path)
 
-    def release(self) -> None:
+    def release(self) -> list[str]:
+        """Remove this run's placeholders when no other sandbox needs them, and
+        any watched name a command planted. Returns the planted paths removed."""
+        planted = []
+        for item in self.absent:
+            try:
+                if os.path.lexists(item.path) and not os.path.isdir(item.path):
+                    os.unlink(item.path)
+                    planted.append(item.path)
+            except OSError:
+                pass
+        self._release_stubs()
+        return planted
+
+    def _release_stubs(self) -> None:
         if self.lock_fd < 0:
             return
         import fcntl
@@ -295,7 +325,7 @@ class _StubSet:
     def _remove_stubs_in(self, parent: str) -> None:
         from ...hostpaths import PROTECTED_NAMES
 
-        for name in (*PROTECTED_NAMES, "hooks", "config"):
+        for name in (*PROTECTED_NAMES, "hooks", "config", "commondir"):
             path = os.path.join(parent, name)
             try:
                 if os.getxattr(path, self.XATTR, follow_symlinks=False) != b"1":
@@ -315,7 +345,9 @@ class BubblewrapDriver:
 
     def __init__(self, *, env: Mapping[str, str] | None = None, workspace: str = "",
                  bwrap_path: str = "", state_dir: str = "", probe: bool = True,
-                 max_pids: int | None = 200, cpu_percent: int | None = None) -> None:
+                 max_pids: int | None = 200, cpu_percent: int | None = None,
+                 require_landlock: bool = False) -> None:
+        self._require_landlock = require_landlock
         self._max_pids = max_pids
         self._cpu_percent = cpu_percent
         self._env = dict(env) if env is not None else dict(os.environ)
@@ -343,16 +375,32 @@ class BubblewrapDriver:
             self.bwrap  # noqa: B018 - locating it is the check that remains
 
     def prepare(self, argv: list[str], profile: Profile) -> PreparedLaunch:
+        from .layers import init_launch
+
+        # Behind bwrap's namespaces, the init adds no_new_privs, Landlock and
+        # seccomp before it execs the command: a hole in one wall is not an
+        # escape.
+        init = init_launch(profile, list(argv), require_landlock=self._require_landlock)
         stubs = _StubSet(profile, self._state_dir)
         try:
-            args = build_bwrap_args(profile, self.bwrap, inner=list(argv))
+            args = build_bwrap_args(profile, self.bwrap, inner=init.argv,
+                                    extra_mounts=init.mounts)
             cgroup = self._cgroup(profile)
         except BaseException:
             stubs.release()
             raise
+        landlock = init.landlock_report()
+        audit = {"landlock_abi": landlock.abi, "seccomp": init.config["seccomp"]}
+        if landlock.dropped:
+            audit["landlock_dropped"] = list(landlock.dropped)
+        def release(launch: PreparedLaunch) -> None:
+            for path in stubs.release():
+                launch.events.append(f"removed-planted:{path}")
+
         if cgroup is None:
-            return PreparedLaunch(args, dict(profile.env), profile.cwd,
-                                  cleanup=lambda launch: stubs.release())
+            launch = PreparedLaunch(args, init.env, profile.cwd, cleanup=release)
+            launch.audit.update(audit, limits=mechanism()[0])
+            return launch
 
         def cleanup(launch: PreparedLaunch) -> None:
             try:
@@ -363,10 +411,15 @@ class BubblewrapDriver:
                 cgroup.kill()
                 cgroup.remove()
             finally:
-                stubs.release()
+                release(launch)
 
-        return PreparedLaunch(cgroup.enter_argv(args), dict(profile.env), profile.cwd,
-                              cleanup=cleanup)
+        launch = PreparedLaunch(cgroup.enter_argv(args), init.env, profile.cwd, cleanup=cleanup)
+        launch.audit.update(audit, limits=cgroup.kind)
+        return launch
+
+    def diagnose(self) -> None:
+        """After a failed start: raise with the machine's reason if bwrap cannot work here."""
+        probe_userns(self.bwrap)
 
     def _cgroup(self, profile: Profile) -> ExecCgroup | None:
         limits = Limits(memory_mb=profile.max_memory_mb, max_pids=self._max_pids,

@@ -15,15 +15,15 @@ and `launch.landlock_report()` is what the audit record shows.
 
 from __future__ import annotations
 
-import json
 import os
 import sys
-from typing import TYPE_CHECKING
 
+from ...jsontext import to_json
 from ...profile import SYSTEM_READ_PATHS
 from .landlock import LandlockReport, LandlockRules, landlock_abi
 from .seccomp import PROXY_ROUTED, UNIX_ONLY, UNRESTRICTED
 
+TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
 
@@ -132,7 +132,7 @@ def init_argv(python: str, init_path: str, config: Mapping[str, object],
     """
     if not argv:
         raise ValueError("the init needs a command to run")
-    text = json.dumps(config, separators=(",", ":"), sort_keys=True)
+    text = to_json(config)
     return [python, "-I", "-S", init_path, text, "--", *argv]
 
 
@@ -220,22 +220,17 @@ def ensure_bytecode() -> None:
     The init imports them inside a read-only view, where Python cannot
     write the cache itself and would compile about 1,000 lines on every
     command (10 ms on a small VM). pip writes the cache at install time;
-    an editable install under PYTHONDONTWRITEBYTECODE never does.
+    an editable install under PYTHONDONTWRITEBYTECODE never does. The check
+    is two stats per module: `importlib.util` would cost more than it saves.
     """
-    import importlib.util
-
+    tag = sys.implementation.cache_tag
     for name in INIT_MODULES:
         if name in _FRESH:
             continue
         source = os.path.join(INIT_DIR, name + ".py")
-        cache = importlib.util.cache_from_source(source)
+        cache = os.path.join(INIT_DIR, "__pycache__", f"{name}.{tag}.pyc")
         try:
-            st = os.stat(source)
-            with open(cache, "rb") as fh:
-                header = fh.read(16)
-            fresh = (header[:4] == importlib.util.MAGIC_NUMBER
-                     and int.from_bytes(header[8:12], "little") == int(st.st_mtime) & 0xFFFFFFFF
-                     and int.from_bytes(header[12:16], "little") == st.st_size & 0xFFFFFFFF)
+            fresh = os.stat(cache).st_mtime >= os.stat(source).st_mtime
         except OSError:
             fresh = False
         if not fresh:

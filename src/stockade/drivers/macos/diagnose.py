@@ -10,6 +10,7 @@ reading the transcript then goes after the right cause.
 from __future__ import annotations
 
 from ...capabilities import NetworkPolicy, is_under
+from ...profile import PIN
 from .sbpl import canonical_macos_path
 
 TYPE_CHECKING = False
@@ -103,12 +104,14 @@ def _place(profile: Profile, path: str, scratch: str) -> str:
         if is_under(path, canonical_macos_path(hidden)):
             return f"blocked by the sandbox: {path} is a hidden credential store"
     folded = path.lower()
-    for item in profile.protected:
+    # A pinned directory (.git) is writable itself.
+    guarded = [p for p in profile.protected if p.kind != PIN]
+    for item in guarded:
         protected = canonical_macos_path(item.path).lower()
         if folded == protected or folded.startswith(protected + "/"):
             return (f"blocked by the sandbox: {path} is protected metadata, read-only inside "
                     "the sandbox (it would run code or change settings on the host later)")
-    for item in profile.protected:
+    for item in guarded:
         protected = canonical_macos_path(item.path).lower()
         if protected.startswith(folded + "/"):
             return (f"blocked by the sandbox: {path} holds protected metadata, so it cannot "

@@ -20,7 +20,7 @@ import sys
 from ...capabilities import NetworkPolicy, is_under
 from ...errors import ConfigError, SandboxUnavailable
 from ...process import chdir_argv
-from ...profile import DIR, STRICT
+from ...profile import DIR, PIN, STRICT
 from .. import PreparedLaunch
 from .hardening import scrub_env
 from .sbpl import (
@@ -210,7 +210,11 @@ def seatbelt_profile(
         writable.append(ws)
     writable.extend(canonical_macos_path(w) for w in profile.write_roots)
     writable = list(dict.fromkeys(writable))
-    protected = [canonical_macos_path(p.path) for p in profile.protected]
+    # A pinned directory (.git) is writable; Linux mounts it only so that it
+    # cannot be renamed aside, which the ancestor rule below covers here. A
+    # watched name (.git/commondir) Linux can only remove afterwards; here a
+    # rule simply refuses its creation.
+    protected = [canonical_macos_path(p.path) for p in profile.protected if p.kind != PIN]
 
     b.lines.append("(version 1)")
     b.comment("""
