@@ -40,7 +40,11 @@ RUN_OPTIONS: dict[str, tuple[bool, bool, str]] = {
     "--session": (True, False, "session id: keeps /tmp and approvals across runs"),
     "--allow-read": (True, True, "also let the command read PATH (asks for approval)"),
     "--allow-write": (True, True, "also let the command write PATH (asks for approval)"),
-    "--network": (True, False, "none | all (default: none)"),
+    "--network": (True, False, "none | proxy | all (default: none; proxy = only the allowed "
+                  "hosts, through stockade's proxy)"),
+    "--allow-host": (True, True, "let the command reach HOST[:PORT] through the proxy "
+                     "(asks for approval)"),
+    "--deny-host": (True, True, "never let the command reach HOST, whatever else allows it"),
     "--timeout": (True, False, "seconds before the whole process tree is killed (default 60)"),
     "--max-output": (True, False, "capture output and stop past BYTES (split stdout/stderr)"),
     "--backend": (True, False, "auto | bubblewrap | none (default: auto)"),
@@ -129,7 +133,7 @@ def cmd_run(argv: list[str]) -> int:
     timeout = _number(values, "timeout", float)
     max_output = _number(values, "max_output", int)
 
-    from .capabilities import NetworkPolicy, capabilities_for_mode, parse_mode
+    from .capabilities import NetworkPolicy, parse_mode
     from .command import SandboxCommand
     from .config import load_config
     from .sync import SyncWorkspaceSandbox
@@ -139,11 +143,14 @@ def cmd_run(argv: list[str]) -> int:
         parse_mode(str(values["mode"]))
     workspace = str(values.get("workspace") or os.getcwd())
     config_path = values.get("config")
+    denied_hosts = values.get("deny_host")
     config = load_config(
         env, workspace, paths=[str(config_path)] if config_path else None,
         mode=values.get("mode"), backend=values.get("backend"),
         max_output_bytes=max_output,
     )
+    if denied_hosts:
+        config.deny_hosts = [*config.deny_hosts, *map(str, denied_hosts)]  # type: ignore[call-overload]
     mode = parse_mode(config.mode)
     from .approval import ApprovalGate
 
@@ -166,15 +173,26 @@ def cmd_run(argv: list[str]) -> int:
     caps = None
     extra_read = [_abs(p) for p in values.get("allow_read", [])]  # type: ignore[attr-defined]
     extra_write = [_abs(p) for p in values.get("allow_write", [])]  # type: ignore[attr-defined]
+    hosts = [str(h) for h in values.get("allow_host", [])]  # type: ignore[attr-defined]
     network = values.get("network")
-    if network not in (None, "none", "all"):
-        raise UsageError(f"--network must be none or all, got {network!r}", RUN_USAGE)
-    if extra_read or extra_write or network == "all":
-        base = capabilities_for_mode(mode, ws.cwd)
+    if network not in (None, "none", "proxy", "all"):
+        raise UsageError(f"--network must be none, proxy or all, got {network!r}", RUN_USAGE)
+    if network == "proxy" and not (hosts or config.allow_hosts):
+        raise UsageError("--network proxy needs --allow-host (or allow_hosts in the config)",
+                         RUN_USAGE)
+    if extra_read or extra_write or network in ("all", "none") or hosts:
+        base = sandbox.core.baseline(mode, ws)
+        net = base.network
+        if network == "all":
+            net = NetworkPolicy.allow_all()
+        elif network == "none":
+            net = NetworkPolicy.none()
+        elif hosts:
+            net = NetworkPolicy.allow_hosts([*config.allow_hosts, *hosts])
         caps = base.replace(
             fs_read=base.fs_read + tuple(extra_read),
             fs_write=base.fs_write + tuple(extra_write),
-            network=NetworkPolicy.allow_all() if network == "all" else base.network,
+            network=net,
         )
     cmd = SandboxCommand(command[0], command[1:], session_id=session, capabilities=caps,
                          timeout=timeout, cwd=str(values["cwd"]) if values.get("cwd") else None)

@@ -38,6 +38,8 @@ _FIELDS: dict[str, tuple[str, object]] = {
     "approval_timeout_seconds": ("number", 120.0),
     "bwrap": ("path", ""),
     "max_pids": ("int", 200),
+    "allow_hosts": (_STR_LIST, []),
+    "deny_hosts": (_STR_LIST, []),
     "cpu_quota_percent": ("int-or-none", None),
 }
 _TABLES = ("command_policy",)
@@ -63,6 +65,8 @@ class SandboxConfig:
     approval_timeout_seconds: float
     bwrap: str
     max_pids: int
+    allow_hosts: list[str]
+    deny_hosts: list[str]
     cpu_quota_percent: int | None
     command_policy: dict[str, object]
     sources: list[str]

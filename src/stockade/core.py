@@ -48,6 +48,7 @@ if TYPE_CHECKING:
     from .hooks import BeforeHook
     from .process import Outcome
     from .profile import Profile
+    from .proxy import ProxyDecision, ProxyThread
 
 
 def session_key(session_id: str) -> str:
@@ -111,6 +112,8 @@ class SandboxCore:
         env: Mapping[str, str] | None = None,
         ledger: Ledger | None = None,
         driver_options: Mapping[str, object] | None = None,
+        network_source: Callable[[], NetworkPolicy] | None = None,
+        proxy_options: Mapping[str, Any] | None = None,
     ) -> None:
         self.config = config
         self.driver_options = dict(driver_options or {})
@@ -118,6 +121,9 @@ class SandboxCore:
         self.gate = approval or ap.ApprovalGate(timeout_secs=config.approval_timeout_seconds)
         self.hooks: list[BeforeHook] = list(hooks) if hooks is not None else default_hooks(config)
         self.mode_source = mode_source
+        self.network_source = network_source
+        self.proxy_options = dict(proxy_options or {})
+        self._proxy: ProxyThread | None = None
         self.ledger = ledger if ledger is not None else Ledger(config.ledger_path(self.env))
         self.sessions: dict[str, SessionWorkspace] = {}
         self._driver = driver
@@ -196,6 +202,8 @@ class SandboxCore:
         """Stop every process the session started, drop its grants, remove its /tmp."""
         ws = self.sessions.pop(session_id, None)
         self.gate.forget(session_id)
+        if self._proxy is not None and session_id in self._proxy.proxy.session_ids:
+            self._proxy.remove_session(session_id)
         if ws is None:
             return
         with self._proc_lock:
@@ -207,6 +215,15 @@ class SandboxCore:
             import shutil
 
             shutil.rmtree(ws.tmp_dir, ignore_errors=True)
+
+    def close(self) -> None:
+        """Close every session, then the proxy and the ledger."""
+        for sid in list(self.sessions):
+            self.close_session(sid)
+        if self._proxy is not None:
+            self._proxy.close()
+            self._proxy = None
+        self.ledger.close()
 
     def mode_for(self, ws: SessionWorkspace) -> str:
         """Asked once per command: a mode changed mid-session applies to the next one."""
@@ -243,8 +260,10 @@ class SandboxCore:
         try:
             cwd = self.validate_cwd(ws, cmd.cwd)
             mode = self.mode_for(ws)
-            baseline = capabilities_for_mode(mode, ws.cwd)
+            baseline = self.baseline(mode, ws)
             caps = cmd.capabilities if cmd.capabilities is not None else baseline
+            if caps.network.kind == NetworkPolicy.HOSTS:
+                check_host_entries(caps.network.hosts)
             if cmd.preference == FORBID:
                 caps = capabilities_for_mode(FULL_ACCESS, ws.cwd)
             if not caps.is_within(baseline) and not self.gate.granted(sid, caps):
@@ -266,15 +285,13 @@ class SandboxCore:
             if denial is not None:
                 raise CapabilityDenied(denial.reason)
             sandboxed = should_sandbox(mode, cmd.preference)
-            if sandboxed and caps.network.kind == NetworkPolicy.HOSTS:
-                raise SandboxUnavailable(
-                    "a host allowlist needs the managed network proxy, which is not enabled in "
-                    "this build; use network none or all"
-                )
             driver = self.driver(sandboxed, ws.cwd)
             backend = driver.name
             driver.available()
-            profile = self.make_profile(ws, cmd, mode, caps, cwd, backend)
+            endpoint = None
+            if sandboxed and caps.network.kind == NetworkPolicy.HOSTS:
+                endpoint = self.proxy_endpoint(sid, caps.network)
+            profile = self.make_profile(ws, cmd, mode, caps, cwd, backend, endpoint)
             launch = driver.prepare(cmd.argv, profile)
             timeout = cmd.timeout or caps.timeout_secs or self.default_timeout
             result = yield Run(launch, profile, cmd.stdin, timeout, self.max_output)
@@ -336,10 +353,56 @@ class SandboxCore:
             )
         return output
 
+    def baseline(self, mode: str, ws: SessionWorkspace) -> SandboxCapabilities:
+        """What the mode gives, with the network asked for once per command.
+
+        A grant of network access can arrive mid-session (a person answers
+        "this project"); read once at construction, it would have no effect
+        until a restart, and the only reading left to them is that it did not
+        work. None means the config's `allow_hosts`, or no network at all.
+        """
+        caps = capabilities_for_mode(mode, ws.cwd)
+        if mode == FULL_ACCESS:
+            return caps
+        if self.network_source is not None:
+            network = self.network_source()
+        elif self.config.allow_hosts:
+            network = NetworkPolicy.allow_hosts(self.config.allow_hosts)
+        else:
+            return caps
+        return caps.replace(network=network)
+
+    def proxy_endpoint(self, session_id: str, network: NetworkPolicy) -> tuple[str, int]:
+        """The session's proxy endpoint (unix socket, TCP port) with this command's hosts.
+
+        Started on first use; each command sets the session's policy to its
+        own allowlist, so a host granted mid-session applies from the next one.
+        """
+        from .proxy import HostPolicy, ProxyThread
+
+        if self._proxy is None:
+            proxy = ProxyThread(on_decision=self._proxy_decision, **self.proxy_options)
+            proxy.start()
+            self._proxy = proxy
+        deny = dict(_deny_entry(e) for e in self.config.deny_hosts)
+        ep = self._proxy.add_session(session_id, HostPolicy(allow=network.hosts, deny=deny))
+        return ep.unix_path, ep.port
+
+    def _proxy_decision(self, decision: ProxyDecision) -> None:
+        if decision.final:  # one record per connection, with its byte counts
+            self.ledger.record_network(
+                session=decision.session_id, host=decision.host, port=decision.port,
+                address=str(decision.address) if decision.address else None,
+                allowed=decision.allowed, rule=decision.rule or decision.reason,
+                bytes_up=decision.bytes_up, bytes_down=decision.bytes_down)
+
     def make_profile(self, ws: SessionWorkspace, cmd: SandboxCommand, mode: str,
-                     caps: SandboxCapabilities, cwd: str, backend: str) -> Profile:
+                     caps: SandboxCapabilities, cwd: str, backend: str,
+                     endpoint: tuple[str, int] | None = None) -> Profile:
         c = self.config
         return build_profile(
+            proxy_socket=endpoint[0] if endpoint else None,
+            proxy_port=endpoint[1] if endpoint else None,
             mode=mode, workspace=ws.cwd, cwd=cwd, capabilities=caps,
             read_scope=ws.read_scope, host_env=self.env, command_env=cmd.env,
             unreadable=c.unreadable, writable=c.writable, granted_sockets=c.granted_sockets,
@@ -367,6 +430,24 @@ class SandboxCore:
     def untrack(self, ws: SessionWorkspace, proc: object) -> None:
         with self._proc_lock:
             ws.processes.discard(proc)
+
+
+def check_host_entries(hosts: tuple[str, ...]) -> None:
+    """Refuse a malformed allowlist entry before anyone is asked to approve it."""
+    from .proxy import parse_pattern
+    from .proxy.errors import InvalidHostEntry
+
+    for entry in hosts:
+        try:
+            parse_pattern(entry)
+        except InvalidHostEntry as exc:
+            raise InvalidCommand(f"network host {entry!r}: {exc}") from exc
+
+
+def _deny_entry(entry: str) -> tuple[str, str]:
+    """`host` or `host=reason`, as written in `deny_hosts`."""
+    host, _, reason = entry.partition("=")
+    return host.strip(), reason.strip() or "denied by configuration"
 
 
 def _default_secrets() -> tuple[str, ...]:

@@ -64,16 +64,25 @@ def denial_hint(kind: str, stderr: bytes, mode: str) -> str:
 
 
 def _quoted_path(stderr: bytes) -> str:
-    """The path an error line names: quoted (curly or straight) or path-looking, if any."""
+    """The path an error line names: the one just before the error text, if any.
+
+    `sh: 1: cannot create /etc/hosts: Read-only file system` names the shell
+    first and the path last; the path wanted is the one the error is about.
+    """
     lines = stderr.decode("utf-8", "replace").strip().splitlines()
     for line in reversed(lines[-5:]):
+        for marker, _ in _MARKERS:
+            at = line.find(marker.decode())
+            if at > 0:
+                line = line[:at]
+                break
+        line = line.rstrip(": ")
         for left, right in (("\u2018", "\u2019"), ("'", "'"), ('"', '"')):
-            start = line.find(left)
-            end = line.find(right, start + 1)
+            end = line.rfind(right)
+            start = line.rfind(left, 0, end)
             if start >= 0 and end > start + 1:
                 return line[start + 1:end]
-        for part in line.replace("'", " ").replace("\u2018", " ").replace("\u2019", " ").replace(
-                '"', " ").replace(":", " ").split():
+        for part in reversed(line.replace(":", " ").split()):
             if part.startswith(("/", "~/", "./")) and len(part) > 1:
                 return part
     return ""

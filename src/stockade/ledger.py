@@ -77,6 +77,11 @@ class Ledger:
     def __init__(self, path: str | None) -> None:
         self.path = path
         self._conn: sqlite3.Connection | None = None
+        # The proxy's thread writes network records while commands write
+        # theirs; one connection must not be used by both at once.
+        import _thread
+
+        self._lock = _thread.allocate_lock()
 
     def _connect(self) -> sqlite3.Connection:
         if self._conn is None:
@@ -102,44 +107,44 @@ class Ledger:
     def record(self, **rec: object) -> None:
         """Write one execution record; never raises into the command's result."""
         rec.setdefault("ts", time.time())
-        if "logging" in sys.modules:
-            import logging
-
-            logging.getLogger(LOGGER).info("execute", extra={"stockade": rec})
-        if self.path is None:
-            return
-        try:
-            self._connect().execute(
-                "INSERT INTO executions (ts, session, program, argv, cwd, mode, capabilities,"
-                " backend, exit_code, signal, duration_ms, denied, outcome, detail)"
-                " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-                (rec["ts"], rec["session"], rec["program"], to_json(rec["argv"]),
-                 rec.get("cwd"), rec["mode"], to_json(rec["capabilities"]), rec["backend"],
-                 rec.get("exit_code"), rec.get("signal"), rec.get("duration_ms"),
-                 int(bool(rec.get("denied"))), rec["outcome"],
-                 to_json(rec["detail"]) if rec.get("detail") else None),
-            )
-        except Exception as exc:  # an audit failure must be seen, not fatal
-            print(f"stockade: could not write the audit ledger {self.path}: {exc}",
-                  file=sys.stderr)
+        self._emit("execute", rec)
+        self._insert(
+            "INSERT INTO executions (ts, session, program, argv, cwd, mode, capabilities,"
+            " backend, exit_code, signal, duration_ms, denied, outcome, detail)"
+            " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+            (rec["ts"], rec["session"], rec["program"], to_json(rec["argv"]),
+             rec.get("cwd"), rec["mode"], to_json(rec["capabilities"]), rec["backend"],
+             rec.get("exit_code"), rec.get("signal"), rec.get("duration_ms"),
+             int(bool(rec.get("denied"))), rec["outcome"],
+             to_json(rec["detail"]) if rec.get("detail") else None),
+        )
 
     def record_network(self, **rec: object) -> None:
+        """Write one proxy decision (a connection allowed and closed, or refused)."""
         rec.setdefault("ts", time.time())
+        self._emit("network", rec)
+        self._insert(
+            "INSERT INTO network (ts, session, host, port, address, allowed, rule,"
+            " bytes_up, bytes_down) VALUES (?,?,?,?,?,?,?,?,?)",
+            (rec["ts"], rec["session"], rec["host"], rec.get("port"), rec.get("address"),
+             int(bool(rec["allowed"])), rec.get("rule"), rec.get("bytes_up"),
+             rec.get("bytes_down")),
+        )
+
+    @staticmethod
+    def _emit(kind: str, rec: dict[str, object]) -> None:
         if "logging" in sys.modules:
             import logging
 
-            logging.getLogger(LOGGER).info("network", extra={"stockade": rec})
+            logging.getLogger(LOGGER).info(kind, extra={"stockade": rec})
+
+    def _insert(self, sql: str, params: tuple[object, ...]) -> None:
         if self.path is None:
             return
         try:
-            self._connect().execute(
-                "INSERT INTO network (ts, session, host, port, address, allowed, rule,"
-                " bytes_up, bytes_down) VALUES (?,?,?,?,?,?,?,?,?)",
-                (rec["ts"], rec["session"], rec["host"], rec.get("port"), rec.get("address"),
-                 int(bool(rec["allowed"])), rec.get("rule"), rec.get("bytes_up"),
-                 rec.get("bytes_down")),
-            )
-        except Exception as exc:
+            with self._lock:
+                self._connect().execute(sql, params)
+        except Exception as exc:  # an audit failure must be seen, not fatal
             print(f"stockade: could not write the audit ledger {self.path}: {exc}",
                   file=sys.stderr)
 

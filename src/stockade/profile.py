@@ -19,6 +19,7 @@ TYPE_CHECKING = False
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
+    from typing import ClassVar
 
     from .capabilities import SandboxCapabilities
 
@@ -104,6 +105,30 @@ def sandbox_env(
     return env
 
 
+def proxy_env(http_port: int, socks_port: int, host: str = "127.0.0.1") -> dict[str, str]:
+    """Variables that point ordinary tools at the managed proxy.
+
+    Each ecosystem reads its own: curl, Python, Go and git the standard
+    names (both cases, since some read only one), npm and pip theirs, the
+    JVM only system properties. NO_PROXY keeps loopback direct -- inside
+    the sandbox that is the sandbox's own loopback, never the host's.
+    """
+    http = f"http://{host}:{http_port}"
+    env = {name: http for name in ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy")}
+    socks = f"socks5h://{host}:{socks_port}"
+    env.update(ALL_PROXY=socks, all_proxy=socks, NO_PROXY="localhost,127.0.0.1,::1",
+               no_proxy="localhost,127.0.0.1,::1", npm_config_proxy=http,
+               npm_config_https_proxy=http, PIP_PROXY=http, YARN_HTTP_PROXY=http,
+               YARN_HTTPS_PROXY=http)
+    env["JAVA_TOOL_OPTIONS"] = (
+        f"-Dhttp.proxyHost={host} -Dhttp.proxyPort={http_port} -Dhttps.proxyHost={host} "
+        f"-Dhttps.proxyPort={http_port} -Dhttp.nonProxyHosts=localhost|127.0.0.1")
+    if os.path.exists("/usr/bin/nc") or os.path.exists("/bin/nc"):
+        # ssh has no proxy variable; OpenBSD netcat speaks SOCKS5 for it.
+        env["GIT_SSH_COMMAND"] = f"ssh -o ProxyCommand='nc -X 5 -x {host}:{socks_port} %h %p'"
+    return env
+
+
 class Protected:
     """A path under a writable root that must stay read-only (or uncreatable)."""
 
@@ -128,13 +153,19 @@ class Profile:
 
     __slots__ = (
         "cwd", "env", "granted_sockets", "hidden", "home", "mask_other_homes", "max_memory_mb",
-        "mode", "network", "protected", "read_extra", "read_roots", "read_scope", "runtime_dir",
+        "mode", "network", "protected", "proxy_port", "proxy_socket", "read_extra", "read_roots",
+        "read_scope", "runtime_dir",
         "session_tmp", "sockets", "system_links", "workspace", "workspace_writable",
         "write_roots",
     )
 
+    _OPTIONAL: ClassVar[dict[str, object]] = {"proxy_socket": None, "proxy_port": None}
+
     def __init__(self, **fields: object) -> None:
         for name in self.__slots__:
+            if name in self._OPTIONAL and name not in fields:
+                setattr(self, name, self._OPTIONAL[name])
+                continue
             setattr(self, name, fields.pop(name))
         if fields:
             raise TypeError(f"unknown profile fields: {sorted(fields)}")
@@ -156,6 +187,9 @@ class Profile:
     runtime_dir: str
     home: str
     network: NetworkPolicy
+    #: The session's managed-proxy endpoints on the host (network "hosts").
+    proxy_socket: str | None
+    proxy_port: int | None
     session_tmp: str | None
     max_memory_mb: int | None
     env: dict[str, str]
@@ -311,6 +345,8 @@ def build_profile(
     backend: str = "bubblewrap",
     kind: Callable[[str], str] = path_kind,
     extra_read: tuple[str, ...] = (),
+    proxy_socket: str | None = None,
+    proxy_port: int | None = None,
 ) -> Profile:
     """Decide the boundary for one command. All paths in are canonical."""
     writable_ws = mode != READ_ONLY and any(is_under(workspace, w) for w in capabilities.fs_write)
@@ -384,6 +420,8 @@ def build_profile(
         home=home,
         network=capabilities.network if mode != FULL_ACCESS else NetworkPolicy.allow_all(),
         session_tmp=session_tmp,
+        proxy_socket=proxy_socket,
+        proxy_port=proxy_port,
         max_memory_mb=capabilities.max_memory_mb,
         env=sandbox_env(host_env, command_env or {}, secret_env, backend=backend),
     )

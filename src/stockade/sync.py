@@ -125,9 +125,7 @@ class SyncWorkspaceSandbox:
         self.core.close_session(session_id)
 
     def close(self) -> None:
-        for sid in list(self.core.sessions):
-            self.core.close_session(sid)
-        self.core.ledger.close()
+        self.core.close()
 
     def __enter__(self) -> SyncWorkspaceSandbox:
         return self

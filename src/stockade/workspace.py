@@ -98,9 +98,7 @@ class WorkspaceSandbox:
         await asyncio.to_thread(self.core.close_session, session_id)
 
     async def aclose(self) -> None:
-        for sid in list(self.core.sessions):
-            await self.close_session(sid)
-        self.core.ledger.close()
+        await asyncio.to_thread(self.core.close)
 
     async def __aenter__(self) -> WorkspaceSandbox:
         return self

@@ -271,3 +271,16 @@ def test_mock_sandbox_records_commands():
 def test_huge_command_is_refused_before_anything_runs():
     with pytest.raises(InvalidCommand, match="over the"):
         SandboxCommand("echo", ["x" * (1 << 20)])
+
+
+@pytest.mark.parametrize("stderr, path", [
+    (b"/bin/sh: 1: cannot create /etc/hosts: Read-only file system", "/etc/hosts"),
+    ("mkdir: cannot create directory \u2018.git/hooks\u2019: Read-only file system".encode(),
+     ".git/hooks"),
+    (b"touch: cannot touch '/root/.bashrc': Read-only file system", "/root/.bashrc"),
+])
+def test_denial_hint_names_the_path_the_error_is_about(stderr, path):
+    from stockade.denial import denial_hint
+
+    assert denial_hint("read-only", stderr, "workspace-write").startswith(
+        f"blocked by the sandbox: {path} is read-only in workspace-write")

@@ -22,6 +22,8 @@ import sys
 from time import perf_counter
 
 TYPE_CHECKING = False  # typing costs the init 3 ms; mypy treats this name as True
+if TYPE_CHECKING:
+    import _socket  # local annotations only: never evaluated at run time
 
 REFUSED, CANNOT_EXECUTE, NOT_FOUND = 125, 126, 127
 ENOENT, ENOEXEC, EACCES, ENOTDIR = 2, 8, 13, 20
@@ -183,6 +185,17 @@ def main(argv: list[str]) -> int:
             import seccomp
         mark("imports")
 
+        bridge = config.get("bridge")
+        listeners: list[_socket.socket] = []
+        if isinstance(bridge, dict):
+            # Bound now: Landlock (network "hosts") forbids binding later.
+            if TYPE_CHECKING:
+                from . import bridge as bridge_mod
+            else:
+                import bridge as bridge_mod
+            listeners = bridge_mod.listen([p for p in bridge.get("ports", []) if type(p) is int])
+            mark("bridge")
+
         arch = seccomp.native_arch()
         if not arch:
             raise Refusal(f"no seccomp policy for this architecture ({posix.uname().machine})")
@@ -209,6 +222,31 @@ def main(argv: list[str]) -> int:
         mark("seccomp_compile")
         seccomp.install_seccomp(prog, sc, arch)
         mark("seccomp_install")
+
+        rlimits = config.get("rlimits")
+        if isinstance(rlimits, dict):
+            import resource
+
+            for name, value in rlimits.items():
+                which = getattr(resource, f"RLIMIT_{name.upper()}", None)
+                if which is not None and type(value) is int:
+                    resource.setrlimit(which, (value, value))
+
+        if listeners:
+            # The bridge stays as the command's parent and relays until the
+            # command exits; the command continues below. Both carry every
+            # layer applied above.
+            child = posix.fork()
+            if child:
+                assert isinstance(bridge, dict)
+                try:
+                    status = bridge_mod.serve(listeners, str(bridge.get("unix")), child)
+                except Exception as exc:
+                    posix.write(2, f"stockade-init: bridge failed: {exc}\n".encode())
+                    status = REFUSED
+                posix._exit(status if status >= 0 else 128 - status)
+            for sock in listeners:
+                sock.close()
 
         keep = config.get("keep_fds", [])
         verify({fd for fd in keep if type(fd) is int} if isinstance(keep, list) else set())

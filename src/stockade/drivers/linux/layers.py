@@ -32,8 +32,14 @@ if TYPE_CHECKING:
 INIT_DIR = os.path.dirname(os.path.abspath(__file__))
 INIT_PATH = os.path.join(INIT_DIR, "init.py")
 #: What the init imports from INIT_DIR, all before the first layer is in place.
-INIT_MODULES = ("initcore", "landlock", "seccomp")
+INIT_MODULES = ("initcore", "landlock", "seccomp", "bridge")
 CONFIG_VERSION = 1
+
+#: Where the session's proxy socket appears inside the sandbox, and the
+#: loopback ports the bridge listens on there (HTTP and SOCKS5; the proxy
+#: tells the protocols apart itself).
+BRIDGE_SOCKET = "/dev/stockade-proxy.sock"
+BRIDGE_PORTS = (3128, 1080)
 
 #: NetworkPolicy kind -> the seccomp socket gate.
 SECCOMP_MODES = {"none": UNIX_ONLY, "hosts": PROXY_ROUTED, "all": UNRESTRICTED}
@@ -112,7 +118,7 @@ def init_config(profile: Profile, *, proxy_ports: Sequence[int] = (),
     kind = profile.network.kind
     if kind not in SECCOMP_MODES:
         raise ValueError(f"no seccomp socket gate for network policy {kind!r}")
-    return {
+    config: dict[str, object] = {
         "v": CONFIG_VERSION,
         "seccomp": SECCOMP_MODES[kind],
         "landlock": landlock_rules(profile, proxy_ports).to_json(),
@@ -120,6 +126,13 @@ def init_config(profile: Profile, *, proxy_ports: Sequence[int] = (),
         "keep_fds": sorted(set(keep_fds)),
         "env": env_changes(profile.env if env is None else env),
     }
+    if kind == "hosts":
+        config["bridge"] = {"unix": BRIDGE_SOCKET, "ports": list(proxy_ports)}
+    if profile.max_memory_mb:
+        # The seed's cap on address space, on every platform; the cgroup's
+        # memory.max (RSS) catches what a reservation trick slips past it.
+        config["rlimits"] = {"as": profile.max_memory_mb << 20}
+    return config
 
 
 def init_argv(python: str, init_path: str, config: Mapping[str, object],
@@ -183,10 +196,22 @@ def init_launch(profile: Profile, argv: Sequence[str], *, python: str | None = N
     """Everything the driver needs to run `argv` behind the init."""
     ensure_bytecode()
     python = python or init_python()
+    mounts = init_mounts(python)
+    env = dict(profile.env)
+    if profile.network.kind == "hosts":
+        if not profile.proxy_socket:
+            from ...errors import SandboxUnavailable
+
+            raise SandboxUnavailable("network hosts needs the managed proxy, which is not running")
+        proxy_ports = proxy_ports or BRIDGE_PORTS
+        mounts += ["--ro-bind", profile.proxy_socket, BRIDGE_SOCKET]
+        from ...profile import proxy_env
+
+        env.update(proxy_env(proxy_ports[0], proxy_ports[-1]))
     config = init_config(profile, proxy_ports=proxy_ports, keep_fds=keep_fds,
-                         require_landlock=require_landlock)
-    return InitLaunch(init_argv(python, INIT_PATH, config, argv), launch_env(profile.env),
-                      init_mounts(python), config)
+                         require_landlock=require_landlock, env=env)
+    return InitLaunch(init_argv(python, INIT_PATH, config, argv), launch_env(env), mounts,
+                      config)
 
 
 _ABI: list[int] = []

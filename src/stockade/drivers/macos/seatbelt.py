@@ -557,7 +557,10 @@ class SeatbeltDriver:
 
     def prepare(self, argv: list[str], profile: Profile, *,
                 proxy_ports: Iterable[int] | None = None) -> PreparedLaunch:
-        ports = self._proxy_ports if proxy_ports is None else _check_ports(proxy_ports)
+        if proxy_ports is None:
+            # The session's proxy port, when the pipeline started one for it.
+            proxy_ports = (profile.proxy_port,) if profile.proxy_port else self._proxy_ports
+        ports = _check_ports(proxy_ports)
         scratch, created = self._scratch(profile)
         try:
             text, params = seatbelt_profile(profile, proxy_ports=ports, scratch=scratch)
