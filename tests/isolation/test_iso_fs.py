@@ -251,27 +251,21 @@ def test_control_workspace_write_does_change_workspace(box: Box) -> None:
 # -- toolchain directories stockade makes writable -----------------------------------------
 #
 # hostpaths.scratch() binds existing toolchain directories under HOME read-write so
-# builds work. Caches are the point; but some of those directories also hold code
-# that the host runs later, unconfined. Each case plants such code; the verdict is
-# whether the planted path changed on the host.
+# builds work. Caches are the point; but a directory of executables, a config or
+# init-script directory, or unpacked sources the host compiles without checking
+# are code the host runs later, unconfined. Each case plants such code; the
+# verdict is whether the planted path changed on the host. The toolchain's
+# directory exists in every case, so only stockade's choice of binds decides.
 
 SCRATCH_CASES = [
     pytest.param(
         ".cargo/bin/cargo", "#!/bin/sh\nexec /usr/bin/true real-cargo\n",
         'printf "#!/bin/sh\\necho TROJAN\\n" > "$HOME/.cargo/bin/cargo"',
-        id="cargo-bin",
-        marks=pytest.mark.xfail(strict=True, reason=(
-            "scratch binds all of ~/.cargo read-write, and ~/.cargo/bin is where cargo, rustc "
-            "and rustup live on the user's PATH: `echo ... > ~/.cargo/bin/cargo` in "
-            "workspace-write replaces the binary the user's next `cargo` runs unconfined"))),
+        id="cargo-bin"),
     pytest.param(
         ".cargo/config.toml", None,
         'printf "[build]\\nrustc-wrapper = \\"/tmp/evil\\"\\n" > "$HOME/.cargo/config.toml"',
-        id="cargo-config",
-        marks=pytest.mark.xfail(strict=True, reason=(
-            "scratch binds ~/.cargo read-write, so workspace-write can create "
-            "~/.cargo/config.toml with build.rustc-wrapper: every later host `cargo build` "
-            "runs the named program"))),
+        id="cargo-config"),
     pytest.param(
         ".gradle/init.d/evil.gradle", None,
         'mkdir -p "$HOME/.gradle/init.d" && echo "println 1" > "$HOME/.gradle/init.d/evil.gradle"',
@@ -282,10 +276,17 @@ SCRATCH_CASES = [
     pytest.param(
         ".local/share/pnpm/pnpm", "#!/bin/sh\nexec /usr/bin/true real-pnpm\n",
         'echo "echo TROJAN" > "$HOME/.local/share/pnpm/pnpm"',
-        id="pnpm-home",
+        id="pnpm-home"),
+    pytest.param(
+        ".cargo/registry/src/index.crates.io-0000000000000000/dep-1.0.0/build.rs",
+        "fn main() {}\n",
+        'echo "fn main() { evil() }" > '
+        '"$HOME/.cargo/registry/src/index.crates.io-0000000000000000/dep-1.0.0/build.rs"',
+        id="cargo-registry-src",
         marks=pytest.mark.xfail(strict=True, reason=(
-            "scratch binds PNPM_HOME (~/.local/share/pnpm) read-write; it holds pnpm's "
-            "global executables on the user's PATH, so workspace-write can replace them"))),
+            "scratch binds ~/.cargo/registry read-write; cargo compiles the extracted crate "
+            "sources in registry/src without re-hashing them, so an edited build.rs runs in "
+            "the host's next `cargo build`"))),
     pytest.param(
         "go/pkg/mod/example.com/dep@v1.0.0/dep.go", "package dep\n",
         'd="$HOME/go/pkg/mod/example.com/dep@v1.0.0"; chmod u+w "$d" "$d/dep.go" && '

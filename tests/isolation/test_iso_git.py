@@ -101,11 +101,8 @@ def _host_commit_runs_planted_hook(box: Box) -> bool:
 HOOK = "#!/bin/sh\ntouch \"$(git rev-parse --show-toplevel)/pwned-by-hook\"\n"
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "only .git/hooks and .git/config are mounted read-only, not .git itself: inside "
-    "workspace-write, `mv .git .git-old && mkdir .git && cp -a .git-old/. .git/` gives a "
-    "fresh, writable .git whose hooks/pre-commit the host's next `git commit` executes"))
 def test_replacing_dot_git_cannot_plant_a_hook(repo: Box) -> None:
+    """Renaming .git aside and recreating it would give a .git with writable hooks."""
     box = repo
     script = 'mv .git .git-old && mkdir .git && cp -a .git-old/. .git/ && ' \
              'printf "%s" "$1" > .git/hooks/pre-commit && chmod +x .git/hooks/pre-commit'
@@ -116,12 +113,8 @@ def test_replacing_dot_git_cannot_plant_a_hook(repo: Box) -> None:
     assert not planted and not ran, f"hook planted: {planted}, executed by host git: {ran}"
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "a new .git/commondir is not prevented: inside workspace-write, "
-    "`cp -a .git/. .evil/ && echo ../.evil > .git/commondir` plus a hook in .evil/hooks "
-    "redirects the host's git to a config and hooks directory the sandbox wrote; the "
-    "host's next `git commit` executes .evil/hooks/pre-commit"))
 def test_commondir_cannot_redirect_host_git(repo: Box) -> None:
+    """A new .git/commondir points host git at a config and hooks the sandbox wrote."""
     box = repo
     script = 'cp -a .git/. .evil/ && printf "%s" "$1" > .evil/hooks/pre-commit && ' \
              'chmod +x .evil/hooks/pre-commit && echo ../.evil > .git/commondir'
@@ -147,13 +140,8 @@ def test_git_metadata_untouched_by_read_only_commit_attempt(repo: Box) -> None:
     assert snapshot(Path(box.ws)) == before
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "follows from the .git replacement hole: a sandbox that swaps .git for a file "
-    "`gitdir: <any dir>` steers stockade itself, on the host and outside any sandbox, to "
-    "create placeholder `hooks/` and `config` in that directory on the next workspace-write "
-    "run (removed afterwards only where user xattrs work); with a hidden target such as "
-    "~/.kube every later workspace-write run fails to start instead"))
 def test_planted_gitdir_pointer_cannot_steer_stockade_outside_workspace(repo: Box) -> None:
+    """A `.git` file `gitdir: <dir>` must not make stockade (on the host) write into <dir>."""
     box = repo
     box.sh('mv .git .git-old && printf "gitdir: %s\\n" "$1" > .git', str(box.sibling),
            mode="workspace-write")
@@ -172,3 +160,29 @@ def test_planted_gitdir_pointer_cannot_steer_stockade_outside_workspace(repo: Bo
         proc.kill()
         proc.wait(timeout=5)
     assert seen == set(), f"stockade created {sorted(seen)} in {box.sibling} during the run"
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "a planted .git/commondir is removed only after the command exits: while a "
+    "workspace-write command runs (`cp -a .git/. .evil/; hook in .evil/hooks; "
+    "echo ../.evil > .git/commondir; sleep 3`), a `git commit` the user types on the host "
+    "in that workspace executes .evil/hooks/pre-commit"))
+def test_commondir_planted_during_a_run_is_never_live(repo: Box) -> None:
+    box = repo
+    script = 'cp -a .git/. .evil/ && printf "%s" "$1" > .evil/hooks/pre-commit && ' \
+             'chmod +x .evil/hooks/pre-commit && echo ../.evil > .git/commondir && sleep 3'
+    proc = box.runner.popen(
+        box.runner.cli_argv(["run", "--mode", "workspace-write", "--timeout", "20", "--",
+                             "/bin/sh", "-c", script, "sh", HOOK]),
+        cwd=str(box.ws), env=box.env(**GIT_ENV), stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 10
+        while not (box.ws / ".git" / "commondir").exists() and proc.poll() is None \
+                and time.monotonic() < deadline:
+            time.sleep(0.02)
+        # The user, meanwhile, commits in their own terminal.
+        ran = _host_commit_runs_planted_hook(box)
+    finally:
+        proc.wait(timeout=20)
+    assert not ran, "host git ran a hook the sandbox planted while the command was running"

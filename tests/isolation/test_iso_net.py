@@ -133,10 +133,11 @@ def test_abstract_unix_socket_unreachable(box: Box, listeners: list[Listener]) -
     assert listener.settle() == 0
 
 
-def test_control_abstract_socket_reachable_with_network_all(box: Box,
-                                                            listeners: list[Listener]) -> None:
+def test_control_abstract_socket_reachable_unconfined(box: Box,
+                                                      listeners: list[Listener]) -> None:
+    """The probe and the listener do meet when nothing stands between them."""
     listener, name = abstract_listener(listeners)
-    res = box.py(ABSTRACT_PROBE, name, options=NET_ALL)
+    res = box.py(ABSTRACT_PROBE, name, mode="full-access")
     assert "CONNECTED" in text(res), text(res)
     assert listener.settle() >= 1
 
@@ -190,10 +191,16 @@ def test_docker_sockets_unreachable(box: Box, listeners: list[Listener],
 
 # -- the inside view ---------------------------------------------------------------------
 
+# /proc/net/dev is the network namespace's own list. if_nameindex() asks over
+# netlink, which a seccomp filter may refuse outright; refused is as good as "lo".
 IFACES = r"""
 import json, socket
+try:
+    names = sorted(name for _, name in socket.if_nameindex())
+except OSError as exc:
+    names = f"refused {exc.errno}"
 print(json.dumps({
-    "if_nameindex": sorted(name for _, name in socket.if_nameindex()),
+    "if_nameindex": names,
     "proc_net_dev": sorted(line.split(":")[0].strip()
                            for line in open("/proc/net/dev").read().splitlines()[2:]),
 }))
@@ -205,7 +212,8 @@ def test_only_loopback_inside_the_network_namespace(box: Box) -> None:
 
     res = box.py(IFACES)
     view = json.loads(res.stdout.decode())
-    assert view == {"if_nameindex": ["lo"], "proc_net_dev": ["lo"]}, view
+    assert view["proc_net_dev"] == ["lo"], view
+    assert view["if_nameindex"] == ["lo"] or str(view["if_nameindex"]).startswith("refused"), view
     # Control: the host has more than loopback, so "only lo" is not the machine's default.
     assert len(socket.if_nameindex()) > 1
 

@@ -223,12 +223,8 @@ def _keyring_run(box: Box, inner: list[str]) -> str:
     return out.replace(marker, "<MARKER>") if marker in out else out
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "the sandbox keeps the caller's session keyring and keyctl is not filtered: a key the "
-    "user's login session holds (Kerberos KEYRING: caches, keyctl-stored tokens) is read "
-    "inside with keyctl(KEYCTL_SEARCH, KEY_SPEC_SESSION_KEYRING, ...) + KEYCTL_READ; "
-    "bwrap needs a fresh session keyring (keyctl join) or keyctl/add_key/request_key denied"))
 def test_session_keyring_secrets_unreadable(box: Box) -> None:
+    """The caller's session keyring (Kerberos KEYRING: caches, keyctl tokens) stays out."""
     inner = box.runner.cli_argv(["run", "--", SYSTEM_PYTHON, "-I", "-c", KEYRING, "read"])
     out = _keyring_run(box, inner)
     assert "<MARKER>" not in out, out
