@@ -189,7 +189,8 @@ def test_exit_status_and_nothing_left_running(ws: Path) -> None:
         deadline = time.monotonic() + 10
         while len(_left(f"sleep\0{marker}")) < 3 and time.monotonic() < deadline:
             time.sleep(0.1)
-        assert len(_left(f"sleep\0{marker}")) == 3
+        # `setsid` may still be the parent of its sleep for a moment: at least 3.
+        assert len(_left(f"sleep\0{marker}")) >= 3
         term.type("exit 7\r")
         assert term.wait() == 7
         assert "left the sandbox (exit 7)" in term.screen.decode(errors="replace")
