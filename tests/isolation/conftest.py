@@ -91,6 +91,14 @@ def pytest_report_header(config: pytest.Config) -> str:
             "the root and unprivileged-user matrix needs a root run")
 
 
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    # Repeated at the end, where it is read: a green run as one user is half a run.
+    if not IS_ROOT and _WORKS:
+        terminalreporter.write_line(
+            f"isolation: ran as uid {os.geteuid()} only; run as root for the root and "
+            f"unprivileged ({TEST_USER}) matrix", yellow=True)
+
+
 # -- runners -------------------------------------------------------------------------
 
 
