@@ -400,7 +400,12 @@ class SandboxCore:
                      caps: SandboxCapabilities, cwd: str, backend: str,
                      endpoint: tuple[str, int] | None = None) -> Profile:
         c = self.config
+        ledger = self.ledger.path
+        private = [self._state_dir(), c.resolved_workspace_root(self.env)]
+        if ledger:
+            private += [ledger, ledger + "-wal", ledger + "-shm"]
         return build_profile(
+            private=private,
             proxy_socket=endpoint[0] if endpoint else None,
             proxy_port=endpoint[1] if endpoint else None,
             mode=mode, workspace=ws.cwd, cwd=cwd, capabilities=caps,

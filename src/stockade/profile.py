@@ -347,6 +347,7 @@ def build_profile(
     extra_read: tuple[str, ...] = (),
     proxy_socket: str | None = None,
     proxy_port: int | None = None,
+    private: tuple[str, ...] | list[str] = (),
 ) -> Profile:
     """Decide the boundary for one command. All paths in are canonical."""
     writable_ws = mode != READ_ONLY and any(is_under(workspace, w) for w in capabilities.fs_write)
@@ -369,6 +370,14 @@ def build_profile(
     # (and being approved) is how a session gets it back.
     grants = capabilities.fs_read + capabilities.fs_write
     hidden: list[tuple[str, str]] = []
+    for p in private:
+        # stockade's own records: the ledger holds every earlier command's
+        # argv, the state directory every other session's /tmp. A private
+        # path that holds this workspace stays visible (the workspace wins).
+        real = os.path.realpath(p)
+        k = kind(real)
+        if k != MISSING and not is_under(workspace, real):
+            hidden.append((real, DIR if k == DIR else FILE))
     for p in hostpaths.unreadable(unreadable, host_env, granted):
         real = os.path.realpath(p)
         if any(is_under(real, g) and g != "/" for g in grants):
