@@ -96,6 +96,7 @@ def test_host_processes_invisible(box: Box,
     proc, arg = host_sleep
     own = unique_sleep_arg(3601)
     res = box.py(PS_PROBE, arg[::-1], own[::-1], str(proc.pid))
+    assert res.returncode == 0 and res.stdout.strip(), text(res)
     view = json.loads(res.stdout.decode().splitlines()[-1])
     # Control in the same run: the scan does find a process -- the sandbox's own.
     assert view["own"] is True, view
