@@ -140,6 +140,22 @@ def test_matching_stays_fast_on_pathological_input(text: str) -> None:
     assert best < 0.05, f"{best * 1000:.1f} ms"
 
 
+@settings(max_examples=15, deadline=None)
+@given(st.lists(st.sampled_from(_FRAGMENTS), min_size=3, max_size=40))
+def test_matching_is_linear_on_generated_pathological_input(pattern: list[str]) -> None:
+    # Whatever mix of fragments, repeated to 256 KiB: every rule in well
+    # under 50 ms, and the whole check (normaliser included) linear.
+    unit = "".join(pattern)
+    text = (unit * (SCAN_LIMIT // len(unit) + 1))[:SCAN_LIMIT]
+    policy = CommandPolicy()
+    started = time.perf_counter()
+    normalized = command_policy.normalize(text)
+    assert time.perf_counter() - started < 1.0
+    data = normalized.encode()
+    best = min(_timed(lambda: policy._filter.Match(data)) for _ in range(3))  # type: ignore[union-attr]
+    assert best < 0.05, f"{best * 1000:.1f} ms for {unit!r}"
+
+
 def _timed(fn: object) -> float:
     started = time.perf_counter()
     fn()  # type: ignore[operator]

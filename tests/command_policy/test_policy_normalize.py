@@ -103,6 +103,16 @@ def test_encoded_payload_split_by_backtick_is_decoded() -> None:
     assert "Clear-Disk -Number 1" in text.split("\n")
 
 
+def test_encoded_payload_with_spaces_is_decoded() -> None:
+    # Quoted, the payload is one argument, and .NET's decoder skips blanks.
+    payload = encoded("Clear-Disk -Number 1")
+    spaced = " ".join(payload[i:i + 8] for i in range(0, len(payload), 8))
+    lines = normalize(f'powershell -enc "{spaced}" -NoProfile').split("\n")
+    assert lines[0] == f"powershell -enc {DECODED_MARKER} -NoProfile"
+    # Unquoted, only the first word would be the payload: both are scanned.
+    assert lines[1:] == ["Cle", "Clear-Disk -Number 1"]
+
+
 def test_not_base64_is_left_alone() -> None:
     assert normalize("powershell -e notbase64!") == "powershell -e notbase64!"
     # `-e` of other commands is only decoded on a PowerShell line.

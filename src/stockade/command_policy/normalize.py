@@ -34,8 +34,9 @@ SCAN_LIMIT = 256 * 1024
 #: base64), which is what keeps the fold idempotent.
 DECODED_MARKER = "[decoded below]"
 
-# Characters no terminal shows and no shell treats as part of a command
-# name's meaning in an evasion: stripping them is what the reader sees.
+# Characters a terminal does not show. A person reviewing `r<U+200B>m -rf /`
+# reads `rm -rf /`, and so must the filter; removing them can only join
+# words, never hide one.
 _INVISIBLE = (
     "\u00ad\u034f\u061c\u115f\u1160\u17b4\u17b5\u180b\u180c\u180d\u180e\u180f"
     "\u200b\u200c\u200d\u200e\u200f\u202a\u202b\u202c\u202d\u202e"
@@ -72,6 +73,7 @@ def _unicode_folds() -> tuple[re.Pattern[str], tuple[tuple[re.Pattern[str], str]
                                           (_SPACES, "", " "), (_NEWLINES, "", "\n"))
     )
     return anything, folds
+
 
 # Quotes only group words for the shell, carets only escape for cmd: with
 # them gone, `"r"m`, `r''m` and `r^m` all read `rm`. Control characters other
@@ -124,14 +126,17 @@ _WORD_BREAK = frozenset(" \t\n;&|()")
 
 # A base64 `-EncodedCommand` payload. PowerShell accepts any unambiguous
 # prefix of the parameter (`-e`, `-enc`, `-encodedc`...), `-ec`, and `/` or
-# `--` as the dash. The word class includes `.` and `?`, which the path fold
+# `--` as the dash. The payload is the next word, or the run of words after
+# it (quoted, `"SQBF AFgA..."` is one argument, and .NET's base64 decoder
+# skips the spaces). The word class includes `.` and `?`, which the path fold
 # may remove, so that a word is the same word before and after it (see
-# `_decode_word`).
+# `_decode_payload`).
 _POWERSHELL_LINE_RE = re.compile(r"(?i)(?:powershell|pwsh)[^\n]*")
 _ENCODED_RE = re.compile(
     r"(?i)(?<![^\s])(?:--?|/)(?:ec|e(?:n(?:c(?:o(?:d(?:e(?:d(?:c(?:o(?:m(?:m(?:a(?:n(?:d)?)?)?)?)?)?)?)?)?)?)?)?)?)"
-    r"(?::|[ \t]+)([A-Za-z0-9+/=.?]{4,})"
+    r"(?::|[ \t]+)([A-Za-z0-9+/=.?]{4,})((?:[ \t]+[A-Za-z0-9+/=.?]+)*)"
 )
+_BLANKS_RE = re.compile(r"[ \t]+")
 
 # Path spellings. `\\?\C:\`, `\\.\C:` and `\??\C:\` (after `\` became `/`)
 # name the same place as `C:/`; `//./PhysicalDrive0` keeps its device name.
@@ -155,15 +160,15 @@ _DRIVE_RE = re.compile(r"[A-Za-z]:")
 
 def normalize(text: str) -> str:
     """The canonical reading of `text` that rules are matched against. Never raises."""
-    result, decodes = _normalize_once(text)
+    result, powershell = _normalize_once(text)
     # Decoding a payload and folding paths can, in contrived spellings, each
     # expose something for the other (a path fold that turns a word into
     # valid base64). One more pass settles it; only text that mentions
     # PowerShell pays for it.
     for _ in range(4):
-        if not decodes:
+        if not powershell:
             break
-        again, decodes = _normalize_once(result)
+        again, powershell = _normalize_once(result)
         if again == result:
             break
         result = again
@@ -369,18 +374,26 @@ def _expand_braces(t: str) -> str:
 
 
 def _replace_payload(m: re.Match[str], decoded: dict[str, None]) -> str:
-    text = _decode_word(m.group(1))
-    if text is None:
-        return m.group()
-    decoded[normalize(text)] = None
-    return m.group()[: m.start(1) - m.start()] + DECODED_MARKER
+    # Unquoted, PowerShell takes the first word; quoted, the whole run. The
+    # quotes are gone by now, so both readings are decoded and scanned.
+    flag, word, rest = m.group()[: m.start(1) - m.start()], m.group(1), m.group(2)
+    first = _decode_payload(word)
+    run = _decode_payload(_BLANKS_RE.sub("", word + rest)) if rest else None
+    for text in (first, run):
+        if text is not None:
+            decoded[normalize(text)] = None
+    if run is not None:
+        return flag + DECODED_MARKER
+    if first is not None:
+        return flag + DECODED_MARKER + rest
+    return m.group()
 
 
-def _decode_word(word: str) -> str | None:
+def _decode_payload(word: str) -> str | None:
     # The path fold runs after this step and may rewrite a word that
-    # contains `//` or `/.`; trying the folded spelling too means a second
-    # `normalize` sees exactly the same payloads as the first.
-    # In the text a payload always follows a separator; fold it that way.
+    # contains `//` or `/.`; trying the folded spelling too (folded as it is
+    # in the text, after a separator) means a second `normalize` sees the
+    # same payloads as the first.
     folded = _fold_paths(" " + word)[1:] if "/" in word else word
     for candidate in (word, folded) if folded != word else (word,):
         if len(candidate) % 4:

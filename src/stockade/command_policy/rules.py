@@ -48,6 +48,7 @@ class Rule:
 # Where a command word can start: the beginning, a shell separator or group,
 # or the `/` of a path such as `/bin/rm`.
 _AT = r"(?:^|[\s;&|(){}!/])"
+# The same for Windows, where cmd's `@` (no echo) may prefix a command.
 _WAT = r"(?:^|[\s;&|(){}!/@])"
 # The rest of one simple command. Stopping at `;`, `&`, `|` keeps a rule
 # from pairing `rm` in one command with `/` in the next.
