@@ -41,6 +41,8 @@ _FIELDS: dict[str, tuple[str, object]] = {
     "allow_hosts": (_STR_LIST, []),
     "deny_hosts": (_STR_LIST, []),
     "cpu_quota_percent": ("int-or-none", None),
+    # The landlock backend (and `auto` falling back to it) needs at least this ABI.
+    "landlock_min_abi": ("int", 3),
 }
 _TABLES = ("command_policy",)
 
@@ -68,6 +70,7 @@ class SandboxConfig:
     allow_hosts: list[str]
     deny_hosts: list[str]
     cpu_quota_percent: int | None
+    landlock_min_abi: int
     command_policy: dict[str, object]
     sources: list[str]
 

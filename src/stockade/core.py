@@ -144,12 +144,21 @@ class SandboxCore:
         if self._driver is None:
             options: dict[str, Any] = {"env": self.env, "workspace": workspace,
                                           **self.driver_options}
-            from .drivers import BUBBLEWRAP, platform_backend
+            from .drivers import BUBBLEWRAP, LANDLOCK, platform_backend
 
             backend = self.config.backend
-            if (platform_backend() if backend == "auto" else backend) == BUBBLEWRAP:
+            # `auto` on Linux may become either backend: both get their options,
+            # and select_driver hands each only the ones it takes.
+            if (platform_backend() if backend == "auto" else backend) in (BUBBLEWRAP, LANDLOCK):
                 options.setdefault("max_pids", self.config.max_pids)
                 options.setdefault("cpu_percent", self.config.cpu_quota_percent)
+                options.setdefault("min_abi", self.config.landlock_min_abi)
+                # stockade's own files, which the Landlock backend keeps out of
+                # the host read scope (bubblewrap ignores these).
+                options.setdefault("ledger", self.config.ledger_path(self.env))
+                options.setdefault("workspace_root",
+                                   self.config.resolved_workspace_root(self.env))
+                options.setdefault("state_dir", self._state_dir())
             else:
                 options.pop("probe", None)
             if self.config.bwrap:

@@ -69,6 +69,7 @@ def backend_status() -> dict[str, dict[str, object]]:
         out["bubblewrap"] = entry
     else:
         out["bubblewrap"] = {"available": False, "why": "bubblewrap needs Linux"}
+    out["landlock"] = landlock_status()
     if sys.platform == "darwin":
         ok = os.access("/usr/bin/sandbox-exec", os.X_OK)
         out["seatbelt"] = {"available": ok, "path": "/usr/bin/sandbox-exec"}
@@ -80,13 +81,56 @@ def backend_status() -> dict[str, dict[str, object]]:
     return out
 
 
+def landlock_status(min_abi: int | None = None) -> dict[str, object]:
+    """The Landlock backend: can it run here, and what it does not do that bubblewrap does."""
+    from .drivers.linux.landlock_driver import WEAKNESSES, check_landlock
+    from .errors import SandboxUnavailable
+
+    if min_abi is None:
+        try:
+            from .config import load_config
+
+            min_abi = load_config().landlock_min_abi
+        except Exception:  # doctor reports; a broken config is run's error to raise
+            from .drivers.linux.landlock_driver import DEFAULT_MIN_ABI
+
+            min_abi = DEFAULT_MIN_ABI
+    entry: dict[str, object] = {"min_abi": min_abi}
+    if not sys.platform.startswith("linux"):
+        return {**entry, "available": False, "why": "the landlock backend needs Linux"}
+    from .drivers.linux.landlock import landlock_abi
+
+    abi = landlock_abi()
+    entry["abi"] = abi
+    try:
+        check_landlock(abi, min_abi)
+        entry["available"] = True
+    except SandboxUnavailable as exc:
+        entry["available"] = False
+        entry["why"] = str(exc)
+    entry["weaker_than_bubblewrap"] = list(WEAKNESSES)
+    return entry
+
+
+def auto_choice(backends: dict[str, dict[str, object]]) -> str:
+    """What `backend = "auto"` would pick here (never "none")."""
+    if sys.platform == "darwin":
+        return "seatbelt" if backends.get("seatbelt", {}).get("available") else ""
+    for name in ("bubblewrap", "landlock"):
+        if backends.get(name, {}).get("available"):
+            return name
+    return ""
+
+
 def report(*, as_json: bool = False) -> int:
     facts = kernel_facts()
     backends = backend_status()
+    auto = auto_choice(backends)
     if as_json:
         import json
 
-        print(json.dumps({"kernel": facts, "backends": backends}, indent=2))
+        print(json.dumps({"kernel": facts, "backends": backends, "auto": auto or None},
+                         indent=2))
     else:
         print("backends:")
         for name, entry in backends.items():
@@ -94,9 +138,15 @@ def report(*, as_json: bool = False) -> int:
             detail = entry.get("why") or entry.get("note") or ""
             where = f" {entry['path']}" if entry.get("path") else ""
             version = f" ({entry['version']})" if entry.get("version") else ""
+            if name == "landlock" and "abi" in entry:
+                version = f" (ABI {entry['abi']}, needs {entry['min_abi']})"
             print(f"  {mark}{name}{where}{version}{': ' + str(detail) if detail else ''}")
+            if name == "landlock" and entry.get("weaker_than_bubblewrap"):
+                print("       weaker than bubblewrap (docs/landlock-backend.md):")
+                for line in entry["weaker_than_bubblewrap"]:  # type: ignore[attr-defined]
+                    print(f"       - {line}")
+        print(f"auto: {auto or 'nothing: every command would be refused'}")
         print("kernel:")
         for key, value in facts.items():
             print(f"  {key}: {value}")
-    native = "bubblewrap" if sys.platform.startswith("linux") else "seatbelt"
-    return 0 if backends.get(native, {}).get("available") else 1
+    return 0 if auto else 1

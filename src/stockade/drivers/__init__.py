@@ -102,11 +102,48 @@ def platform_backend() -> str:
     return ""
 
 
+#: Driver options only one Linux backend takes; `select_driver` gives each its own.
+_BWRAP_ONLY = ("bwrap_path", "probe", "require_landlock")
+_LANDLOCK_ONLY = ("min_abi", "ledger", "workspace_root")
+
+
+def _options_for(backend: str, options: dict[str, Any]) -> dict[str, Any]:
+    other = _LANDLOCK_ONLY if backend == BUBBLEWRAP else _BWRAP_ONLY
+    return {k: v for k, v in options.items() if k not in other}
+
+
+def choose_linux_backend(bwrap_check: Callable[[], None], landlock_abi: Callable[[], int],
+                         min_abi: int) -> str:
+    """`auto` on Linux: bubblewrap if its probe passes, else Landlock at `min_abi` or newer.
+
+    Neither: `SandboxUnavailable` with both reasons. Never "no sandbox":
+    that is only ever `backend = "none"`, chosen by name.
+    """
+    from ..errors import SandboxUnavailable
+
+    try:
+        bwrap_check()
+        return BUBBLEWRAP
+    except SandboxUnavailable as exc:
+        bwrap_reason = str(exc)
+    abi = landlock_abi()
+    if abi >= min_abi:
+        return LANDLOCK
+    have = f"Landlock ABI {abi}" if abi else "no Landlock"
+    raise SandboxUnavailable(
+        f"no sandbox backend works here. bubblewrap: {bwrap_reason}. landlock: this kernel has "
+        f"{have}, and the landlock backend needs ABI {min_abi} or newer (landlock_min_abi)")
+
+
 def select_driver(backend: str, *, sandboxed: bool = True, **options: Any) -> Driver:
     """The driver for a backend name; `auto` means this platform's native one.
 
-    Never downgrades: a backend that cannot start raises from `available()`,
-    it is not replaced by a weaker one behind the caller's back.
+    On Linux `auto` is bubblewrap when it can build a sandbox here and the
+    Landlock backend when it cannot (see `choose_linux_backend`): a choice
+    made once, before anything runs, and recorded as the driver's name in
+    every audit record. Otherwise never downgrades: a backend that cannot
+    start raises from `available()`, it is not replaced by a weaker one
+    behind the caller's back.
     """
     if backend not in BACKENDS:
         raise ConfigError(f"unknown backend {backend!r}: choose one of {', '.join(BACKENDS)}")
@@ -116,10 +153,25 @@ def select_driver(backend: str, *, sandboxed: bool = True, **options: Any) -> Dr
         return NoneDriver()
     if backend == AUTO:
         backend = platform_backend()
+        if backend == BUBBLEWRAP:
+            from .linux.bwrap import BubblewrapDriver, probe_userns
+            from .linux.landlock_driver import DEFAULT_MIN_ABI
+            from .linux.layers import host_landlock_abi
+
+            bwrap = BubblewrapDriver(**_options_for(BUBBLEWRAP, options))
+            backend = choose_linux_backend(
+                lambda: probe_userns(bwrap.bwrap), host_landlock_abi,
+                int(options.get("min_abi") or DEFAULT_MIN_ABI))
+            if backend == BUBBLEWRAP:
+                return bwrap
     if backend == BUBBLEWRAP:
         from .linux.bwrap import BubblewrapDriver
 
-        return BubblewrapDriver(**options)
+        return BubblewrapDriver(**_options_for(BUBBLEWRAP, options))
+    if backend == LANDLOCK:
+        from .linux.landlock_driver import LandlockDriver
+
+        return LandlockDriver(**_options_for(LANDLOCK, options))
     if backend == SEATBELT:
         from .macos.seatbelt import SeatbeltDriver  # type: ignore[import-not-found,unused-ignore]
 
@@ -128,5 +180,5 @@ def select_driver(backend: str, *, sandboxed: bool = True, **options: Any) -> Dr
 
     raise SandboxUnavailable(
         f"backend {backend or 'auto'!r} is not available on {sys.platform}: "
-        "stockade confines commands with bubblewrap on Linux and Seatbelt on macOS"
+        "stockade confines commands with bubblewrap or Landlock on Linux and Seatbelt on macOS"
     )

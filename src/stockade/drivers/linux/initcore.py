@@ -25,9 +25,19 @@ TYPE_CHECKING = False  # typing costs the init 3 ms; mypy treats this name as Tr
 if TYPE_CHECKING:
     import _socket  # local annotations only: never evaluated at run time
 
+    from .landlock import LandlockRules
+    from .seccomp import Syscall
+
 REFUSED, CANNOT_EXECUTE, NOT_FOUND = 125, 126, 127
-ENOENT, ENOEXEC, EACCES, ENOTDIR = 2, 8, 13, 20
+EPERM, ENOENT, ESRCH, ENOEXEC, EACCES, ENOTDIR, EINVAL = 1, 2, 3, 8, 13, 20, 22
 CONFIG_VERSION = 1
+SIGKILL = 9
+PR_SET_PDEATHSIG, PR_CAPBSET_DROP, PR_SET_SECUREBITS, PR_CAP_AMBIENT = 1, 24, 28, 47
+PR_CAP_AMBIENT_CLEAR_ALL = 4
+# SECBIT_NOROOT, NO_SETUID_FIXUP, KEEP_CAPS_LOCKED, NO_CAP_AMBIENT_RAISE, each
+# with its lock: uid 0 gains no capability from execve, now or ever.
+SECURE_NOROOT_ALL = 0xEF
+LINUX_CAPABILITY_VERSION_3 = 0x20080522
 
 
 class Refusal(Exception):
@@ -130,6 +140,156 @@ def verify(keep_fds: set[int]) -> None:
         raise Refusal(f"file descriptor {fd} ({target}) would leak into the sandbox")
 
 
+def die_with_parent(sc: "Syscall", table: dict[str, int], parent: int) -> None:
+    """SIGKILL when stockade goes, as bwrap's --die-with-parent; survives execve.
+
+    Checked after it is set: a parent that died a moment earlier has left
+    this process orphaned, and the signal would never come.
+    """
+    sc(table["prctl"], PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0)
+    if posix.getppid() != parent:
+        raise Refusal("stockade exited while the sandbox was starting")
+
+
+def drop_capabilities(sc: "Syscall", table: dict[str, int]) -> None:
+    """Root without bubblewrap keeps every capability; give them all up for good.
+
+    bwrap's --cap-drop ALL does this in the other backend. The bounding set
+    and the securebits need CAP_SETPCAP, which a trimmed container root may
+    lack: then no_new_privs and the empty sets still hold, and `verify`
+    refuses if anything survived.
+    """
+    fields = status_fields()
+    if not any(int(fields.get(n, "0"), 16) for n in ("CapEff", "CapPrm", "CapInh", "CapAmb")):
+        return  # an ordinary user: nothing to give up
+    prctl = table["prctl"]
+    try:
+        sc(prctl, PR_SET_SECUREBITS, SECURE_NOROOT_ALL, 0, 0, 0)
+    except OSError as exc:
+        if exc.errno != EPERM:
+            raise
+    for cap in range(64):
+        try:
+            sc(prctl, PR_CAPBSET_DROP, cap, 0, 0, 0)
+        except OSError as exc:
+            if exc.errno in (EINVAL, EPERM):
+                break  # past the kernel's last capability, or no CAP_SETPCAP
+            raise
+    sc(prctl, PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0)
+    # struct __user_cap_header_struct {version, pid 0 = self}, then two
+    # {effective, permitted, inheritable} words, all zero.
+    header = LINUX_CAPABILITY_VERSION_3.to_bytes(4, "little") + bytes(4)
+    sc(table["capset"], header, bytes(24))
+
+
+def start_reaper(sc: "Syscall", parent: int, done_fd: int = -1) -> None:
+    """Leave behind a process that kills the command's whole tree once it exits.
+
+    Without a PID namespace a `setsid` double-forked daemon outlives the
+    command's process group. So this process first enters a Landlock domain
+    that only scopes signals (ABI 6), then forks the reaper into it and
+    detaches it (own session: the group kill that ends the command misses
+    it); the command's own Landlock domain, applied next, is nested inside.
+    Signal scoping then cuts both ways: the command cannot signal the
+    reaper (outside its domain), and the reaper's kill(-1, SIGKILL) reaches
+    exactly the processes in its domain or nested ones -- the command and
+    everything it ever started, wherever they were reparented -- and nothing
+    else on the machine. kill(-1) walks the task list under the lock fork
+    needs, so nothing forks its way out of it. `done_fd`, when given, is
+    held open by the reaper alone: stockade reads end-of-file on it once the
+    reaper is done, and only then restores what the command may have changed.
+    """
+    if TYPE_CHECKING:
+        from . import landlock
+    else:
+        import landlock  # already loaded by main, from this directory
+    if landlock.landlock_abi(sc) < 6:
+        raise Refusal("the reaper needs Landlock ABI 6 (signal scoping)")
+    attr = bytes(16) + landlock.SCOPE_SIGNAL.to_bytes(8, "little")
+    ruleset = sc(landlock.SYS_CREATE_RULESET, attr, len(attr), 0)
+    try:
+        sc(landlock.SYS_RESTRICT_SELF, ruleset, 0)
+    finally:
+        posix.close(ruleset)
+    command = posix.getpid()
+    child = posix.fork()
+    if child:
+        _pid, status = posix.waitpid(child, 0)
+        if status:
+            raise Refusal("the reaper did not start")
+        return
+    try:
+        pidfd = posix.pidfd_open(command)
+        posix.setsid()
+        if posix.fork():
+            posix._exit(0)
+        reap(pidfd, parent, done_fd)
+    finally:
+        posix._exit(1)
+
+
+def reap(pidfd: int, parent: int, done_fd: int = -1) -> None:
+    """The reaper's body: wait for the command, then kill its domain."""
+    null = posix.open("/dev/null", posix.O_RDWR)
+    for fd in (0, 1, 2):
+        posix.dup2(null, fd)  # never hold the pipes stockade reads to their end
+    for name in posix.listdir("/proc/self/fd"):
+        if int(name) > 2 and int(name) not in (pidfd, done_fd):
+            try:
+                posix.close(int(name))
+            except OSError:
+                pass
+    import select
+    import time
+
+    poller = select.poll()
+    poller.register(pidfd, select.POLLIN)
+    while not poller.poll():
+        pass
+    # kill(-1) must stay inside the domain. Outside processes (stockade, pid
+    # 1) must answer EPERM to signal 0: if one answered yes, scoping is not
+    # in force and kill(-1) would hit every process of this uid.
+    scoped = False
+    for outside in (parent, 1):
+        try:
+            posix.kill(outside, 0)
+            return
+        except OSError as exc:
+            if exc.errno != EPERM and exc.errno != ESRCH:
+                return
+            scoped = scoped or exc.errno == EPERM
+    if not scoped:
+        return
+    for _ in range(3):
+        try:
+            posix.kill(-1, SIGKILL)
+        except OSError:
+            pass
+        time.sleep(0.02)
+
+
+def with_listing(rules: dict[str, object], listed: list[str]) -> "LandlockRules":
+    """`rules` plus READ_DIR alone on `listed` (the Landlock backend's split directories).
+
+    The backend grants the host minus hidden paths by granting the siblings
+    of each; the directories split on the way may be listed, never read.
+    """
+    if TYPE_CHECKING:
+        from . import landlock
+    else:
+        import landlock
+
+    class Listing(landlock.LandlockRules):
+        __slots__ = ()
+
+        def path_rules(self) -> list[tuple[str, int]]:
+            out = super().path_rules()
+            granted = {path for path, _rights in out}
+            return out + [(p, landlock.FS_READ_DIR) for p in listed if p not in granted]
+
+    return Listing.from_json(rules)
+
+
 def execute(argv: list[str], env: dict[bytes, bytes]) -> int:
     """execvp(3)'s search, with env(1)'s exit statuses; returns only on failure."""
     name = argv[0]
@@ -176,6 +336,13 @@ def main(argv: list[str]) -> int:
             raise Refusal("usage: init.py CONFIG -- COMMAND [ARG...]")
         config = parse_config(argv[1])
         command = argv[3:]
+        cwd = config.get("cwd")
+        if cwd is not None:
+            # The Landlock backend has no bwrap --chdir; stockade's own
+            # working directory is not the command's.
+            if not isinstance(cwd, str):
+                raise Refusal("the config's cwd is not a path")
+            posix.chdir(cwd)
         mark("config")
 
         if TYPE_CHECKING:
@@ -205,12 +372,30 @@ def main(argv: list[str]) -> int:
         seccomp.harden_process(sc, arch)
         seccomp.set_no_new_privs(sc, arch)
         mark("no_new_privs")
+        # Set by the Landlock backend only: bwrap already dies with its
+        # parent, drops capabilities and tears down its PID namespace.
+        parent = config.get("parent")
+        if type(parent) is int:
+            die_with_parent(sc, seccomp.SYSCALLS[arch], parent)
+        if config.get("drop_caps") is True:
+            drop_capabilities(sc, seccomp.SYSCALLS[arch])
+        done_fd = config.get("reaper_fd")
+        if config.get("reaper") is True:
+            start_reaper(sc, parent if type(parent) is int else 1,
+                         done_fd if type(done_fd) is int else -1)
+            mark("reaper")
+        if type(done_fd) is int:
+            posix.close(done_fd)  # the reaper's alone: the command must not hold it
 
         rules = config.get("landlock")
         if not isinstance(rules, dict):
             raise Refusal("the config has no landlock rules")
         rules = {**rules, "write": [*rules.get("write", []), *stdio_files()]}
-        report = landlock.apply_landlock(landlock.LandlockRules.from_json(rules), sc)
+        listed = config.get("landlock_list")
+        ruleset = (with_listing(rules, [p for p in listed if isinstance(p, str)])
+                   if isinstance(listed, list) and listed
+                   else landlock.LandlockRules.from_json(rules))
+        report = landlock.apply_landlock(ruleset, sc)
         if not report.enforced and config.get("require_landlock") is True:
             raise Refusal(f"Landlock is required but not enforced: {report.reason}")
         mark("landlock")

@@ -26,6 +26,27 @@ PROXY_ROUTED = "proxy-routed"
 UNRESTRICTED = "unrestricted"
 NETWORK_MODES = (UNIX_ONLY, PROXY_ROUTED, UNRESTRICTED)
 
+# The Landlock backend's modes. Without bubblewrap there is no network
+# namespace and no mount over a socket file, and Landlock (up to ABI 7) does
+# not mediate connect() to a pathname unix socket: under the modes above a
+# command would reach the Docker socket, the session bus, /dev/log. So these
+# keep AF_UNIX to what cannot address a socket outside the process tree:
+#   unix-no-connect (network none): AF_UNIX only; connect() denied; sendto()
+#       with an address denied; no datagram sockets (sendmsg's msg_name is
+#       behind a pointer BPF cannot read, and only datagrams use it).
+#   tcp-only (network hosts): socket() makes only TCP over IPv4/IPv6, which
+#       Landlock confines to the proxy's port; no UDP (Landlock has no UDP
+#       rules); no MPTCP or SCTP, which Landlock's TCP rules do not cover;
+#       no TCP Fast Open, which connects from sendto/sendmsg; AF_UNIX only
+#       as stream socketpairs (asyncio's self-pipe, libuv's child stdio).
+#   no-unix (network all): any family but AF_UNIX, which again only as
+#       stream socketpairs.
+UNIX_NO_CONNECT = "unix-no-connect"
+TCP_ONLY = "tcp-only"
+NO_UNIX = "no-unix"
+LANDLOCK_BACKEND_MODES = (UNIX_NO_CONNECT, TCP_ONLY, NO_UNIX)
+ALL_MODES = NETWORK_MODES + LANDLOCK_BACKEND_MODES
+
 X86_64 = "x86_64"
 AARCH64 = "aarch64"
 
@@ -35,13 +56,14 @@ AUDIT_ARCH = {X86_64: 0xC000003E, AARCH64: 0xC00000B7}
 # and the asm-generic table arm64 uses). aarch64 has no mknod: glibc calls mknodat.
 SYSCALLS: dict[str, dict[str, int]] = {
     X86_64: {
-        "ioctl": 16, "socket": 41, "socketpair": 53, "clone": 56, "ptrace": 101,
-        "syslog": 103, "mknod": 133, "personality": 135, "pivot_root": 155, "prctl": 157,
+        "ioctl": 16, "socket": 41, "connect": 42, "sendto": 44, "sendmsg": 46,
+        "socketpair": 53, "clone": 56, "ptrace": 101, "syslog": 103, "capset": 126,
+        "mknod": 133, "personality": 135, "pivot_root": 155, "prctl": 157,
         "chroot": 161, "mount": 165, "umount2": 166, "swapon": 167, "swapoff": 168,
         "reboot": 169, "init_module": 175, "delete_module": 176, "kexec_load": 246,
         "add_key": 248, "request_key": 249, "keyctl": 250, "mknodat": 259, "unshare": 272,
         "perf_event_open": 298, "prlimit64": 302, "name_to_handle_at": 303,
-        "open_by_handle_at": 304, "setns": 308, "process_vm_readv": 310,
+        "open_by_handle_at": 304, "sendmmsg": 307, "setns": 308, "process_vm_readv": 310,
         "process_vm_writev": 311, "finit_module": 313, "seccomp": 317,
         "kexec_file_load": 320, "bpf": 321, "userfaultfd": 323, "io_uring_setup": 425,
         "io_uring_enter": 426, "io_uring_register": 427, "open_tree": 428, "move_mount": 429,
@@ -51,14 +73,15 @@ SYSCALLS: dict[str, dict[str, int]] = {
     },
     AARCH64: {
         "ioctl": 29, "mknodat": 33, "umount2": 39, "mount": 40, "pivot_root": 41,
-        "chroot": 51, "personality": 92, "unshare": 97, "kexec_load": 104,
+        "chroot": 51, "capset": 91, "personality": 92, "unshare": 97, "kexec_load": 104,
         "init_module": 105, "delete_module": 106, "syslog": 116, "ptrace": 117,
-        "reboot": 142, "prctl": 167, "socket": 198, "socketpair": 199, "add_key": 217,
-        "request_key": 218, "keyctl": 219, "clone": 220, "swapon": 224, "swapoff": 225,
-        "perf_event_open": 241, "prlimit64": 261, "name_to_handle_at": 264,
-        "open_by_handle_at": 265, "setns": 268, "process_vm_readv": 270,
-        "process_vm_writev": 271, "finit_module": 273, "seccomp": 277, "bpf": 280,
-        "userfaultfd": 282, "kexec_file_load": 294, "io_uring_setup": 425,
+        "reboot": 142, "prctl": 167, "socket": 198, "socketpair": 199, "connect": 203,
+        "sendto": 206, "sendmsg": 211, "add_key": 217, "request_key": 218, "keyctl": 219,
+        "clone": 220, "swapon": 224, "swapoff": 225, "perf_event_open": 241,
+        "prlimit64": 261, "name_to_handle_at": 264, "open_by_handle_at": 265, "setns": 268,
+        "sendmmsg": 269, "process_vm_readv": 270, "process_vm_writev": 271,
+        "finit_module": 273, "seccomp": 277, "bpf": 280, "userfaultfd": 282,
+        "kexec_file_load": 294, "io_uring_setup": 425,
         "io_uring_enter": 426, "io_uring_register": 427, "open_tree": 428, "move_mount": 429,
         "fsopen": 430, "fsconfig": 431, "fsmount": 432, "fspick": 433, "clone3": 435,
         "mount_setattr": 442, "landlock_create_ruleset": 444, "landlock_add_rule": 445,
@@ -141,6 +164,13 @@ SOCKET_FAMILIES = {
     UNIX_ONLY: (AF_UNIX,),
     PROXY_ROUTED: (AF_UNIX, AF_INET, AF_INET6),
 }
+# Socket types (the low four bits of socket()'s type; the rest are
+# SOCK_NONBLOCK and SOCK_CLOEXEC). AF_UNIX turns SOCK_RAW into SOCK_DGRAM,
+# so an allowlist of the two connection-oriented types is the only safe form.
+SOCK_TYPE_MASK = 0xF
+SOCK_STREAM, SOCK_SEQPACKET = 1, 5
+IPPROTO_IP, IPPROTO_TCP = 0, 6
+MSG_FASTOPEN = 0x20000000
 
 # x32 syscalls are x86_64 syscalls with this bit set: the same kernel entry
 # under another number, so every rule below would be bypassed through it.
@@ -228,9 +258,9 @@ class _Assembler:
 
 def compile_seccomp(network_mode: str, arch: str | None = None) -> bytes:
     """The filter for `network_mode` as struct sock_filter bytes (pure)."""
-    if network_mode not in NETWORK_MODES:
+    if network_mode not in ALL_MODES:
         raise ValueError(f"unknown seccomp network mode {network_mode!r}: "
-                         f"choose one of {', '.join(NETWORK_MODES)}")
+                         f"choose one of {', '.join(ALL_MODES)}")
     arch = native_arch() if arch is None else arch
     if arch not in SYSCALLS:
         raise ValueError(f"no seccomp syscall table for architecture {arch or 'unknown'!r}: "
@@ -257,9 +287,19 @@ def compile_seccomp(network_mode: str, arch: str | None = None) -> bytes:
     if "mknod" in nr:
         a.op(BPF_JMP_JEQ_K, nr["mknod"], jt="mknod")
     a.op(BPF_JMP_JEQ_K, nr["mknodat"], jt="mknodat")
-    if network_mode != UNRESTRICTED:
+    if network_mode in SOCKET_FAMILIES:
         a.op(BPF_JMP_JEQ_K, nr["socket"], jt="socket")
         a.op(BPF_JMP_JEQ_K, nr["socketpair"], jt="socket")
+    elif network_mode in LANDLOCK_BACKEND_MODES:
+        a.op(BPF_JMP_JEQ_K, nr["socket"], jt="ll_socket")
+        a.op(BPF_JMP_JEQ_K, nr["socketpair"], jt="ll_socketpair")
+        if network_mode == UNIX_NO_CONNECT:
+            a.op(BPF_JMP_JEQ_K, nr["connect"], jt="deny")
+            a.op(BPF_JMP_JEQ_K, nr["sendto"], jt="sendto_address")
+        elif network_mode == TCP_ONLY:
+            a.op(BPF_JMP_JEQ_K, nr["sendto"], jt="fastopen_arg3")
+            a.op(BPF_JMP_JEQ_K, nr["sendmmsg"], jt="fastopen_arg3")
+            a.op(BPF_JMP_JEQ_K, nr["sendmsg"], jt="fastopen_arg2")
     a.ret(SECCOMP_RET_ALLOW)
 
     # Every argument compare below reads only the low 32 bits. The kernel
@@ -291,12 +331,14 @@ def compile_seccomp(network_mode: str, arch: str | None = None) -> bytes:
     a.op(BPF_ALU_AND_K, S_IFMT)
     a.op(BPF_JMP_JEQ_K, DEVICE_TYPES[0], jt="deny")
     a.op(BPF_JMP_JEQ_K, DEVICE_TYPES[1], jt="deny", jf="allow")
-    if network_mode != UNRESTRICTED:
+    if network_mode in SOCKET_FAMILIES:
         a.label("socket")
         a.load(off_arg(0))
         for family in SOCKET_FAMILIES[network_mode]:
             a.op(BPF_JMP_JEQ_K, family, jt="allow")
         a.jump("deny")
+    elif network_mode in LANDLOCK_BACKEND_MODES:
+        _landlock_backend_sockets(a, network_mode)
     # Classic BPF only jumps forward, so the shared verdicts come last.
     a.label("allow")
     a.ret(SECCOMP_RET_ALLOW)
@@ -305,6 +347,52 @@ def compile_seccomp(network_mode: str, arch: str | None = None) -> bytes:
     a.label("enosys")
     a.ret(SECCOMP_RET_ERRNO | ENOSYS)
     return a.bytes()
+
+
+def _landlock_backend_sockets(a: _Assembler, network_mode: str) -> None:
+    """The socket rules of the Landlock backend's modes (see LANDLOCK_BACKEND_MODES)."""
+    a.label("ll_socket")
+    a.load(off_arg(0))
+    if network_mode == UNIX_NO_CONNECT:
+        a.op(BPF_JMP_JEQ_K, AF_UNIX, jt="unix_type", jf="deny")
+    elif network_mode == TCP_ONLY:
+        a.op(BPF_JMP_JEQ_K, AF_INET, jt="tcp_type")
+        a.op(BPF_JMP_JEQ_K, AF_INET6, jt="tcp_type", jf="deny")
+    else:
+        # Everything but AF_UNIX: the packet families stay usable under
+        # network all, as they are with bubblewrap.
+        a.op(BPF_JMP_JEQ_K, AF_UNIX, jt="deny", jf="allow")
+    a.label("ll_socketpair")
+    a.load(off_arg(0))
+    a.op(BPF_JMP_JEQ_K, AF_UNIX, jf="deny")
+    a.label("unix_type")
+    a.load(off_arg(1))
+    a.op(BPF_ALU_AND_K, SOCK_TYPE_MASK)
+    a.op(BPF_JMP_JEQ_K, SOCK_STREAM, jt="allow")
+    a.op(BPF_JMP_JEQ_K, SOCK_SEQPACKET, jt="allow", jf="deny")
+    if network_mode == UNIX_NO_CONNECT:
+        # A 64-bit pointer: NULL only when both halves are zero.
+        a.label("sendto_address")
+        a.load(off_arg(4))
+        a.op(BPF_JMP_JEQ_K, 0, jf="deny")
+        a.load(off_arg(4) + 4)
+        a.op(BPF_JMP_JEQ_K, 0, jt="allow", jf="deny")
+    if network_mode == TCP_ONLY:
+        a.label("tcp_type")
+        a.load(off_arg(1))
+        a.op(BPF_ALU_AND_K, SOCK_TYPE_MASK)
+        a.op(BPF_JMP_JEQ_K, SOCK_STREAM, jf="deny")
+        a.load(off_arg(2))
+        a.op(BPF_JMP_JEQ_K, IPPROTO_IP, jt="allow")
+        a.op(BPF_JMP_JEQ_K, IPPROTO_TCP, jt="allow", jf="deny")
+        # The flags of sendto and sendmmsg are their fourth argument, sendmsg's its third.
+        a.label("fastopen_arg3")
+        a.load(off_arg(3))
+        a.jump("fastopen")
+        a.label("fastopen_arg2")
+        a.load(off_arg(2))
+        a.label("fastopen")
+        a.op(BPF_JMP_JSET_K, MSG_FASTOPEN, jt="deny", jf="allow")
 
 
 class Syscall:

@@ -1,0 +1,240 @@
+"""Filesystem boundary under the Landlock backend: the isolation suite's attacks, re-run.
+
+Where a case holds as it does under bubblewrap, the isolation suite's own
+test runs unchanged with a Landlock box. Where Landlock holds a weaker
+version of the property (protected names are restored after the run
+instead of being read-only during it), the weaker property is tested here
+and the original is a strict xfail; where Landlock does not mediate an
+operation at all (chmod, utime), the case is a strict xfail. Every xfail
+is listed, with its reason, in docs/landlock-backend.md.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import subprocess
+
+import pytest
+
+from isolation import test_iso_fs as iso
+from isolation.conftest import Box, attempts, snapshot, text
+
+pytestmark = pytest.mark.isolation
+
+NO_CHMOD = ("Landlock (ABI 7 and older) has no right for chmod, chown, utime or "
+            "extended attributes: a command can change the mode and times of any file its "
+            "user owns, outside the workspace too")
+DURING_RUN = ("without a mount namespace a protected name in a writable workspace cannot be "
+              "read-only: Landlock's rights on the workspace reach everything in it. The "
+              "landlock backend restores these names once the command's tree is dead "
+              "(tested below); while it runs they are writable")
+
+# The isolation suite's escape script without its chmod line (see NO_CHMOD).
+ESCAPE_NO_CHMOD = iso.ESCAPE_SCRIPT.replace(
+    "try sibling-chmod    chmod 777 ../sibling/notes.txt\n", "")
+BLOCKED_NO_CHMOD = tuple(n for n in iso.BLOCKED if n != "sibling-chmod")
+
+
+def test_escape_script_has_the_chmod_line_removed() -> None:
+    assert ESCAPE_NO_CHMOD != iso.ESCAPE_SCRIPT and "chmod" not in ESCAPE_NO_CHMOD
+
+
+def test_writes_outside_workspace_leave_host_unchanged(box: Box) -> None:
+    """iso.test_writes_outside_workspace_leave_host_unchanged, minus chmod."""
+    existing, fresh = iso._host_tmp_targets(box)
+    try:
+        home0, sib0 = snapshot(box.home), snapshot(box.sibling)
+        parent0 = sorted(os.listdir(box.root))
+        res = box.sh(ESCAPE_NO_CHMOD, str(existing), str(fresh), mode="workspace-write")
+        out = text(res)
+        assert res.returncode == 0, out
+        assert (box.ws / "ok.txt").read_text() == "in-workspace\n", out
+        tried = attempts(res)
+        assert {n for n in BLOCKED_NO_CHMOD if tried.get(n) is not False} == set(), out
+        assert snapshot(box.home) == home0
+        assert snapshot(box.sibling) == sib0
+        assert sorted(os.listdir(box.root)) == parent0
+        # No private /tmp: the host's is simply out of reach, read and write.
+        assert existing.read_text() == "host tmp original\n"
+        assert not fresh.exists()
+    finally:
+        existing.unlink(missing_ok=True)
+        fresh.unlink(missing_ok=True)
+
+
+@pytest.mark.xfail(strict=True, reason=NO_CHMOD)
+def test_chmod_outside_workspace_is_blocked(box: Box) -> None:
+    before = (box.sibling / "notes.txt").stat().st_mode
+    box.sh("chmod 777 ../sibling/notes.txt", mode="workspace-write")
+    assert (box.sibling / "notes.txt").stat().st_mode == before
+
+
+def test_control_same_attacks_succeed_unconfined(box: Box) -> None:
+    iso.test_control_same_attacks_succeed_unconfined(box)
+
+
+def test_symlink_out_of_workspace_does_not_write_through(box: Box) -> None:
+    iso.test_symlink_out_of_workspace_does_not_write_through(box)
+
+
+def test_hardlink_to_outside_file_fails(box: Box) -> None:
+    iso.test_hardlink_to_outside_file_fails(box)
+
+
+# -- protected metadata in workspace-write -----------------------------------------------
+
+
+@pytest.mark.xfail(strict=True, reason=DURING_RUN)
+def test_protected_names_cannot_be_created_during_the_run(box: Box) -> None:
+    iso.test_protected_names_cannot_be_created_and_stubs_vanish(box)
+
+
+@pytest.mark.xfail(strict=True, reason=DURING_RUN)
+def test_existing_protected_files_cannot_be_changed_during_the_run(box: Box) -> None:
+    iso.test_existing_protected_files_stay_unchanged(box)
+
+
+PROTECTED = {".stockade", ".envrc", "stockade.toml", ".vscode", ".claude", ".git", ".codex",
+             ".agents", ".idea"}
+
+
+def test_protected_names_planted_during_a_run_are_gone_after_it(box: Box) -> None:
+    box.write(box.ws / "main.py", "print('hi')\n")
+    res = box.sh(iso.PROTECTED_ATTACKS, mode="workspace-write")
+    out = text(res)
+    tried = attempts(res)
+    # The attacks really ran (this backend cannot stop them while it runs) ...
+    assert tried.get("envrc") and tried.get("stockade-toml") and tried.get("git-hook"), out
+    # ... and nothing they made is left on the host.
+    left = PROTECTED & set(os.listdir(box.ws))
+    assert not left, f"left on the host: {sorted(left)}"
+    assert (box.ws / "main.py").read_text() == "print('hi')\n"
+
+
+def test_existing_protected_files_are_restored_after_the_run(box: Box) -> None:
+    box.write(box.ws / "stockade.toml", '[sandbox]\nmode = "read-only"\n')
+    box.write(box.ws / ".envrc", "export SAFE=1\n")
+    box.mkdir("ws/.vscode")
+    box.write(box.ws / ".vscode" / "settings.json", "{}\n")
+    guarded = {p: snapshot(box.ws / p) if (box.ws / p).is_dir() else (box.ws / p).read_bytes()
+               for p in ("stockade.toml", ".envrc", ".vscode")}
+    res = box.sh(iso.PROTECTED_ATTACKS + 'echo "{\\"x\\": 1}" > .vscode/tasks.json\n',
+                 mode="workspace-write")
+    assert attempts(res).get("stockade-toml"), text(res)
+    for p, was in guarded.items():
+        now = snapshot(box.ws / p) if (box.ws / p).is_dir() else (box.ws / p).read_bytes()
+        assert now == was, p
+
+
+def test_planted_stockade_toml_does_not_reach_the_next_command(box: Box) -> None:
+    """The escalation the restore exists for: a stockade.toml asking for full-access."""
+    box.sh('printf "[sandbox]\\nmode = \\"full-access\\"\\n" > stockade.toml',
+           mode="workspace-write")
+    assert not (box.ws / "stockade.toml").exists()
+    # The next command, with no mode given, is read-only and confined.
+    res = box.sh("echo x > after.txt; echo $STOCKADE_SANDBOX")
+    assert not (box.ws / "after.txt").exists(), text(res)
+    assert res.stdout.decode().strip() == "landlock", text(res)
+
+
+def test_benign_run_leaves_the_workspace_as_it_was(box: Box) -> None:
+    """No placeholders are needed here, so none appear, inside or afterwards."""
+    box.write(box.ws / "main.py", "print('hi')\n")
+    before = snapshot(box.ws)
+    res = box.sh("ls -a", mode="workspace-write")
+    assert res.returncode == 0, text(res)
+    assert ".envrc" not in res.stdout.decode()
+    assert snapshot(box.ws) == before
+
+
+# -- read-only mode ----------------------------------------------------------------------
+
+RO_WITHOUT_METADATA = tuple(op for op in iso.RO_OPS if op not in ("chmod", "touch"))
+
+
+def test_read_only_default_blocks_every_write(box: Box) -> None:
+    """iso.test_read_only_default_blocks_every_write, minus chmod and touch (see NO_CHMOD)."""
+    iso._ro_workspace(box)
+    before = snapshot(box.ws)
+    script = iso.RO_SCRIPT.replace("try chmod    chmod 777 a.txt\n", "").replace(
+        "try touch    touch a.txt\n", "")
+    res = box.sh(script)
+    tried = attempts(res)
+    assert {n for n in RO_WITHOUT_METADATA if tried.get(n) is not False} == set(), text(res)
+    assert snapshot(box.ws) == before
+
+
+@pytest.mark.xfail(strict=True, reason=NO_CHMOD)
+def test_read_only_blocks_chmod_and_touch(box: Box) -> None:
+    iso._ro_workspace(box)
+    before = snapshot(box.ws)
+    res = box.sh(iso.SH_TRY + "try chmod chmod 777 a.txt\ntry touch touch -d 2001-01-01 a.txt\n")
+    assert attempts(res) == {"chmod": False, "touch": False}, text(res)
+    assert snapshot(box.ws) == before
+
+
+def test_control_workspace_write_does_change_workspace(box: Box) -> None:
+    iso.test_control_workspace_write_does_change_workspace(box)
+
+
+@pytest.mark.parametrize(("rel", "original", "attack"), iso.SCRATCH_CASES)
+def test_toolchain_dirs_cannot_plant_code_the_host_runs(box: Box, rel: str,
+                                                        original: str | None,
+                                                        attack: str) -> None:
+    iso.test_toolchain_dirs_cannot_plant_code_the_host_runs(box, rel, original, attack)
+
+
+def test_read_only_workspace_survives_namespace_tricks(box: Box) -> None:
+    iso.test_read_only_workspace_survives_namespace_tricks(box)
+
+
+# -- what only this backend has to get right ---------------------------------------------
+
+DEVICE_PROBE = r"""
+import os
+for path in ("/dev/null", "/dev/urandom", "/dev/zero", "/dev/sda", "/dev/vda", "/dev/mem",
+             "/dev/kmsg", "/dev/shm", "/dev/pts", "/dev/ptmx"):
+    try:
+        fd = os.open(path, os.O_RDONLY)
+        os.close(fd)
+        print("OPEN", path)
+    except OSError as exc:
+        print("DENIED" if exc.errno in (1, 13) else "ABSENT", path)
+"""
+
+
+def test_only_the_harmless_devices_open(box: Box) -> None:
+    """/dev is the host's here: no disk, no memory, no kernel log, no other terminal."""
+    res = box.py(DEVICE_PROBE, mode="workspace-write")
+    lines = set(res.stdout.decode().splitlines())
+    assert {"OPEN /dev/null", "OPEN /dev/urandom", "OPEN /dev/zero"} <= lines, text(res)
+    opened = {line.split()[1] for line in lines if line.startswith("OPEN ")}
+    assert opened == {"/dev/null", "/dev/urandom", "/dev/zero"}, text(res)
+
+
+def test_tmpdir_is_private_writable_and_removed(box: Box) -> None:
+    res = box.sh('echo scratch > "$TMPDIR/f" && cat "$TMPDIR/f" && echo "$TMPDIR"')
+    out = res.stdout.decode().split()
+    assert res.returncode == 0 and out[0] == "scratch", text(res)
+    assert not os.path.exists(out[1]), "the command's TMPDIR outlived it"
+
+
+def test_other_sessions_tmpdir_unreadable(box: Box) -> None:
+    """Two commands at once: neither can read the other's TMPDIR."""
+    marker = f"TMP-{secrets.token_hex(6)}"
+    proc = box.runner.popen(
+        box.runner.cli_argv(["run", "--backend", "landlock", "--", "/bin/sh", "-c",
+                             'echo "$1" > "$TMPDIR/secret"; echo "$TMPDIR"; sleep 5',
+                             "sh", marker]),
+        cwd=str(box.ws), env=box.env(), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL)
+    try:
+        assert proc.stdout is not None
+        tmpdir = proc.stdout.readline().decode().strip()
+        res = box.sh(f'cat "{tmpdir}/secret"; ls "{tmpdir}"; true')
+        assert marker not in text(res), text(res)
+        assert os.path.exists(f"{tmpdir}/secret")
+    finally:
+        proc.kill()
+        proc.wait(timeout=10)
