@@ -147,3 +147,12 @@ def test_nul_via_library_api_raises_invalid_command(box: Box) -> None:
                        "cwd": "InvalidCommand", "env": "InvalidCommand"}, results
     assert (box.ws / "control.txt").read_text() == "ok\n"
     assert_not_run(box)
+
+
+@pytest.mark.parametrize("options", [[], ["--json"]], ids=["passthrough", "json"])
+@pytest.mark.parametrize("status", [0, 1, 3, 77])
+def test_command_exit_status_passes_through(box: Box, options: list[str], status: int) -> None:
+    """The command's own status is stockade's; 1 and 77 must not be read as stockade's own."""
+    res = box.sh(f"exit {status}", options=options)
+    assert res.returncode == status, text(res)
+    assert b"stockade:" not in res.stderr, text(res)
