@@ -72,6 +72,14 @@ def test_check_json() -> None:
     assert verdict["matches"][0]["effective"] == "block"
 
 
+def test_check_prints_undecodable_arguments() -> None:
+    # An argument decoded with surrogateescape must not make printing fail.
+    for argv in (["check", "--", "rm", "-rf", "/\udcff", "/"],
+                 ["check", "--json", "--", "rm", "-rf", "/\udcff", "/"]):
+        code, out, _ = _run(argv)
+        assert code == 1 and "\\udcff" in out
+
+
 def test_check_under_warn_enforcement_exits_zero() -> None:
     code, out, _ = _run(["check", "--", "rm", "-rf", "/"],
                         config=CommandPolicyConfig(enforcement="warn"))

@@ -176,6 +176,17 @@ def test_never_raises_on_arbitrary_bytes(data: bytes) -> None:
     normalize(data.decode("latin-1"))
 
 
+@settings(max_examples=500, deadline=None)
+@given(st.text(), st.lists(st.text(), max_size=4), st.binary(max_size=64) | st.none())
+def test_scan_target_takes_any_argument_text(program: str, args: list[str],
+                                             stdin: bytes | None) -> None:
+    # Arguments decoded with surrogateescape (or carrying lone surrogates)
+    # must not crash the hook that reads them.
+    text, _ = scan_target(program, args, stdin)
+    normalize(text).encode("utf-8", "surrogatepass")
+    scan_target(program, [*args, "\ud800" * (SCAN_LIMIT // 2)], stdin)
+
+
 @pytest.mark.parametrize("piece", ["$'\\'", "/..", "a/..", "{a,", "powershell -e AAAA ",
                                    "//?/", "/./", "$IFS", "\\", "`", "'+'", "\u200b", "$'",
                                    "{,}", "/", "a//", "\\\n"])

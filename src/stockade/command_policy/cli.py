@@ -99,7 +99,7 @@ def main(argv: list[str], *, stdin: TextIO | None = None, stdout: TextIO | None 
         data = buffer.read() if buffer is not None else source.read().encode("utf-8")
     verdict = policy.check(program, rest, data, explain=True)
     if args.json:
-        print(json.dumps(verdict.to_json(), indent=2, ensure_ascii=False), file=out)
+        print(_printable(json.dumps(verdict.to_json(), indent=2, ensure_ascii=False)), file=out)
     else:
         _print_verdict(verdict, policy, out)
     return EXIT_BLOCKED if verdict.blocked else EXIT_OK

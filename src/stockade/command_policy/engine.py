@@ -200,18 +200,20 @@ class CommandPolicy:
         for index in sorted(hits):
             rule = self.rules[index]
             effective = WARN if downgrade else rule.action
-            excerpt = self._excerpt(index, normalized) if explain else None
+            excerpt = self._excerpt(index, data) if explain else None
             matches.append(RuleMatch(rule, effective, excerpt))
         return PolicyVerdict(tuple(matches), normalized, truncated, self.enforcement)
 
     def _state(self) -> str:
         return self.enforcement if self.enabled else "disabled"
 
-    def _excerpt(self, index: int, text: str) -> str | None:
-        found = self._filter.re(index).search(text)  # type: ignore[attr-defined]
+    def _excerpt(self, index: int, data: bytes) -> str | None:
+        # Bytes, as matched: the text may hold a lone surrogate (from an
+        # argument decoded with surrogateescape) that strict UTF-8 refuses.
+        found = self._filter.re(index).search(data)  # type: ignore[attr-defined]
         if found is None:
             return None
-        excerpt: str = found.group(0).strip()
+        excerpt: str = found.group(0).decode("utf-8", "replace").strip()
         return excerpt if len(excerpt) <= 200 else excerpt[:197] + "..."
 
 

@@ -7,6 +7,8 @@ the person reading its transcript) learns which rule fired and why, not just
 
 from __future__ import annotations
 
+import sys
+
 from ..hooks import HookDecision
 from .engine import LOGGER_NAME
 from .normalize import SCAN_LIMIT
@@ -57,6 +59,11 @@ def warning_text(name: str, description: str, action: str) -> str:
 
 
 def _audit(verdict: PolicyVerdict, session_id: str, program: str) -> None:
+    # As the capability ledger does: a program that never imported logging
+    # has nowhere to send the record (the ledger has it), and importing
+    # logging would cost every CLI run that hits a rule.
+    if "logging" not in sys.modules:
+        return
     import logging
 
     log = logging.getLogger(LOGGER_NAME)

@@ -234,11 +234,11 @@ def scan_target(program: str, args: Sequence[str], stdin: bytes | None) -> tuple
         # A character is at most 4 bytes, so short lines skip the encode.
         if len(line) * 4 <= SCAN_LIMIT:
             return line, False
-        raw = line.encode("utf-8", "surrogateescape")
+        raw = line.encode("utf-8", "surrogatepass")
         if len(raw) <= SCAN_LIMIT:
             return line, False
         return raw[:SCAN_LIMIT].decode("utf-8", "replace"), True
-    head = line.encode("utf-8", "surrogateescape") + b"\n" if line else b""
+    head = line.encode("utf-8", "surrogatepass") + b"\n" if line else b""
     room = SCAN_LIMIT - len(head)
     if room < 0:
         return head[:SCAN_LIMIT].decode("utf-8", "replace"), True
