@@ -307,6 +307,15 @@ def test_hook_names_every_block_rule() -> None:
     assert "; mkfs-device (creating a filesystem on a device" in decision.reason
 
 
+def test_denied_command_keeps_its_warnings() -> None:
+    hook = CommandPolicyHook(CommandPolicy())
+    decision = hook.before(SandboxCommand("sh", ["-c", "sudo -S true; rm -rf /"]), "s1")
+    assert not decision.allowed and "rm-root-recursive" in decision.reason
+    assert decision.warnings == ("command policy warn: sudo-password-stdin (sudo reading a "
+                                 "password from stdin or an askpass helper, or starting a root "
+                                 "shell)",)
+
+
 def test_hook_allows_warn_matches_with_warnings(caplog: pytest.LogCaptureFixture) -> None:
     hook = CommandPolicyHook(CommandPolicy())
     with caplog.at_level(logging.INFO, logger="stockade.command_policy"):

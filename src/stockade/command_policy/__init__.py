@@ -9,7 +9,7 @@ filter, not an intent classifier: the OS sandbox stays the real boundary.
 
 from __future__ import annotations
 
-from .config import SOURCE_KEY, CommandPolicyConfig
+from .config import CommandPolicyConfig
 from .engine import CommandPolicy, PolicyVerdict, RuleMatch
 from .hook import CommandPolicyHook
 from .normalize import normalize
@@ -39,8 +39,7 @@ def policy_hook_from_config(table: Mapping[str, object] | None,
     Raises `ConfigError` for unknown keys and wrong types; a malformed custom
     regex is logged and the defaults stay in force.
     """
-    cfg = CommandPolicyConfig.from_table(dict(table or {}), str((table or {}).get(SOURCE_KEY)
-                                                                or source))
+    cfg = CommandPolicyConfig.from_table(dict(table or {}), source)
     if not cfg.enabled:
         return None
     return CommandPolicyHook(CommandPolicy.from_config(cfg))

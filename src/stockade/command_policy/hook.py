@@ -38,13 +38,14 @@ class CommandPolicyHook:
             return HookDecision.allow()
         if verdict.matches:
             _audit(verdict, session_id, command.program)
+        warnings = [warning_text(m.name, m.description, m.action) for m in verdict.warnings]
         if verdict.blocked:
             reason = "command policy blocked: " + "; ".join(
                 f"{m.name} ({m.description})" for m in verdict.blocks)
             if verdict.truncated:
                 reason += f" [{_TRUNCATED}]"
-            return HookDecision.deny(reason)
-        warnings = [warning_text(m.name, m.description, m.action) for m in verdict.warnings]
+            # The warn matches of a denied command still belong in its audit record.
+            return HookDecision(False, reason, tuple(warnings))
         if verdict.truncated:
             warnings.append(_TRUNCATED)
         return HookDecision.allow(warnings=tuple(warnings))
