@@ -475,6 +475,19 @@ def wait_gone(marker: str, within: float) -> list[tuple[int, str]]:
         time.sleep(0.05)
 
 
+def remove_cgroups_of(pid: int) -> None:
+    """rmdir the per-command cgroups a SIGKILLed stockade (pid) could not remove itself.
+
+    Only empty cgroups can be removed, so a live one is never disturbed.
+    """
+    import glob
+
+    for depth in range(4):
+        for path in glob.glob("/sys/fs/cgroup/" + "*/" * depth + f"stockade-{pid}-*"):
+            with contextlib.suppress(OSError):
+                os.rmdir(path)
+
+
 def kill_marked(marker: str) -> None:
     for pid, _ in procs_with(marker):
         with contextlib.suppress(OSError):

@@ -8,6 +8,7 @@ shows the uid alone would not).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import random
@@ -25,6 +26,7 @@ from .conftest import (
     Box,
     kill_marked,
     procs_with,
+    remove_cgroups_of,
     text,
     wait_gone,
 )
@@ -322,6 +324,7 @@ def test_killing_stockade_takes_the_sandbox_with_it(box: Box) -> None:
     finally:
         proc.kill()
         kill_marked(arg)
+        remove_cgroups_of(proc.pid)
 
 
 STARTUP_ATTEMPTS = 12
@@ -350,6 +353,58 @@ def test_killing_stockade_during_sandbox_startup_leaves_nothing(box: Box) -> Non
             leaked = wait_gone(arg, 1.0)
         finally:
             kill_marked(arg)
+            wait_gone(arg, 1.0)
+            remove_cgroups_of(proc.pid)
         if leaked:
             break
     assert leaked == [], f"outlived a killed stockade: {leaked}"
+
+
+# -- cgroups left by a stockade that was killed --------------------------------------------
+
+MECHANISM = r"""
+import json, sys
+sys.path.insert(0, sys.argv[1])
+from stockade.drivers.linux.limits import mechanism
+kind, bases, _why = mechanism()
+print(json.dumps({"kind": kind, "bases": bases}))
+"""
+
+
+def test_stale_cgroup_of_a_killed_stockade_does_not_break_later_runs(
+        box: Box, request: pytest.FixtureRequest) -> None:
+    """A SIGKILLed stockade cannot remove its per-command cgroup, and pids get reused.
+
+    The stale directory is made here exactly as a killed `stockade run` leaves it
+    (empty, named stockade-<pid>-1 in each hierarchy stockade uses), for the pid the
+    next stockade will have: a shell that waits, then execs the CLI in place.
+    """
+    res = box.host([box.runner.python, "-I", "-c", MECHANISM, box.runner.site])
+    mech = json.loads(res.stdout.decode().strip().splitlines()[-1])
+    if mech["kind"].startswith("cgroup"):
+        request.applymarker(pytest.mark.xfail(strict=True, reason=(
+            "per-command cgroups are named stockade-<pid>-<seq>; a stockade killed by SIGKILL "
+            "leaves its empty cgroup behind, and when that pid is reused the next "
+            "`stockade run` fails with exit 125 \"SandboxUnavailable: cannot create a cgroup "
+            "for this command under ...: File exists\" (the message also names the wrong "
+            "hierarchy). Seen at random in full suite runs on this cgroup-v1 host")))
+    launcher = box.runner.popen(
+        ["/bin/sh", "-c", 'read go && exec "$@"', "sh",
+         *box.runner.cli_argv(["run", "--", "/bin/sh", "-c", "exit 0"])],
+        cwd=str(box.ws), env=box.env(), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE)
+    stale = [os.path.join(base, f"stockade-{launcher.pid}-1")
+             for base in mech["bases"].values()]
+    made = []
+    try:
+        for path in stale:
+            if not os.path.exists(path):
+                os.mkdir(path)
+                made.append(path)
+        out, err = launcher.communicate(b"go\n", timeout=RUN_TIMEOUT)
+        assert launcher.returncode == 0, (out + err).decode(errors="replace")
+    finally:
+        launcher.kill()
+        for path in made:
+            with contextlib.suppress(OSError):
+                os.rmdir(path)
