@@ -199,10 +199,10 @@ def start_reaper(sc: "Syscall", parent: int, done_fd: int = -1) -> None:
     held open by the reaper alone: stockade reads end-of-file on it once the
     reaper is done, and only then restores what the command may have changed.
     """
-    if TYPE_CHECKING:
+    if TYPE_CHECKING or __package__:  # imported as part of the package (tests)
         from . import landlock
     else:
-        import landlock  # already loaded by main, from this directory
+        import landlock  # the init: a sibling top-level module, loaded by main already
     if landlock.landlock_abi(sc) < 6:
         raise Refusal("the reaper needs Landlock ABI 6 (signal scoping)")
     attr = bytes(16) + landlock.SCOPE_SIGNAL.to_bytes(8, "little")
@@ -274,10 +274,10 @@ def with_listing(rules: dict[str, object], listed: list[str]) -> "LandlockRules"
     The backend grants the host minus hidden paths by granting the siblings
     of each; the directories split on the way may be listed, never read.
     """
-    if TYPE_CHECKING:
+    if TYPE_CHECKING or __package__:  # imported as part of the package (tests)
         from . import landlock
     else:
-        import landlock
+        import landlock  # the init: a sibling top-level module, loaded by main already
 
     class Listing(landlock.LandlockRules):
         __slots__ = ()

@@ -1,0 +1,161 @@
+"""The protected-name guard: baseline before a command, restore after it.
+
+Host-side file operations only, on a real temporary workspace; the
+isolation tests (test_llb_fs, test_llb_git) run it behind real commands.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from stockade.capabilities import capabilities_for_mode
+from stockade.drivers.linux import landlock_driver as ld
+from stockade.drivers.linux.landlock_driver import MetadataGuard
+from stockade.errors import SandboxUnavailable
+from stockade.profile import Profile, build_profile
+
+
+def make_profile(ws: Path) -> Profile:
+    caps = capabilities_for_mode("workspace-write", str(ws))
+    return build_profile(mode="workspace-write", workspace=str(ws), cwd=str(ws),
+                         capabilities=caps, read_scope="host", host_env={"HOME": "/nonexistent"},
+                         use_scratch=False)
+
+
+@pytest.fixture
+def ws(tmp_path: Path) -> Path:
+    w = tmp_path / "ws"
+    (w / ".git" / "hooks").mkdir(parents=True)
+    (w / ".git" / "hooks" / "pre-commit.sample").write_text("#!/bin/sh\n")
+    (w / ".git" / "config").write_text("[core]\n")
+    (w / "stockade.toml").write_text("[sandbox]\n")
+    (w / "src.py").write_text("x = 1\n")
+    os.utime(w / ".git" / "config", ns=(10**18, 10**18))
+    return w
+
+
+@pytest.fixture
+def state(tmp_path: Path) -> str:
+    return str(tmp_path / "state")
+
+
+def tree(path: Path) -> dict[str, tuple[int, int, bytes | str]]:
+    out: dict[str, tuple[int, int, bytes | str]] = {}
+    for dirpath, dirs, files in os.walk(path):
+        for name in dirs + files:
+            p = os.path.join(dirpath, name)
+            st = os.lstat(p)
+            body: bytes | str = os.readlink(p) if os.path.islink(p) else (
+                Path(p).read_bytes() if os.path.isfile(p) else b"")
+            out[os.path.relpath(p, path)] = (st.st_mode, st.st_mtime_ns, body)
+    return out
+
+
+def test_changes_are_undone_and_plants_removed(ws: Path, state: str) -> None:
+    before = tree(ws / ".git"), (ws / "stockade.toml").read_bytes()
+    guard = MetadataGuard(make_profile(ws), state)
+    (ws / ".git" / "hooks" / "pre-commit").write_text("#!/bin/sh\nevil\n")
+    (ws / ".git" / "config").write_text("[core]\n\tfsmonitor = evil\n")
+    (ws / "stockade.toml").write_text('[sandbox]\nmode = "full-access"\n')
+    (ws / ".envrc").write_text("evil\n")
+    (ws / ".vscode").mkdir()
+    (ws / ".vscode" / "tasks.json").write_text("{}")
+    (ws / "src.py").write_text("x = 2\n")  # ordinary work: not the guard's business
+    restored, removed, broken = guard.release()
+    assert (tree(ws / ".git"), (ws / "stockade.toml").read_bytes()) == before
+    assert not (ws / ".envrc").exists() and not (ws / ".vscode").exists()
+    assert (ws / "src.py").read_text() == "x = 2\n"
+    assert set(restored) == {str(ws / ".git" / "hooks"), str(ws / ".git" / "config"),
+                             str(ws / "stockade.toml")}
+    assert str(ws / ".envrc") in removed and broken == []
+    assert not os.listdir(os.path.join(state, "guard")) or all(
+        name.endswith(".lock") for name in os.listdir(os.path.join(state, "guard")))
+
+
+def test_nothing_changed_nothing_touched(ws: Path, state: str) -> None:
+    before = tree(ws)
+    guard = MetadataGuard(make_profile(ws), state)
+    assert guard.release() == ([], [], [])
+    assert tree(ws) == before
+
+
+def test_a_symlinked_git_is_removed_never_written_through(ws: Path, state: str,
+                                                          tmp_path: Path) -> None:
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    guard = MetadataGuard(make_profile(ws), state)
+    os.rename(ws / ".git", ws / ".git-moved")
+    os.symlink(outside, ws / ".git")
+    _restored, _removed, broken = guard.release()
+    assert os.listdir(outside) == []  # no hooks or config written into the link's target
+    assert broken == [str(ws / ".git")] and not os.path.lexists(ws / ".git")
+
+
+def test_a_file_replaced_by_a_symlink_is_restored_as_a_file(ws: Path, state: str,
+                                                            tmp_path: Path) -> None:
+    target = tmp_path / "victim"
+    target.write_text("host file\n")
+    guard = MetadataGuard(make_profile(ws), state)
+    (ws / "stockade.toml").unlink()
+    os.symlink(target, ws / "stockade.toml")
+    guard.release()
+    assert target.read_text() == "host file\n"
+    assert not (ws / "stockade.toml").is_symlink()
+    assert (ws / "stockade.toml").read_text() == "[sandbox]\n"
+
+
+def test_concurrent_commands_share_the_first_baseline(ws: Path, state: str) -> None:
+    """A command starting while another has changed .git/config must not take the changed
+    file for the original, whichever of the two ends last."""
+    original = (ws / ".git" / "config").read_bytes()
+    first = MetadataGuard(make_profile(ws), state)
+    (ws / ".git" / "config").write_text("[core]\n\thooksPath = /evil\n")
+    second = MetadataGuard(make_profile(ws), state)
+    first.release()
+    assert (ws / ".git" / "config").read_bytes() == original
+    (ws / ".git" / "config").write_text("[core]\n\thooksPath = /evil\n")  # second's command
+    second.release()
+    assert (ws / ".git" / "config").read_bytes() == original
+
+
+def test_a_crashed_guard_leaves_no_stale_baseline(ws: Path, state: str) -> None:
+    """stockade killed mid-run: its baseline must not undo a later, legitimate edit."""
+    crashed = MetadataGuard(make_profile(ws), state)
+    os.close(crashed.alive_fd)  # the process died: its flock is gone, its files stay
+    crashed.alive_fd = -1
+    (ws / ".git" / "config").write_text("[core]\n\teditor = vim\n")  # the user, later
+    fresh = MetadataGuard(make_profile(ws), state)
+    fresh.release()
+    assert (ws / ".git" / "config").read_text() == "[core]\n\teditor = vim\n"
+
+
+def test_a_baseline_too_large_to_keep_is_refused(ws: Path, state: str,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(ld, "GUARD_MAX_BYTES", 4)
+    with pytest.raises(SandboxUnavailable, match="too large"):
+        MetadataGuard(make_profile(ws), state)
+    # ... and the refusal left no guard alive behind it.
+    monkeypatch.setattr(ld, "GUARD_MAX_BYTES", 1 << 20)
+    MetadataGuard(make_profile(ws), state).release()
+
+
+def test_a_huge_planted_tree_is_removed_without_reading_it(ws: Path, state: str,
+                                                           monkeypatch: pytest.MonkeyPatch
+                                                           ) -> None:
+    guard = MetadataGuard(make_profile(ws), state)
+    monkeypatch.setattr(ld, "GUARD_MAX_ENTRIES", 50)
+    for i in range(200):
+        (ws / ".git" / "hooks" / f"h{i}").write_text("x")
+    guard.release()
+    assert sorted(os.listdir(ws / ".git" / "hooks")) == ["pre-commit.sample"]
+
+
+def test_read_only_mode_has_nothing_to_guard(ws: Path, state: str) -> None:
+    caps = capabilities_for_mode("read-only", str(ws))
+    p = build_profile(mode="read-only", workspace=str(ws), cwd=str(ws), capabilities=caps,
+                      read_scope="host", host_env={"HOME": "/nonexistent"}, use_scratch=False)
+    guard = MetadataGuard(p, state)
+    assert guard.paths == [] and guard.release() == ([], [], [])
