@@ -1,5 +1,8 @@
 """Per-command overhead of stockade against its floor: bwrap alone and a plain spawn.
 
+The Landlock backend (no bwrap: the init's layers straight under stockade)
+gets its own rows, so the two backends are compared on the same machine.
+
 Runs `/bin/true` N times each way and prints median and p95 in milliseconds,
 in an empty workspace and in one holding 100,000 files (which must cost the
 same: nothing on the per-command path may walk the workspace).
@@ -74,6 +77,9 @@ def measure(workspace: str, runs: int, label: str) -> list[str]:
     sync_sb = SyncWorkspaceSandbox(config)
     sync_sb.open_session("bench", ws)
     cmd = SandboxCommand("/bin/true", session_id="bench")
+    ll_config = SandboxConfig(mode="workspace-write", ledger=ledger, backend="landlock")
+    ll_sb = SyncWorkspaceSandbox(ll_config)
+    ll_sb.open_session("bench", ws)
 
     async def async_runs() -> list[float]:
         sb = WorkspaceSandbox(config)
@@ -89,6 +95,7 @@ def measure(workspace: str, runs: int, label: str) -> list[str]:
 
     cli = [os.path.join(os.path.dirname(sys.executable), "stockade"), "run", "--mode",
            "workspace-write", "--", "/bin/true"]
+    ll_cli = [*cli[:2], "--backend", "landlock", *cli[2:]]
     rows = [
         row(f"plain spawn ({label})", timed(lambda: subprocess.run(["/bin/true"]), runs)),
         row(f"raw bwrap, same namespaces ({label})",
@@ -97,8 +104,13 @@ def measure(workspace: str, runs: int, label: str) -> list[str]:
         row(f"WorkspaceSandbox.execute, async ({label})", asyncio.run(async_runs())),
         row(f"`stockade run` CLI ({label})",
             timed(lambda: subprocess.run(cli, cwd=ws, check=True), runs)),
+        row(f"SyncWorkspaceSandbox.execute, landlock backend ({label})",
+            timed(lambda: ll_sb.execute(cmd), runs)),
+        row(f"`stockade run --backend landlock` CLI ({label})",
+            timed(lambda: subprocess.run(ll_cli, cwd=ws, check=True), runs)),
     ]
     sync_sb.close()
+    ll_sb.close()
     return rows
 
 

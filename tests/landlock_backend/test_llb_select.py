@@ -22,6 +22,8 @@ from stockade.drivers.linux.landlock_driver import DEFAULT_MIN_ABI, LandlockDriv
 from stockade.errors import ConfigError, SandboxUnavailable
 from stockade.ledger import Ledger
 
+REAL_LOCATE = bwrap_mod.locate_bwrap
+
 
 def ok() -> None:
     return None
@@ -92,6 +94,18 @@ def test_select_driver_auto_falls_back_to_landlock(fake_machine: dict[str, objec
                            bwrap_path="", min_abi=3, max_pids=10)
     assert driver.name == "landlock"
     assert isinstance(driver, LandlockDriver)
+
+
+def test_a_configured_bwrap_is_never_replaced_by_landlock(
+        fake_machine: dict[str, object], monkeypatch: pytest.MonkeyPatch) -> None:
+    """`bwrap = "/nonexistent"` is a mistake to report (exit 125), not a reason to switch."""
+    monkeypatch.setattr(bwrap_mod, "locate_bwrap", REAL_LOCATE)
+    fake_machine["bwrap"] = "user namespaces are disabled"
+    driver = select_driver("auto", env={}, workspace="/w", bwrap_path="/nonexistent",
+                           min_abi=3)
+    assert driver.name == "bubblewrap"
+    with pytest.raises(SandboxUnavailable, match="/nonexistent"):
+        driver.available()
 
 
 def test_select_driver_auto_refuses_with_both_reasons(fake_machine: dict[str, object]) -> None:

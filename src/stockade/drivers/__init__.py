@@ -141,9 +141,10 @@ def select_driver(backend: str, *, sandboxed: bool = True, **options: Any) -> Dr
     On Linux `auto` is bubblewrap when it can build a sandbox here and the
     Landlock backend when it cannot (see `choose_linux_backend`): a choice
     made once, before anything runs, and recorded as the driver's name in
-    every audit record. Otherwise never downgrades: a backend that cannot
-    start raises from `available()`, it is not replaced by a weaker one
-    behind the caller's back.
+    every audit record. With a `bwrap` configured, `auto` is bubblewrap.
+    Otherwise never downgrades: a backend that cannot start raises from
+    `available()`, it is not replaced by a weaker one behind the caller's
+    back.
     """
     if backend not in BACKENDS:
         raise ConfigError(f"unknown backend {backend!r}: choose one of {', '.join(BACKENDS)}")
@@ -153,12 +154,20 @@ def select_driver(backend: str, *, sandboxed: bool = True, **options: Any) -> Dr
         return NoneDriver()
     if backend == AUTO:
         backend = platform_backend()
-        if backend == BUBBLEWRAP:
+        # A bwrap the user configured by path is a choice, not a preference:
+        # if it cannot start, that is an error to see, not a reason to run
+        # under a weaker backend instead.
+        if backend == BUBBLEWRAP and not options.get("bwrap_path"):
             from .linux.bwrap import BubblewrapDriver, probe_userns
             from .linux.landlock_driver import DEFAULT_MIN_ABI
             from .linux.layers import host_landlock_abi
 
             bwrap = BubblewrapDriver(**_options_for(BUBBLEWRAP, options))
+            if options.get("bwrap_path"):
+                # A bwrap named in the configuration is a choice of bubblewrap:
+                # if it cannot run, that is the error to report, not a reason
+                # to confine the command some other way.
+                return bwrap
             backend = choose_linux_backend(
                 lambda: probe_userns(bwrap.bwrap), host_landlock_abi,
                 int(options.get("min_abi") or DEFAULT_MIN_ABI))
