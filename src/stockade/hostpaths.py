@@ -177,7 +177,7 @@ def local_sockets(env: Mapping[str, str]) -> list[str]:
     return socks
 
 
-def scratch(env: Mapping[str, str], platform: str = "") -> list[str]:
+def scratch(env: Mapping[str, str], platform: str = "", *, network: bool = False) -> list[str]:
     """Directories outside the workspace a toolchain must write to in order to build at all.
 
     A compiler's cache is shared across projects and too large to keep in one,
@@ -204,26 +204,34 @@ def scratch(env: Mapping[str, str], platform: str = "") -> list[str]:
         elif default and all(default):
             out.append(os.path.join(*default))
 
+    # Build caches: written by every build, needed even offline.
     add("GOCACHE", cache, "go-build")
-    gopath = env.get("GOPATH") or (os.path.join(home, "go") if home else "")
-    add("GOMODCACHE", gopath, "pkg", "mod")
-    # Caches only, never a directory of executables on PATH: ~/.cargo/bin and
-    # PNPM_HOME hold the programs the user runs next, so a writable one is a
-    # command planted on the host. Cargo's registry and git checkouts are the
-    # cache; pnpm's content-addressed store lives under its own path.
-    cargo = env.get("CARGO_HOME") or (os.path.join(home, ".cargo") if home else "")
-    if cargo:
-        out += [os.path.join(cargo, "registry"), os.path.join(cargo, "git")]
-    add("npm_config_cache", home, ".npm")
-    add("PNPM_STORE_DIR", home, ".local/share/pnpm/store")
-    add("YARN_CACHE_FOLDER", cache, "yarn")
-    add("PIP_CACHE_DIR", cache, "pip")
-    if darwin and home:
-        out.append(os.path.join(home, "Library", "Caches", "Yarn"))
-    add("UV_CACHE_DIR", cache, "uv")
-    add("GRADLE_USER_HOME", home, ".gradle")
-    if home:
-        out.append(os.path.join(home, ".m2", "repository"))
+    if network:
+        # Caches of sources fetched from the network are written only when a
+        # command may fetch. Go and Cargo compile what they extracted there
+        # without re-verifying it, so a writable copy is code the host's next
+        # build runs; offline, the command can read them but not change them.
+        gopath = env.get("GOPATH") or (os.path.join(home, "go") if home else "")
+        add("GOMODCACHE", gopath, "pkg", "mod")
+        # Caches only, never a directory of executables on PATH: ~/.cargo/bin
+        # and PNPM_HOME hold the programs the user runs next.
+        cargo = env.get("CARGO_HOME") or (os.path.join(home, ".cargo") if home else "")
+        if cargo:
+            out += [os.path.join(cargo, "registry"), os.path.join(cargo, "git")]
+        add("npm_config_cache", home, ".npm")
+        add("PNPM_STORE_DIR", home, ".local/share/pnpm/store")
+        add("YARN_CACHE_FOLDER", cache, "yarn")
+        add("PIP_CACHE_DIR", cache, "pip")
+        if darwin and home:
+            out.append(os.path.join(home, "Library", "Caches", "Yarn"))
+        add("UV_CACHE_DIR", cache, "uv")
+        # Gradle's home also holds init.d/ and gradle.properties, which every
+        # later build on the host executes or obeys: only its caches.
+        gradle = env.get("GRADLE_USER_HOME") or (os.path.join(home, ".gradle") if home else "")
+        if gradle:
+            out.append(os.path.join(gradle, "caches"))
+        if home:
+            out.append(os.path.join(home, ".m2", "repository"))
     # Never the home itself, whatever an environment variable says.
     root = os.path.normpath(home or "/")
     return [os.path.normpath(p) for p in out if p and os.path.normpath(p) != root]

@@ -322,6 +322,20 @@ def _read_gitdir_pointer(path: str) -> str:
     return os.path.realpath(os.path.join(os.path.dirname(path), target))
 
 
+def runtime_dir(env: Mapping[str, str], kind: Callable[[str], str] = path_kind) -> str:
+    """The user's runtime directory, also when XDG_RUNTIME_DIR is unset.
+
+    It holds the session bus, the keyring and rootless docker's and podman's
+    sockets; a caller that lost the variable (sudo, cron, a service) must not
+    thereby hand them over.
+    """
+    value = env.get("XDG_RUNTIME_DIR", "")
+    if value:
+        return value
+    default = f"/run/user/{os.getuid()}"
+    return default if kind(default) == DIR else ""
+
+
 def interpreter_prefixes() -> tuple[str, ...]:
     return tuple(sorted({os.path.realpath(p) for p in
                          (sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix)}))
@@ -359,7 +373,8 @@ def build_profile(
         write_roots.extend(w for w in capabilities.fs_write if not is_under(w, workspace))
         extras = hostpaths.paths(list(writable), host_env)
         if use_scratch:
-            extras += hostpaths.scratch(host_env)
+            extras += hostpaths.scratch(host_env,
+                                        network=capabilities.network.kind != NetworkPolicy.NONE)
         for p in extras:
             real = os.path.realpath(p)
             if kind(real) == DIR and (not home or real != os.path.realpath(home)):
@@ -425,7 +440,7 @@ def build_profile(
         granted_sockets=tuple(g for g in granted if kind(g) == SOCKET),
         protected=tuple(dict.fromkeys(protected)),
         mask_other_homes=read_scope == HOST,
-        runtime_dir=host_env.get("XDG_RUNTIME_DIR", ""),
+        runtime_dir=runtime_dir(host_env, kind),
         home=home,
         network=capabilities.network if mode != FULL_ACCESS else NetworkPolicy.allow_all(),
         session_tmp=session_tmp,

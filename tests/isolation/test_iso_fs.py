@@ -269,10 +269,7 @@ SCRATCH_CASES = [
     pytest.param(
         ".gradle/init.d/evil.gradle", None,
         'mkdir -p "$HOME/.gradle/init.d" && echo "println 1" > "$HOME/.gradle/init.d/evil.gradle"',
-        id="gradle-init",
-        marks=pytest.mark.xfail(strict=True, reason=(
-            "scratch binds ~/.gradle read-write, so workspace-write can add "
-            "~/.gradle/init.d/*.gradle, an init script every later host Gradle build runs"))),
+        id="gradle-init"),
     pytest.param(
         ".local/share/pnpm/pnpm", "#!/bin/sh\nexec /usr/bin/true real-pnpm\n",
         'echo "echo TROJAN" > "$HOME/.local/share/pnpm/pnpm"',
@@ -282,20 +279,14 @@ SCRATCH_CASES = [
         "fn main() {}\n",
         'echo "fn main() { evil() }" > '
         '"$HOME/.cargo/registry/src/index.crates.io-0000000000000000/dep-1.0.0/build.rs"',
-        id="cargo-registry-src",
-        marks=pytest.mark.xfail(strict=True, reason=(
-            "scratch binds ~/.cargo/registry read-write; cargo compiles the extracted crate "
-            "sources in registry/src without re-hashing them, so an edited build.rs runs in "
-            "the host's next `cargo build`"))),
+        # Source caches are writable only when a command may fetch (network
+        # granted); the default, offline, keeps them read-only.
+        id="cargo-registry-src"),
     pytest.param(
         "go/pkg/mod/example.com/dep@v1.0.0/dep.go", "package dep\n",
         'd="$HOME/go/pkg/mod/example.com/dep@v1.0.0"; chmod u+w "$d" "$d/dep.go" && '
         'echo "func init() { evil() }" >> "$d/dep.go"',
-        id="go-modcache",
-        marks=pytest.mark.xfail(strict=True, reason=(
-            "scratch binds GOMODCACHE (~/go/pkg/mod) read-write; go trusts extracted module "
-            "sources without re-hashing them, so an edited dependency is compiled into the "
-            "host's next `go build`"))),
+        id="go-modcache"),
 ]
 
 

@@ -371,8 +371,7 @@ print(json.dumps({"kind": kind, "bases": bases}))
 """
 
 
-def test_stale_cgroup_of_a_killed_stockade_does_not_break_later_runs(
-        box: Box, request: pytest.FixtureRequest) -> None:
+def test_stale_cgroup_of_a_killed_stockade_does_not_break_later_runs(box: Box) -> None:
     """A SIGKILLed stockade cannot remove its per-command cgroup, and pids get reused.
 
     The stale directory is made here exactly as a killed `stockade run` leaves it
@@ -381,13 +380,6 @@ def test_stale_cgroup_of_a_killed_stockade_does_not_break_later_runs(
     """
     res = box.host([box.runner.python, "-I", "-c", MECHANISM, box.runner.site])
     mech = json.loads(res.stdout.decode().strip().splitlines()[-1])
-    if mech["kind"].startswith("cgroup"):
-        request.applymarker(pytest.mark.xfail(strict=True, reason=(
-            "per-command cgroups are named stockade-<pid>-<seq>; a stockade killed by SIGKILL "
-            "leaves its empty cgroup behind, and when that pid is reused the next "
-            "`stockade run` fails with exit 125 \"SandboxUnavailable: cannot create a cgroup "
-            "for this command under ...: File exists\" (the message also names the wrong "
-            "hierarchy). Seen at random in full suite runs on this cgroup-v1 host")))
     launcher = box.runner.popen(
         ["/bin/sh", "-c", 'read go && exec "$@"', "sh",
          *box.runner.cli_argv(["run", "--", "/bin/sh", "-c", "exit 0"])],

@@ -85,7 +85,8 @@ CASES = [
     row("ww-read-workspace", "ww", lambda p: p.read(f"{W}/src/main.py"), True),
     row("ww-exec-workspace-script", "ww", lambda p: p.execute(f"{W}/configure"), True),
     row("ww-scratch-tmpdir", "ww", lambda p: p.create(f"{SCRATCH}/pip-build/x"), True),
-    row("ww-cargo-scratch", "ww", lambda p: p.create(f"{HOME}/.cargo/registry/x.crate"), True),
+    # Source caches are writable only when the command may fetch (network).
+    row("ww-cargo-scratch", "ww", lambda p: p.create(f"{HOME}/.cargo/registry/x.crate"), False),
     row("ww-go-build-cache", "ww", lambda p: p.create(f"{GOCACHE}/01/abc-d"), True),
     row("ww-dev-null-write", "ww", lambda p: p.write("/dev/null"), True),
     row("ww-dev-fd-write", "ww", lambda p: p.write("/dev/fd/2"), True),

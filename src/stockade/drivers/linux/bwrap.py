@@ -22,7 +22,6 @@ from .limits import ExecCgroup, Limits, mechanism
 SYS_READ_PATHS = ("/sys/devices/system/cpu", "/sys/devices/system/node", "/sys/fs/cgroup",
                   "/sys/kernel/mm/transparent_hugepage")
 
-_SEQ = 0
 
 TYPE_CHECKING = False
 
@@ -185,9 +184,12 @@ def build_bwrap_args(profile: Profile, bwrap: str, *, inner: list[str] | None = 
         a += ["--bind", profile.session_tmp, "/tmp"]
     else:
         a += ["--tmpfs", "/tmp"]
+    if os.path.isdir("/run/user"):
+        # Every user's runtime dir holds a session bus, a keyring, podman's
+        # and docker's sockets: nothing a build needs, everything an escape
+        # does. Root could read all of them; the command gets an empty one.
+        a += ["--tmpfs", "/run/user"]
     if profile.runtime_dir and os.path.isdir(profile.runtime_dir):
-        # The user's runtime dir holds the session bus, the keyring, podman
-        # and docker sockets: nothing a build needs, everything an escape does.
         a += ["--tmpfs", profile.runtime_dir]
 
     # 4. Extra reads (in the host scope they may sit under a masked home),
@@ -427,13 +429,14 @@ class BubblewrapDriver:
         kind, bases, _why = mechanism()
         if kind == "rlimit" or not limits.any():
             return None
-        global _SEQ
-        _SEQ += 1
+        # Random, not pid-and-counter: a stockade killed before its cleanup
+        # leaves an empty cgroup behind, and a reused pid must not collide.
+        name = f"stockade-{os.getpid()}-{os.urandom(4).hex()}"
         try:
-            return ExecCgroup(kind, bases, limits, f"stockade-{os.getpid()}-{_SEQ}")
+            return ExecCgroup(kind, bases, limits, name)
         except OSError as exc:
             raise SandboxUnavailable(
-                f"cannot create a cgroup for this command under {next(iter(bases.values()))}: "
+                f"cannot create a cgroup for this command ({exc.filename or name}): "
                 f"{exc.strerror}"
             ) from exc
 

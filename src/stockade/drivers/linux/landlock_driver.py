@@ -755,7 +755,10 @@ class LandlockDriver:
         global _SEQ
         _SEQ += 1
         try:
-            return ExecCgroup(kind, bases, limits, f"stockade-ll-{os.getpid()}-{_SEQ}")
+            # A random part too: a SIGKILLed stockade cannot remove its cgroup,
+            # and a later stockade given the same pid must not collide with it.
+            name = f"stockade-ll-{os.getpid()}-{_SEQ}-{os.urandom(4).hex()}"
+            return ExecCgroup(kind, bases, limits, name)
         except OSError as exc:
             raise SandboxUnavailable(
                 f"cannot create a cgroup for this command under {next(iter(bases.values()))}: "

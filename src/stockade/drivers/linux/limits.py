@@ -119,15 +119,20 @@ class ExecCgroup:
         else:
             wanted = {"memory": limits.memory_mb, "pids": limits.max_pids,
                       "cpu": limits.cpu_percent}
-            for controller, base in bases.items():
-                # Each hierarchy joined costs a task migration (milliseconds on
-                # v1), so only the ones with a limit to enforce are used.
-                if not wanted.get(controller):
-                    continue
-                path = os.path.join(base, name)
-                os.mkdir(path)
-                self.dirs[controller] = path
-            self._v1_limits()
+            try:
+                for controller, base in bases.items():
+                    # Each hierarchy joined costs a task migration, so only
+                    # the ones with a limit to enforce are used.
+                    if not wanted.get(controller):
+                        continue
+                    _reap_stale(base)
+                    path = os.path.join(base, name)
+                    os.mkdir(path)
+                    self.dirs[controller] = path
+                self._v1_limits()
+            except BaseException:
+                self.remove()
+                raise
 
     # v2 forbids processes in a cgroup whose controllers are delegated to
     # children ("no internal processes"), so stockade first moves itself
@@ -231,3 +236,31 @@ class ExecCgroup:
                     import time
 
                     time.sleep(0.01)
+
+
+_REAPED: set[str] = set()
+
+
+def _reap_stale(base: str) -> None:
+    """Remove empty cgroups left by a stockade that was killed before its cleanup.
+
+    Once per base per process: a listing of one directory. Only cgroups whose
+    creating process is gone and that hold no task are removed.
+    """
+    if base in _REAPED:
+        return
+    _REAPED.add(base)
+    try:
+        names = os.listdir(base)
+    except OSError:
+        return
+    for name in names:
+        if not name.startswith("stockade-"):
+            continue
+        pid = name.split("-")[1] if name.count("-") >= 2 else ""
+        if not pid.isdigit() or os.path.exists(f"/proc/{pid}"):
+            continue
+        try:
+            os.rmdir(os.path.join(base, name))  # refuses, harmlessly, if tasks remain
+        except OSError:
+            pass
