@@ -257,8 +257,9 @@ def _reap_stale(base: str) -> None:
     for name in names:
         if not name.startswith("stockade-"):
             continue
-        pid = name.split("-")[1] if name.count("-") >= 2 else ""
-        if not pid.isdigit() or os.path.exists(f"/proc/{pid}"):
+        # stockade-<pid>-<random> (bubblewrap) or stockade-ll-<pid>-... (Landlock)
+        pid = next((part for part in name.split("-")[1:3] if part.isdigit()), "")
+        if not pid or os.path.exists(f"/proc/{pid}"):
             continue
         try:
             os.rmdir(os.path.join(base, name))  # refuses, harmlessly, if tasks remain
