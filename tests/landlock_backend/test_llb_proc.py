@@ -10,6 +10,9 @@ times out, or stockade itself is killed.
 
 from __future__ import annotations
 
+import contextlib
+import glob
+import os
 import subprocess
 import time
 
@@ -21,6 +24,14 @@ from isolation.conftest import SYSTEM_PYTHON, Box, kill_marked, procs_with, text
 pytestmark = pytest.mark.isolation
 
 host_sleep = iso.host_sleep
+
+
+def remove_cgroups_of(pid: int) -> None:
+    """rmdir the (empty) per-command cgroups a SIGKILLed stockade could not remove."""
+    for depth in range(4):
+        for path in glob.glob("/sys/fs/cgroup/" + "*/" * depth + f"stockade-ll-{pid}-*"):
+            with contextlib.suppress(OSError):
+                os.rmdir(path)
 
 
 @pytest.mark.xfail(strict=True, reason=(
@@ -134,6 +145,40 @@ def test_inherited_descriptors_do_not_reach_the_command(box: Box) -> None:
 
 def test_killing_stockade_takes_the_sandbox_with_it(box: Box) -> None:
     iso.test_killing_stockade_takes_the_sandbox_with_it(box)
+    remove_dead_cgroups()
+
+
+def remove_dead_cgroups() -> None:
+    """The cgroups of killed stockades (whose pid is gone) that the isolation test's own
+    sweep, which knows only bubblewrap's names, leaves behind."""
+    for path in glob.glob("/sys/fs/cgroup/*/stockade-ll-*"):
+        pid = os.path.basename(path).split("-")[2]
+        if pid.isdigit() and not os.path.exists(f"/proc/{pid}"):
+            with contextlib.suppress(OSError):
+                os.rmdir(path)
+
+
+def test_a_stale_cgroup_of_a_killed_stockade_does_not_break_later_runs(box: Box) -> None:
+    """The isolation suite's reused-pid case: a stale stockade-ll-<pid>-1 is made for
+    the pid the next stockade will have; the run must not trip over it."""
+    launcher = box.runner.popen(
+        ["/bin/sh", "-c", 'read go && exec "$@"', "sh",
+         *box.runner.cli_argv(["run", "--", "/bin/sh", "-c", "exit 0"])],
+        cwd=str(box.ws), env=box.env(), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE)
+    made = []
+    try:
+        for base in ("/sys/fs/cgroup/pids", "/sys/fs/cgroup/memory"):
+            path = os.path.join(base, f"stockade-ll-{launcher.pid}-1")
+            if os.path.isdir(base) and os.access(base, os.W_OK) and not os.path.exists(path):
+                os.mkdir(path)
+                made.append(path)
+        out, err = launcher.communicate(b"go\n", timeout=30)
+        assert launcher.returncode == 0, (out + err).decode(errors="replace")
+    finally:
+        launcher.kill()
+        for path in made:
+            os.rmdir(path)
 
 
 def test_killing_stockade_takes_setsid_daemons_with_it(box: Box) -> None:
@@ -156,6 +201,7 @@ def test_killing_stockade_takes_setsid_daemons_with_it(box: Box) -> None:
     finally:
         proc.kill()
         kill_marked(marker)
+        remove_cgroups_of(proc.pid)
 
 
 def test_killing_stockade_during_startup_leaves_nothing(box: Box) -> None:
@@ -180,6 +226,7 @@ def test_killing_stockade_during_startup_leaves_nothing(box: Box) -> None:
             leaked = wait_gone(arg, 1.0)
         finally:
             kill_marked(arg)
+            remove_cgroups_of(proc.pid)
         if leaked:
             break
     assert leaked == [], f"outlived a killed stockade: {leaked}"
