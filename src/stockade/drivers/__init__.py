@@ -158,7 +158,7 @@ def select_driver(backend: str, *, sandboxed: bool = True, **options: Any) -> Dr
         # if it cannot start, that is an error to see, not a reason to run
         # under a weaker backend instead.
         if backend == BUBBLEWRAP and not options.get("bwrap_path"):
-            from .linux.bwrap import BubblewrapDriver, probe_userns
+            from .linux.bwrap import BubblewrapDriver
             from .linux.landlock_driver import DEFAULT_MIN_ABI
             from .linux.layers import host_landlock_abi
 
@@ -169,7 +169,7 @@ def select_driver(backend: str, *, sandboxed: bool = True, **options: Any) -> Dr
                 # to confine the command some other way.
                 return bwrap
             backend = choose_linux_backend(
-                lambda: probe_userns(bwrap.bwrap), host_landlock_abi,
+                bwrap.probe, host_landlock_abi,
                 int(options.get("min_abi") or DEFAULT_MIN_ABI))
             if backend == BUBBLEWRAP:
                 return bwrap

@@ -372,7 +372,7 @@ class BubblewrapDriver:
         if not sys.platform.startswith("linux"):
             raise SandboxUnavailable("the bubblewrap backend needs Linux")
         if self._probe:
-            probe_userns(self.bwrap)
+            probe_userns(self.bwrap, cache_dir=self._state_dir)
         else:
             self.bwrap  # noqa: B018 - locating it is the check that remains
 
@@ -421,7 +421,11 @@ class BubblewrapDriver:
 
     def diagnose(self) -> None:
         """After a failed start: raise with the machine's reason if bwrap cannot work here."""
-        probe_userns(self.bwrap)
+        probe_userns(self.bwrap, cache_dir=self._state_dir, fresh=True)
+
+    def probe(self) -> None:
+        """The probe `auto` selection runs, cached per boot in the state directory."""
+        probe_userns(self.bwrap, cache_dir=self._state_dir)
 
     def _cgroup(self, profile: Profile) -> ExecCgroup | None:
         limits = Limits(memory_mb=profile.max_memory_mb, max_pids=self._max_pids,
@@ -461,10 +465,37 @@ def _default_state_dir(env: Mapping[str, str]) -> str:
 _PROBED: dict[str, str] = {}
 
 
-def probe_userns(bwrap: str) -> None:
-    """Run an empty sandbox once per process; raise with the machine's reason if it fails."""
-    if _PROBED.get(bwrap) == "ok":
+def _probe_key(bwrap: str) -> str:
+    """What a cached probe result depends on: this bwrap, this boot, this user."""
+    try:
+        st = os.stat(bwrap)
+        with open("/proc/sys/kernel/random/boot_id") as fh:
+            boot = fh.read().strip()
+    except OSError:
+        return ""
+    return f"{bwrap}|{st.st_mtime_ns}|{st.st_size}|{boot}|{os.getuid()}\n"
+
+
+def probe_userns(bwrap: str, *, cache_dir: str = "", fresh: bool = False) -> None:
+    """Prove bwrap can build a sandbox here; raise with the machine's reason if not.
+
+    Once per process, and -- with `cache_dir` -- once per boot for this bwrap
+    and user: the probe is a whole extra sandbox, and a one-shot CLI would
+    pay it on every command. A stale "ok" costs nothing worse than the real
+    failure it would have predicted, which `fresh=True` then diagnoses.
+    """
+    if not fresh and _PROBED.get(bwrap) == "ok":
         return
+    key = _probe_key(bwrap) if cache_dir else ""
+    marker = os.path.join(cache_dir, "bwrap-probe") if cache_dir else ""
+    if key and not fresh:
+        try:
+            with open(marker) as fh:
+                if fh.read() == key:
+                    _PROBED[bwrap] = "ok"
+                    return
+        except OSError:
+            pass
     from ...process import run_plain
 
     code, _out, err = run_plain(
@@ -472,8 +503,20 @@ def probe_userns(bwrap: str) -> None:
          "--die-with-parent", "--cap-drop", "ALL", "--ro-bind", "/", "/", "--proc", "/proc",
          "--", "/bin/true"], timeout=10.0)
     if code != 0:
+        if marker:
+            try:
+                os.unlink(marker)
+            except OSError:
+                pass
         raise SandboxUnavailable(
             "bubblewrap could not create a user namespace: " + userns_diagnosis(err.decode(
                 "utf-8", "replace"))
         )
     _PROBED[bwrap] = "ok"
+    if key:
+        try:
+            os.makedirs(cache_dir, mode=0o700, exist_ok=True)
+            with open(marker, "w") as fh:
+                fh.write(key)
+        except OSError:
+            pass  # the cache is an optimisation; the probe itself passed
