@@ -140,6 +140,17 @@ def test_other_homes_are_everyone_but_you() -> None:
     assert other_homes("", listdir=listdir, kind=kind) == ["/home/u", "/home/v", "/root"]
 
 
+def test_other_homes_follow_a_linked_home_directory() -> None:
+    machine = {"/data/home": DIR, "/data/home/u": DIR, "/data/home/v": DIR, "/root": DIR}
+
+    def real(path: str) -> str:  # /home -> /data/home
+        return "/data" + path if path == "/home" or path.startswith("/home/") else path
+
+    got = other_homes("/home/u", kind=lambda p: machine.get(p, MISSING), realpath=real,
+                      listdir=lambda p: ["u", "v"] if p == "/data/home" else [])
+    assert got == ["/data/home/v", "/root"]
+
+
 def test_private_paths_cover_state_ledger_and_workspaces() -> None:
     env = {"HOME": "/nonexistent-home"}
     got = private_paths(env, ledger="/x/led.db", workspace_root="/x/ws")

@@ -72,7 +72,7 @@ def fake_machine(monkeypatch: pytest.MonkeyPatch):  # type: ignore[no-untyped-de
     """select_driver's real wiring with the two probes replaced."""
     state = {"bwrap": "ok", "abi": 7}
 
-    def probe(path: str) -> None:
+    def probe(path: str, **_cache: object) -> None:
         if state["bwrap"] != "ok":
             raise SandboxUnavailable(str(state["bwrap"]))
 

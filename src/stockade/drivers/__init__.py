@@ -30,6 +30,8 @@ if TYPE_CHECKING:
         events: list[str]
         audit: dict[str, object]
 
+        def also(self, undo: Callable[[], None]) -> None: ...
+
         def cleanup(self) -> None: ...
 
     class Driver(Protocol):
@@ -74,6 +76,19 @@ class PreparedLaunch:
         self.events: list[str] = []
         self.audit: dict[str, object] = {}
         self._cleanup = cleanup
+
+    def also(self, undo: Callable[[], None]) -> None:
+        """Run `undo` after the driver's own cleanup (the pipeline's resources)."""
+        first = self._cleanup
+
+        def both(launch: PreparedLaunch) -> None:
+            try:
+                if first is not None:
+                    first(launch)
+            finally:
+                undo()
+
+        self._cleanup = both
 
     def cleanup(self) -> None:
         cleanup, self._cleanup = self._cleanup, None
@@ -163,11 +178,6 @@ def select_driver(backend: str, *, sandboxed: bool = True, **options: Any) -> Dr
             from .linux.layers import host_landlock_abi
 
             bwrap = BubblewrapDriver(**_options_for(BUBBLEWRAP, options))
-            if options.get("bwrap_path"):
-                # A bwrap named in the configuration is a choice of bubblewrap:
-                # if it cannot run, that is the error to report, not a reason
-                # to confine the command some other way.
-                return bwrap
             backend = choose_linux_backend(
                 bwrap.probe, host_landlock_abi,
                 int(options.get("min_abi") or DEFAULT_MIN_ABI))

@@ -385,7 +385,10 @@ def main(argv: list[str]) -> int:
                          done_fd if type(done_fd) is int else -1)
             mark("reaper")
         if type(done_fd) is int:
-            posix.close(done_fd)  # the reaper's alone: the command must not hold it
+            try:
+                posix.close(done_fd)  # the reaper's alone: the command must not hold it
+            except OSError:
+                pass  # a caller that passes no extra descriptors (stockade shell)
 
         rules = config.get("landlock")
         if not isinstance(rules, dict):

@@ -131,17 +131,25 @@ def _listdir(path: str) -> list[str]:
 
 
 def other_homes(home: str, *, listdir: Callable[[str], list[str]] | None = None,
-                kind: Callable[[str], str] = path_kind) -> list[str]:
-    """/home/* except the one holding $HOME, and /root unless $HOME is there."""
+                kind: Callable[[str], str] = path_kind,
+                realpath: Callable[[str], str] = os.path.realpath) -> list[str]:
+    """/home/* except the one holding $HOME, and /root unless $HOME is there.
+
+    Resolved: where /home is a link (/home -> /data/home), the homes are
+    wherever it leads, and that is where the rules are.
+    """
     listdir = listdir or _listdir
+    home = realpath(home) if home else ""
     out = []
-    if kind("/home") == DIR:
-        for name in listdir("/home"):
-            path = os.path.join("/home", name)
+    homes = realpath("/home")
+    if kind(homes) == DIR:
+        for name in listdir(homes):
+            path = os.path.join(homes, name)
             if not (home and is_under(home, path)):
                 out.append(path)
-    if kind("/root") == DIR and not (home and is_under(home, "/root")):
-        out.append("/root")
+    root = realpath("/root")
+    if kind(root) == DIR and not (home and is_under(home, root)):
+        out.append(root)
     return out
 
 
