@@ -124,6 +124,7 @@ class SandboxCore:
         self.network_source = network_source
         self.proxy_options = dict(proxy_options or {})
         self._proxy: ProxyThread | None = None
+        self._proxy_seq = 0
         self.ledger = ledger if ledger is not None else Ledger(config.ledger_path(self.env))
         self.sessions: dict[str, SessionWorkspace] = {}
         self._driver = driver
@@ -211,8 +212,6 @@ class SandboxCore:
         """Stop every process the session started, drop its grants, remove its /tmp."""
         ws = self.sessions.pop(session_id, None)
         self.gate.forget(session_id)
-        if self._proxy is not None and session_id in self._proxy.proxy.session_ids:
-            self._proxy.remove_session(session_id)
         if ws is None:
             return
         with self._proc_lock:
@@ -301,7 +300,15 @@ class SandboxCore:
             if sandboxed and caps.network.kind == NetworkPolicy.HOSTS:
                 endpoint = self.proxy_endpoint(sid, caps.network)
             profile = self.make_profile(ws, cmd, mode, caps, cwd, backend, endpoint)
-            launch = driver.prepare(cmd.argv, profile)
+            try:
+                launch = driver.prepare(cmd.argv, profile)
+            except BaseException:
+                if endpoint:
+                    self._drop_proxy_endpoint(endpoint[2])
+                raise
+            if endpoint:
+                key = endpoint[2]
+                launch.also(lambda: self._drop_proxy_endpoint(key))
             timeout = cmd.timeout or caps.timeout_secs or self.default_timeout
             result = yield Run(launch, profile, cmd.stdin, timeout, self.max_output)
         except CapabilityDenied as exc:
@@ -381,33 +388,50 @@ class SandboxCore:
             return caps
         return caps.replace(network=network)
 
-    def proxy_endpoint(self, session_id: str, network: NetworkPolicy) -> tuple[str, int]:
-        """The session's proxy endpoint (unix socket, TCP port) with this command's hosts.
+    def proxy_endpoint(self, session_id: str, network: NetworkPolicy) -> tuple[str, int, str]:
+        """A proxy endpoint for ONE command: (unix socket, TCP port, proxy key).
 
-        Started on first use; each command sets the session's policy to its
-        own allowlist, so a host granted mid-session applies from the next one.
+        Per command, not per session: a host approved once for this command
+        must not become reachable to the session's other commands already
+        running (a background server started earlier), nor outlive this one.
+        The sockets live in stockade's state directory, which no sandbox can
+        see: under a shared TMPDIR any command could use any session's grant.
         """
         from .proxy import HostPolicy, ProxyThread
 
         if self._proxy is None:
-            proxy = ProxyThread(on_decision=self._proxy_decision, **self.proxy_options)
+            options = dict(self.proxy_options)
+            sockets = os.path.join(self._state_dir(), "proxy")
+            os.makedirs(sockets, mode=0o700, exist_ok=True)
+            options.setdefault("socket_dir", sockets)
+            proxy = ProxyThread(on_decision=self._proxy_decision, **options)
             proxy.start()
             self._proxy = proxy
+        self._proxy_seq += 1
+        key = f"{session_id}{_PROXY_KEY_SEP}{self._proxy_seq}"
         deny = dict(_deny_entry(e) for e in self.config.deny_hosts)
-        ep = self._proxy.add_session(session_id, HostPolicy(allow=network.hosts, deny=deny))
-        return ep.unix_path, ep.port
+        ep = self._proxy.add_session(key, HostPolicy(allow=network.hosts, deny=deny))
+        return ep.unix_path, ep.port, key
+
+    def _drop_proxy_endpoint(self, key: str) -> None:
+        if self._proxy is not None:
+            try:
+                self._proxy.remove_session(key)
+            except Exception:  # the proxy may be closing; its listeners go with it
+                pass
 
     def _proxy_decision(self, decision: ProxyDecision) -> None:
         if decision.final:  # one record per connection, with its byte counts
             self.ledger.record_network(
-                session=decision.session_id, host=decision.host, port=decision.port,
+                session=decision.session_id.rpartition(_PROXY_KEY_SEP)[0] or decision.session_id,
+                host=decision.host, port=decision.port,
                 address=str(decision.address) if decision.address else None,
                 allowed=decision.allowed, rule=decision.rule or decision.reason,
                 bytes_up=decision.bytes_up, bytes_down=decision.bytes_down)
 
     def make_profile(self, ws: SessionWorkspace, cmd: SandboxCommand, mode: str,
                      caps: SandboxCapabilities, cwd: str, backend: str,
-                     endpoint: tuple[str, int] | None = None) -> Profile:
+                     endpoint: tuple[str, int, str] | None = None) -> Profile:
         c = self.config
         ledger = self.ledger.path
         private = [self._state_dir(), c.resolved_workspace_root(self.env)]
@@ -444,6 +468,10 @@ class SandboxCore:
     def untrack(self, ws: SessionWorkspace, proc: object) -> None:
         with self._proc_lock:
             ws.processes.discard(proc)
+
+
+# Separates a session id from the command number in a proxy key.
+_PROXY_KEY_SEP = "\x1f"
 
 
 def check_host_entries(hosts: tuple[str, ...]) -> None:

@@ -1167,12 +1167,6 @@ def test_proxy_killed_mid_run_means_no_network_never_direct(
     assert probe_results(after["stdout"])[0]["status"] == 200, after
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "HOLE: the proxy policy is per session and each command that carries an allowlist "
-    "replaces it (SandboxCore.proxy_endpoint -> add_session), so a host approved once for "
-    "one command is granted to every command of the session already running (a background "
-    "one here), and stays granted after that command exits, until the next command with "
-    "an allowlist resets it"))
 def test_once_approved_host_is_not_granted_to_a_running_background_command(
         net: Net, servers: Closer) -> None:
     """A host approved for one command must not reach another command of the session.
@@ -1229,12 +1223,6 @@ for path in found:
 """
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "HOLE: ManagedProxy puts each session's unix socket in tempfile.mkdtemp(), i.e. under "
-    "the host's TMPDIR. When TMPDIR is anywhere the sandbox can see (any path but /tmp, which "
-    "gets a fresh tmpfs), a sandboxed command -- even one with network none -- can connect() "
-    "to every live session's proxy socket (a read-only bind does not stop a unix connect, and "
-    "the 0700 directory belongs to the same uid) and use that session's allowlist"))
 def test_other_sessions_proxy_socket_unreachable_with_a_visible_tmpdir(
         net: Net, servers: Closer) -> None:
     """Session B is allowed a host; session A (no network at all) must not borrow B's grant."""
