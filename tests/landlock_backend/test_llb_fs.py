@@ -238,3 +238,50 @@ def test_other_sessions_tmpdir_unreadable(box: Box) -> None:
     finally:
         proc.kill()
         proc.wait(timeout=10)
+
+
+KERNEL_KNOBS = r"""
+import os
+for path in ("/proc/sysrq-trigger", "/proc/sys/kernel/hostname", "/proc/sys/vm/drop_caches",
+             "/proc/self/oom_score_adj", "/proc/self/attr/current", "/proc/self/mem",
+             "/sys/fs/cgroup/pids/cgroup.procs", "/sys/kernel/mm/transparent_hugepage/enabled"):
+    try:
+        os.close(os.open(path, os.O_WRONLY))  # opened, never written
+        print("WRITABLE", path)
+    except OSError as exc:
+        print("DENIED" if exc.errno in (1, 13) else "ABSENT", path)
+"""
+
+
+def test_kernel_knobs_are_not_writable(box: Box) -> None:
+    """/proc and /sys are the host's here, and as root plain file permissions would let
+    uid 0 write most of them: only Landlock stands in the way."""
+    res = box.py(KERNEL_KNOBS, mode="workspace-write")
+    out = text(res)
+    assert "WRITABLE" not in out and "DENIED /proc/sys/kernel/hostname" in out, out
+    if box.runner.uid == 0:
+        # Control: unconfined root could open them (the test could fail).
+        assert "WRITABLE /proc/sys/kernel/hostname" in text(
+            box.py(KERNEL_KNOBS, mode="full-access"))
+
+
+SETUID = r"""
+cp /bin/true prog && chmod 755 prog && echo EXEC-OK
+chmod 4755 prog 2>/dev/null && echo SETUID
+chmod u+s prog 2>/dev/null && echo SETUID
+chmod 2755 prog 2>/dev/null && echo SETGID
+python3 -I -c 'import os; os.chmod("prog", 0o6755)' 2>/dev/null && echo SETUID
+true
+"""
+
+
+def test_no_setuid_program_can_be_left_in_the_workspace(box: Box) -> None:
+    """Without a user namespace, root's files belong to the real root: a setuid bit here
+    would hand every local user a root program."""
+    res = box.sh(SETUID, mode="workspace-write")
+    out = text(res)
+    assert "EXEC-OK" in out and "SETUID" not in out and "SETGID" not in out, out
+    assert not (box.ws / "prog").stat().st_mode & 0o6000
+    # Control: unconfined, the same chmod does set the bit.
+    (box.ws / "prog").unlink()
+    assert "SETUID" in text(box.sh(SETUID, mode="full-access"))

@@ -182,6 +182,29 @@ def test_all_allows_every_family_but_unix(arch: str) -> None:
     assert verdict(NO_UNIX, arch, "connect", 3, 0x1000, 16) == ALLOW
 
 
+# -- setuid and setgid modes -------------------------------------------------------------
+
+
+@every
+@pytest.mark.parametrize("name", ["chmod", "fchmod", "fchmodat", "fchmodat2"])
+def test_no_setuid_or_setgid_mode_by_chmod(mode: str, arch: str, name: str) -> None:
+    """Root without a user namespace owns what it makes as the real root: a setuid bit
+    would leave a root program in the workspace for any local user."""
+    if name not in SYSCALLS[arch]:
+        pytest.skip(f"{arch} has no {name}")
+    at = {"chmod": 1, "fchmod": 1, "fchmodat": 2, "fchmodat2": 2}[name]
+
+    def call(file_mode: int) -> int:
+        args = [3, 0x1000, 0, 0]
+        args[at] = file_mode
+        return verdict(mode, arch, name, *args)
+
+    for ok in (0o755, 0o644, 0o1777, 0o700):
+        assert call(ok) == ALLOW, oct(ok)
+    for bad in (0o4755, 0o2755, 0o6755, 0o4000 | (1 << 40)):
+        assert call(bad) == EPERM, oct(bad)
+
+
 # -- the kernel agrees -------------------------------------------------------------------
 
 PROBE = r"""
@@ -216,6 +239,10 @@ def plain_send():
     a, b = socket.socketpair()
     a.send(b"x")
 attempt("send", plain_send)
+target = sys.argv[4]
+attempt("chmod-exec", lambda: os.chmod(target, 0o755))
+attempt("chmod-setuid", lambda: os.chmod(target, 0o4755))
+attempt("chmod-setgid", lambda: os.chmod(target, 0o2755))
 print(json.dumps(out))
 """
 
@@ -226,13 +253,23 @@ def kernel_verdicts(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[
 
     here = os.path.dirname(seccomp.__file__)
     sock = str(tmp_path_factory.mktemp("sock") / "s")
+    target = tmp_path_factory.mktemp("chmod") / "prog"
+    target.write_text("#!/bin/sh\n")
     out = {}
     for mode in LANDLOCK_BACKEND_MODES:
-        res = subprocess.run([sys.executable, "-I", "-c", PROBE, here, mode, sock],
+        res = subprocess.run([sys.executable, "-I", "-c", PROBE, here, mode, sock, str(target)],
                              capture_output=True, timeout=30, check=False)
         assert res.returncode == 0, res.stderr.decode()
         out[mode] = json.loads(res.stdout)
     return out
+
+
+@pytest.mark.isolation
+@pytest.mark.parametrize("mode", LANDLOCK_BACKEND_MODES)
+def test_kernel_chmod(kernel_verdicts: dict[str, dict[str, str]], mode: str) -> None:
+    v = kernel_verdicts[mode]
+    assert v["chmod-exec"] == "ok", v
+    assert v["chmod-setuid"] == v["chmod-setgid"] == "EPERM", v
 
 
 @pytest.mark.isolation

@@ -73,7 +73,8 @@ WEAKNESSES = (
     "writable workspace are writable while the command runs; stockade restores them "
     "when it ends",
     "chmod, chown, utime and extended attributes of files the user owns are not "
-    "mediated by Landlock, outside the workspace too",
+    "mediated by Landlock, outside the workspace too (only setuid/setgid modes are "
+    "refused, by seccomp)",
     "every unix-socket connect() is refused (Landlock cannot tell sockets apart): "
     "granted sockets such as ssh-agent cannot be used",
     "network hosts: Landlock's TCP rule is a port number, so a remote listener on the "

@@ -41,6 +41,11 @@ NETWORK_MODES = (UNIX_ONLY, PROXY_ROUTED, UNRESTRICTED)
 #       as stream socketpairs (asyncio's self-pipe, libuv's child stdio).
 #   no-unix (network all): any family but AF_UNIX, which again only as
 #       stream socketpairs.
+# All three also refuse chmod to a setuid or setgid mode. Without a user
+# namespace a command run by root makes files owned by the real root, and
+# `chmod 4755` would leave a setuid-root program in the workspace for any
+# local user to run. (A write by a process without CAP_FSETID clears these
+# bits, so a file created with them cannot be given contents afterwards.)
 UNIX_NO_CONNECT = "unix-no-connect"
 TCP_ONLY = "tcp-only"
 NO_UNIX = "no-unix"
@@ -57,23 +62,25 @@ AUDIT_ARCH = {X86_64: 0xC000003E, AARCH64: 0xC00000B7}
 SYSCALLS: dict[str, dict[str, int]] = {
     X86_64: {
         "ioctl": 16, "socket": 41, "connect": 42, "sendto": 44, "sendmsg": 46,
-        "socketpair": 53, "clone": 56, "ptrace": 101, "syslog": 103, "capset": 126,
-        "mknod": 133, "personality": 135, "pivot_root": 155, "prctl": 157,
-        "chroot": 161, "mount": 165, "umount2": 166, "swapon": 167, "swapoff": 168,
+        "socketpair": 53, "clone": 56, "chmod": 90, "fchmod": 91, "ptrace": 101,
+        "syslog": 103, "capset": 126, "mknod": 133, "personality": 135, "pivot_root": 155,
+        "prctl": 157, "chroot": 161, "mount": 165, "umount2": 166, "swapon": 167, "swapoff": 168,
         "reboot": 169, "init_module": 175, "delete_module": 176, "kexec_load": 246,
-        "add_key": 248, "request_key": 249, "keyctl": 250, "mknodat": 259, "unshare": 272,
-        "perf_event_open": 298, "prlimit64": 302, "name_to_handle_at": 303,
+        "add_key": 248, "request_key": 249, "keyctl": 250, "mknodat": 259,
+        "fchmodat": 268, "unshare": 272, "perf_event_open": 298, "prlimit64": 302,
+        "name_to_handle_at": 303,
         "open_by_handle_at": 304, "sendmmsg": 307, "setns": 308, "process_vm_readv": 310,
         "process_vm_writev": 311, "finit_module": 313, "seccomp": 317,
         "kexec_file_load": 320, "bpf": 321, "userfaultfd": 323, "io_uring_setup": 425,
         "io_uring_enter": 426, "io_uring_register": 427, "open_tree": 428, "move_mount": 429,
         "fsopen": 430, "fsconfig": 431, "fsmount": 432, "fspick": 433, "clone3": 435,
         "mount_setattr": 442, "landlock_create_ruleset": 444, "landlock_add_rule": 445,
-        "landlock_restrict_self": 446, "open_tree_attr": 467,
+        "landlock_restrict_self": 446, "fchmodat2": 452, "open_tree_attr": 467,
     },
     AARCH64: {
         "ioctl": 29, "mknodat": 33, "umount2": 39, "mount": 40, "pivot_root": 41,
-        "chroot": 51, "capset": 91, "personality": 92, "unshare": 97, "kexec_load": 104,
+        "chroot": 51, "fchmod": 52, "fchmodat": 53, "capset": 91, "personality": 92,
+        "unshare": 97, "kexec_load": 104,
         "init_module": 105, "delete_module": 106, "syslog": 116, "ptrace": 117,
         "reboot": 142, "prctl": 167, "socket": 198, "socketpair": 199, "connect": 203,
         "sendto": 206, "sendmsg": 211, "add_key": 217, "request_key": 218, "keyctl": 219,
@@ -85,7 +92,7 @@ SYSCALLS: dict[str, dict[str, int]] = {
         "io_uring_enter": 426, "io_uring_register": 427, "open_tree": 428, "move_mount": 429,
         "fsopen": 430, "fsconfig": 431, "fsmount": 432, "fspick": 433, "clone3": 435,
         "mount_setattr": 442, "landlock_create_ruleset": 444, "landlock_add_rule": 445,
-        "landlock_restrict_self": 446, "open_tree_attr": 467,
+        "landlock_restrict_self": 446, "fchmodat2": 452, "open_tree_attr": 467,
     },
 }
 
@@ -171,6 +178,9 @@ SOCK_TYPE_MASK = 0xF
 SOCK_STREAM, SOCK_SEQPACKET = 1, 5
 IPPROTO_IP, IPPROTO_TCP = 0, 6
 MSG_FASTOPEN = 0x20000000
+S_ISUID_ISGID = 0o6000
+# chmod-family syscall -> the index of its mode argument.
+CHMOD_MODE_ARG = {"chmod": 1, "fchmod": 1, "fchmodat": 2, "fchmodat2": 2}
 
 # x32 syscalls are x86_64 syscalls with this bit set: the same kernel entry
 # under another number, so every rule below would be bypassed through it.
@@ -291,6 +301,9 @@ def compile_seccomp(network_mode: str, arch: str | None = None) -> bytes:
         a.op(BPF_JMP_JEQ_K, nr["socket"], jt="socket")
         a.op(BPF_JMP_JEQ_K, nr["socketpair"], jt="socket")
     elif network_mode in LANDLOCK_BACKEND_MODES:
+        for name, arg in CHMOD_MODE_ARG.items():
+            if name in nr:
+                a.op(BPF_JMP_JEQ_K, nr[name], jt=f"mode_arg{arg}")
         a.op(BPF_JMP_JEQ_K, nr["socket"], jt="ll_socket")
         a.op(BPF_JMP_JEQ_K, nr["socketpair"], jt="ll_socketpair")
         if network_mode == UNIX_NO_CONNECT:
@@ -350,7 +363,14 @@ def compile_seccomp(network_mode: str, arch: str | None = None) -> bytes:
 
 
 def _landlock_backend_sockets(a: _Assembler, network_mode: str) -> None:
-    """The socket rules of the Landlock backend's modes (see LANDLOCK_BACKEND_MODES)."""
+    """The socket and chmod rules of the Landlock backend's modes (see LANDLOCK_BACKEND_MODES)."""
+    a.label("mode_arg1")
+    a.load(off_arg(1))
+    a.jump("setid_mode")
+    a.label("mode_arg2")
+    a.load(off_arg(2))
+    a.label("setid_mode")
+    a.op(BPF_JMP_JSET_K, S_ISUID_ISGID, jt="deny", jf="allow")
     a.label("ll_socket")
     a.load(off_arg(0))
     if network_mode == UNIX_NO_CONNECT:
