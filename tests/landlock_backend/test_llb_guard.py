@@ -159,3 +159,35 @@ def test_read_only_mode_has_nothing_to_guard(ws: Path, state: str) -> None:
                       read_scope="host", host_env={"HOME": "/nonexistent"}, use_scratch=False)
     guard = MetadataGuard(p, state)
     assert guard.paths == [] and guard.release() == ([], [], [])
+
+
+def test_a_deeply_nested_plant_is_cleared_without_crashing(ws: Path, state: str) -> None:
+    """A tree deeper than any recursion limit: the name is freed (renamed aside first),
+    and as much of it is deleted as can be."""
+    guard = MetadataGuard(make_profile(ws), state)
+    fd = os.open(ws, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.mkdir(".vscode", dir_fd=fd)
+        cur = os.open(".vscode", os.O_RDONLY | os.O_DIRECTORY, dir_fd=fd)
+        for _ in range(1500):
+            os.mkdir("d", dir_fd=cur)
+            nxt = os.open("d", os.O_RDONLY | os.O_DIRECTORY, dir_fd=cur)
+            os.close(cur)
+            cur = nxt
+        os.close(cur)
+    finally:
+        os.close(fd)
+    _restored, removed, _broken = guard.release()
+    assert str(ws / ".vscode") in removed
+    assert not (ws / ".vscode").exists()
+
+
+def test_remove_tree_never_follows_a_link(tmp_path: Path) -> None:
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    (victim / "keep").write_text("x")
+    doomed = tmp_path / "doomed"
+    (doomed / "sub").mkdir(parents=True)
+    os.symlink(victim, doomed / "sub" / "link")
+    ld.remove_tree(str(doomed))
+    assert not doomed.exists() and (victim / "keep").read_text() == "x"

@@ -306,6 +306,7 @@ def command_env(profile: Profile, tmpdir: str) -> dict[str, str]:
 #: A baseline larger than this is refused rather than half-kept.
 GUARD_MAX_BYTES = 64 << 20
 GUARD_MAX_ENTRIES = 20000
+GUARD_MAX_DEPTH = 64
 
 if TYPE_CHECKING:
     from typing import Any, TypeAlias
@@ -316,7 +317,8 @@ if TYPE_CHECKING:
     _Tree: TypeAlias = tuple[Any, ...]
 
 
-def read_tree(dir_fd: int, name: str, budget: list[int] | None = None) -> _Tree | None:
+def read_tree(dir_fd: int, name: str, budget: list[int] | None = None,
+              depth: int = 0) -> _Tree | None:
     """The entry `name` in `dir_fd`, recursively, never following a symlink; None if missing."""
     import stat
 
@@ -326,7 +328,7 @@ def read_tree(dir_fd: int, name: str, budget: list[int] | None = None) -> _Tree 
     except FileNotFoundError:
         return None
     budget[1] -= 1
-    if budget[1] < 0:
+    if budget[1] < 0 or depth > GUARD_MAX_DEPTH:
         raise _TooLarge
     mode = stat.S_IMODE(st.st_mode)
     if stat.S_ISLNK(st.st_mode):
@@ -335,7 +337,8 @@ def read_tree(dir_fd: int, name: str, budget: list[int] | None = None) -> _Tree 
         fd = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC,
                      dir_fd=dir_fd)
         try:
-            children = {child: read_tree(fd, child, budget) for child in sorted(os.listdir(fd))}
+            children = {child: read_tree(fd, child, budget, depth + 1)
+                        for child in sorted(os.listdir(fd))}
         finally:
             os.close(fd)
         return ("d", mode, st.st_uid, st.st_gid, st.st_mtime_ns, children)
@@ -398,18 +401,69 @@ def _finish(fd: int, mode: int, uid: int, gid: int, mtime: int, owner: bool) -> 
 
 
 def remove_entry(dir_fd: int, name: str) -> None:
-    """Remove `name` from `dir_fd`, whatever it is, without following links."""
-    import shutil
+    """Remove `name` from `dir_fd`, whatever it is, without following links.
+
+    A directory is first renamed aside, so the name is free at once even if
+    what the command built there is too deep to delete completely; then it
+    is removed as far as `rmtree_at` gets.
+    """
     import stat
 
     try:
         st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
     except FileNotFoundError:
         return
-    if stat.S_ISDIR(st.st_mode):
-        shutil.rmtree(name, dir_fd=dir_fd)
-    else:
+    if not stat.S_ISDIR(st.st_mode):
         os.unlink(name, dir_fd=dir_fd)
+        return
+    aside = f".stockade-removed-{os.urandom(6).hex()}"
+    os.rename(name, aside, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+    rmtree_at(dir_fd, aside)
+
+
+def rmtree_at(dir_fd: int, name: str, depth: int = 0) -> bool:
+    """Delete `name` in `dir_fd` and everything beneath it, through descriptors only
+    (a symlink is removed, never followed); False if some of it had to stay.
+
+    Not shutil.rmtree: importing it pulls `re` and the compression modules
+    into every command's start-up, and its recursion has no bound.
+    """
+    import stat
+
+    try:
+        st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+        if not stat.S_ISDIR(st.st_mode):
+            os.unlink(name, dir_fd=dir_fd)
+            return True
+        if depth > GUARD_MAX_DEPTH * 4:
+            return False
+        fd = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC,
+                     dir_fd=dir_fd)
+        try:
+            done = all([rmtree_at(fd, child, depth + 1) for child in os.listdir(fd)])
+        finally:
+            os.close(fd)
+        if done:
+            os.rmdir(name, dir_fd=dir_fd)
+        return done
+    except FileNotFoundError:
+        return True
+    except OSError:
+        return False
+
+
+def remove_tree(path: str) -> None:
+    """`rmtree_at` for an absolute path, ignoring what cannot be removed."""
+    if not path:
+        return
+    try:
+        parent = os.open(os.path.dirname(path), os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError:
+        return
+    try:
+        rmtree_at(parent, os.path.basename(path))
+    finally:
+        os.close(parent)
 
 
 class _TooLarge(Exception):
@@ -472,9 +526,7 @@ class MetadataGuard:
             fcntl.flock(self.alive_fd, fcntl.LOCK_EX)
             try:
                 if not self._others_alive():
-                    import shutil
-
-                    shutil.rmtree(self.dir, ignore_errors=True)
+                    remove_tree(self.dir)
                 os.makedirs(self.dir, mode=0o700, exist_ok=True)
                 self._record_missing_entries()
             except BaseException:
@@ -536,8 +588,9 @@ class MetadataGuard:
                     except _TooLarge:
                         raise SandboxUnavailable(
                             f"{path} is too large for the landlock backend to keep a copy of "
-                            f"(over {GUARD_MAX_BYTES >> 20} MiB or {GUARD_MAX_ENTRIES} "
-                            "entries); without one it could not undo changes to it. Use "
+                            f"(over {GUARD_MAX_BYTES >> 20} MiB, {GUARD_MAX_ENTRIES} entries "
+                            f"or {GUARD_MAX_DEPTH} levels); without one it could not undo "
+                            "changes to it. Use "
                             "read-only mode or backend = \"bubblewrap\"") from None
                     finally:
                         os.close(fd)
@@ -570,9 +623,7 @@ class MetadataGuard:
                 self.alive_fd = -1
                 os.unlink(self._alive)
                 if not self._others_alive():
-                    import shutil
-
-                    shutil.rmtree(self.dir, ignore_errors=True)
+                    remove_tree(self.dir)
         finally:
             if self.alive_fd >= 0:
                 os.close(self.alive_fd)
@@ -743,12 +794,12 @@ class LandlockDriver:
         """
         if profile.session_tmp:
             return os.path.realpath(profile.session_tmp), ""
-        import tempfile
-
         base = os.path.join(self._state_dir, "tmp")
         try:
             os.makedirs(base, mode=0o700, exist_ok=True)
-            made = tempfile.mkdtemp(prefix="cmd-", dir=base)
+            # tempfile.mkdtemp, without the `random`, `shutil` and `re` it imports.
+            made = os.path.join(base, f"cmd-{os.urandom(8).hex()}")
+            os.mkdir(made, 0o700)
         except OSError as exc:
             raise SandboxUnavailable(
                 f"cannot create the command's temporary directory in {base}: {exc.strerror}"
@@ -883,7 +934,4 @@ def _ensure_bytecode() -> None:
 
 
 def _remove(path: str) -> None:
-    if path:
-        import shutil
-
-        shutil.rmtree(path, ignore_errors=True)
+    remove_tree(path)
