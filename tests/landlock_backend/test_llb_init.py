@@ -142,3 +142,12 @@ def _running(marker: str) -> bool:
 def test_config_round_trips_as_json(tmp_path: Path) -> None:
     config = {**base_config(str(tmp_path)), "cwd": "/x", "reaper": True, "parent": 1}
     assert json.loads(init_argv(PYTHON, INIT_PATH, config, ["true"])[4]) == config
+
+
+@pytest.mark.isolation
+@pytest.mark.skipif(landlock.landlock_abi() < 6, reason="the reaper needs Landlock ABI 6")
+def test_the_reaper_needs_a_parent_to_prove_scoping_against(tmp_path: Path) -> None:
+    """kill(-1) is only safe once signal 0 to stockade has been refused; without
+    stockade's pid there is nothing to prove it with, and the command does not run."""
+    res = run_init({**base_config(str(tmp_path)), "reaper": True}, ["/bin/true"])
+    assert res.returncode == initcore.REFUSED and b"parent" in res.stderr, res

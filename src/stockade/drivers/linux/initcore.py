@@ -211,6 +211,15 @@ def start_reaper(sc: "Syscall", parent: int, done_fd: int = -1) -> None:
         sc(landlock.SYS_RESTRICT_SELF, ruleset, 0)
     finally:
         posix.close(ruleset)
+    # The proof that kill(-1) will stay inside: stockade -- same uid, alive
+    # (die_with_parent just checked), outside this domain -- must be out of
+    # reach of even signal 0. Anything else and the command does not run.
+    try:
+        posix.kill(parent, 0)
+        raise Refusal("Landlock signal scoping is not in force; the reaper cannot be used")
+    except OSError as exc:
+        if exc.errno != EPERM:
+            raise Refusal(f"cannot verify Landlock signal scoping: {exc.strerror}") from None
     command = posix.getpid()
     child = posix.fork()
     if child:
@@ -223,12 +232,12 @@ def start_reaper(sc: "Syscall", parent: int, done_fd: int = -1) -> None:
         posix.setsid()
         if posix.fork():
             posix._exit(0)
-        reap(pidfd, parent, done_fd)
+        reap(pidfd, done_fd)
     finally:
         posix._exit(1)
 
 
-def reap(pidfd: int, parent: int, done_fd: int = -1) -> None:
+def reap(pidfd: int, done_fd: int = -1) -> None:
     """The reaper's body: wait for the command, then kill its domain."""
     null = posix.open("/dev/null", posix.O_RDWR)
     for fd in (0, 1, 2):
@@ -245,22 +254,9 @@ def reap(pidfd: int, parent: int, done_fd: int = -1) -> None:
     poller.register(pidfd, select.POLLIN)
     while not poller.poll():
         pass
-    # kill(-1) must stay inside the domain. Outside processes (stockade, pid
-    # 1) must answer EPERM to signal 0: if one answered yes, scoping is not
-    # in force and kill(-1) would hit every process of this uid.
-    scoped = False
-    for outside in (parent, 1):
-        try:
-            posix.kill(outside, 0)
-            return
-        except OSError as exc:
-            if exc.errno != EPERM and exc.errno != ESRCH:
-                return
-            scoped = scoped or exc.errno == EPERM
-    if not scoped:
-        return
-    # One call is the whole job (see start_reaper); the second costs nothing
-    # and covers a kernel that let a fork slip between them after all.
+    # Scoping was proven before this process existed (start_reaper), and a
+    # domain cannot be left. One call is the whole job (see start_reaper);
+    # the second costs nothing and covers a kernel that let a fork slip by.
     for _ in range(2):
         try:
             posix.kill(-1, SIGKILL)
@@ -381,8 +377,9 @@ def main(argv: list[str]) -> int:
             drop_capabilities(sc, seccomp.SYSCALLS[arch])
         done_fd = config.get("reaper_fd")
         if config.get("reaper") is True:
-            start_reaper(sc, parent if type(parent) is int else 1,
-                         done_fd if type(done_fd) is int else -1)
+            if type(parent) is not int:
+                raise Refusal("the reaper needs stockade's pid (config key parent)")
+            start_reaper(sc, parent, done_fd if type(done_fd) is int else -1)
             mark("reaper")
         if type(done_fd) is int:
             try:
