@@ -13,6 +13,13 @@ dangerous one is a bypass. The result is idempotent (`normalize(normalize(t))
 
 Nothing here may be slower than linear in the input: the scan target is
 bounded, but a quadratic step on 256 KiB is still a denial of service.
+
+This module is loaded by `normalize.normalize` on first use, so that a check
+that never needs it does not import `re` or compile these patterns.
+`fastpath.is_plain` lists every character and sequence a step below reacts
+to: a step that starts reacting to a new one must be added there too, or the
+fast path would skip a fold (`test_policy_fastpath.py` checks the two
+against each other).
 """
 
 from __future__ import annotations
@@ -21,18 +28,7 @@ import binascii
 import functools
 import re
 
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from collections.abc import Sequence
-
-#: The scan target is cut here. A `bash -s` script can be megabytes; scanning
-#: the head keeps a check within milliseconds, and the verdict says it was cut.
-SCAN_LIMIT = 256 * 1024
-
-#: Stands in for a decoded `-EncodedCommand` payload; the decoded text is
-#: appended below. It cannot itself be mistaken for a payload (`[` is not
-#: base64), which is what keeps the fold idempotent.
-DECODED_MARKER = "[decoded below]"
+from .normalize import DECODED_MARKER
 
 # Characters a terminal does not show. A person reviewing `r<U+200B>m -rf /`
 # reads `rm -rf /`, and so must the filter; removing them can only join
@@ -220,31 +216,6 @@ def _normalize_once(text: str) -> tuple[str, bool]:
         if payload not in out:
             out.append(payload)
     return "\n".join(out), powershell
-
-
-def scan_target(program: str, args: Sequence[str], stdin: bytes | None) -> tuple[str, bool]:
-    """Program, space-joined args and stdin as one text, cut at `SCAN_LIMIT` bytes.
-
-    Returns the (not yet normalised) text and whether it was cut. Stdin is
-    read as UTF-8 with undecodable bytes replaced: one stray byte must not
-    turn a `bash -s` script into "binary, skipped".
-    """
-    line = " ".join((program, *args)) if args else program
-    if not stdin:
-        # A character is at most 4 bytes, so short lines skip the encode.
-        if len(line) * 4 <= SCAN_LIMIT:
-            return line, False
-        raw = line.encode("utf-8", "surrogatepass")
-        if len(raw) <= SCAN_LIMIT:
-            return line, False
-        return raw[:SCAN_LIMIT].decode("utf-8", "replace"), True
-    head = line.encode("utf-8", "surrogatepass") + b"\n" if line else b""
-    room = SCAN_LIMIT - len(head)
-    if room < 0:
-        return head[:SCAN_LIMIT].decode("utf-8", "replace"), True
-    body = stdin[:room]
-    truncated = len(stdin) > room
-    return (head + body).decode("utf-8", "replace"), truncated
 
 
 def _fold_unicode(t: str) -> str:
