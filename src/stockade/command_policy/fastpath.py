@@ -3,7 +3,7 @@
 A CLI invocation checks one command, and nearly every command an agent runs
 (`git status`, `pytest -q tests/`, `make -j4`) matches no rule. The full
 path (import `re` for the normaliser, import `re2`, compile the filter)
-costs about 35 ms for that answer; these checks give it in microseconds.
+costs over 20 ms for that answer; these checks give it in microseconds.
 They only ever conclude "no rule can match"; whenever they cannot prove
 it, the command takes the full path, unchanged.
 
@@ -62,9 +62,7 @@ Guard = tuple[tuple[Clause, ...], ...]
 #   `{`   brace expansion (needs `{` and `,`; `{` alone is rare enough to refuse)
 #   controls other than TAB and LF are dropped or become spaces
 # Anything outside ASCII goes to the Unicode folds, so it is refused before this.
-_PLAIN_BYTES = bytes(
-    c for c in (0x09, 0x0A, *range(0x20, 0x7F)) if chr(c) not in "$\\^`\"'{"
-)
+_PLAIN_BYTES = b"\t\n" + bytes(range(0x20, 0x7F)).translate(None, b"$\\^`\"'{")
 # `_DOT_SEGMENT_RE` folds `/.` when a separator or the end follows it, and
 # `_PARENT_RE` resolves `/..` when one follows that; `/.venv`, `~/.config`
 # and `./...` are left as written.
@@ -194,8 +192,7 @@ class Guards:
     __slots__ = ("_always", "_literals", "_rules")
 
     def __init__(self, guards: tuple[Guard, ...]) -> None:
-        self._rules = tuple(tuple(tuple(frozenset(clause) for clause in alternative)
-                                  for alternative in guard) for guard in guards)
+        self._rules = guards
         self._literals = tuple({literal: None for guard in guards for alternative in guard
                                 for clause in alternative for literal in clause})
         # An alternative without clauses holds for every text (the table has
