@@ -166,7 +166,7 @@ def test_host_scope_hides_credentials_homes_runtime_sockets_and_stockade() -> No
     r = rules()
     reads, writes = r.rules.read, r.rules.write
     for hidden in ("/home/u/.aws/credentials", "/etc/shadow", "/home/v/notes", "/root",
-                   "/run/user/1000", "/run/docker.sock", "/tmp/x11.sock", "/dev/sda",
+                   "/run/user/1000", "/run/user", "/run/docker.sock", "/tmp/x11.sock", "/dev/sda",
                    "/dev/pts", "/dev/shm", "/sys/class", "/home/u/.local/state/stockade",
                    "/home/u/.local/share/stockade"):
         assert not covered(hidden, reads + writes), hidden

@@ -216,7 +216,9 @@ def landlock_backend_rules(profile: Profile, *, tmpdir: str, private: Sequence[s
         for root in profile.read_roots:
             split(root, hidden)
     else:
-        unlistable = list(SPECIAL_ROOTS)
+        # /run/user holds every user's runtime dir (session bus, keyring,
+        # podman): hidden whole, as bubblewrap masks it.
+        unlistable = [*SPECIAL_ROOTS, "/run/user"]
         if profile.runtime_dir:
             unlistable.append(os.path.realpath(profile.runtime_dir))
         if profile.mask_other_homes:
