@@ -218,9 +218,36 @@ _ABI: list[int] = []
 
 
 def host_landlock_abi() -> int:
-    """The kernel's Landlock ABI, asked once per process: it cannot change while we run."""
+    """The kernel's Landlock ABI: asked once per process, and cached per boot.
+
+    Asking means a syscall through ctypes, whose import costs a one-shot CLI
+    more than everything else the audit record needs; the answer cannot
+    change until the kernel does, and a new boot has a new boot id.
+    """
     if not _ABI:
-        _ABI.append(landlock_abi())
+        cache = os.path.join(os.environ.get("XDG_STATE_HOME") or os.path.join(
+            os.environ.get("HOME") or "/tmp", ".local", "state"), "stockade", "landlock-abi")
+        try:
+            with open("/proc/sys/kernel/random/boot_id") as fh:
+                boot = fh.read().strip()
+        except OSError:
+            boot = ""
+        try:
+            with open(cache) as fh:
+                cached_boot, _, value = fh.read().partition(" ")
+            if boot and cached_boot == boot and value.strip().isdigit():
+                _ABI.append(int(value))
+        except OSError:
+            pass
+        if not _ABI:
+            _ABI.append(landlock_abi())
+            if boot:
+                try:
+                    os.makedirs(os.path.dirname(cache), mode=0o700, exist_ok=True)
+                    with open(cache, "w") as fh:
+                        fh.write(f"{boot} {_ABI[0]}")
+                except OSError:
+                    pass
     return _ABI[0]
 
 
