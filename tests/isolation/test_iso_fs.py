@@ -329,3 +329,24 @@ def test_read_only_workspace_survives_namespace_tricks(box: Box) -> None:
     names = ("remount", "bind-rw", "userns-remount", "mountns", "userns-py", "write-after")
     assert {n for n in names if tried.get(n) is not False} == set(), text(res)
     assert snapshot(box.ws) == before
+
+
+def test_no_setuid_program_is_left_in_the_workspace(box: Box) -> None:
+    """Run as root, a sandbox's files belong to the real root: a setuid bit set
+    inside would be a setuid-root program on the host for any local user."""
+    res = box.sh(SH_TRY + r"""
+cp /bin/true ./suid-true
+try chmod-suid chmod 4755 ./suid-true
+try chmod-sgid chmod g+s ./suid-true
+try install-suid sh -c 'cp /bin/true ./other && chmod u+s ./other'
+""", mode="workspace-write")
+    out = text(res)
+    for path in (box.ws / "suid-true", box.ws / "other"):
+        assert path.exists(), out  # the copies were made: the sandbox did run
+        assert path.stat().st_mode & 0o6000 == 0, (path, oct(path.stat().st_mode), out)
+
+
+def test_control_setuid_bit_sticks_without_the_boundary(box: Box) -> None:
+    res = box.sh("cp /bin/true ./suid-true && chmod 4755 ./suid-true", mode="full-access")
+    assert res.returncode == 0, text(res)
+    assert (box.ws / "suid-true").stat().st_mode & 0o4000, text(res)

@@ -41,11 +41,9 @@ NETWORK_MODES = (UNIX_ONLY, PROXY_ROUTED, UNRESTRICTED)
 #       as stream socketpairs (asyncio's self-pipe, libuv's child stdio).
 #   no-unix (network all): any family but AF_UNIX, which again only as
 #       stream socketpairs.
-# All three also refuse chmod to a setuid or setgid mode. Without a user
-# namespace a command run by root makes files owned by the real root, and
-# `chmod 4755` would leave a setuid-root program in the workspace for any
-# local user to run. (A write by a process without CAP_FSETID clears these
-# bits, so a file created with them cannot be given contents afterwards.)
+# Every mode refuses chmod to a setuid or setgid mode (see compile_seccomp).
+# (A write by a process without CAP_FSETID clears these bits, so a file
+# created with them cannot be given contents afterwards.)
 UNIX_NO_CONNECT = "unix-no-connect"
 TCP_ONLY = "tcp-only"
 NO_UNIX = "no-unix"
@@ -297,13 +295,17 @@ def compile_seccomp(network_mode: str, arch: str | None = None) -> bytes:
     if "mknod" in nr:
         a.op(BPF_JMP_JEQ_K, nr["mknod"], jt="mknod")
     a.op(BPF_JMP_JEQ_K, nr["mknodat"], jt="mknodat")
+    # Every mode: a command run by root owns what it creates as the real root
+    # (the user namespace maps 0 to 0), and bwrap's nosuid mounts protect only
+    # the sandbox, so `chmod 4755` would leave a setuid-root program in the
+    # workspace for any local user to run on the host.
+    for name, arg in CHMOD_MODE_ARG.items():
+        if name in nr:
+            a.op(BPF_JMP_JEQ_K, nr[name], jt=f"mode_arg{arg}")
     if network_mode in SOCKET_FAMILIES:
         a.op(BPF_JMP_JEQ_K, nr["socket"], jt="socket")
         a.op(BPF_JMP_JEQ_K, nr["socketpair"], jt="socket")
     elif network_mode in LANDLOCK_BACKEND_MODES:
-        for name, arg in CHMOD_MODE_ARG.items():
-            if name in nr:
-                a.op(BPF_JMP_JEQ_K, nr[name], jt=f"mode_arg{arg}")
         a.op(BPF_JMP_JEQ_K, nr["socket"], jt="ll_socket")
         a.op(BPF_JMP_JEQ_K, nr["socketpair"], jt="ll_socketpair")
         if network_mode == UNIX_NO_CONNECT:
@@ -344,6 +346,13 @@ def compile_seccomp(network_mode: str, arch: str | None = None) -> bytes:
     a.op(BPF_ALU_AND_K, S_IFMT)
     a.op(BPF_JMP_JEQ_K, DEVICE_TYPES[0], jt="deny")
     a.op(BPF_JMP_JEQ_K, DEVICE_TYPES[1], jt="deny", jf="allow")
+    a.label("mode_arg1")
+    a.load(off_arg(1))
+    a.jump("setid_mode")
+    a.label("mode_arg2")
+    a.load(off_arg(2))
+    a.label("setid_mode")
+    a.op(BPF_JMP_JSET_K, S_ISUID_ISGID, jt="deny", jf="allow")
     if network_mode in SOCKET_FAMILIES:
         a.label("socket")
         a.load(off_arg(0))
@@ -363,14 +372,7 @@ def compile_seccomp(network_mode: str, arch: str | None = None) -> bytes:
 
 
 def _landlock_backend_sockets(a: _Assembler, network_mode: str) -> None:
-    """The socket and chmod rules of the Landlock backend's modes (see LANDLOCK_BACKEND_MODES)."""
-    a.label("mode_arg1")
-    a.load(off_arg(1))
-    a.jump("setid_mode")
-    a.label("mode_arg2")
-    a.load(off_arg(2))
-    a.label("setid_mode")
-    a.op(BPF_JMP_JSET_K, S_ISUID_ISGID, jt="deny", jf="allow")
+    """The socket rules of the Landlock backend's modes (see LANDLOCK_BACKEND_MODES)."""
     a.label("ll_socket")
     a.load(off_arg(0))
     if network_mode == UNIX_NO_CONNECT:
