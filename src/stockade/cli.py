@@ -47,7 +47,7 @@ RUN_OPTIONS: dict[str, tuple[bool, bool, str]] = {
     "--deny-host": (True, True, "never let the command reach HOST, whatever else allows it"),
     "--timeout": (True, False, "seconds before the whole process tree is killed (default 60)"),
     "--max-output": (True, False, "capture output and stop past BYTES (split stdout/stderr)"),
-    "--backend": (True, False, "auto | bubblewrap | none (default: auto)"),
+    "--backend": (True, False, "auto | bubblewrap | landlock | none (default: auto)"),
     "--config": (True, False, "read this TOML file instead of the usual ones"),
     "--json": (False, False, "capture output and print one JSON result"),
     "--yes": (False, False, "approve the requested capabilities without asking"),

@@ -353,7 +353,8 @@ class SandboxCore:
             # not an ordinary one.
             detail["removed_planted"] = planted
             output.denial_hint = (f"the sandbox removed {', '.join(planted)}: a command may not "
-                                  "redirect git to another directory")
+                                  "create protected metadata (git redirection, agent or "
+                                  "editor settings)")
             output.likely_sandbox_denied = True
         if warnings:
             detail["warnings"] = list(warnings)
