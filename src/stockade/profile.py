@@ -41,6 +41,10 @@ _INJECTION_NAMES = ("BASH_ENV", "ENV", "NODE_OPTIONS", "PERL5OPT", "RUBYOPT", "M
 _PYTHON_HARMLESS = ("PYTHONUNBUFFERED", "PYTHONDONTWRITEBYTECODE", "PYTHONIOENCODING",
                     "PYTHONUTF8", "PYTHONHASHSEED")
 
+#: Variables naming the extra CA certificates a user's tools must trust.
+CA_BUNDLE_VARS = ("SSL_CERT_FILE", "SSL_CERT_DIR", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE",
+                  "NODE_EXTRA_CA_CERTS", "GIT_SSL_CAINFO", "PIP_CERT")
+
 #: Names that carry secrets by convention; glob with `*` at either end.
 DEFAULT_SECRET_ENV = ("*TOKEN*", "*SECRET*", "*PASSWORD*", "*PASSWD*", "*API_KEY*",
                       "*APIKEY*", "*PRIVATE_KEY*", "*CREDENTIAL*", "*ACCESS_KEY*",
@@ -384,6 +388,12 @@ def build_profile(
     # What is explicitly granted is never hidden: asking for fs_read of ~/.aws
     # (and being approved) is how a session gets it back.
     grants = capabilities.fs_read + capabilities.fs_write
+    # A company's TLS-intercepting CA, named by the variables tools read:
+    # without it every HTTPS request through that network fails to verify.
+    ca_bundles = tuple(sorted({
+        os.path.realpath(host_env[var]) for var in CA_BUNDLE_VARS
+        if host_env.get(var, "").startswith("/") and kind(os.path.realpath(host_env[var]))
+        in (FILE, DIR)}))
     hidden: list[tuple[str, str]] = []
     for p in private:
         # stockade's own records: the ledger holds every earlier command's
@@ -397,6 +407,8 @@ def build_profile(
         real = os.path.realpath(p)
         if any(is_under(real, g) and g != "/" for g in grants):
             continue
+        if any(is_under(ca, real) for ca in ca_bundles):
+            continue  # a CA bundle kept under a hidden directory stays readable
         k = kind(real)
         if k != MISSING:
             hidden.append((real, DIR if k == DIR else FILE))
@@ -412,6 +424,7 @@ def build_profile(
         roots.extend(interpreter_prefixes())
         roots.extend(capabilities.fs_read)
         roots.extend(extra_read)
+        roots.extend(ca_bundles)
         roots.append(workspace)
         read_roots = tuple(sorted(set(roots)))
     else:
@@ -432,7 +445,8 @@ def build_profile(
         cwd=cwd,
         read_scope=read_scope,
         read_roots=read_roots,
-        read_extra=tuple(p for p in capabilities.fs_read + tuple(extra_read) if p != "/"),
+        read_extra=tuple(p for p in capabilities.fs_read + tuple(extra_read) + ca_bundles
+                         if p != "/"),
         system_links=links,
         write_roots=tuple(write_roots),
         hidden=tuple(sorted(set(hidden))),

@@ -159,3 +159,13 @@ def test_fs_write_outside_workspace_is_bound_writable():
 
 def test_capabilities_default():
     assert SandboxCapabilities().network.kind == "none"
+
+
+def test_extra_ca_bundle_is_readable_in_every_scope():
+    entries = {"/home/u/.config/gcloud": DIR, "/home/u/.config/gcloud/ca.pem": FILE}
+    env = {"REQUESTS_CA_BUNDLE": "/home/u/.config/gcloud/ca.pem"}
+    host = profile(entries=entries, env=env)
+    assert "/home/u/.config/gcloud/ca.pem" in host.read_extra
+    assert all(path != "/home/u/.config/gcloud" for path, _ in host.hidden)
+    strict = profile(entries=entries, env=env, read_scope="strict")
+    assert "/home/u/.config/gcloud/ca.pem" in strict.read_roots
