@@ -38,6 +38,8 @@ _FIELDS: dict[str, tuple[str, object]] = {
     "approval_timeout_seconds": ("number", 120.0),
     "bwrap": ("path", ""),
     "max_pids": ("int", 200),
+    "tmp_size_mb": ("int", 1024),
+    "max_file_size_mb": ("int-or-none", None),
     "allow_hosts": (_STR_LIST, []),
     "deny_hosts": (_STR_LIST, []),
     "cpu_quota_percent": ("int-or-none", None),
@@ -67,6 +69,8 @@ class SandboxConfig:
     approval_timeout_seconds: float
     bwrap: str
     max_pids: int
+    tmp_size_mb: int
+    max_file_size_mb: int | None
     allow_hosts: list[str]
     deny_hosts: list[str]
     cpu_quota_percent: int | None

@@ -439,7 +439,7 @@ class SandboxCore:
         if ledger:
             private += [ledger, ledger + "-wal", ledger + "-shm"]
         return build_profile(
-            private=private,
+            private=private, tmp_size_mb=c.tmp_size_mb, max_file_size_mb=c.max_file_size_mb,
             proxy_socket=endpoint[0] if endpoint else None,
             proxy_port=endpoint[1] if endpoint else None,
             mode=mode, workspace=ws.cwd, cwd=cwd, capabilities=caps,

@@ -156,14 +156,15 @@ class Profile:
     """Everything a driver needs, decided: paths are canonical, lists are final."""
 
     __slots__ = (
-        "cwd", "env", "granted_sockets", "hidden", "home", "mask_other_homes", "max_memory_mb",
-        "mode", "network", "protected", "proxy_port", "proxy_socket", "read_extra", "read_roots",
-        "read_scope", "runtime_dir",
-        "session_tmp", "sockets", "system_links", "workspace", "workspace_writable",
+        "cwd", "env", "granted_sockets", "hidden", "home", "mask_other_homes",
+        "max_file_size_mb", "max_memory_mb", "mode", "network", "protected", "proxy_port",
+        "proxy_socket", "read_extra", "read_roots", "read_scope", "runtime_dir", "session_tmp",
+        "sockets", "system_links", "tmp_size_mb", "workspace", "workspace_writable",
         "write_roots",
     )
 
-    _OPTIONAL: ClassVar[dict[str, object]] = {"proxy_socket": None, "proxy_port": None}
+    _OPTIONAL: ClassVar[dict[str, object]] = {"proxy_socket": None, "proxy_port": None,
+                                              "tmp_size_mb": None, "max_file_size_mb": None}
 
     def __init__(self, **fields: object) -> None:
         for name in self.__slots__:
@@ -195,6 +196,10 @@ class Profile:
     proxy_socket: str | None
     proxy_port: int | None
     session_tmp: str | None
+    #: Size of a fresh /tmp (a session's /tmp is a host directory, uncapped).
+    tmp_size_mb: int | None
+    #: RLIMIT_FSIZE: the largest file a command may write.
+    max_file_size_mb: int | None
     max_memory_mb: int | None
     env: dict[str, str]
 
@@ -366,6 +371,8 @@ def build_profile(
     proxy_socket: str | None = None,
     proxy_port: int | None = None,
     private: tuple[str, ...] | list[str] = (),
+    tmp_size_mb: int | None = None,
+    max_file_size_mb: int | None = None,
 ) -> Profile:
     """Decide the boundary for one command. All paths in are canonical."""
     writable_ws = mode != READ_ONLY and any(is_under(workspace, w) for w in capabilities.fs_write)
@@ -460,6 +467,8 @@ def build_profile(
         session_tmp=session_tmp,
         proxy_socket=proxy_socket,
         proxy_port=proxy_port,
+        tmp_size_mb=tmp_size_mb,
+        max_file_size_mb=max_file_size_mb,
         max_memory_mb=capabilities.max_memory_mb,
         env=sandbox_env(host_env, command_env or {}, secret_env, backend=backend),
     )

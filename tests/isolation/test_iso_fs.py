@@ -350,3 +350,18 @@ def test_control_setuid_bit_sticks_without_the_boundary(box: Box) -> None:
     res = box.sh("cp /bin/true ./suid-true && chmod 4755 ./suid-true", mode="full-access")
     assert res.returncode == 0, text(res)
     assert (box.ws / "suid-true").stat().st_mode & 0o4000, text(res)
+
+
+def test_filling_tmp_or_a_huge_file_stops_inside(box: Box) -> None:
+    """A fresh /tmp is a capped tmpfs, and one file cannot outgrow max_file_size_mb:
+    the command meets ENOSPC / SIGXFSZ instead of the host running out of memory or disk."""
+    cfg = box.write(box.state / "caps.toml",
+                    "[sandbox]\ntmp_size_mb = 8\nmax_file_size_mb = 4\n")
+    res = box.sh(SH_TRY + r"""
+try tmp-fill sh -c 'head -c 64M /dev/zero > /tmp/fill'
+try big-file sh -c 'head -c 32M /dev/zero > ./big'
+""", mode="workspace-write", options=["--config", str(cfg)])
+    tried = attempts(res)
+    assert tried == {"tmp-fill": False, "big-file": False}, text(res)
+    big = box.ws / "big"
+    assert big.exists() and big.stat().st_size <= 4 << 20, text(res)  # seen from the host

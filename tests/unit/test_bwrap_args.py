@@ -169,3 +169,10 @@ def test_extra_ca_bundle_is_readable_in_every_scope():
     assert all(path != "/home/u/.config/gcloud" for path, _ in host.hidden)
     strict = profile(entries=entries, env=env, read_scope="strict")
     assert "/home/u/.config/gcloud/ca.pem" in strict.read_roots
+
+
+def test_fresh_tmp_is_size_capped_when_bwrap_can():
+    args = build_bwrap_args(profile(), "b", inner=[], tmp_size_mb=64)
+    i = args.index("--size")
+    assert args[i + 1] == str(64 << 20) and args[i + 2:i + 4] == ["--tmpfs", "/tmp"]
+    assert "--size" not in build_bwrap_args(profile(), "b", inner=[])

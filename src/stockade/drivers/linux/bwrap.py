@@ -130,11 +130,13 @@ def userns_diagnosis(stderr: str = "") -> str:
 
 
 def build_bwrap_args(profile: Profile, bwrap: str, *, inner: list[str] | None = None,
-                     extra_mounts: list[str] | tuple[str, ...] = ()) -> list[str]:
+                     extra_mounts: list[str] | tuple[str, ...] = (),
+                     tmp_size_mb: int | None = None) -> list[str]:
     """bwrap's command line for `profile`, ending in `-- inner` (pure).
 
     `extra_mounts` are bwrap mount arguments applied after the profile's own
-    (the init's read-only view of itself and its interpreter).
+    (the init's read-only view of itself and its interpreter); `tmp_size_mb`
+    caps a fresh /tmp (bwrap 0.10 and newer understand `--size`).
     """
     a: list[str] = [bwrap]
     # A user namespace even for root: without it root's capabilities would be
@@ -183,6 +185,10 @@ def build_bwrap_args(profile: Profile, bwrap: str, *, inner: list[str] | None = 
     if profile.session_tmp:
         a += ["--bind", profile.session_tmp, "/tmp"]
     else:
+        # Filling /tmp gives ENOSPC inside; a fresh tmpfs is memory, so it is
+        # capped rather than left to grow into the host's RAM.
+        if tmp_size_mb:
+            a += ["--size", str(tmp_size_mb << 20)]
         a += ["--tmpfs", "/tmp"]
     if os.path.isdir("/run/user"):
         # Every user's runtime dir holds a session bus, a keyring, podman's
@@ -385,8 +391,9 @@ class BubblewrapDriver:
         init = init_launch(profile, list(argv), require_landlock=self._require_landlock)
         stubs = _StubSet(profile, self._state_dir)
         try:
+            tmp_cap = profile.tmp_size_mb if bwrap_has_size(self.bwrap, self._state_dir) else None
             args = build_bwrap_args(profile, self.bwrap, inner=init.argv,
-                                    extra_mounts=init.mounts)
+                                    extra_mounts=init.mounts, tmp_size_mb=tmp_cap)
             cgroup = self._cgroup(profile)
         except BaseException:
             stubs.release()
@@ -443,6 +450,40 @@ class BubblewrapDriver:
                 f"cannot create a cgroup for this command ({exc.filename or name}): "
                 f"{exc.strerror}"
             ) from exc
+
+
+def bwrap_has_size(bwrap: str, cache_dir: str) -> bool:
+    """Whether this bwrap knows `--size` (0.10 and newer), asked once per binary.
+
+    Debian 12 ships 0.8: there /tmp stays uncapped rather than bwrap refusing
+    an option it does not know. The answer is cached next to the probe's.
+    """
+    try:
+        st = os.stat(bwrap)
+    except OSError:
+        return False
+    key = f"{bwrap}|{st.st_mtime_ns}|{st.st_size}|"
+    marker = os.path.join(cache_dir, "bwrap-version")
+    try:
+        with open(marker) as fh:
+            cached = fh.read()
+        if cached.startswith(key):
+            return cached[len(key):] == "size"
+    except OSError:
+        pass
+    from ...process import run_plain
+
+    code, out, _ = run_plain([bwrap, "--version"], timeout=5.0)
+    version = out.decode("ascii", "replace").split()[-1:] if code == 0 else []
+    parts = [int(p) for p in (version[0].split(".") if version else []) if p.isdigit()]
+    has = tuple(parts[:2]) >= (0, 10)
+    try:
+        os.makedirs(cache_dir, mode=0o700, exist_ok=True)
+        with open(marker, "w") as fh:
+            fh.write(key + ("size" if has else "no"))
+    except OSError:
+        pass
+    return has
 
 
 def sha256_hex(data: bytes) -> str:

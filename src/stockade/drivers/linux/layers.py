@@ -128,10 +128,16 @@ def init_config(profile: Profile, *, proxy_ports: Sequence[int] = (),
     }
     if kind == "hosts":
         config["bridge"] = {"unix": BRIDGE_SOCKET, "ports": list(proxy_ports)}
+    rlimits: dict[str, int] = {}
     if profile.max_memory_mb:
         # The seed's cap on address space, on every platform; the cgroup's
         # memory.max (RSS) catches what a reservation trick slips past it.
-        config["rlimits"] = {"as": profile.max_memory_mb << 20}
+        rlimits["as"] = profile.max_memory_mb << 20
+    if getattr(profile, "max_file_size_mb", None):
+        # One runaway file cannot fill the disk a writable root lives on.
+        rlimits["fsize"] = int(profile.max_file_size_mb or 0) << 20
+    if rlimits:
+        config["rlimits"] = rlimits
     return config
 
 
