@@ -45,6 +45,7 @@ _FIELDS: dict[str, tuple[str, object]] = {
     "cpu_quota_percent": ("int-or-none", None),
     # The landlock backend (and `auto` falling back to it) needs at least this ABI.
     "landlock_min_abi": ("int", 3),
+    "require_landlock": ("bool", False),
 }
 _TABLES = ("command_policy",)
 
@@ -75,6 +76,7 @@ class SandboxConfig:
     deny_hosts: list[str]
     cpu_quota_percent: int | None
     landlock_min_abi: int
+    require_landlock: bool
     command_policy: dict[str, object]
     sources: list[str]
 

@@ -154,6 +154,10 @@ class SandboxCore:
                 options.setdefault("max_pids", self.config.max_pids)
                 options.setdefault("cpu_percent", self.config.cpu_quota_percent)
                 options.setdefault("min_abi", self.config.landlock_min_abi)
+                if self.config.require_landlock:
+                    # A kernel without Landlock is reported, not fatal, while
+                    # bwrap stands -- unless the user said it must hold.
+                    options.setdefault("require_landlock", True)
                 # stockade's own files, which the Landlock backend keeps out of
                 # the host read scope (bubblewrap ignores these).
                 options.setdefault("ledger", self.config.ledger_path(self.env))
