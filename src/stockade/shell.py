@@ -121,7 +121,10 @@ def main(argv: list[str]) -> int:
         shell_env = {"PS1": marker + "\\w \\$ ", "STOCKADE_SHELL": "1"}
         if "TERM" in env:
             shell_env["TERM"] = env["TERM"]
-        cmd = SandboxCommand(sys.executable, ["-I", "-S", "-c", CTTY_HELPER, *shell],
+        # The real interpreter, not a venv's link to it: the init binds that
+        # one into the sandbox, and a venv under /tmp would be invisible there.
+        cmd = SandboxCommand(os.path.realpath(sys.executable),
+                             ["-I", "-S", "-c", CTTY_HELPER, *shell],
                              session_id=session, capabilities=caps, timeout=timeout,
                              cwd=str(values["cwd"]) if values.get("cwd") else None,
                              env=shell_env)

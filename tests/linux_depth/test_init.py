@@ -38,6 +38,10 @@ from stockade.drivers.linux.layers import (
 from stockade.profile import Profile, build_profile
 
 PROBES = Path(__file__).with_name("depth_probes.py")
+# A checkout under /tmp (CI may clone anywhere) would vanish behind the
+# sandbox's fresh /tmp: put the init and the probes back, read-only.
+VISIBLE = ["--ro-bind", INIT_DIR, INIT_DIR,
+           "--ro-bind", str(PROBES.parent), str(PROBES.parent)]
 HOST_PYTHON = os.path.realpath(sys.executable)
 SYSTEM_PYTHON = "/usr/bin/python3"
 PYTHONS = [HOST_PYTHON] + ([SYSTEM_PYTHON] if os.access(SYSTEM_PYTHON, os.X_OK) else [])
@@ -211,7 +215,7 @@ def sandbox(cfg: dict[str, object], command: Sequence[str], *, python: str = HOS
             ) -> subprocess.CompletedProcess[str]:
     argv = [bwrap, "--unshare-user", "--unshare-pid", "--die-with-parent",
             *(["--unshare-net"] if net else []), *(["--cap-drop", "ALL"] if cap_drop else []),
-            "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp",
+            "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp", *VISIBLE,
             *binds, "--", python, "-I", "-S", init_path, json.dumps(cfg), "--", *command]
     return subprocess.run(argv, capture_output=True, text=True, timeout=90, check=False,
                           pass_fds=tuple(pass_fds), cwd="/",
@@ -419,7 +423,7 @@ def test_stdout_redirected_to_a_file_can_be_reopened(ws: Path) -> None:
     with open(log, "w") as out:
         res = subprocess.run(
             [BWRAP, "--unshare-user", "--unshare-pid", "--die-with-parent", "--cap-drop", "ALL",
-             "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp",
+             "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp", *VISIBLE,
              "--bind", str(ws / "other"), str(ws / "other"), "--",
              HOST_PYTHON, "-I", "-S", INIT_PATH, json.dumps(config()), "--", "/bin/sh", "-c",
              f"echo a > /dev/stdout; echo b >> /dev/stdout; echo c > {ws}/other/file"],
