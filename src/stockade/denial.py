@@ -39,6 +39,11 @@ def likely_sandbox_denied(exit_code: int | None, signal: int | None, stderr: byt
     tail = stderr[-4096:]
     for marker, kind in _MARKERS:
         if marker in tail:
+            # Landlock and seccomp refuse a connect() with EACCES/EPERM, which
+            # reads like a file error; the call that failed says otherwise.
+            if kind in ("eacces", "eperm") and any(
+                    word in tail for word in (b"connect", b"socket", b"urlopen", b"Connection")):
+                return "network"
             return kind
     return None
 
@@ -71,11 +76,15 @@ def _quoted_path(stderr: bytes) -> str:
     """
     lines = stderr.decode("utf-8", "replace").strip().splitlines()
     for line in reversed(lines[-5:]):
+        # Only the line carrying the error: a traceback's earlier lines quote
+        # source files that have nothing to do with what was refused.
         for marker, _ in _MARKERS:
             at = line.find(marker.decode())
             if at > 0:
                 line = line[:at]
                 break
+        else:
+            continue
         line = line.rstrip(": ")
         for left, right in (("\u2018", "\u2019"), ("'", "'"), ('"', '"')):
             end = line.rfind(right)

@@ -284,3 +284,12 @@ def test_denial_hint_names_the_path_the_error_is_about(stderr, path):
 
     assert denial_hint("read-only", stderr, "workspace-write").startswith(
         f"blocked by the sandbox: {path} is read-only in workspace-write")
+
+
+def test_a_refused_connect_reads_as_network_not_a_file():
+    from stockade.denial import likely_sandbox_denied
+
+    stderr = (b'Traceback (most recent call last):\n  File "/usr/lib/python3.11/socket.py", '
+              b'line 851, in create_connection\n    sock.connect(sa)\n'
+              b'PermissionError: [Errno 13] Permission denied\n')
+    assert likely_sandbox_denied(1, None, stderr, sandboxed=True) == "network"
