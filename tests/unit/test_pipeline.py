@@ -293,3 +293,12 @@ def test_a_refused_connect_reads_as_network_not_a_file():
               b'line 851, in create_connection\n    sock.connect(sa)\n'
               b'PermissionError: [Errno 13] Permission denied\n')
     assert likely_sandbox_denied(1, None, stderr, sandboxed=True) == "network"
+
+
+def test_full_access_runs_in_the_workspace_not_in_stockades_cwd(tmp_path, env, monkeypatch):
+    config = SandboxConfig(mode="full-access", ledger=False)
+    sandbox = SyncWorkspaceSandbox(config, env=env, hooks=[])
+    ws = sandbox.open_session("fa", str(tmp_path))
+    monkeypatch.chdir("/")
+    out = sandbox.execute(SandboxCommand("pwd", session_id="fa"))
+    assert out.stdout.decode().strip() == ws.cwd and out.backend == "none"

@@ -19,4 +19,9 @@ class NoneDriver:
         return None
 
     def prepare(self, argv: list[str], profile: Profile) -> PreparedLaunch:
-        return PreparedLaunch(list(argv), dict(profile.env), profile.cwd)
+        from ..process import chdir_argv
+
+        # posix_spawn cannot change directory, and chdir in this process
+        # would move every thread; a shell does it in the child.
+        return PreparedLaunch(chdir_argv(profile.cwd, list(argv)), dict(profile.env),
+                              profile.cwd)
