@@ -213,7 +213,7 @@ def run_on_pty(run: Run, timeout: float | None = None, *, stdin: int = 0,
             os.close(slave)
         os.close(master)
         launch.cleanup()
-    check_launcher_failure(code, tail, launch.argv)
+    check_launcher_failure(code, tail)
     return Outcome(code, b"", b"", False, timed_out, (time.monotonic() - start) * 1000.0)
 
 

@@ -33,19 +33,19 @@ def perform_run(run: Run) -> Outcome:
         outcome = proc.communicate(run.stdin, timeout=run.timeout, max_output=run.max_output)
     finally:
         launch.cleanup()
-    check_launcher_failure(outcome.returncode, outcome.stderr, launch.argv)
+    check_launcher_failure(outcome.returncode, outcome.stderr)
     return outcome
 
 
-def check_launcher_failure(returncode: int, stderr: bytes, argv: list[str]) -> None:
+def check_launcher_failure(returncode: int, stderr: bytes) -> None:
     """bwrap's own setup errors are the sandbox failing, not the command."""
     if returncode == 1 and stderr.startswith(b"bwrap: "):
         from .drivers.linux.bwrap import userns_diagnosis
 
-        raise SandboxUnavailable(
-            "bubblewrap could not build the sandbox: "
-            + userns_diagnosis(stderr.decode("utf-8", "replace"))
-        )
+        why = userns_diagnosis(stderr.decode("utf-8", "replace"))
+        if not why.startswith("bwrap could not"):
+            why = "bubblewrap could not create a user namespace: " + why
+        raise SandboxUnavailable(why)
 
 
 def perform_start(run: Run, core: SandboxCore, ws: SessionWorkspace) -> BackgroundProcess:

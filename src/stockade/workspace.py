@@ -126,7 +126,7 @@ async def _run_async(run: Run) -> Outcome:
             raise
     finally:
         launch.cleanup()
-    check_launcher_failure(outcome.returncode, outcome.stderr, launch.argv)
+    check_launcher_failure(outcome.returncode, outcome.stderr)
     return outcome
 
 
