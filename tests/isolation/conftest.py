@@ -35,6 +35,7 @@ import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypeVar
 
 import pytest
 
@@ -207,6 +208,12 @@ _WORKS: dict[str, str] = {}
 
 @pytest.fixture(scope="session", params=RUNNER_NAMES)
 def runner(request: pytest.FixtureRequest, iso_root: Path) -> Runner:
+    return make_runner(request, iso_root)
+
+
+def make_runner(request: pytest.FixtureRequest, iso_root: Path, *,
+                backend_args: Sequence[str] = (), backend: str = "bubblewrap") -> Runner:
+    """The runner `request.param` names, proven to run `backend` as its own uid."""
     name = request.param
     if name == "user":
         pw = _ensure_user()
@@ -214,31 +221,34 @@ def runner(request: pytest.FixtureRequest, iso_root: Path) -> Runner:
         r = Runner(name, pw.pw_uid, pw.pw_gid, SYSTEM_PYTHON, site)
     else:
         r = Runner(name, os.geteuid(), os.getegid(), sys.executable, str(SRC))
-    _require_working_sandbox(r, iso_root)
+    _require_working_sandbox(r, iso_root, backend_args, backend)
     return r
 
 
-def _require_working_sandbox(r: Runner, iso_root: Path) -> None:
-    """FAIL, never skip, when bwrap cannot build a sandbox: a skipped suite proves nothing."""
-    if r.name in _WORKS:
-        if _WORKS[r.name]:
-            pytest.fail(_WORKS[r.name], pytrace=False)
+def _require_working_sandbox(r: Runner, iso_root: Path, backend_args: Sequence[str],
+                             backend: str) -> None:
+    """FAIL, never skip, when the backend cannot build a sandbox: a skipped suite proves nothing."""
+    key = f"{r.name}/{backend}"
+    if key in _WORKS:
+        if _WORKS[key]:
+            pytest.fail(_WORKS[key], pytrace=False)
         return
     probe = Path(tempfile.mkdtemp(prefix="probe-", dir=iso_root))
     os.chmod(probe, 0o755)
     r.own(probe)
     env = {"HOME": str(probe), "PATH": MINIMAL_PATH}
-    res = r.cli(["run", "--", "/bin/sh", "-c", "echo $STOCKADE_SANDBOX $(id -u)"], cwd=probe,
-                env=env)
+    res = r.cli(["run", *backend_args, "--", "/bin/sh", "-c", "echo $STOCKADE_SANDBOX $(id -u)"],
+                cwd=probe, env=env)
     out = res.stdout.decode(errors="replace").strip()
     # The uid check proves the user runner really is unprivileged inside.
-    if res.returncode != 0 or out != f"bubblewrap {r.uid}":
-        _WORKS[r.name] = (
-            f"the sandbox does not run as {r.name} (uid {r.uid}): exit {res.returncode}, "
-            f"stdout {out!r}, stderr {res.stderr.decode(errors='replace').strip()!r}"
+    if res.returncode != 0 or out != f"{backend} {r.uid}":
+        _WORKS[key] = (
+            f"the {backend} sandbox does not run as {r.name} (uid {r.uid}): exit "
+            f"{res.returncode}, stdout {out!r}, stderr "
+            f"{res.stderr.decode(errors='replace').strip()!r}"
         )
-        pytest.fail(_WORKS[r.name], pytrace=False)
-    _WORKS[r.name] = ""
+        pytest.fail(_WORKS[key], pytrace=False)
+    _WORKS[key] = ""
 
 
 # -- a test's world ------------------------------------------------------------------
@@ -309,11 +319,19 @@ class Box:
         return self.runner.host(argv, **kw)  # type: ignore[arg-type]
 
 
+B = TypeVar("B", bound=Box)
+
+
 @pytest.fixture
 def box(runner: Runner, iso_root: Path) -> Box:
+    return populate(Box, runner, iso_root)
+
+
+def populate(kind: type[B], runner: Runner, iso_root: Path) -> B:
+    """A fresh box: workspace, a decoy HOME holding every credential, a sibling."""
     root = Path(tempfile.mkdtemp(prefix="t-", dir=iso_root))
     os.chmod(root, 0o755)
-    b = Box(runner, root, root / "ws", root / "home", root / "sibling")
+    b = kind(runner, root, root / "ws", root / "home", root / "sibling")
     for d in (b.ws, b.home, b.sibling, b.state):
         d.mkdir()
         os.chmod(d, 0o755)

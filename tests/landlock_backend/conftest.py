@@ -16,10 +16,7 @@ reasons are listed in docs/landlock-backend.md.
 from __future__ import annotations
 
 import os
-import secrets
 import subprocess
-import sys
-import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,18 +24,13 @@ from pathlib import Path
 import pytest
 
 from isolation.conftest import (
-    HIDDEN_DECOYS,
-    MINIMAL_PATH,
     RUNNER_NAMES,
-    SRC,
-    SSH_KEY,
-    SYSTEM_PYTHON,
-    VISIBLE_DECOY,
     Box,
     Runner,
-    _ensure_user,
     iso_root,
     listeners,
+    make_runner,
+    populate,
     unpriv_site,
 )
 
@@ -63,62 +55,15 @@ class LandlockBox(Box):
                            **kw)  # type: ignore[arg-type]
 
 
-_WORKS: dict[str, str] = {}
-
-
 @pytest.fixture(scope="session", params=RUNNER_NAMES)
 def runner(request: pytest.FixtureRequest, iso_root: Path) -> Runner:
-    name = request.param
-    if name == "user":
-        pw = _ensure_user()
-        site = request.getfixturevalue("unpriv_site")
-        r = Runner(name, pw.pw_uid, pw.pw_gid, SYSTEM_PYTHON, site)
-    else:
-        r = Runner(name, os.geteuid(), os.getegid(), sys.executable, str(SRC))
-    _require_landlock(r, iso_root)
-    return r
-
-
-def _require_landlock(r: Runner, iso_root: Path) -> None:
-    """FAIL, never skip, when the Landlock backend cannot run a command as this runner."""
-    if r.name in _WORKS:
-        if _WORKS[r.name]:
-            pytest.fail(_WORKS[r.name], pytrace=False)
-        return
-    probe = Path(tempfile.mkdtemp(prefix="llprobe-", dir=iso_root))
-    os.chmod(probe, 0o755)
-    r.own(probe)
-    res = r.cli(["run", *BACKEND, "--", "/bin/sh", "-c", "echo $STOCKADE_SANDBOX $(id -u)"],
-                cwd=probe, env={"HOME": str(probe), "PATH": MINIMAL_PATH})
-    out = res.stdout.decode(errors="replace").strip()
-    if res.returncode != 0 or out != f"landlock {r.uid}":
-        _WORKS[r.name] = (
-            f"the landlock backend does not run as {r.name} (uid {r.uid}): exit "
-            f"{res.returncode}, stdout {out!r}, stderr "
-            f"{res.stderr.decode(errors='replace').strip()!r}")
-        pytest.fail(_WORKS[r.name], pytrace=False)
-    _WORKS[r.name] = ""
+    return make_runner(request, iso_root, backend_args=BACKEND, backend="landlock")
 
 
 @pytest.fixture
 def box(runner: Runner, iso_root: Path) -> LandlockBox:
-    """The isolation suite's box (workspace, decoy HOME with every credential, sibling)."""
-    root = Path(tempfile.mkdtemp(prefix="ll-", dir=iso_root))
-    os.chmod(root, 0o755)
-    b = LandlockBox(runner, root, root / "ws", root / "home", root / "sibling")
-    for d in (b.ws, b.home, b.sibling, b.state):
-        d.mkdir()
-        os.chmod(d, 0o755)
-        runner.own(d)
-    tag = secrets.token_hex(6)
-    for rel in (*HIDDEN_DECOYS, SSH_KEY, VISIBLE_DECOY):
-        marker = f"DECOY-{rel.strip('.').replace('/', '_')}-{tag}"
-        b.markers[rel] = marker
-        b.write(b.home / rel, f"{marker}\n", 0o600)
-    for dirpath, _dirs, _files in os.walk(b.home):
-        os.chmod(dirpath, 0o755)
-        runner.own(dirpath)
-    b.write(b.sibling / "notes.txt", "sibling original\n")
+    """The isolation suite's box, plus a user config that selects this backend."""
+    b = populate(LandlockBox, runner, iso_root)
     config = b.state / "config" / "stockade"
     config.mkdir(parents=True)
     for d in (b.state / "config", config):

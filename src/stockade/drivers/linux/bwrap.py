@@ -17,7 +17,7 @@ from ...capabilities import NetworkPolicy, is_under
 from ...errors import SandboxUnavailable
 from ...profile import ABSENT, DIR, PIN, STRICT
 from .. import PreparedLaunch
-from .limits import ExecCgroup, Limits, mechanism
+from .limits import ExecCgroup, exec_cgroup, mechanism
 
 SYS_READ_PATHS = ("/sys/devices/system/cpu", "/sys/devices/system/node", "/sys/fs/cgroup",
                   "/sys/kernel/mm/transparent_hugepage")
@@ -435,21 +435,8 @@ class BubblewrapDriver:
         probe_userns(self.bwrap, cache_dir=self._state_dir)
 
     def _cgroup(self, profile: Profile) -> ExecCgroup | None:
-        limits = Limits(memory_mb=profile.max_memory_mb, max_pids=self._max_pids,
-                        cpu_percent=self._cpu_percent)
-        kind, bases, _why = mechanism()
-        if kind == "rlimit" or not limits.any():
-            return None
-        # Random, not pid-and-counter: a stockade killed before its cleanup
-        # leaves an empty cgroup behind, and a reused pid must not collide.
-        name = f"stockade-{os.getpid()}-{os.urandom(4).hex()}"
-        try:
-            return ExecCgroup(kind, bases, limits, name)
-        except OSError as exc:
-            raise SandboxUnavailable(
-                f"cannot create a cgroup for this command ({exc.filename or name}): "
-                f"{exc.strerror}"
-            ) from exc
+        return exec_cgroup(profile.max_memory_mb, self._max_pids, self._cpu_percent,
+                           prefix="stockade")
 
 
 def bwrap_has_size(bwrap: str, cache_dir: str) -> bool:

@@ -31,7 +31,7 @@ from ...errors import SandboxUnavailable
 from ...profile import DIR, LINK, MISSING, STRICT, path_kind
 from .. import PreparedLaunch
 from .landlock import LandlockRules, unavailable_reason
-from .limits import ExecCgroup, Limits, mechanism
+from .limits import ExecCgroup, exec_cgroup, mechanism
 from .seccomp import NO_UNIX, TCP_ONLY, UNIX_NO_CONNECT, native_arch
 
 TYPE_CHECKING = False
@@ -700,7 +700,6 @@ def _default_state_dir(env: Mapping[str, str]) -> str:
     return os.path.join(base, "stockade")
 
 
-_SEQ = 0
 
 
 class LandlockDriver:
@@ -809,23 +808,8 @@ class LandlockDriver:
         return made, made
 
     def _cgroup(self, profile: Profile) -> ExecCgroup | None:
-        limits = Limits(memory_mb=profile.max_memory_mb, max_pids=self._max_pids,
-                        cpu_percent=self._cpu_percent)
-        kind, bases, _why = mechanism()
-        if kind == "rlimit" or not limits.any():
-            return None
-        global _SEQ
-        _SEQ += 1
-        try:
-            # A random part too: a SIGKILLed stockade cannot remove its cgroup,
-            # and a later stockade given the same pid must not collide with it.
-            name = f"stockade-ll-{os.getpid()}-{_SEQ}-{os.urandom(4).hex()}"
-            return ExecCgroup(kind, bases, limits, name)
-        except OSError as exc:
-            raise SandboxUnavailable(
-                f"cannot create a cgroup for this command under {next(iter(bases.values()))}: "
-                f"{exc.strerror}"
-            ) from exc
+        return exec_cgroup(profile.max_memory_mb, self._max_pids, self._cpu_percent,
+                           prefix="stockade-ll")
 
 
 #: The descriptor number the reaper's end-of-file pipe has in the init.

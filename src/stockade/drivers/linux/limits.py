@@ -238,6 +238,28 @@ class ExecCgroup:
                     time.sleep(0.01)
 
 
+def exec_cgroup(memory_mb: int | None, max_pids: int | None, cpu_percent: int | None,
+                prefix: str = "stockade") -> ExecCgroup | None:
+    """A cgroup for one command, or None where only rlimits apply or nothing is limited.
+
+    Named at random, not by pid and counter: a stockade killed before its
+    cleanup leaves an empty cgroup behind, and a reused pid must not collide.
+    """
+    limits = Limits(memory_mb=memory_mb, max_pids=max_pids, cpu_percent=cpu_percent)
+    kind, bases, _why = mechanism()
+    if kind == "rlimit" or not limits.any():
+        return None
+    name = f"{prefix}-{os.getpid()}-{os.urandom(4).hex()}"
+    try:
+        return ExecCgroup(kind, bases, limits, name)
+    except OSError as exc:
+        from ...errors import SandboxUnavailable
+
+        raise SandboxUnavailable(
+            f"cannot create a cgroup for this command ({exc.filename or name}): {exc.strerror}"
+        ) from exc
+
+
 _REAPED: set[str] = set()
 
 
