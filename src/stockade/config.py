@@ -38,6 +38,7 @@ _FIELDS: dict[str, tuple[str, object]] = {
     "approval_timeout_seconds": ("number", 120.0),
     "bwrap": ("path", ""),
     "max_pids": ("int", 200),
+    "max_memory_mb": ("int-or-none", None),
     "tmp_size_mb": ("int", 1024),
     "max_file_size_mb": ("int-or-none", None),
     "allow_hosts": (_STR_LIST, []),
@@ -70,6 +71,7 @@ class SandboxConfig:
     approval_timeout_seconds: float
     bwrap: str
     max_pids: int
+    max_memory_mb: int | None
     tmp_size_mb: int
     max_file_size_mb: int | None
     allow_hosts: list[str]

@@ -297,6 +297,12 @@ class SandboxCore:
             if denial is not None:
                 raise CapabilityDenied(denial.reason)
             sandboxed = should_sandbox(mode, cmd.preference)
+            ceiling = self.config.max_memory_mb
+            asked = caps.max_memory_mb
+            if sandboxed and ceiling and (asked is None or asked > ceiling):
+                # A ceiling, not a privilege: a command may ask for less
+                # memory, never for more or for none (see SandboxCapabilities).
+                caps = caps.replace(max_memory_mb=ceiling)
             driver = self.driver(sandboxed, ws.cwd)
             backend = driver.name
             driver.available()
@@ -332,6 +338,16 @@ class SandboxCore:
                         detail={"warnings": list(warnings)} if warnings else None)
             return result
         out: Outcome = result  # type: ignore[assignment]
+        if "limits-not-started" in launch.events:
+            # systemd refused the scope, so the command never ran; its
+            # stderr holds systemd-run's reason, not the command's.
+            why = out.stderr.decode(errors="replace").strip().splitlines()
+            error = SandboxUnavailable(
+                "the command did not run: systemd-run could not start its scope"
+                + (f" ({why[-1]})" if why else ""))
+            self._audit(cmd, ws, mode, caps, backend, ERROR, started,
+                        detail={"error": str(error)})
+            raise error
         kind = likely_sandbox_denied(out.exit_code, out.signal, out.stderr,
                                      sandboxed=sandboxed)
         hint = denial_hint(kind, out.stderr, mode) if kind else None

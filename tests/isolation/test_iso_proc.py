@@ -400,3 +400,110 @@ def test_stale_cgroup_of_a_killed_stockade_does_not_break_later_runs(box: Box) -
         for path in made:
             with contextlib.suppress(OSError):
                 os.rmdir(path)
+
+
+# -- resource limits -------------------------------------------------------------------
+
+#: Eight children each fill and hold 48 MiB: 384 MiB in all, under a 128 MiB
+#: limit. Each alone stays inside RLIMIT_AS; only a bound on the whole tree
+#: (a cgroup) can stop the sum.
+MEMORY_BOMB = """
+import os, sys, time
+kids = []
+for i in range(8):
+    pid = os.fork()
+    if pid == 0:
+        try:
+            block = b"x" * (48 << 20)
+        except MemoryError:
+            os._exit(3)
+        time.sleep(1.5)
+        os._exit(0)
+    kids.append(pid)
+status = [os.waitpid(pid, 0)[1] for pid in kids]
+print("held", sum(s == 0 for s in status), "killed", sum(os.WIFSIGNALED(s) for s in status))
+"""
+#: Forks (children sleep, so all are alive at once) until fork fails or 200.
+FORK_BOMB = """
+import os, sys, time
+n = 0
+for i in range(200):
+    try:
+        pid = os.fork()
+    except OSError:
+        break
+    if pid == 0:
+        time.sleep(2)
+        os._exit(0)
+    n += 1
+print("forked", n)
+"""
+_MECHANISMS: dict[str, str] = {}
+
+
+def limits_mechanism(box: Box) -> str:
+    """What bounds a command's resources for this runner, as `stockade doctor` reports it."""
+    key = f"{box.runner.name}/{type(box).__name__}"
+    if key not in _MECHANISMS:
+        res = box.runner.cli(["doctor"], cwd=box.ws, env=box.env())
+        lines = [line for line in res.stdout.decode().splitlines() if "resource_limits:" in line]
+        assert lines, text(res)
+        _MECHANISMS[key] = lines[0].split(": ")[1]
+    return _MECHANISMS[key]
+
+
+def limits_config(box: Box, **values: int) -> str:
+    body = "".join(f"{key} = {value}\n" for key, value in values.items())
+    return str(box.write(box.state / "limits.toml", "[sandbox]\n" + body))
+
+
+def test_a_memory_bomb_is_stopped_and_reported(box: Box, request: pytest.FixtureRequest) -> None:
+    """The tree as a whole is held to max_memory_mb: children are OOM-killed, stockade says so."""
+    mechanism = limits_mechanism(box)
+    if mechanism == "rlimit":
+        request.applymarker(pytest.mark.xfail(strict=True, reason=(
+            "no writable cgroup for this user: RLIMIT_AS bounds each process, not their sum")))
+    cfg = limits_config(box, max_memory_mb=128)
+    res = box.py(MEMORY_BOMB, mode="workspace-write", options=["--config", cfg],
+                 timeout=RUN_TIMEOUT + 30)
+    words = res.stdout.decode().split()
+    assert words[:1] == ["held"], text(res)
+    held, killed = int(words[1]), int(words[3])
+    assert held * 48 <= 128 and killed >= 1, text(res)
+    assert "out of memory (limit 128 MiB" in res.stderr.decode(), text(res)
+
+
+def test_one_process_cannot_allocate_past_max_memory(box: Box) -> None:
+    """Every mechanism, rlimits included, refuses one allocation three times the limit."""
+    cfg = limits_config(box, max_memory_mb=128)
+    code = ("try:\n block = b'x' * (384 << 20)\n print('ALLOCATED')\n"
+            "except MemoryError:\n print('REFUSED')")
+    res = box.py(code, mode="workspace-write", options=["--config", cfg])
+    assert res.stdout.decode().split()[-1:] == ["REFUSED"], text(res)
+
+
+def test_control_the_same_allocation_passes_without_a_memory_limit(box: Box) -> None:
+    code = "block = b'x' * (384 << 20); print('ALLOCATED')"
+    res = box.py(code, mode="workspace-write")
+    assert res.stdout.decode().split() == ["ALLOCATED"], text(res)
+
+
+def test_a_fork_bomb_stops_at_max_pids(box: Box) -> None:
+    """cgroup pids.max, or RLIMIT_NPROC where no cgroup is writable; no child outlives the run."""
+    marker = f"fork-bomb-{os.getpid()}-{random.randrange(1 << 30)}"
+    cfg = limits_config(box, max_pids=40)
+    res = box.py(FORK_BOMB, marker, mode="workspace-write", options=["--config", cfg],
+                 timeout=RUN_TIMEOUT + 30)
+    words = res.stdout.decode().split()
+    assert words[:1] == ["forked"], text(res)
+    assert int(words[1]) < 40, text(res)
+    if limits_mechanism(box) != "rlimit":
+        assert "process limit (max_pids) was reached" in res.stderr.decode(), text(res)
+    assert wait_gone(marker, TEARDOWN_GRACE) == [], text(res)
+
+
+def test_control_the_fork_bomb_runs_to_its_end_under_a_higher_limit(box: Box) -> None:
+    cfg = limits_config(box, max_pids=400)
+    res = box.py(FORK_BOMB, mode="workspace-write", options=["--config", cfg],
+                 timeout=RUN_TIMEOUT + 30)
+    assert res.stdout.decode().split() == ["forked", "200"], text(res)

@@ -151,3 +151,21 @@ def test_the_reaper_needs_a_parent_to_prove_scoping_against(tmp_path: Path) -> N
     stockade's pid there is nothing to prove it with, and the command does not run."""
     res = run_init({**base_config(str(tmp_path)), "reaper": True}, ["/bin/true"])
     assert res.returncode == initcore.REFUSED and b"parent" in res.stderr, res
+
+
+@pytest.mark.isolation
+def test_under_a_systemd_scope_the_recording_shell_is_the_parent(tmp_path: Path) -> None:
+    """With `parent: "scope"` the init watches the shell that names itself in
+    STOCKADE_INIT_PARENT (see limits.SCOPE_SCRIPT), and the command never sees the name."""
+    config = {**base_config(str(tmp_path)), "parent": "scope"}
+    init = init_argv(PYTHON, INIT_PATH, config, ["/usr/bin/env"])
+    res = subprocess.run(["/bin/sh", "-c", 'STOCKADE_INIT_PARENT=$$ "$@"; exit $?', "sh", *init],
+                         env={"PATH": "/usr/bin:/bin"}, capture_output=True, timeout=30,
+                         check=False)
+    assert res.returncode == 0, res.stderr
+    assert b"STOCKADE_INIT_PARENT" not in res.stdout
+    # Named wrongly (not the parent) or not at all: refused, as for stockade's own pid.
+    for env in ({"STOCKADE_INIT_PARENT": "1"}, {}):
+        res = subprocess.run(init, env={"PATH": "/usr/bin:/bin", **env}, capture_output=True,
+                             timeout=30, check=False)
+        assert res.returncode == initcore.REFUSED, res

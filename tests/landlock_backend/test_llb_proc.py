@@ -230,3 +230,19 @@ def test_killing_stockade_during_startup_leaves_nothing(box: Box) -> None:
         if leaked:
             break
     assert leaked == [], f"outlived a killed stockade: {leaked}"
+
+
+def test_a_memory_bomb_is_stopped_and_reported(box: Box, request: pytest.FixtureRequest) -> None:
+    iso.test_a_memory_bomb_is_stopped_and_reported(box, request)
+
+
+def test_one_process_cannot_allocate_past_max_memory(box: Box) -> None:
+    iso.test_one_process_cannot_allocate_past_max_memory(box)
+
+
+def test_a_fork_bomb_stops_at_max_pids(box: Box) -> None:
+    iso.test_a_fork_bomb_stops_at_max_pids(box)
+
+
+def test_control_the_fork_bomb_runs_to_its_end_under_a_higher_limit(box: Box) -> None:
+    iso.test_control_the_fork_bomb_runs_to_its_end_under_a_higher_limit(box)

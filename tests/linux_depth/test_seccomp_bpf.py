@@ -168,7 +168,7 @@ def test_denied_syscalls_ignore_their_arguments(args: tuple[int, ...], name: str
 
 
 _SPECIAL = {"clone", "clone3", "unshare", "personality", "ioctl", "mknod", "mknodat", "socket",
-            "socketpair"}
+            "socketpair", *seccomp.CHMOD_MODE_ARG}
 
 
 @given(nr=st.integers(min_value=0, max_value=600), args=st.tuples(U64, U64, U64),
@@ -178,6 +178,20 @@ def test_everything_else_is_allowed(nr: int, args: tuple[int, ...], arch: str) -
     if named.get(nr) in {*DENIED, *_SPECIAL}:
         return
     assert verdict(UNRESTRICTED, arch, nr, *args) == ALLOW
+
+
+@every
+@pytest.mark.parametrize("name,arg", sorted(seccomp.CHMOD_MODE_ARG.items()))
+@given(mode_bits=st.integers(min_value=0, max_value=0o7777), high=HIGH)
+def test_chmod_with_setuid_or_setgid_is_denied_and_others_allowed(
+        mode: str, arch: str, name: str, arg: int, mode_bits: int, high: int) -> None:
+    """The mode is a 16-bit umode_t: what the kernel ignores above it cannot hide the bits."""
+    if name not in SYSCALLS[arch]:
+        return  # aarch64 has no chmod or fchmod: only the *at forms
+    args = [0, 0, 0]
+    args[arg] = mode_bits | high
+    expected = EPERM if mode_bits & 0o6000 else ALLOW
+    assert verdict(mode, arch, name, *args) == expected
 
 
 @every

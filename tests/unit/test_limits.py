@@ -1,6 +1,19 @@
 """Which resource-limit mechanism holds, for each host shape (pure detection)."""
 
-from stockade.drivers.linux.limits import detect, parse_proc_cgroup
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from stockade.drivers.linux import limits
+from stockade.drivers.linux.limits import (
+    Limits,
+    ScopeCgroup,
+    detect,
+    nproc_limit,
+    parse_proc_cgroup,
+)
 
 HYBRID = "4:memory:/svc/x\n8:pids:/\n1:cpu:/\n0::/\n"
 PURE_V2 = "0::/user.slice/user-1000.slice/user@1000.service/app.slice/a.scope\n"
@@ -38,3 +51,134 @@ def test_pure_v2_delegated_and_not():
     assert kind == "rlimit" and "not writable" in why and "systemd-run" in why
     files[f"{base}/cgroup.controllers"] = "cpu"
     assert "lacks controllers memory, pids" in detect(**probes(files, writable=(base,)))[2]
+
+
+MANAGER = "/sys/fs/cgroup/user.slice/user-{uid}.slice/user@{uid}.service"
+SESSION = "0::/user.slice/user-1000.slice/session-3.scope\n"
+
+
+def scope_host(uid: int, controllers: str = "cpu memory pids", *, private: bool = True,
+               tools: bool = True) -> dict[str, object]:
+    manager = MANAGER.format(uid=uid)
+    files = {"/proc/self/cgroup": SESSION, "/sys/fs/cgroup/cgroup.controllers": "cpu memory pids",
+             "/sys/fs/cgroup/user.slice/user-1000.slice/session-3.scope/cgroup.controllers":
+             "cpu memory pids", f"{manager}/cgroup.controllers": controllers}
+    present = {"/run/user/x/systemd/private"} if private else set()
+    if tools:
+        present |= {"/usr/bin/systemd-run", "/usr/bin/setpriv"}
+    return dict(read=lambda p: files.get(p, ""), writable=lambda p: False,
+                exists=lambda p: p in present or p in files, runtime_dir="/run/user/x")
+
+
+def test_a_systemd_user_manager_with_the_controllers_gives_scopes() -> None:
+    uid = os.getuid()
+    kind, bases, why = detect(**scope_host(uid))  # type: ignore[arg-type]
+    assert kind == "systemd-scope", why
+    assert bases == {"": MANAGER.format(uid=uid), "run": "/usr/bin/systemd-run",
+                     "runtime": "/run/user/x"}
+    assert "not writable" in why and "transient scope" in why
+
+
+@pytest.mark.parametrize("host", [
+    dict(controllers="cpu"),  # memory and pids not delegated: MemoryMax= would be a no-op
+    dict(private=False),      # no user manager listening
+    dict(tools=False),        # no systemd-run / setpriv
+], ids=["controllers", "no-manager", "no-tools"])
+def test_without_a_usable_user_manager_only_rlimits_remain(host: dict[str, object]) -> None:
+    kind, _bases, why = detect(**scope_host(os.getuid(), **host))  # type: ignore[arg-type]
+    assert kind == "rlimit" and "Delegate=yes" in why
+
+
+def scope(tmp_path: Path, run: str = "/usr/bin/systemd-run", **limits: int) -> ScopeCgroup:
+    manager = {"": "/sys/fs/cgroup/m", "run": run, "runtime": "/run/user/7"}
+    return ScopeCgroup(manager, Limits(**limits), "stockade-1-ab", str(tmp_path))
+
+
+def test_scope_argv_carries_each_limit_and_keeps_the_report_out_of_the_command(
+        tmp_path: Path) -> None:
+    argv = scope(tmp_path, memory_mb=256, max_pids=50, cpu_percent=150).enter_argv(
+        ["bwrap", "--", "cmd"], {"XDG_RUNTIME_DIR": "/run/user/7"})
+    assert argv[:3] == ["/usr/bin/env", "XDG_RUNTIME_DIR=/run/user/7", "/usr/bin/systemd-run"]
+    head = argv[:argv.index("--")]
+    assert {"--user", "--scope", "--collect", "--unit=stockade-1-ab.scope"} <= set(head)
+    props = {head[i + 1] for i, word in enumerate(head) if word == "-p"}
+    assert props == {"OOMPolicy=continue", "MemoryMax=256M", "MemorySwapMax=0",
+                     "TasksMax=51", "CPUQuota=150%"}
+    tail = argv[argv.index("--") + 1:]
+    assert tail[:3] == ["/usr/bin/setpriv", "--pdeathsig", "KILL"]
+    assert tail[-5:] == [str(tmp_path / "stockade-1-ab.scope-report"), "/run/user/7",
+                         "bwrap", "--", "cmd"]
+    assert scope(tmp_path).enter_argv(["c"])[-2] == "-"  # the command had no XDG_RUNTIME_DIR
+
+
+FAKE_SYSTEMD_RUN = '#!/bin/sh\nwhile [ "$1" != -- ]; do shift; done\nshift\nexec "$@"\n'
+
+
+@pytest.mark.skipif(not os.path.exists("/usr/bin/setpriv"), reason="needs util-linux setpriv")
+def test_the_recording_shell_runs_the_command_and_passes_its_status(tmp_path: Path) -> None:
+    """systemd-run replaced by a script that execs what follows `--` (it does the same once
+    the scope exists): everything after it -- env, setpriv, the shell -- runs for real."""
+    fake = tmp_path / "systemd-run"
+    fake.write_text(FAKE_SYSTEMD_RUN)
+    fake.chmod(0o755)
+    cg = scope(tmp_path, run=str(fake), max_pids=10)
+    script = 'echo "${XDG_RUNTIME_DIR-unset} $STOCKADE_INIT_PARENT $PPID"; exit 7'
+    res = subprocess.run(cg.enter_argv(["/bin/sh", "-c", script]), capture_output=True,
+                         timeout=10, check=False)
+    assert res.returncode == 7, res.stderr
+    xdg, named, ppid = res.stdout.decode().split()
+    assert xdg == "unset" and named == ppid  # the shell named itself, and is the parent
+    assert cg.started()
+    assert not cg.oom_killed() and not cg.pids_exhausted()
+    killed = subprocess.run(cg.enter_argv(["/bin/sh", "-c", "kill -9 $$"]), timeout=10,
+                            check=False)
+    assert killed.returncode == -9  # a signal death stays a signal death
+    cg.remove()
+    assert not os.path.exists(cg.report)
+
+
+def test_scope_counters_are_read_from_the_report(tmp_path: Path) -> None:
+    cg = scope(tmp_path)
+    Path(cg.report).write_text("started /user.slice/x.scope\nlow 0\noom 1\noom_kill 1\n"
+                               "max 0\n")
+    assert cg.started() and cg.oom_killed() and not cg.pids_exhausted()
+    Path(cg.report).write_text("started \n")  # no cgroup line: systemd never ran the shell
+    assert not cg.started()
+    Path(cg.report).unlink()
+    assert not cg.started() and not cg.oom_killed()
+
+
+def test_nproc_is_max_pids_in_a_user_namespace_and_headroom_without_one(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(limits, "_MECHANISM", ("rlimit", {}, "test"))
+    monkeypatch.setattr(limits.os, "getuid", lambda: 1000)
+    monkeypatch.setattr(limits, "_user_tasks", lambda uid: 37)
+    assert nproc_limit(50, own_user_namespace=True) == 50
+    assert nproc_limit(50, own_user_namespace=False) == 87
+    assert nproc_limit(None, own_user_namespace=True) is None
+    monkeypatch.setattr(limits.os, "getuid", lambda: 0)  # the kernel never applies it to root
+    assert nproc_limit(50, own_user_namespace=True) is None
+    monkeypatch.setattr(limits.os, "getuid", lambda: 1000)
+    monkeypatch.setattr(limits, "_MECHANISM", ("cgroup-v1", {}, "test"))  # pids.max holds
+    assert nproc_limit(50, own_user_namespace=True) is None
+
+
+THREADS = "import threading, time; [threading.Thread(target=time.sleep, args=(30,)).start() " \
+          "for _ in range(4)]; print('up', flush=True); time.sleep(30)"
+
+
+def test_user_tasks_counts_threads() -> None:
+    """A uid nobody else uses, running one process of five threads, has five tasks."""
+    if os.geteuid() != 0:
+        assert limits._user_tasks(os.getuid()) >= os.stat("/proc/self/task").st_nlink - 2
+        return
+    uid = 64999
+    assert limits._user_tasks(uid) == 0
+    proc = subprocess.Popen(["/usr/bin/python3", "-I", "-S", "-c", THREADS], user=uid,
+                            group=uid, extra_groups=[], stdout=subprocess.PIPE, cwd="/")
+    try:
+        assert proc.stdout is not None and proc.stdout.readline() == b"up\n"
+        assert limits._user_tasks(uid) == 5
+    finally:
+        proc.kill()
+        proc.wait(timeout=10)

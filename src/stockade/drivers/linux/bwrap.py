@@ -17,7 +17,7 @@ from ...capabilities import NetworkPolicy, is_under
 from ...errors import SandboxUnavailable
 from ...profile import ABSENT, DIR, PIN, STRICT
 from .. import PreparedLaunch
-from .limits import ExecCgroup, exec_cgroup, mechanism
+from .limits import ExecCgroup, exec_cgroup, mechanism, nproc_limit
 
 SYS_READ_PATHS = ("/sys/devices/system/cpu", "/sys/devices/system/node", "/sys/fs/cgroup",
                   "/sys/kernel/mm/transparent_hugepage")
@@ -388,7 +388,8 @@ class BubblewrapDriver:
         # Behind bwrap's namespaces, the init adds no_new_privs, Landlock and
         # seccomp before it execs the command: a hole in one wall is not an
         # escape.
-        init = init_launch(profile, list(argv), require_landlock=self._require_landlock)
+        init = init_launch(profile, list(argv), require_landlock=self._require_landlock,
+                           nproc=nproc_limit(self._max_pids, own_user_namespace=True))
         stubs = _StubSet(profile, self._state_dir)
         try:
             tmp_cap = profile.tmp_size_mb if bwrap_has_size(self.bwrap, self._state_dir) else None
@@ -413,6 +414,8 @@ class BubblewrapDriver:
 
         def cleanup(launch: PreparedLaunch) -> None:
             try:
+                if not cgroup.started():
+                    launch.events.append("limits-not-started")
                 if cgroup.oom_killed():
                     launch.events.append("oom")
                 if cgroup.pids_exhausted():
@@ -422,7 +425,8 @@ class BubblewrapDriver:
             finally:
                 release(launch)
 
-        launch = PreparedLaunch(cgroup.enter_argv(args), init.env, profile.cwd, cleanup=cleanup)
+        launch = PreparedLaunch(cgroup.enter_argv(args, init.env), init.env, profile.cwd,
+                                cleanup=cleanup)
         launch.audit.update(audit, limits=cgroup.kind)
         return launch
 
@@ -436,7 +440,7 @@ class BubblewrapDriver:
 
     def _cgroup(self, profile: Profile) -> ExecCgroup | None:
         return exec_cgroup(profile.max_memory_mb, self._max_pids, self._cpu_percent,
-                           prefix="stockade")
+                           prefix="stockade", report_dir=self._state_dir)
 
 
 def bwrap_has_size(bwrap: str, cache_dir: str) -> bool:

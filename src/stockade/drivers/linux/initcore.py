@@ -371,6 +371,13 @@ def main(argv: list[str]) -> int:
         # Set by the Landlock backend only: bwrap already dies with its
         # parent, drops capabilities and tears down its PID namespace.
         parent = config.get("parent")
+        if parent == "scope":
+            # A systemd scope's recording shell stands between stockade and
+            # this process, and names itself (see limits.SCOPE_SCRIPT).
+            named = posix.environ.get(b"STOCKADE_INIT_PARENT", b"")
+            if not named.isdigit():
+                raise Refusal("the scope's shell did not name itself (STOCKADE_INIT_PARENT)")
+            parent = int(named)
         if type(parent) is int:
             die_with_parent(sc, seccomp.SYSCALLS[arch], parent)
         if config.get("drop_caps") is True:
@@ -436,6 +443,7 @@ def main(argv: list[str]) -> int:
         keep = config.get("keep_fds", [])
         verify({fd for fd in keep if type(fd) is int} if isinstance(keep, list) else set())
         env = dict(posix.environ)
+        env.pop(b"STOCKADE_INIT_PARENT", None)
         changes = config.get("env", {})
         encoding = sys.getfilesystemencoding()
         for key, value in (changes.items() if isinstance(changes, dict) else ()):

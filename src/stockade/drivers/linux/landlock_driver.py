@@ -31,7 +31,7 @@ from ...errors import SandboxUnavailable
 from ...profile import DIR, LINK, MISSING, STRICT, path_kind
 from .. import PreparedLaunch
 from .landlock import LandlockRules, unavailable_reason
-from .limits import ExecCgroup, exec_cgroup, mechanism
+from .limits import ExecCgroup, ScopeCgroup, exec_cgroup, mechanism, nproc_limit
 from .seccomp import NO_UNIX, TCP_ONLY, UNIX_NO_CONNECT, native_arch
 
 TYPE_CHECKING = False
@@ -754,10 +754,14 @@ class LandlockDriver:
             rules = backend_rules.rules
             env = command_env(profile, tmpdir)
             mode = SECCOMP_MODES[profile.network.kind]
-            config = init_config(profile, env=env, require_landlock=True)
+            config = init_config(profile, env=env, require_landlock=True,
+                                 nproc=nproc_limit(self._max_pids, own_user_namespace=False))
             config.pop("bridge", None)  # no namespace to bridge into: the proxy is on loopback
+            undo.cgroup = self._cgroup(profile)
+            scope = isinstance(undo.cgroup, ScopeCgroup)
             config.update(landlock=rules.to_json(), landlock_list=list(backend_rules.listed),
-                          seccomp=mode, cwd=profile.cwd, parent=os.getpid(), drop_caps=True,
+                          seccomp=mode, cwd=profile.cwd,
+                          parent="scope" if scope else os.getpid(), drop_caps=True,
                           reaper=reaper)
             extra_fds: dict[int, int] = {}
             if reaper:
@@ -770,7 +774,6 @@ class LandlockDriver:
                 undo.guard = MetadataGuard(profile, self._state_dir)
             _ensure_bytecode()
             args = init_argv(python, _init_path(), config, argv)
-            undo.cgroup = self._cgroup(profile)
         except BaseException:
             undo.run(None)
             raise
@@ -780,7 +783,7 @@ class LandlockDriver:
         if report.dropped:
             audit["landlock_dropped"] = list(report.dropped)
         if undo.cgroup is not None:
-            args = undo.cgroup.enter_argv(args)
+            args = undo.cgroup.enter_argv(args, env)
         launch = PreparedLaunch(args, launch_env(env), profile.cwd, extra_fds=extra_fds,
                                 cleanup=undo.run)
         launch.audit.update(audit, limits=undo.cgroup.kind if undo.cgroup is not None
@@ -809,7 +812,7 @@ class LandlockDriver:
 
     def _cgroup(self, profile: Profile) -> ExecCgroup | None:
         return exec_cgroup(profile.max_memory_mb, self._max_pids, self._cpu_percent,
-                           prefix="stockade-ll")
+                           prefix="stockade-ll", report_dir=self._state_dir)
 
 
 #: The descriptor number the reaper's end-of-file pipe has in the init.
@@ -840,6 +843,8 @@ class _Undo:
                 if launch is not None:
                     _wait_eof(self.reaper_r, REAPER_WAIT)
             if self.cgroup is not None:
+                if launch is not None and not self.cgroup.started():
+                    launch.events.append("limits-not-started")
                 if launch is not None and self.cgroup.oom_killed():
                     launch.events.append("oom")
                 if launch is not None and self.cgroup.pids_exhausted():

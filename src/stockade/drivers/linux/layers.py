@@ -108,12 +108,14 @@ def landlock_rules(profile: Profile, proxy_ports: Sequence[int] = ()) -> Landloc
 
 def init_config(profile: Profile, *, proxy_ports: Sequence[int] = (),
                 keep_fds: Sequence[int] = (), require_landlock: bool = False,
-                env: Mapping[str, str] | None = None) -> dict[str, object]:
+                env: Mapping[str, str] | None = None,
+                nproc: int | None = None) -> dict[str, object]:
     """The init's JSON config for `profile` (pure).
 
     `proxy_ports`: loopback ports of the proxy bridge (network "hosts").
     `keep_fds`: descriptors stockade passes to the command on purpose.
     `env`: the command's environment, `profile.env` when not given.
+    `nproc`: RLIMIT_NPROC, where no cgroup bounds the process count.
     """
     kind = profile.network.kind
     if kind not in SECCOMP_MODES:
@@ -136,6 +138,8 @@ def init_config(profile: Profile, *, proxy_ports: Sequence[int] = (),
     if getattr(profile, "max_file_size_mb", None):
         # One runaway file cannot fill the disk a writable root lives on.
         rlimits["fsize"] = int(profile.max_file_size_mb or 0) << 20
+    if nproc:
+        rlimits["nproc"] = nproc
     if rlimits:
         config["rlimits"] = rlimits
     return config
@@ -198,7 +202,7 @@ class InitLaunch:
 
 def init_launch(profile: Profile, argv: Sequence[str], *, python: str | None = None,
                 proxy_ports: Sequence[int] = (), keep_fds: Sequence[int] = (),
-                require_landlock: bool = False) -> InitLaunch:
+                require_landlock: bool = False, nproc: int | None = None) -> InitLaunch:
     """Everything the driver needs to run `argv` behind the init."""
     ensure_bytecode()
     python = python or init_python()
@@ -215,7 +219,7 @@ def init_launch(profile: Profile, argv: Sequence[str], *, python: str | None = N
 
         env.update(proxy_env(proxy_ports[0], proxy_ports[-1]))
     config = init_config(profile, proxy_ports=proxy_ports, keep_fds=keep_fds,
-                         require_landlock=require_landlock, env=env)
+                         require_landlock=require_landlock, env=env, nproc=nproc)
     return InitLaunch(init_argv(python, INIT_PATH, config, argv), launch_env(env), mounts,
                       config)
 

@@ -14,7 +14,7 @@ import os
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Mapping
 
 CGROUP_ROOT = "/sys/fs/cgroup"
 V1_CONTROLLERS = ("memory", "pids", "cpu")
@@ -50,12 +50,15 @@ def parse_proc_cgroup(text: str) -> dict[str, str]:
 
 def detect(read: Callable[[str], str] | None = None,
            writable: Callable[[str], bool] | None = None,
-           exists: Callable[[str], bool] | None = None) -> tuple[str, dict[str, str], str]:
+           exists: Callable[[str], bool] | None = None,
+           runtime_dir: str | None = None) -> tuple[str, dict[str, str], str]:
     """(mechanism, {controller: our cgroup dir}, why) for this process.
 
-    mechanism is "cgroup-v2", "cgroup-v1" or "rlimit". Pure given its three
-    probes, so each host shape is a unit test.
+    mechanism is "cgroup-v2", "cgroup-v1", "systemd-scope" or "rlimit". Pure
+    given its probes, so each host shape is a unit test.
     """
+    if runtime_dir is None:
+        runtime_dir = os.environ.get("XDG_RUNTIME_DIR") or f"/run/user/{os.getuid()}"
     read = read or _read
     writable = writable or (lambda p: os.access(p, os.W_OK))
     exists = exists or os.path.exists
@@ -68,7 +71,13 @@ def detect(read: Callable[[str], str] | None = None,
             return "cgroup-v2", {"": base}, f"delegated cgroup {base}"
         why = (f"cgroup v2 at {base} is not writable by this user" if not writable(base)
                else f"cgroup v2 at {base} lacks controllers {', '.join(missing)}")
-        return "rlimit", {}, why + " (run under `systemd-run --user --scope` to delegate one)"
+        scope = _user_manager(read, exists, runtime_dir)
+        if scope:
+            return ("systemd-scope", scope, why + "; each command runs in a transient scope "
+                    f"of the systemd user manager ({scope['']})")
+        return "rlimit", {}, why + (
+            " and no systemd user manager delegates memory and pids"
+            " (run under `systemd-run --user --scope -p Delegate=yes` to give stockade one)")
     dirs: dict[str, str] = {}
     for controller in V1_CONTROLLERS:
         path = f"{CGROUP_ROOT}/{controller}{mine.get(controller, '/').rstrip('/')}"
@@ -77,6 +86,32 @@ def detect(read: Callable[[str], str] | None = None,
     if "memory" in dirs and "pids" in dirs:
         return "cgroup-v1", dirs, "cgroup v1 memory and pids controllers are writable"
     return "rlimit", {}, "no writable cgroup (v1 memory+pids or delegated v2) for this user"
+
+
+SYSTEMD_RUN = ("/usr/bin/systemd-run", "/bin/systemd-run")
+SETPRIV = "/usr/bin/setpriv"  # util-linux: on every system that has systemd
+
+
+def _user_manager(read: Callable[[str], str], exists: Callable[[str], bool],
+                  runtime_dir: str) -> dict[str, str]:
+    """{"": the user manager's cgroup, "run": systemd-run, "runtime": its socket dir}, or {}.
+
+    On a pure-v2 desktop (Ubuntu, Fedora) a user's login cgroup belongs to
+    systemd and is not theirs to write, but user@UID.service is delegated
+    memory, pids and cpu: a transient scope there gets real limits without
+    root. The manager is reached on its private socket, so no D-Bus session
+    bus is needed. Where the manager lacks a controller, MemoryMax= or
+    TasksMax= would be accepted and silently not enforced, so it is not used.
+    """
+    uid = os.getuid()
+    manager = f"{CGROUP_ROOT}/user.slice/user-{uid}.slice/user@{uid}.service"
+    run = next((path for path in SYSTEMD_RUN if exists(path)), "")
+    if not run or not exists(SETPRIV) or not exists(f"{runtime_dir}/systemd/private"):
+        return {}
+    have = read(f"{manager}/cgroup.controllers").split()
+    if any(c not in have for c in V1_CONTROLLERS):
+        return {}
+    return {"": manager, "run": run, "runtime": runtime_dir}
 
 
 def _read(path: str) -> str:
@@ -176,8 +211,8 @@ class ExecCgroup:
             _write(os.path.join(cpu, "cpu.cfs_period_us"), "100000")
             _write(os.path.join(cpu, "cpu.cfs_quota_us"), str(lim.cpu_percent * 1000))
 
-    def enter_argv(self, argv: list[str]) -> list[str]:
-        """`argv`, started from inside this cgroup.
+    def enter_argv(self, argv: list[str], env: Mapping[str, str] | None = None) -> list[str]:
+        """`argv`, started from inside this cgroup (`env`: the environment it starts with).
 
         The process joins before it execs, so everything it ever forks is
         born inside: no child can be listed too late and escape the limits,
@@ -188,6 +223,10 @@ class ExecCgroup:
         joins = " && ".join(f'echo $$ > "${i + 1}"' for i in range(len(files)))
         script = f'{joins} || exit 125; shift {len(files)}; exec "$@"'
         return ["/bin/sh", "-c", script, "stockade-cgroup", *files, *argv]
+
+    def started(self) -> bool:
+        """Did the command start inside? (The join happens before it can run at all.)"""
+        return True
 
     def oom_killed(self) -> bool:
         if self.kind == "cgroup-v2":
@@ -248,12 +287,98 @@ class ExecCgroup:
                     delay *= 2
 
 
+#: Runs inside the scope as the command's parent: records the scope's cgroup
+#: (for kill), runs the command, then appends the scope's event counters,
+#: which systemd deletes with the scope the moment its last process exits.
+#: It names itself to the init, whose die-with-parent must watch it, not
+#: stockade; setpriv's --pdeathsig ties it in turn to stockade.
+SCOPE_SCRIPT = """r=$1 x=$2; shift 2
+if [ "$x" = - ]; then unset XDG_RUNTIME_DIR; else XDG_RUNTIME_DIR=$x; fi
+c=; while IFS= read -r l; do case $l in 0::*) c=${l#0::};; esac; done < /proc/self/cgroup
+echo "started $c" > "$r" || exit 125
+STOCKADE_INIT_PARENT=$$ "$@"; s=$?
+cat "%s$c/memory.events" "%s$c/pids.events" >> "$r" 2>/dev/null
+[ $s -gt 128 ] && kill -$((s - 128)) $$
+exit $s"""
+
+
+class ScopeCgroup(ExecCgroup):
+    """One execution in a transient scope of the systemd user manager.
+
+    systemd-run and setpriv exec in place once the scope exists, so nothing
+    stays between stockade and the command but the recording shell above.
+    """
+
+    def __init__(self, manager: dict[str, str], limits: Limits, name: str,
+                 report_dir: str) -> None:
+        self.kind = "systemd-scope"
+        self.limits = limits
+        self.dirs = {}
+        self._manager = manager
+        self._unit = f"{name}.scope"
+        os.makedirs(report_dir, mode=0o700, exist_ok=True)
+        self.report = os.path.join(report_dir, f"{name}.scope-report")
+
+    def enter_argv(self, argv: list[str], env: Mapping[str, str] | None = None) -> list[str]:
+        lim = self.limits
+        props = ["-p", "OOMPolicy=continue"]  # the kernel kills; the report must survive
+        if lim.memory_mb:
+            props += ["-p", f"MemoryMax={lim.memory_mb}M", "-p", "MemorySwapMax=0"]
+        if lim.max_pids:
+            props += ["-p", f"TasksMax={lim.max_pids + 1}"]  # +1: the recording shell
+        if lim.cpu_percent:
+            props += ["-p", f"CPUQuota={lim.cpu_percent}%"]
+        keep = (env or {}).get("XDG_RUNTIME_DIR", "-")
+        return ["/usr/bin/env", f"XDG_RUNTIME_DIR={self._manager['runtime']}",
+                self._manager["run"], "--user", "--scope", "--quiet", "--collect",
+                f"--unit={self._unit}", *props, "--", SETPRIV, "--pdeathsig", "KILL",
+                "/bin/sh", "-c", SCOPE_SCRIPT % (CGROUP_ROOT, CGROUP_ROOT), "stockade-scope",
+                self.report, keep, *argv]
+
+    def _report(self) -> tuple[str, dict[str, int]]:
+        """(the scope's cgroup dir or "", the counters the shell recorded)."""
+        text = _read(self.report)
+        first, _, rest = text.partition("\n")
+        where = first.partition(" ")[2] if first.startswith("started ") else ""
+        counters: dict[str, int] = {}
+        for line in rest.splitlines():
+            key, _, value = line.partition(" ")
+            if value.strip().isdigit():
+                counters[key] = counters.get(key, 0) + int(value)
+        return (CGROUP_ROOT + where if where else ""), counters
+
+    def started(self) -> bool:
+        """Did systemd create the scope and start the command in it?"""
+        return bool(self._report()[0])
+
+    def oom_killed(self) -> bool:
+        return self._report()[1].get("oom_kill", 0) > 0
+
+    def pids_exhausted(self) -> bool:
+        return self._report()[1].get("max", 0) > 0
+
+    def kill(self) -> None:
+        where = self._report()[0]
+        if where:
+            try:
+                _write(os.path.join(where, "cgroup.kill"), "1")
+            except OSError:
+                pass  # gone already: systemd removes an empty scope
+
+    def remove(self) -> None:
+        try:
+            os.unlink(self.report)
+        except OSError:
+            pass
+
+
 def exec_cgroup(memory_mb: int | None, max_pids: int | None, cpu_percent: int | None,
-                prefix: str = "stockade") -> ExecCgroup | None:
+                prefix: str = "stockade", report_dir: str = "") -> ExecCgroup | None:
     """A cgroup for one command, or None where only rlimits apply or nothing is limited.
 
     Named at random, not by pid and counter: a stockade killed before its
     cleanup leaves an empty cgroup behind, and a reused pid must not collide.
+    `report_dir` is where a systemd scope's recording shell writes.
     """
     limits = Limits(memory_mb=memory_mb, max_pids=max_pids, cpu_percent=cpu_percent)
     kind, bases, _why = mechanism()
@@ -261,6 +386,8 @@ def exec_cgroup(memory_mb: int | None, max_pids: int | None, cpu_percent: int | 
         return None
     name = f"{prefix}-{os.getpid()}-{os.urandom(4).hex()}"
     try:
+        if kind == "systemd-scope":
+            return ScopeCgroup(bases, limits, name, report_dir or "/tmp")
         return ExecCgroup(kind, bases, limits, name)
     except OSError as exc:
         from ...errors import SandboxUnavailable
@@ -268,6 +395,40 @@ def exec_cgroup(memory_mb: int | None, max_pids: int | None, cpu_percent: int | 
         raise SandboxUnavailable(
             f"cannot create a cgroup for this command ({exc.filename or name}): {exc.strerror}"
         ) from exc
+
+
+def nproc_limit(max_pids: int | None, *, own_user_namespace: bool) -> int | None:
+    """RLIMIT_NPROC for a command no cgroup bounds, or None where it would mean nothing.
+
+    The kernel counts this limit per user and per user namespace, and never
+    applies it to real root. In bwrap's fresh user namespace the count is the
+    sandbox's own tasks, so max_pids is the limit. Without one (the Landlock
+    backend) the count is every task the user has anywhere, so the limit is
+    those plus max_pids: a fork bomb still stops, but until the command ends
+    the user's other programs share that headroom.
+    """
+    if not max_pids or os.getuid() == 0 or mechanism()[0] != "rlimit":
+        return None
+    if own_user_namespace:
+        return max_pids
+    return _user_tasks(os.getuid()) + max_pids
+
+
+def _user_tasks(uid: int) -> int:
+    """Tasks (threads included, as RLIMIT_NPROC counts them) that `uid` runs now.
+
+    One stat per process: /proc/PID/task has two links plus one per thread.
+    """
+    count = 0
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                st = os.stat(f"/proc/{name}/task")
+            except OSError:
+                continue  # exited meanwhile
+            if st.st_uid == uid:
+                count += st.st_nlink - 2
+    return count
 
 
 _REAPED: set[str] = set()
