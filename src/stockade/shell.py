@@ -180,8 +180,11 @@ def run_on_pty(run: Run, timeout: float | None = None, *, stdin: int = 0,
     try:
         if interactive:
             _copy_winsize(stdin, master)
-        proc = Process(launch.argv, launch.env, stdin=slave,
-                       capture=False, extra_fds={1: slave, 2: slave})
+        # The driver's own descriptors too: under the Landlock backend one is
+        # the reaper's pipe, whose end-of-file tells cleanup that every
+        # process the shell left behind is dead.
+        proc = Process(launch.argv, launch.env, stdin=slave, capture=False,
+                       extra_fds={**launch.extra_fds, 1: slave, 2: slave})
         os.close(slave)
         slave = -1
         # Ctrl-C belongs to the sandboxed job. With a raw terminal it arrives

@@ -199,6 +199,29 @@ def test_exit_status_and_nothing_left_running(ws: Path) -> None:
     assert _gone(f"sleep\0{marker}")
 
 
+def test_landlock_backend_shell_has_ended_everything_by_the_time_it_exits(ws: Path) -> None:
+    """No PID namespace: the reaper kills what the shell left, and stockade waits for the
+    reaper's pipe to close before it cleans up and exits. (The reaper is quick enough that
+    this test also passed when the shell dropped that pipe; it pins the outcome only.)"""
+    marker = f"{uuid.uuid4().int % 10**6}.5"
+    term = Term(["--mode", "workspace-write", "--backend", "landlock"], ws)
+    try:
+        term.expect("[stockade workspace-write] ")
+        term.type(f"setsid sh -c 'sleep {marker}' & nohup sleep {marker} >/dev/null 2>&1 & "
+                  "echo L$((3*3))\r")
+        term.expect("L9")
+        deadline = time.monotonic() + 10
+        while len(_left(f"sleep\0{marker}")) < 2 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert len(_left(f"sleep\0{marker}")) >= 2
+        term.type("exit 3\r")
+        assert term.wait() == 3
+        assert _left(f"sleep\0{marker}") == []
+    finally:
+        term.close()
+        _gone(f"sleep\0{marker}")
+
+
 def test_full_access_shell_leaves_nothing_either(ws: Path) -> None:
     # No PID namespace here: stockade ends the shell's session itself.
     marker = f"{uuid.uuid4().int % 10**6}.75"

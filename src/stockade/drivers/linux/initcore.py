@@ -392,7 +392,7 @@ def main(argv: list[str]) -> int:
             try:
                 posix.close(done_fd)  # the reaper's alone: the command must not hold it
             except OSError:
-                pass  # a caller that passes no extra descriptors (stockade shell)
+                pass  # a caller that passed no such descriptor
 
         rules = config.get("landlock")
         if not isinstance(rules, dict):
