@@ -15,7 +15,10 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable
 
+    from .capabilities import SandboxCapabilities
+    from .core import SessionWorkspace
     from .errors import SandboxError
+    from .sync import SyncWorkspaceSandbox
 
 
 USAGE = """usage: stockade <command> [options]
@@ -133,8 +136,30 @@ def cmd_run(argv: list[str]) -> int:
     timeout = _number(values, "timeout", float)
     max_output = _number(values, "max_output", int)
 
-    from .capabilities import NetworkPolicy, parse_mode
     from .command import SandboxCommand
+
+    sandbox, ws, mode = open_session(values, prefix="cli", max_output_bytes=max_output,
+                                     probe=False)
+    session = ws.session_id
+    caps = requested_capabilities(values, sandbox, ws, mode, RUN_USAGE)
+    cmd = SandboxCommand(command[0], command[1:], session_id=session, capabilities=caps,
+                         timeout=timeout, cwd=str(values["cwd"]) if values.get("cwd") else None)
+    capture = bool(values.get("json") or max_output)
+    if capture:
+        return _run_captured(sandbox, cmd, bool(values.get("json")))
+    return _run_passthrough(sandbox, cmd)
+
+
+def open_session(values: dict[str, object], *, prefix: str,
+                 max_output_bytes: float | None = None, probe: bool = True
+                 ) -> tuple[SyncWorkspaceSandbox, SessionWorkspace, str]:
+    """(sandbox, session, mode) from the flags `run` and `shell` share.
+
+    `probe=False` for a one-shot command: the bwrap probe costs a sandbox of
+    its own, and a failed start is diagnosed afterwards instead.
+    """
+    from .approval import ApprovalGate
+    from .capabilities import parse_mode
     from .config import load_config
     from .sync import SyncWorkspaceSandbox
 
@@ -143,17 +168,13 @@ def cmd_run(argv: list[str]) -> int:
         parse_mode(str(values["mode"]))
     workspace = str(values.get("workspace") or os.getcwd())
     config_path = values.get("config")
+    config = load_config(env, workspace, paths=[str(config_path)] if config_path else None,
+                         mode=values.get("mode"), backend=values.get("backend"),
+                         max_output_bytes=max_output_bytes)
     denied_hosts = values.get("deny_host")
-    config = load_config(
-        env, workspace, paths=[str(config_path)] if config_path else None,
-        mode=values.get("mode"), backend=values.get("backend"),
-        max_output_bytes=max_output,
-    )
     if denied_hosts:
         config.deny_hosts = [*config.deny_hosts, *map(str, denied_hosts)]  # type: ignore[call-overload]
     mode = parse_mode(config.mode)
-    from .approval import ApprovalGate
-
     approver: object
     if values.get("yes"):
         approver = _AutoApprove()
@@ -166,40 +187,44 @@ def cmd_run(argv: list[str]) -> int:
     sandbox = SyncWorkspaceSandbox(config, env=env, mode_source=lambda: mode,
                                    approval=ApprovalGate(approver,
                                                          config.approval_timeout_seconds),
-                                   driver_options={"probe": False})
-    session = str(values.get("session") or f"cli-{os.getpid()}-{os.urandom(4).hex()}")
-    ws = sandbox.session(session, workspace, ephemeral_tmp=not values.get("session"))
+                                   driver_options=None if probe else {"probe": False})
+    session = str(values.get("session") or f"{prefix}-{os.getpid()}-{os.urandom(4).hex()}")
+    try:
+        ws = sandbox.session(session, workspace, ephemeral_tmp=not values.get("session"))
+    except BaseException:
+        sandbox.close()
+        raise
+    return sandbox, ws, mode
 
-    caps = None
+
+def requested_capabilities(values: dict[str, object], sandbox: SyncWorkspaceSandbox,
+                           ws: SessionWorkspace, mode: str, usage: str
+                           ) -> SandboxCapabilities | None:
+    """The mode's baseline plus --allow-read/--allow-write/--network/--allow-host, or None."""
+    from .capabilities import NetworkPolicy
+
     extra_read = [_abs(p) for p in values.get("allow_read", [])]  # type: ignore[attr-defined]
     extra_write = [_abs(p) for p in values.get("allow_write", [])]  # type: ignore[attr-defined]
     hosts = [str(h) for h in values.get("allow_host", [])]  # type: ignore[attr-defined]
     network = values.get("network")
+    config = sandbox.core.config
     if network not in (None, "none", "proxy", "all"):
-        raise UsageError(f"--network must be none, proxy or all, got {network!r}", RUN_USAGE)
+        raise UsageError(f"--network must be none, proxy or all, got {network!r}", usage)
     if network == "proxy" and not (hosts or config.allow_hosts):
         raise UsageError("--network proxy needs --allow-host (or allow_hosts in the config)",
-                         RUN_USAGE)
-    if extra_read or extra_write or network in ("all", "none") or hosts:
-        base = sandbox.core.baseline(mode, ws)
-        net = base.network
-        if network == "all":
-            net = NetworkPolicy.allow_all()
-        elif network == "none":
-            net = NetworkPolicy.none()
-        elif hosts:
-            net = NetworkPolicy.allow_hosts([*config.allow_hosts, *hosts])
-        caps = base.replace(
-            fs_read=base.fs_read + tuple(extra_read),
-            fs_write=base.fs_write + tuple(extra_write),
-            network=net,
-        )
-    cmd = SandboxCommand(command[0], command[1:], session_id=session, capabilities=caps,
-                         timeout=timeout, cwd=str(values["cwd"]) if values.get("cwd") else None)
-    capture = bool(values.get("json") or max_output)
-    if capture:
-        return _run_captured(sandbox, cmd, bool(values.get("json")))
-    return _run_passthrough(sandbox, cmd)
+                         usage)
+    if not (extra_read or extra_write or network in ("all", "none") or hosts):
+        return None
+    base = sandbox.core.baseline(mode, ws)
+    net = base.network
+    if network == "all":
+        net = NetworkPolicy.allow_all()
+    elif network == "none":
+        net = NetworkPolicy.none()
+    elif hosts:
+        net = NetworkPolicy.allow_hosts([*config.allow_hosts, *hosts])
+    return base.replace(fs_read=base.fs_read + tuple(extra_read),
+                        fs_write=base.fs_write + tuple(extra_write), network=net)
 
 
 def _abs(path: object) -> str:

@@ -25,13 +25,19 @@ from __future__ import annotations
 import os
 import sys
 
-from .cli import RUN_OPTIONS, UsageError, _abs, _help, _number, parse_options
+from .cli import (
+    RUN_OPTIONS,
+    _help,
+    _number,
+    open_session,
+    parse_options,
+    requested_capabilities,
+)
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
-    from .approval import ApprovalRequester
     from .command import SandboxOutput
     from .core import Run
     from .process import Outcome
@@ -80,47 +86,17 @@ def main(argv: list[str]) -> int:
         return 0
     timeout = _number(values, "timeout", float)
 
-    from .approval import ApprovalGate
-    from .approvers import TerminalApprovalRequester
-    from .capabilities import NetworkPolicy, capabilities_for_mode, parse_mode
     from .command import SandboxCommand
-    from .config import load_config
-    from .sync import SyncWorkspaceSandbox
 
-    env = os.environ
-    if values.get("mode") is not None:
-        parse_mode(str(values["mode"]))
-    workspace = str(values.get("workspace") or os.getcwd())
-    config_path = values.get("config")
-    config = load_config(env, workspace, paths=[str(config_path)] if config_path else None,
-                         mode=values.get("mode"), backend=values.get("backend"))
-    mode = parse_mode(config.mode)
-    approver: ApprovalRequester = (_AutoApprove() if values.get("yes") else
-                                   TerminalApprovalRequester(config.approval_timeout_seconds))
-    sandbox = SyncWorkspaceSandbox(config, env=env, mode_source=lambda: mode,
-                                   approval=ApprovalGate(approver,
-                                                         config.approval_timeout_seconds))
+    sandbox, ws, mode = open_session(values, prefix="shell")
     try:
-        session = str(values.get("session") or f"shell-{os.getpid()}-{os.urandom(4).hex()}")
-        ws = sandbox.session(session, workspace, ephemeral_tmp=not values.get("session"))
-        caps = None
-        extra_read = [_abs(p) for p in values.get("allow_read", [])]  # type: ignore[attr-defined]
-        extra_write = [_abs(p) for p in values.get("allow_write", [])]  # type: ignore[attr-defined]
-        network = values.get("network")
-        if network not in (None, "none", "all"):
-            raise UsageError(f"--network must be none or all, got {network!r}", SHELL_USAGE)
-        if extra_read or extra_write or network == "all":
-            base = capabilities_for_mode(mode, ws.cwd)
-            caps = base.replace(
-                fs_read=base.fs_read + tuple(extra_read),
-                fs_write=base.fs_write + tuple(extra_write),
-                network=NetworkPolicy.allow_all() if network == "all" else base.network,
-            )
+        session = ws.session_id
+        caps = requested_capabilities(values, sandbox, ws, mode, SHELL_USAGE)
         shell = command or default_shell()
         marker = f"[stockade {mode}] "
         shell_env = {"PS1": marker + "\\w \\$ ", "STOCKADE_SHELL": "1"}
-        if "TERM" in env:
-            shell_env["TERM"] = env["TERM"]
+        if "TERM" in os.environ:
+            shell_env["TERM"] = os.environ["TERM"]
         # The real interpreter, not a venv's link to it: the init binds that
         # one into the sandbox, and a venv under /tmp would be invisible there.
         cmd = SandboxCommand(os.path.realpath(sys.executable),
@@ -136,11 +112,6 @@ def main(argv: list[str]) -> int:
         sandbox.close()
     print(f"stockade: left the sandbox (exit {out.returncode})", file=sys.stderr)
     return out.returncode
-
-
-class _AutoApprove:
-    def request(self, request: object) -> str:
-        return "approved-once"
 
 
 def _drive(sandbox: object, cmd: object, ws: object, timeout: float | None) -> SandboxOutput:

@@ -269,3 +269,14 @@ def test_help() -> None:
     assert result.returncode == 0
     assert b"usage: stockade shell" in result.stdout
     assert b"--allow-write" in result.stdout and b"--json" not in result.stdout
+
+
+def test_the_shell_takes_runs_network_flags(ws: Path) -> None:
+    """`shell` and `run` build the session and its capabilities from the same flags."""
+    env = dict(os.environ, XDG_DATA_HOME=str(ws.parent / "data"),
+               XDG_STATE_HOME=str(ws.parent / "state"))
+    result = subprocess.run(
+        [sys.executable, "-m", "stockade", "shell", "--workspace", str(ws), "--network", "proxy"],
+        input=b"exit\n", capture_output=True, env=env, timeout=40, start_new_session=True)
+    assert result.returncode == 2, result.stderr
+    assert b"--network proxy needs --allow-host" in result.stderr
