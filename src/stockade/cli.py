@@ -48,6 +48,7 @@ RUN_OPTIONS: dict[str, tuple[bool, bool, str]] = {
     "--allow-host": (True, True, "let the command reach HOST[:PORT] through the proxy "
                      "(asks for approval)"),
     "--deny-host": (True, True, "never let the command reach HOST, whatever else allows it"),
+    "--no-subprocess": (False, False, "the command may start no process of its own (seccomp)"),
     "--timeout": (True, False, "seconds before the whole process tree is killed (default 60)"),
     "--max-output": (True, False, "capture output and stop past BYTES (split stdout/stderr)"),
     "--backend": (True, False, "auto | bubblewrap | landlock | none (default: auto)"),
@@ -213,7 +214,8 @@ def requested_capabilities(values: dict[str, object], sandbox: SyncWorkspaceSand
     if network == "proxy" and not (hosts or config.allow_hosts):
         raise UsageError("--network proxy needs --allow-host (or allow_hosts in the config)",
                          usage)
-    if not (extra_read or extra_write or network in ("all", "none") or hosts):
+    no_spawn = bool(values.get("no_subprocess"))
+    if not (extra_read or extra_write or network in ("all", "none") or hosts or no_spawn):
         return None
     base = sandbox.core.baseline(mode, ws)
     net = base.network
@@ -224,7 +226,8 @@ def requested_capabilities(values: dict[str, object], sandbox: SyncWorkspaceSand
     elif hosts:
         net = NetworkPolicy.allow_hosts([*config.allow_hosts, *hosts])
     return base.replace(fs_read=base.fs_read + tuple(extra_read),
-                        fs_write=base.fs_write + tuple(extra_write), network=net)
+                        fs_write=base.fs_write + tuple(extra_write), network=net,
+                        spawn_subprocess=base.spawn_subprocess and not no_spawn)
 
 
 def _abs(path: object) -> str:

@@ -159,12 +159,13 @@ class Profile:
         "cwd", "env", "granted_sockets", "hidden", "home", "mask_other_homes",
         "max_file_size_mb", "max_memory_mb", "mode", "network", "protected", "proxy_port",
         "proxy_socket", "read_extra", "read_roots", "read_scope", "runtime_dir", "session_tmp",
-        "sockets", "system_links", "tmp_size_mb", "workspace", "workspace_writable",
-        "write_roots",
+        "sockets", "spawn_subprocess", "system_links", "tmp_size_mb", "workspace",
+        "workspace_writable", "write_roots",
     )
 
     _OPTIONAL: ClassVar[dict[str, object]] = {"proxy_socket": None, "proxy_port": None,
-                                              "tmp_size_mb": None, "max_file_size_mb": None}
+                                              "tmp_size_mb": None, "max_file_size_mb": None,
+                                              "spawn_subprocess": True}
 
     def __init__(self, **fields: object) -> None:
         for name in self.__slots__:
@@ -201,6 +202,8 @@ class Profile:
     #: RLIMIT_FSIZE: the largest file a command may write.
     max_file_size_mb: int | None
     max_memory_mb: int | None
+    #: False: the command may not start processes (seccomp, after the init's own forks).
+    spawn_subprocess: bool
     env: dict[str, str]
 
     def to_json(self) -> dict[str, object]:
@@ -470,5 +473,6 @@ def build_profile(
         tmp_size_mb=tmp_size_mb,
         max_file_size_mb=max_file_size_mb,
         max_memory_mb=capabilities.max_memory_mb,
+        spawn_subprocess=capabilities.spawn_subprocess or mode == FULL_ACCESS,
         env=sandbox_env(host_env, command_env or {}, secret_env, backend=backend),
     )

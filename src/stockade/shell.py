@@ -42,7 +42,8 @@ if TYPE_CHECKING:
     from .core import Run
     from .process import Outcome
 
-SHELL_OPTIONS = {k: v for k, v in RUN_OPTIONS.items() if k not in ("--json", "--max-output")}
+SHELL_OPTIONS = {k: v for k, v in RUN_OPTIONS.items()
+                 if k not in ("--json", "--max-output", "--no-subprocess")}
 SHELL_OPTIONS["--timeout"] = (True, False, "seconds before the shell and everything in it is "
                                            "killed (default: none)")
 SHELL_USAGE = "usage: stockade shell [options] [-- SHELL [ARGS...]]"

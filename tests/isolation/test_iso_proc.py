@@ -507,3 +507,47 @@ def test_control_the_fork_bomb_runs_to_its_end_under_a_higher_limit(box: Box) ->
     res = box.py(FORK_BOMB, mode="workspace-write", options=["--config", cfg],
                  timeout=RUN_TIMEOUT + 30)
     assert res.stdout.decode().split() == ["forked", "200"], text(res)
+
+
+# -- spawn_subprocess = false ----------------------------------------------------------
+
+#: Tries every way a process is born; each child would write a file the
+#: host then looks for. Threads are not processes and must still work.
+SPAWN_ATTEMPTS = r"""
+import os, subprocess, sys, threading
+tried = {}
+def note(name, fn):
+    try:
+        fn()
+        tried[name] = "ok"
+    except OSError as exc:
+        tried[name] = exc.errno
+def fork():
+    pid = os.fork()
+    if pid == 0:
+        open("forked", "w").close()
+        os._exit(0)
+    os.waitpid(pid, 0)
+note("fork", fork)
+note("subprocess", lambda: subprocess.run(["/bin/sh", "-c", ": > spawned"], check=True))
+note("posix_spawn", lambda: os.waitpid(os.posix_spawn("/usr/bin/touch", ["touch", "pspawned"],
+                                                      dict(os.environ)), 0))
+t = threading.Thread(target=lambda: open("threaded", "w").close())
+t.start(); t.join()
+print(sorted(tried.items()))
+"""
+
+
+def test_no_subprocess_stops_every_way_to_start_a_process(box: Box) -> None:
+    res = box.py(SPAWN_ATTEMPTS, mode="workspace-write", options=["--no-subprocess"])
+    assert res.returncode == 0, text(res)
+    assert res.stdout.decode().strip() == "[('fork', 1), ('posix_spawn', 1), ('subprocess', 1)]", \
+        text(res)
+    assert sorted(p.name for p in box.ws.iterdir()) == ["threaded"], text(res)
+
+
+def test_control_without_no_subprocess_every_child_starts(box: Box) -> None:
+    res = box.py(SPAWN_ATTEMPTS, mode="workspace-write")
+    assert res.returncode == 0, text(res)
+    assert sorted(p.name for p in box.ws.iterdir()) == ["forked", "pspawned", "spawned",
+                                                        "threaded"], text(res)

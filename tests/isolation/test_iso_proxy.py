@@ -672,6 +672,15 @@ def test_allowed_ip_literal_reachable_with_curl_and_urllib(net: Net, servers: Cl
                                   and r["bytes_down"] > 0 for r in rows), rows
 
 
+def test_no_subprocess_leaves_the_bridge_working(net: Net, servers: Closer) -> None:
+    """The bridge forks before the no-spawn filter: a lone program still gets through."""
+    b, _ = backend(servers)
+    results = net.probe([{"k": "urllib", "url": f"http://{b.authority}/lone"}],
+                        allow=[b.authority], options=["--no-subprocess"])
+    assert results == [{"status": 200, "body": f"hello from {ALLOWED} /lone\n"}], results
+    assert [r.path for r in b.requests] == ["/lone"]
+
+
 def test_git_clone_over_smart_http(net: Net, servers: Closer,
                                    git_repo: tuple[Path, str]) -> None:
     root, sha = git_repo

@@ -246,3 +246,11 @@ def test_a_fork_bomb_stops_at_max_pids(box: Box) -> None:
 
 def test_control_the_fork_bomb_runs_to_its_end_under_a_higher_limit(box: Box) -> None:
     iso.test_control_the_fork_bomb_runs_to_its_end_under_a_higher_limit(box)
+
+
+def test_no_subprocess_stops_every_way_to_start_a_process(box: Box) -> None:
+    iso.test_no_subprocess_stops_every_way_to_start_a_process(box)
+
+
+def test_control_without_no_subprocess_every_child_starts(box: Box) -> None:
+    iso.test_control_without_no_subprocess_every_child_starts(box)

@@ -26,6 +26,7 @@ from stockade.drivers.linux.seccomp import (
     UNIX_ONLY,
     UNRESTRICTED,
     X86_64,
+    compile_no_spawn,
     compile_seccomp,
 )
 
@@ -42,6 +43,10 @@ AF_UNIX, AF_INET, AF_INET6, AF_NETLINK, AF_PACKET, AF_VSOCK = 1, 2, 10, 16, 17, 
 CLONE_NEWNS, CLONE_NEWUSER, CLONE_NEWNET, CLONE_NEWTIME = 0x20000, 0x10000000, 0x40000000, 0x80
 THREAD_FLAGS = 0x3D0F00  # what glibc's pthread_create passes to clone
 FORK_FLAGS = 0x01200011  # CLONE_CHILD_SETTID | CLONE_CHILD_CLEARTID | SIGCHLD
+# Numbers the filters never name, so stockade's tables do not carry them.
+EVERYDAY = {X86_64: {"read": 0, "write": 1, "openat": 257, "execve": 59, "mmap": 9, "getpid": 39},
+            AARCH64: {"read": 63, "write": 64, "openat": 56, "execve": 221, "mmap": 222,
+                      "getpid": 172}}
 
 
 class BPFError(Exception):
@@ -197,11 +202,7 @@ def test_chmod_with_setuid_or_setgid_is_denied_and_others_allowed(
 @every
 @pytest.mark.parametrize("name", ["read", "write", "openat", "execve", "mmap", "getpid"])
 def test_everyday_syscalls_are_allowed(mode: str, arch: str, name: str) -> None:
-    numbers = {X86_64: {"read": 0, "write": 1, "openat": 257, "execve": 59, "mmap": 9,
-                        "getpid": 39},
-               AARCH64: {"read": 63, "write": 64, "openat": 56, "execve": 221, "mmap": 222,
-                         "getpid": 172}}
-    assert verdict(mode, arch, numbers[arch][name]) == ALLOW
+    assert verdict(mode, arch, EVERYDAY[arch][name]) == ALLOW
 
 
 # -- architecture --------------------------------------------------------------
@@ -351,3 +352,36 @@ def test_packet_netlink_vsock_denied_in_every_gated_mode() -> None:
         for family in (AF_PACKET, AF_NETLINK, AF_VSOCK):
             for arch in ARCHES:
                 assert verdict(mode, arch, "socket", family, 2, 0) == EPERM
+
+
+# -- the no-spawn filter (spawn_subprocess = False) ----------------------------
+
+
+def no_spawn(arch: str, name: str | int, *args: int, audit: int | None = None) -> int:
+    nr = SYSCALLS[arch][name] if isinstance(name, str) else name
+    return run_filter(compile_no_spawn(arch), nr, AUDIT_ARCH[arch] if audit is None else audit,
+                      args)
+
+
+@pytest.mark.parametrize("arch", ARCHES)
+def test_no_spawn_refuses_processes_and_keeps_threads(arch: str) -> None:
+    assert no_spawn(arch, "clone", FORK_FLAGS) == EPERM
+    assert no_spawn(arch, "clone", 0x4111) == EPERM  # posix_spawn: CLONE_VM | CLONE_VFORK
+    assert no_spawn(arch, "clone", THREAD_FLAGS) == ALLOW
+    assert no_spawn(arch, "clone3") == ENOSYS  # libc then takes clone, above
+    for nr in EVERYDAY[arch].values():
+        assert no_spawn(arch, nr) == ALLOW
+    if arch == X86_64:
+        assert no_spawn(arch, "fork") == EPERM and no_spawn(arch, "vfork") == EPERM
+
+
+@given(high=HIGH)
+def test_no_spawn_reads_the_low_word_of_clone_flags(high: int) -> None:
+    assert no_spawn(X86_64, "clone", high | FORK_FLAGS) == EPERM
+    assert no_spawn(X86_64, "clone", high | THREAD_FLAGS) == ALLOW
+
+
+def test_no_spawn_denies_other_abis() -> None:
+    assert no_spawn(X86_64, EVERYDAY[X86_64]["getpid"], audit=AUDIT_ARCH_I386) == EPERM
+    assert no_spawn(X86_64, SYSCALLS[X86_64]["fork"] | 0x40000000) == EPERM  # x32 fork
+    assert len(compile_no_spawn(X86_64)) // 8 < 20

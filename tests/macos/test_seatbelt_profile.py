@@ -11,9 +11,9 @@ import re
 
 import pytest
 from macos_fakes import HOME, PROXY_PORT, SCRATCH, WS, mac_profile, policy
-from sbpl_eval import KNOWN_FILTERS, KNOWN_OPERATIONS, Policy, SBPLError, parse
+from sbpl_eval import KNOWN_FILTERS, KNOWN_OPERATIONS, Policy, Request, SBPLError, parse
 
-from stockade.capabilities import NetworkPolicy
+from stockade.capabilities import NetworkPolicy, SandboxCapabilities
 from stockade.drivers.macos.sbpl import (
     ancestors,
     canonical_macos_path,
@@ -254,3 +254,12 @@ def test_precedence_is_really_modelled() -> None:
     assert Policy(reordered, params, precedence="last-match").read(secret)
     assert not Policy(reordered, params, precedence="deny-wins").read(secret)
     assert not Policy(text, params, precedence="last-match").read(secret)
+
+
+def test_spawn_subprocess_false_leaves_process_fork_denied(precedence: str) -> None:
+    for spawn in (True, False):
+        caps = SandboxCapabilities(fs_write=(WS,), spawn_subprocess=spawn)
+        text, params = seatbelt_profile(mac_profile(capabilities=caps), scratch=SCRATCH)
+        p = Policy(text, params, precedence=precedence)
+        assert p.allows(Request("process-fork")) is spawn
+        assert p.execute("/bin/ls")  # exec (the command replacing itself) stays allowed

@@ -456,6 +456,10 @@ def main(argv: list[str]) -> int:
                 env.pop(name, None)
             elif isinstance(value, str):
                 env[name] = value.encode(encoding, "surrogateescape")
+        if config.get("no_spawn") is True:
+            # Last, once the bridge and the reaper have forked: from here on
+            # no process can be started, the command's own exec aside.
+            seccomp.install_seccomp(seccomp.compile_no_spawn(arch), sc, arch)
         mark("verify")
     except (Refusal, OSError, ValueError) as exc:
         reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)

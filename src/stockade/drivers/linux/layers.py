@@ -130,6 +130,8 @@ def init_config(profile: Profile, *, proxy_ports: Sequence[int] = (),
     }
     if kind == "hosts":
         config["bridge"] = {"unix": BRIDGE_SOCKET, "ports": list(proxy_ports)}
+    if not profile.spawn_subprocess:
+        config["no_spawn"] = True
     rlimits: dict[str, int] = {}
     if profile.max_memory_mb:
         # The seed's cap on address space, on every platform; the cgroup's

@@ -60,7 +60,8 @@ AUDIT_ARCH = {X86_64: 0xC000003E, AARCH64: 0xC00000B7}
 SYSCALLS: dict[str, dict[str, int]] = {
     X86_64: {
         "ioctl": 16, "socket": 41, "connect": 42, "sendto": 44, "sendmsg": 46,
-        "socketpair": 53, "clone": 56, "chmod": 90, "fchmod": 91, "ptrace": 101,
+        "socketpair": 53, "clone": 56, "fork": 57, "vfork": 58, "chmod": 90, "fchmod": 91,
+        "ptrace": 101,
         "syslog": 103, "capset": 126, "mknod": 133, "personality": 135, "pivot_root": 155,
         "prctl": 157, "chroot": 161, "mount": 165, "umount2": 166, "swapon": 167, "swapoff": 168,
         "reboot": 169, "init_module": 175, "delete_module": 176, "kexec_load": 246,
@@ -137,6 +138,7 @@ DENIED = (
 # so denying all of them costs nothing and keeps the kernel code unreachable.
 # CLONE_NEWTIME (0x80) is left out for clone: its low byte is the exit signal.
 CLONE_NAMESPACES = 0x7E020000
+CLONE_THREAD = 0x10000
 UNSHARE_NAMESPACES = CLONE_NAMESPACES | 0x80
 
 # personality(2): PER_LINUX, and 0xffffffff, which only queries. Anything
@@ -515,6 +517,40 @@ def harden_process(syscall: Syscall | None = None, arch: str | None = None) -> N
     table = SYSCALLS[arch or native_arch()]
     sc(table["prctl"], PR_SET_DUMPABLE, 0, 0, 0, 0)
     sc(table["prlimit64"], 0, RLIMIT_CORE, bytes(16), None)
+
+
+def compile_no_spawn(arch: str | None = None) -> bytes:
+    """A second filter, for a command whose capabilities say spawn_subprocess=False (pure).
+
+    Stacked on the main filter just before exec, after the init's own
+    forks: fork, vfork and clone without CLONE_THREAD return EPERM, so the
+    command may run threads but start no process. clone3 is ENOSYS here as
+    in the main filter, which sends libc's posix_spawn back to clone.
+    """
+    arch = native_arch() if arch is None else arch
+    if arch not in SYSCALLS:
+        raise ValueError(f"no seccomp syscall table for architecture {arch or 'unknown'!r}")
+    nr = SYSCALLS[arch]
+    a = _Assembler()
+    a.load(OFF_ARCH)
+    a.op(BPF_JMP_JEQ_K, AUDIT_ARCH[arch], jf="deny")
+    a.load(OFF_NR)
+    if arch == X86_64:
+        a.op(BPF_JMP_JGE_K, X32_SYSCALL_BIT, jt="deny")
+    for name in ("fork", "vfork"):  # x86_64 only: aarch64 has clone alone
+        if name in nr:
+            a.op(BPF_JMP_JEQ_K, nr[name], jt="deny")
+    a.op(BPF_JMP_JEQ_K, nr["clone3"], jt="enosys")
+    a.op(BPF_JMP_JEQ_K, nr["clone"], jf="allow")
+    a.load(off_arg(0))
+    a.op(BPF_JMP_JSET_K, CLONE_THREAD, jt="allow", jf="deny")
+    a.label("allow")
+    a.ret(SECCOMP_RET_ALLOW)
+    a.label("deny")
+    a.ret(SECCOMP_RET_ERRNO | EPERM)
+    a.label("enosys")
+    a.ret(SECCOMP_RET_ERRNO | ENOSYS)
+    return a.bytes()
 
 
 def install_seccomp(prog: bytes, syscall: Syscall | None = None, arch: str | None = None) -> None:

@@ -228,7 +228,7 @@ unless a rule below allows it; each rule says what fails without it.
     tmp_ref = b.param("TMP", tmp) if tmp else ""
     write_refs = [ws_ref if path == ws else b.param(f"WRITE_{i}", path)
                   for i, path in enumerate(writable)]
-    _processes(b)
+    _processes(b, spawn=profile.spawn_subprocess)
     _system_services(b)
     _reads(b, profile, ws=ws, ws_ref=ws_ref, home=home, writable=writable,
            write_refs=write_refs, tmp=tmp, tmp_ref=tmp_ref)
@@ -240,12 +240,17 @@ unless a rule below allows it; each rule says what fails without it.
     return b.text(), b.params
 
 
-def _processes(b: _Builder) -> None:
-    b.comment("""
+def _processes(b: _Builder, *, spawn: bool) -> None:
+    if spawn:
+        b.comment("""
 A shell that cannot fork cannot run a pipeline. exec is granted with reads
 below, so only what the command may read can run.
 """)
-    b.rule("allow", "process-fork")
+        b.rule("allow", "process-fork")
+    else:
+        b.comment("""
+No process-fork: the capabilities say this command starts no processes.
+""")
     b.comment("""
 Signals and process inspection reach only this sandbox's own processes:
 signalling or inspecting the host's would act outside the boundary.
