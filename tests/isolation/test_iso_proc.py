@@ -327,16 +327,16 @@ def test_killing_stockade_takes_the_sandbox_with_it(box: Box) -> None:
         remove_cgroups_of(proc.pid)
 
 
-STARTUP_ATTEMPTS = 12
+STARTUP_ATTEMPTS = 30
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "start-up race: SIGKILL to `stockade run -- sleep N` within ~10 ms of bwrap appearing "
-    "leaves bwrap and the command running, orphaned and unsupervised (no timeout ever "
-    "fires): bwrap sets its --die-with-parent PR_SET_PDEATHSIG after its parent may already "
-    "be gone and does not re-check getppid(); in this suite one of 12 such kills leaks"))
 def test_killing_stockade_during_sandbox_startup_leaves_nothing(box: Box) -> None:
-    """The same SIGKILL, delivered the moment bwrap appears (an agent cancelling at once)."""
+    """The same SIGKILL, delivered the moment bwrap appears (an agent cancelling at once).
+
+    bwrap arms --die-with-parent only after it has cloned the sandbox, so a kill
+    in that window used to leave bwrap and the command running (about one kill in
+    twelve here); the init's lifeline check now refuses to start the command.
+    """
     leaked: list[tuple[int, str]] = []
     for _ in range(STARTUP_ATTEMPTS):
         arg = unique_sleep_arg(3605)

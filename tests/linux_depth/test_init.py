@@ -587,3 +587,18 @@ def test_the_integration_the_driver_will_do(tmp_path: Path, scope: str) -> None:
     assert Path(ws, "out").read_text() == "ok\n"
     assert "Seccomp:\t2" in res.stdout
     assert not any(n.startswith("x-") for n in os.listdir("/var/tmp"))
+
+
+def test_the_lifeline_refuses_once_stockade_is_gone() -> None:
+    """The pipe's write end is stockade's alone: open means alive, closed means gone."""
+    from stockade.drivers.linux.initcore import Refusal, check_lifeline
+
+    read, write = os.pipe()
+    check_lifeline(read)  # alive: passes, and the end is closed for the command
+    with pytest.raises(OSError):
+        os.fstat(read)
+    os.close(write)
+    read, write = os.pipe()
+    os.close(write)
+    with pytest.raises(Refusal, match="stockade exited"):
+        check_lifeline(read)

@@ -33,6 +33,7 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
     ) from exc
 
 from ..command import SandboxCommand
+from ..errors import SandboxUnavailable
 
 __all__ = ["StockadeExecutionPolicy"]
 
@@ -95,11 +96,13 @@ class StockadeExecutionPolicy(BaseExecutionPolicy):
 def _popen(run: Any) -> subprocess.Popen[str]:
     """Perform the Run effect as the text-mode Popen the middleware reads from."""
     launch = run.launch
+    if any(child != parent for child, parent in launch.extra_fds.items()):
+        raise SandboxUnavailable("this driver moves descriptors; Popen can only pass them on")
     # argv from the driver, never a shell string.
     proc = subprocess.Popen(
         launch.argv, env=launch.env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
         stderr=subprocess.PIPE, text=True, encoding="utf-8", errors="replace", bufsize=1,
-        start_new_session=True, close_fds=True,
+        start_new_session=True, close_fds=True, pass_fds=tuple(launch.extra_fds),
     )
     _cleanup_after_exit(proc.pid, launch.cleanup)
     return proc

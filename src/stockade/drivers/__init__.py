@@ -58,7 +58,10 @@ BACKENDS = (AUTO, BUBBLEWRAP, LANDLOCK, SEATBELT, NONE)
 class PreparedLaunch:
     """A concrete launch: what to exec, with which environment, and what to undo after.
 
-    `extra_fds` maps a child fd number to a parent fd to place there;
+    `extra_fds` maps a child fd number to a parent fd to place there (the
+    Linux drivers keep each at its own number, so a caller that can only
+    pass descriptors through unchanged, like `subprocess.Popen(pass_fds=)`,
+    can run their launches too);
     `audit` is what the driver wants in the execution's audit record (the
     Landlock ABI in force, the limit mechanism); `cleanup()` runs once the
     process is gone and may leave `events` ("oom", "pids").

@@ -385,30 +385,43 @@ class BubblewrapDriver:
     def prepare(self, argv: list[str], profile: Profile) -> PreparedLaunch:
         from .layers import init_launch
 
-        # Behind bwrap's namespaces, the init adds no_new_privs, Landlock and
-        # seccomp before it execs the command: a hole in one wall is not an
-        # escape.
-        init = init_launch(profile, list(argv), require_landlock=self._require_landlock,
-                           nproc=nproc_limit(self._max_pids, own_user_namespace=True))
-        stubs = _StubSet(profile, self._state_dir)
+        # The child gets the read end under the same number (see
+        # PreparedLaunch.extra_fds); the write end is stockade's alone.
+        lifeline = os.pipe2(os.O_CLOEXEC)
+        stubs: _StubSet | None = None
         try:
+            # Behind bwrap's namespaces, the init adds no_new_privs, Landlock
+            # and seccomp before it execs the command: a hole in one wall is
+            # not an escape.
+            init = init_launch(profile, list(argv), require_landlock=self._require_landlock,
+                               nproc=nproc_limit(self._max_pids, own_user_namespace=True),
+                               lifeline_fd=lifeline[0])
+            stubs = _StubSet(profile, self._state_dir)
             tmp_cap = profile.tmp_size_mb if bwrap_has_size(self.bwrap, self._state_dir) else None
             args = build_bwrap_args(profile, self.bwrap, inner=init.argv,
                                     extra_mounts=init.mounts, tmp_size_mb=tmp_cap)
             cgroup = self._cgroup(profile)
         except BaseException:
-            stubs.release()
+            if stubs is not None:
+                stubs.release()
+            for fd in lifeline:
+                os.close(fd)
             raise
+        assert stubs is not None
+        placed = stubs
         landlock = init.landlock_report()
         audit = {"landlock_abi": landlock.abi, "seccomp": init.config["seccomp"]}
         if landlock.dropped:
             audit["landlock_dropped"] = list(landlock.dropped)
         def release(launch: PreparedLaunch) -> None:
-            for path in stubs.release():
+            for fd in lifeline:
+                os.close(fd)
+            for path in placed.release():
                 launch.events.append(f"removed-planted:{path}")
 
+        fds = {lifeline[0]: lifeline[0]}
         if cgroup is None:
-            launch = PreparedLaunch(args, init.env, profile.cwd, cleanup=release)
+            launch = PreparedLaunch(args, init.env, profile.cwd, extra_fds=fds, cleanup=release)
             launch.audit.update(audit, limits=mechanism()[0])
             return launch
 
@@ -426,7 +439,7 @@ class BubblewrapDriver:
                 release(launch)
 
         launch = PreparedLaunch(cgroup.enter_argv(args, init.env), init.env, profile.cwd,
-                                cleanup=cleanup)
+                                extra_fds=fds, cleanup=cleanup)
         launch.audit.update(audit, limits=cgroup.kind)
         return launch
 

@@ -151,6 +151,26 @@ def die_with_parent(sc: "Syscall", table: dict[str, int], parent: int) -> None:
         raise Refusal("stockade exited while the sandbox was starting")
 
 
+def check_lifeline(fd: int) -> None:
+    """Refuse if stockade has gone: the pipe end only it holds has hung up.
+
+    bwrap arms --die-with-parent a moment after it starts, so a stockade
+    killed within that moment leaves bwrap and this sandbox running with no
+    one to stop them. By now bwrap is long past arming: a stockade still
+    here takes the sandbox with it when it dies, and one already gone means
+    the command never starts.
+    """
+    posix.set_blocking(fd, False)
+    try:
+        gone = posix.read(fd, 1) == b""
+    except BlockingIOError:
+        gone = False  # open and silent: stockade is alive
+    finally:
+        posix.close(fd)
+    if gone:
+        raise Refusal("stockade exited while the sandbox was starting")
+
+
 def drop_capabilities(sc: "Syscall", table: dict[str, int]) -> None:
     """Root without bubblewrap keeps every capability; give them all up for good.
 
@@ -424,6 +444,9 @@ def main(argv: list[str]) -> int:
                 if which is not None and type(value) is int:
                     resource.setrlimit(which, (value, value))
 
+        lifeline = config.get("lifeline_fd")
+        if type(lifeline) is int:
+            check_lifeline(lifeline)
         if listeners:
             # The bridge stays as the command's parent and relays until the
             # command exits; the command continues below. Both carry every

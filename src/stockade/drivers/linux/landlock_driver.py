@@ -768,8 +768,8 @@ class LandlockDriver:
                 # The reaper holds the write end; its end-of-file says every
                 # process the command left has been killed.
                 undo.reaper_r, undo.reaper_w = os.pipe2(os.O_CLOEXEC)
-                extra_fds[REAPER_FD] = undo.reaper_w
-                config["reaper_fd"] = REAPER_FD
+                extra_fds[undo.reaper_w] = undo.reaper_w
+                config["reaper_fd"] = undo.reaper_w
             if profile.protected:
                 undo.guard = MetadataGuard(profile, self._state_dir)
             _ensure_bytecode()
@@ -815,8 +815,6 @@ class LandlockDriver:
                            prefix="stockade-ll", report_dir=self._state_dir)
 
 
-#: The descriptor number the reaper's end-of-file pipe has in the init.
-REAPER_FD = 3
 #: How long cleanup waits for the reaper before going on without it.
 REAPER_WAIT = 5.0
 
