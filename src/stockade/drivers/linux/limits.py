@@ -4,8 +4,10 @@ A sandbox that bounds what a command may touch but not how much it may
 consume still lets `:(){ :|:& };:` or a runaway allocation take the machine
 down. A per-execution cgroup bounds the whole tree: memory (RSS, so an
 mmap trick that slips past RLIMIT_AS is still caught), swap (none, or a
-memory limit is just a slower way to fill the disk), pids, cpu. Which
-mechanism holds is decided once per process and `stockade doctor` shows it.
+memory limit is just a slower way to fill the disk), pids, cpu. Where no
+cgroup is writable, a transient scope of the systemd user manager does the
+same; failing that, rlimits bound each process on its own. Which mechanism
+holds is decided once per process and `stockade doctor` shows it.
 """
 
 from __future__ import annotations
