@@ -182,3 +182,31 @@ def test_user_tasks_counts_threads() -> None:
     finally:
         proc.kill()
         proc.wait(timeout=10)
+
+
+def test_a_process_already_in_the_supervisor_leaf_sees_the_delegated_cgroup_above() -> None:
+    base = "/sys/fs/cgroup/user.slice/user-1000.slice/user@1000.service/app.slice/a.scope"
+    files = {"/proc/self/cgroup": f"0::{base[len('/sys/fs/cgroup'):]}/stockade-supervisor\n",
+             "/sys/fs/cgroup/cgroup.controllers": "cpu memory pids",
+             f"{base}/cgroup.controllers": "cpu memory pids"}
+    kind, bases, _ = detect(**probes(files, writable=(base,)))
+    assert (kind, bases) == ("cgroup-v2", {"": base})
+
+
+def test_v2_cgroup_is_prepared_once_then_filled(tmp_path: Path) -> None:
+    """The v2 steps against a plain directory standing in for a delegated cgroup."""
+    (tmp_path / "cgroup.procs").write_text("")
+    (tmp_path / "cgroup.subtree_control").write_text("")
+    cg = limits.ExecCgroup("cgroup-v2", {"": str(tmp_path)}, Limits(64, 10, 50), "stockade-1-a")
+    assert (tmp_path / "stockade-supervisor").is_dir()
+    assert (tmp_path / "cgroup.subtree_control").read_text() == "+memory +pids +cpu"
+    made = tmp_path / "stockade-1-a"
+    assert {p.name: p.read_text() for p in made.iterdir()} == {
+        "memory.max": str(64 << 20), "memory.swap.max": "0", "pids.max": "10",
+        "cpu.max": "50000 100000"}
+    assert cg.enter_argv(["true"])[-1] == "true"
+    # A later stockade finds the controllers enabled and leaves the file alone
+    # (writing it again would fail with EBUSY once a member has appeared above).
+    (tmp_path / "cgroup.subtree_control").write_text("cpu memory pids\n")
+    limits.ExecCgroup("cgroup-v2", {"": str(tmp_path)}, Limits(64, 10, None), "stockade-1-b")
+    assert (tmp_path / "cgroup.subtree_control").read_text() == "cpu memory pids\n"

@@ -19,6 +19,8 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
 
 CGROUP_ROOT = "/sys/fs/cgroup"
+#: The leaf of a delegated v2 cgroup that stockade moves its members into.
+SUPERVISOR = "stockade-supervisor"
 V1_CONTROLLERS = ("memory", "pids", "cpu")
 
 
@@ -66,7 +68,12 @@ def detect(read: Callable[[str], str] | None = None,
     exists = exists or os.path.exists
     mine = parse_proc_cgroup(read("/proc/self/cgroup"))
     if exists(f"{CGROUP_ROOT}/cgroup.controllers") and "" in mine:
-        base = CGROUP_ROOT + mine[""].rstrip("/")
+        own = mine[""].rstrip("/")
+        if own.endswith("/" + SUPERVISOR):
+            # An earlier stockade (or this one) already moved everything here;
+            # the delegated cgroup is the one above.
+            own = own.rpartition("/")[0]
+        base = CGROUP_ROOT + own
         have = read(f"{base}/cgroup.controllers").split()
         missing = [c for c in V1_CONTROLLERS if c not in have]
         if writable(base) and not missing:
@@ -149,6 +156,7 @@ class ExecCgroup:
         self.dirs: dict[str, str] = {}
         if kind == "cgroup-v2":
             base = bases[""]
+            _reap_stale(base)
             self._v2_prepare(base)
             self.dirs[""] = os.path.join(base, name)
             os.mkdir(self.dirs[""])
@@ -175,17 +183,19 @@ class ExecCgroup:
     # children ("no internal processes"), so stockade first moves itself
     # into a leaf of its own cgroup, once.
     def _v2_prepare(self, base: str) -> None:
-        leaf = os.path.join(base, "stockade-supervisor")
-        if not os.path.isdir(leaf):
-            os.makedirs(leaf, exist_ok=True)
-        if _read("/proc/self/cgroup").strip().endswith("/stockade-supervisor"):
-            return
-        for pid in _read(os.path.join(base, "cgroup.procs")).split():
-            try:
-                _write(os.path.join(leaf, "cgroup.procs"), pid)
-            except OSError:
-                pass
-        _write(os.path.join(base, "cgroup.subtree_control"), "+memory +pids +cpu")
+        leaf = os.path.join(base, SUPERVISOR)
+        os.makedirs(leaf, exist_ok=True)
+        if not _read("/proc/self/cgroup").strip().endswith("/" + SUPERVISOR):
+            for pid in _read(os.path.join(base, "cgroup.procs")).split():
+                try:
+                    _write(os.path.join(leaf, "cgroup.procs"), pid)
+                except OSError:
+                    pass
+        # Once per delegated cgroup: a later stockade, born in the leaf,
+        # finds the controllers on already.
+        enabled = _read(os.path.join(base, "cgroup.subtree_control")).split()
+        if any(c not in enabled for c in V1_CONTROLLERS):
+            _write(os.path.join(base, "cgroup.subtree_control"), "+memory +pids +cpu")
 
     def _v2_limits(self, path: str) -> None:
         lim = self.limits
