@@ -35,6 +35,9 @@ def kernel_facts() -> dict[str, object]:
     from .drivers.linux.limits import mechanism
 
     kind, _bases, why = mechanism()
+    if kind == "rlimit":
+        why += ("; each process alone is held to RLIMIT_AS (max_memory_mb) and the tree to "
+                "RLIMIT_NPROC (max_pids; not for root), but their memory together is not bounded")
     facts["resource_limits"] = f"{kind}: {why}"
     actions = _read("/proc/sys/kernel/seccomp/actions_avail")
     facts["seccomp"] = "available" if actions else "unknown"
