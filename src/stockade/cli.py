@@ -134,6 +134,12 @@ def cmd_run(argv: list[str]) -> int:
         return 0
     if not command:
         raise UsageError("no command given (put it after --)", RUN_USAGE)
+    if sys.platform.startswith("linux"):
+        # Before the config and the rest of the imports: they are what the
+        # kernel's wait for the command's cgroup move can overlap.
+        from .drivers.linux.limits import prime_migration
+
+        prime_migration()
     timeout = _number(values, "timeout", float)
     max_output = _number(values, "max_output", int)
 

@@ -210,3 +210,21 @@ def test_v2_cgroup_is_prepared_once_then_filled(tmp_path: Path) -> None:
     (tmp_path / "cgroup.subtree_control").write_text("cpu memory pids\n")
     limits.ExecCgroup("cgroup-v2", {"": str(tmp_path)}, Limits(64, 10, None), "stockade-1-b")
     assert (tmp_path / "cgroup.subtree_control").read_text() == "cpu memory pids\n"
+
+
+def test_prime_migration_moves_this_process_where_it_already_is(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import time
+
+    procs = tmp_path / "cgroup.procs"
+    procs.write_text("")
+    monkeypatch.setattr(limits, "_MECHANISM", ("rlimit", {}, "test"))
+    limits.prime_migration()  # no cgroup of stockade's: nothing to start
+    time.sleep(0.05)
+    assert procs.read_text() == ""
+    monkeypatch.setattr(limits, "_MECHANISM", ("cgroup-v1", {"pids": str(tmp_path)}, "test"))
+    limits.prime_migration()
+    deadline = time.monotonic() + 5
+    while procs.read_text() != str(os.getpid()) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert procs.read_text() == str(os.getpid())

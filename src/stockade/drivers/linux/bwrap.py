@@ -17,7 +17,7 @@ from ...capabilities import NetworkPolicy, is_under
 from ...errors import SandboxUnavailable
 from ...profile import ABSENT, DIR, PIN, STRICT
 from .. import PreparedLaunch
-from .limits import ExecCgroup, exec_cgroup, mechanism, nproc_limit
+from .limits import ExecCgroup, exec_cgroup, mechanism, nproc_limit, prime_migration
 
 SYS_READ_PATHS = ("/sys/devices/system/cpu", "/sys/devices/system/node", "/sys/fs/cgroup",
                   "/sys/kernel/mm/transparent_hugepage")
@@ -377,6 +377,7 @@ class BubblewrapDriver:
         """Locate bwrap and prove, once per process, that it can build a sandbox."""
         if not sys.platform.startswith("linux"):
             raise SandboxUnavailable("the bubblewrap backend needs Linux")
+        prime_migration()
         if self._probe:
             probe_userns(self.bwrap, cache_dir=self._state_dir)
         else:

@@ -31,7 +31,14 @@ from ...errors import SandboxUnavailable
 from ...profile import DIR, LINK, MISSING, STRICT, path_kind
 from .. import PreparedLaunch
 from .landlock import LandlockRules, unavailable_reason
-from .limits import ExecCgroup, ScopeCgroup, exec_cgroup, mechanism, nproc_limit
+from .limits import (
+    ExecCgroup,
+    ScopeCgroup,
+    exec_cgroup,
+    mechanism,
+    nproc_limit,
+    prime_migration,
+)
 from .seccomp import NO_UNIX, TCP_ONLY, UNIX_NO_CONNECT, native_arch
 
 TYPE_CHECKING = False
@@ -735,6 +742,7 @@ class LandlockDriver:
 
     def available(self) -> None:
         check_landlock(self.abi, self._min_abi)
+        prime_migration()
 
     def prepare(self, argv: list[str], profile: Profile) -> PreparedLaunch:
         from .layers import init_argv, init_config, init_python, launch_env
