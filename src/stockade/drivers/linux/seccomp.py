@@ -278,13 +278,7 @@ def compile_seccomp(network_mode: str, arch: str | None = None) -> bytes:
     nr = SYSCALLS[arch]
     a = _Assembler()
 
-    # A syscall made through another ABI (int 0x80 from an x86_64 process
-    # is i386, with different numbers) would dodge every rule below.
-    a.load(OFF_ARCH)
-    a.op(BPF_JMP_JEQ_K, AUDIT_ARCH[arch], jf="deny")
-    a.load(OFF_NR)
-    if arch == X86_64:
-        a.op(BPF_JMP_JGE_K, X32_SYSCALL_BIT, jt="deny")
+    _native_abi_only(a, arch)
     for name in DENIED:
         a.op(BPF_JMP_JEQ_K, nr[name], jt="deny")
     # clone3 passes its flags in memory, where BPF cannot read them. ENOSYS
@@ -363,14 +357,31 @@ def compile_seccomp(network_mode: str, arch: str | None = None) -> bytes:
         a.jump("deny")
     elif network_mode in LANDLOCK_BACKEND_MODES:
         _landlock_backend_sockets(a, network_mode)
-    # Classic BPF only jumps forward, so the shared verdicts come last.
+    _verdicts(a)
+    return a.bytes()
+
+
+def _native_abi_only(a: _Assembler, arch: str) -> None:
+    """Deny every other ABI, then load the syscall number.
+
+    A syscall made through another ABI (int 0x80 from an x86_64 process is
+    i386, with different numbers) would dodge every rule after this.
+    """
+    a.load(OFF_ARCH)
+    a.op(BPF_JMP_JEQ_K, AUDIT_ARCH[arch], jf="deny")
+    a.load(OFF_NR)
+    if arch == X86_64:
+        a.op(BPF_JMP_JGE_K, X32_SYSCALL_BIT, jt="deny")
+
+
+def _verdicts(a: _Assembler) -> None:
+    """The labels every rule jumps to; last, because classic BPF only jumps forward."""
     a.label("allow")
     a.ret(SECCOMP_RET_ALLOW)
     a.label("deny")
     a.ret(SECCOMP_RET_ERRNO | EPERM)
     a.label("enosys")
     a.ret(SECCOMP_RET_ERRNO | ENOSYS)
-    return a.bytes()
 
 
 def _landlock_backend_sockets(a: _Assembler, network_mode: str) -> None:
@@ -532,11 +543,7 @@ def compile_no_spawn(arch: str | None = None) -> bytes:
         raise ValueError(f"no seccomp syscall table for architecture {arch or 'unknown'!r}")
     nr = SYSCALLS[arch]
     a = _Assembler()
-    a.load(OFF_ARCH)
-    a.op(BPF_JMP_JEQ_K, AUDIT_ARCH[arch], jf="deny")
-    a.load(OFF_NR)
-    if arch == X86_64:
-        a.op(BPF_JMP_JGE_K, X32_SYSCALL_BIT, jt="deny")
+    _native_abi_only(a, arch)
     for name in ("fork", "vfork"):  # x86_64 only: aarch64 has clone alone
         if name in nr:
             a.op(BPF_JMP_JEQ_K, nr[name], jt="deny")
@@ -544,12 +551,7 @@ def compile_no_spawn(arch: str | None = None) -> bytes:
     a.op(BPF_JMP_JEQ_K, nr["clone"], jf="allow")
     a.load(off_arg(0))
     a.op(BPF_JMP_JSET_K, CLONE_THREAD, jt="allow", jf="deny")
-    a.label("allow")
-    a.ret(SECCOMP_RET_ALLOW)
-    a.label("deny")
-    a.ret(SECCOMP_RET_ERRNO | EPERM)
-    a.label("enosys")
-    a.ret(SECCOMP_RET_ERRNO | ENOSYS)
+    _verdicts(a)
     return a.bytes()
 
 
