@@ -21,8 +21,13 @@ from stockade import (
 
 def main() -> None:
     # Not under /tmp: every sandbox gets a private /tmp, so a HOME there
-    # would not be the host's HOME inside and the demo would prove nothing.
-    root = tempfile.mkdtemp(prefix=".stockade-demo-", dir=os.getcwd())
+    # would not be the host's HOME inside, and a write to it would land in
+    # the sandbox's throwaway /tmp and look "allowed". A checkout under /tmp
+    # puts the demo in /var/tmp instead.
+    base = os.path.realpath(os.getcwd())
+    if base == "/tmp" or base.startswith("/tmp/"):
+        base = "/var/tmp"
+    root = tempfile.mkdtemp(prefix=".stockade-demo-", dir=base)
     home = os.path.join(root, "home")
     workspace = os.path.join(root, "project")
     os.makedirs(os.path.join(home, ".aws"))
