@@ -58,8 +58,11 @@ def detect(read: Callable[[str], str] | None = None,
            runtime_dir: str | None = None) -> tuple[str, dict[str, str], str]:
     """(mechanism, {controller: our cgroup dir}, why) for this process.
 
-    mechanism is "cgroup-v2", "cgroup-v1", "systemd-scope" or "rlimit". Pure
-    given its probes, so each host shape is a unit test.
+    mechanism is "cgroup-v2", "cgroup-v1", "systemd-scope" or "rlimit". For
+    systemd-scope the dict is what detection found for ScopeCgroup instead:
+    {"": the user manager's cgroup, "run": systemd-run, "runtime": the
+    manager's runtime dir}. Pure given its probes, so each host shape is a
+    unit test.
     """
     if runtime_dir is None:
         runtime_dir = os.environ.get("XDG_RUNTIME_DIR") or f"/run/user/{os.getuid()}"
