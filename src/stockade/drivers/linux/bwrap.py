@@ -386,10 +386,10 @@ class BubblewrapDriver:
     def prepare(self, argv: list[str], profile: Profile) -> PreparedLaunch:
         from .layers import init_launch
 
+        stubs = _StubSet(profile, self._state_dir)
         # The child gets the read end under the same number (see
         # PreparedLaunch.extra_fds); the write end is stockade's alone.
         lifeline = os.pipe2(os.O_CLOEXEC)
-        stubs: _StubSet | None = None
         try:
             # Behind bwrap's namespaces, the init adds no_new_privs, Landlock
             # and seccomp before it execs the command: a hole in one wall is
@@ -397,19 +397,15 @@ class BubblewrapDriver:
             init = init_launch(profile, list(argv), require_landlock=self._require_landlock,
                                nproc=nproc_limit(self._max_pids, own_user_namespace=True),
                                lifeline_fd=lifeline[0])
-            stubs = _StubSet(profile, self._state_dir)
             tmp_cap = profile.tmp_size_mb if bwrap_has_size(self.bwrap, self._state_dir) else None
             args = build_bwrap_args(profile, self.bwrap, inner=init.argv,
                                     extra_mounts=init.mounts, tmp_size_mb=tmp_cap)
             cgroup = self._cgroup(profile)
         except BaseException:
-            if stubs is not None:
-                stubs.release()
+            stubs.release()
             for fd in lifeline:
                 os.close(fd)
             raise
-        assert stubs is not None
-        placed = stubs
         landlock = init.landlock_report()
         audit = {"landlock_abi": landlock.abi, "seccomp": init.config["seccomp"]}
         if landlock.dropped:
@@ -417,7 +413,7 @@ class BubblewrapDriver:
         def release(launch: PreparedLaunch) -> None:
             for fd in lifeline:
                 os.close(fd)
-            for path in placed.release():
+            for path in stubs.release():
                 launch.events.append(f"removed-planted:{path}")
 
         fds = {lifeline[0]: lifeline[0]}

@@ -388,12 +388,14 @@ class ScopeCgroup(ExecCgroup):
 
 
 def exec_cgroup(memory_mb: int | None, max_pids: int | None, cpu_percent: int | None,
-                prefix: str = "stockade", report_dir: str = "") -> ExecCgroup | None:
+                prefix: str, report_dir: str) -> ExecCgroup | None:
     """A cgroup for one command, or None where only rlimits apply or nothing is limited.
 
     Named at random, not by pid and counter: a stockade killed before its
     cleanup leaves an empty cgroup behind, and a reused pid must not collide.
-    `report_dir` is where a systemd scope's recording shell writes.
+    `report_dir` is where a systemd scope's recording shell writes: stockade's
+    private state directory, never a shared one like /tmp where another user
+    could plant a symlink at the report's name.
     """
     limits = Limits(memory_mb=memory_mb, max_pids=max_pids, cpu_percent=cpu_percent)
     kind, bases, _why = mechanism()
@@ -402,7 +404,7 @@ def exec_cgroup(memory_mb: int | None, max_pids: int | None, cpu_percent: int | 
     name = f"{prefix}-{os.getpid()}-{os.urandom(4).hex()}"
     try:
         if kind == "systemd-scope":
-            return ScopeCgroup(bases, limits, name, report_dir or "/tmp")
+            return ScopeCgroup(bases, limits, name, report_dir)
         return ExecCgroup(kind, bases, limits, name)
     except OSError as exc:
         from ...errors import SandboxUnavailable
