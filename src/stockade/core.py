@@ -366,15 +366,11 @@ class SandboxCore:
         detail: dict[str, object] = dict(launch.audit)
         if limit:
             detail["limit_exceeded"] = limit
-        planted = [e.partition(":")[2] for e in launch.events
-                   if e.startswith("removed-planted:")]
-        if planted:
-            # Reported where the caller looks: a command that tried this is
-            # not an ordinary one.
-            detail["removed_planted"] = planted
-            output.denial_hint = (f"the sandbox removed {', '.join(planted)}: a command may not "
-                                  "create protected metadata (git redirection, agent or "
-                                  "editor settings)")
+        if launch.neutralised:
+            # Reported where the caller looks: the model learns why its file
+            # is gone, the person where to find it.
+            detail["neutralised"] = [n.to_json() for n in launch.neutralised]
+            output.denial_hint = neutralised_hint(launch.neutralised)
             output.likely_sandbox_denied = True
         if warnings:
             detail["warnings"] = list(warnings)
@@ -493,6 +489,17 @@ class SandboxCore:
 
 # Separates a session id from the command number in a proxy key.
 _PROXY_KEY_SEP = "\x1f"
+
+
+def neutralised_hint(done: list[Any]) -> str:
+    """One line for the model: what the guard made inert after the run, and why."""
+    parts = []
+    for item in done[:4]:
+        where = f" (moved to {item.moved_to})" if item.moved_to else ""
+        parts.append(f"{item.path}: {item.what}{where}")
+    more = f"; and {len(done) - 4} more (see stockade audit)" if len(done) > 4 else ""
+    return ("the sandbox neutralised what the command left for the host to run -- "
+            + "; ".join(parts) + more)
 
 
 def check_host_entries(hosts: tuple[str, ...]) -> None:

@@ -54,13 +54,36 @@ _ROOT_ONLY_SECRETS = ("/etc/shadow", "/etc/gshadow", "/etc/shadow-", "/etc/gshad
                       "/etc/ssh/ssh_host_rsa_key", "/etc/ssh/ssh_host_ecdsa_key",
                       "/etc/ssh/ssh_host_ed25519_key", "/etc/ssh/ssh_host_dsa_key")
 
-#: Metadata a command inside a writable root must not change: version-control
-#: state that runs code on the host later (hooks, config), and the settings of
-#: agents and editors that are read as instructions.
-#: `stockade.toml` is here because stockade reads it: a command that could
-#: write it would choose the boundary of the next command.
-PROTECTED_NAMES = (".git", ".stockade", "stockade.toml", ".codex", ".agents", ".claude",
-                   ".vscode", ".idea", ".envrc")
+#: What the person's own tools read or run from a project without asking, by
+#: name at the top of every writable root. This is the one list; README's
+#: "Protected metadata" section explains each entry.
+#:
+#: - `.git`: hooks and config run code at the next `git status` or `commit`
+#:   (its insides are handled by `gitmeta` and `profile.git_protection`).
+#: - `.stockade`, `stockade.toml`: stockade's own project settings; a command
+#:   that could write them would choose the boundary of the next command.
+#: - `.envrc` (direnv), `mise.toml`, `.mise.toml` (mise runs their hooks and
+#:   env scripts on `cd`).
+#: - agents' project settings, read as instructions and able to name MCP
+#:   servers and hooks they start: `.claude`, `.codex`, `.agents`, `.gemini`,
+#:   `.cursor`, `.windsurf`, `.continue`, `.mcp.json`, `.aider.conf.yml`.
+#: - editors' project settings, which name tasks and tools run on opening the
+#:   folder: `.vscode`, `.idea`, `.zed`, and `.devcontainer` (whose
+#:   `initializeCommand` runs on the host).
+PROTECTED_NAMES = (".git", ".stockade", "stockade.toml", ".envrc", "mise.toml", ".mise.toml",
+                   ".claude", ".codex", ".agents", ".gemini", ".cursor", ".windsurf",
+                   ".continue", ".mcp.json", ".aider.conf.yml", ".vscode", ".idea", ".zed",
+                   ".devcontainer")
+
+#: When the home directory itself is writable (a workspace of `~`, as an MCP
+#: client started in the home gives), the files a login, a new shell or the
+#: desktop runs without asking, and the door for the next ssh login.
+HOME_PROTECTED = (".bashrc", ".bash_profile", ".bash_login", ".bash_logout", ".profile",
+                  ".zshrc", ".zshenv", ".zprofile", ".zlogin", ".zlogout", ".config/fish",
+                  ".inputrc", ".xprofile", ".xsessionrc", ".xinitrc", ".pam_environment",
+                  ".config/environment.d", ".config/autostart", ".config/systemd",
+                  ".local/share/systemd", ".ssh", ".gitconfig", ".config/git",
+                  ".local/bin", ".config/stockade")
 
 
 def expand(path: str, env: Mapping[str, str]) -> str:

@@ -1,9 +1,11 @@
 """The decided boundary: `Profile`, built from a request, consulted by drivers.
 
 `build_profile` is the one place that turns capabilities, mode and host
-facts into concrete paths. It looks at the filesystem only through the
-`kind` function it is given (lstat by default), so tests can describe a
-machine without building one, and a driver never decides anything.
+facts into concrete paths. It looks at the filesystem through the `kind`
+function it is given (lstat by default), so tests can describe a machine
+without building one, and a driver never decides anything; the one
+exception is git's own small files (config, hooks, index), which `gitmeta`
+reads to learn what git would run.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ from __future__ import annotations
 import os
 import sys
 
-from . import hostpaths
+from . import gitmeta, hostpaths
 from .capabilities import FULL_ACCESS, READ_ONLY, NetworkPolicy, is_under
 from .errors import SandboxUnavailable
 
@@ -140,7 +142,7 @@ class Protected:
 
     def __init__(self, path: str, kind: str) -> None:
         self.path = path
-        self.kind = kind  # DIR or FILE when it exists; "missing-dir"/"missing-file" when not
+        self.kind = kind  # DIR or FILE when it exists, PIN, WATCH when missing, KEEP_LINK
 
     def __repr__(self) -> str:
         return f"Protected({self.path!r}, {self.kind!r})"
@@ -220,19 +222,20 @@ class Profile:
         return out
 
 
-_FILE_NAMES = (".envrc", "stockade.toml")
-
-
 def protected_under(root: str, kind: Callable[[str], str] = path_kind,
-                    writable: tuple[str, ...] = ()) -> list[Protected]:
+                    writable: tuple[str, ...] = (), home: str = "") -> list[Protected]:
     """Protected metadata in one writable root, resolving `.git` pointer files.
 
     git itself must keep working in workspace-write -- objects, index and refs
     are written by every `git add` and `git commit` -- so a `.git` directory is
-    not frozen whole: its hooks and config are, because those are what run
-    code on the host the next time a person types `git`. `writable` are all
-    the roots the command may write; only git directories inside them need
-    (or get) protection.
+    not frozen whole: what makes git run code is (see `git_protection`).
+    `writable` are all the roots the command may write; only what lies inside
+    them needs (or gets) protection.
+
+    A name that does not exist yet is WATCHed, not blocked: blocking it would
+    need a placeholder on the host, which the person's git sees (`git add -A`
+    fails on it), which another command starting meanwhile takes for the
+    real thing, and whose removal detaches that command's mounts.
     """
     roots = writable or (root,)
     out: list[Protected] = []
@@ -249,14 +252,14 @@ def protected_under(root: str, kind: Callable[[str], str] = path_kind,
                 "or run in read-only mode."
             )
         if name == ".git" and k == DIR:
-            out.extend(_git_dir_protection(path, kind, roots))
+            out.extend(git_protection(path, root, kind, roots, home))
         elif name == ".git" and k == FILE:
             out.append(Protected(path, FILE))
             gitdir = _read_gitdir_pointer(path)
             if gitdir:
-                out.extend(_git_dir_protection(gitdir, kind, roots))
+                out.extend(git_protection(gitdir, root, kind, roots, home))
         elif k == MISSING:
-            out.append(Protected(path, "missing-file" if name in _FILE_NAMES else "missing-dir"))
+            out.append(Protected(path, WATCH))
         else:
             out.append(Protected(path, k if k in (DIR, FILE) else FILE))
     return out
@@ -266,55 +269,154 @@ def protected_under(root: str, kind: Callable[[str], str] = path_kind,
 #: so it cannot be renamed aside and replaced (`mv .git .old && mkdir .git`
 #: would otherwise give a fresh .git whose hooks the host runs).
 PIN = "pin"
-#: A name that must not appear but cannot be blocked by a mount: checked and
-#: removed after each run (see the bwrap driver's cleanup).
-ABSENT = "absent"
+#: A protected name that does not exist: the command may create it, and the
+#: driver's guard neutralises what it leaves there once the command has ended
+#: (see drivers/linux/guard.py).
+WATCH = "watch"
+#: A protected name that is a symbolic link (a dotfile kept in a dotfiles
+#: repository): its target is protected where it lives, and the link itself
+#: is put back after the run if the command replaced it.
+KEEP_LINK = "link"
+
+#: git directories nested deeper than this (submodules of submodules of ...)
+#: are not followed; `git status` itself rarely goes past two.
+MAX_GIT_DEPTH = 4
 
 
-def _git_dir_protection(gitdir: str, kind: Callable[[str], str], roots: tuple[str, ...],
-                        depth: int = 0) -> list[Protected]:
-    # A git directory outside every writable root is already read-only, and
-    # stockade must not create placeholders there: a planted `gitdir:` pointer
-    # would otherwise steer stockade itself into making directories anywhere.
-    if depth > 4 or not any(is_under(gitdir, r) for r in roots):
+def git_protection(gitdir: str, worktree: str, kind: Callable[[str], str],
+                   roots: tuple[str, ...], home: str = "", depth: int = 0) -> list[Protected]:
+    """What in one git directory (and what its config names) must not change.
+
+    hooks, config, config.worktree and commondir are what make git run code
+    or read config from elsewhere; `info` holds attributes and excludes.
+    Beyond the directory itself: what its config points at inside a writable
+    root (a `core.hooksPath` of `.husky/_`, an `include.path`, the script a
+    `core.fsmonitor` names), the config of the commit-time runner its hooks
+    call, its linked worktrees' pointers, and every repository git recurses
+    into from here: `modules/*`, the commondir, and each gitlink in the index
+    whose checkout has a `.git` (the submodules `git status` enters).
+    """
+    # A git directory outside every writable root is already read-only.
+    if depth > MAX_GIT_DEPTH or not any(is_under(gitdir, r) for r in roots):
         return []
     out = [Protected(gitdir, PIN)]
-    for name, want in (("hooks", DIR), ("config", FILE), ("commondir", FILE)):
-        path = os.path.join(gitdir, name)
+
+    def protect(path: str) -> None:
+        if not any(is_under(path, r) for r in roots):
+            return
         k = kind(path)
         if k == LINK:
             raise SandboxUnavailable(
                 f"{path} is a symbolic link; stockade cannot keep it read-only in a writable "
                 "workspace. Replace the link, or run in read-only mode."
             )
-        if k == want:
-            out.append(Protected(path, k))
-        elif name == "commondir":
-            # git dies on any placeholder it can see at this name, so a
-            # missing commondir cannot be made uncreatable by a mount; it is
-            # watched instead and removed if a command plants one.
-            out.append(Protected(path, ABSENT))
-        else:
-            out.append(Protected(path, f"missing-{want}"))
-    for extra in ("info", "config.worktree"):
-        path = os.path.join(gitdir, extra)
-        k = kind(path)
-        if k in (DIR, FILE):
-            out.append(Protected(path, k))
+        out.append(Protected(path, WATCH if k == MISSING else k if k in (DIR, FILE) else FILE))
+
+    for name in ("hooks", "config", "config.worktree", "commondir"):
+        protect(os.path.join(gitdir, name))
+    info = os.path.join(gitdir, "info")
+    if kind(info) == DIR:
+        out.append(Protected(info, DIR))
+    hook_dirs = [os.path.join(gitdir, "hooks")]
+    for config in ("config", "config.worktree"):
+        for what, path in gitmeta.referenced_paths(os.path.join(gitdir, config), worktree, home):
+            protect(path)
+            if what == "hooks":
+                hook_dirs.append(path)
+    for hooks in hook_dirs:
+        for path in gitmeta.runner_files(hooks, worktree):
+            protect(path)
+    worktrees = os.path.join(gitdir, "worktrees")
+    if kind(worktrees) == DIR:
+        for entry in _listdir(worktrees):
+            for name in ("commondir", "gitdir", "config.worktree"):
+                path = os.path.join(worktrees, entry, name)
+                if kind(path) in (FILE, LINK):
+                    protect(path)
     common = os.path.join(gitdir, "commondir")
     if kind(common) == FILE:
         target = _read_first_line(common)
         if target:
             target = os.path.realpath(os.path.join(gitdir, target))
             if target != gitdir:
-                out.extend(_git_dir_protection(target, kind, roots, depth + 1))
+                out.extend(git_protection(target, worktree, kind, roots, home, depth + 1))
     modules = os.path.join(gitdir, "modules")
     if kind(modules) == DIR:
-        # Submodules keep their own git directories, hooks and config included.
-        for entry in sorted(os.listdir(modules)):
+        for entry in _listdir(modules):
             sub = os.path.join(modules, entry)
             if kind(sub) == DIR:
-                out.extend(_git_dir_protection(sub, kind, roots, depth + 1))
+                out.extend(git_protection(sub, worktree, kind, roots, home, depth + 1))
+    for link in gitlinks(os.path.join(gitdir, "index")):
+        checkout = os.path.join(worktree, link)
+        dot_git = os.path.join(checkout, ".git")
+        k = kind(dot_git)
+        if k == DIR:
+            out.extend(git_protection(dot_git, checkout, kind, roots, home, depth + 1))
+        elif k == FILE:
+            protect(dot_git)
+            pointed = _read_gitdir_pointer(dot_git)
+            if pointed:
+                out.extend(git_protection(pointed, checkout, kind, roots, home, depth + 1))
+    return out
+
+
+_GITLINKS: dict[str, tuple[tuple[int, int, int], list[str]]] = {}
+
+
+def gitlinks(index: str) -> list[str]:
+    """The index's gitlinks, parsed again only when the index changed.
+
+    An index of 100,000 files is 10 MB; reading it for every command would
+    cost more than the sandbox. An unreadable one gives none here: the
+    guard's check after the run treats it as changed.
+    """
+    try:
+        st = os.stat(index)
+    except OSError:
+        return []
+    key = (st.st_ino, st.st_mtime_ns, st.st_size)
+    cached = _GITLINKS.get(index)
+    if cached is not None and cached[0] == key:
+        return cached[1]
+    links = gitmeta.index_gitlinks(index) or []
+    _GITLINKS[index] = (key, links)
+    return links
+
+
+def _listdir(path: str) -> list[str]:
+    try:
+        return sorted(os.listdir(path))
+    except OSError:
+        return []
+
+
+def home_protection(home: str, kind: Callable[[str], str], roots: tuple[str, ...],
+                    hidden: list[tuple[str, str]]) -> list[Protected]:
+    """`hostpaths.HOME_PROTECTED` when a writable root holds the home directory.
+
+    Without this a workspace of `~` (an MCP client started in the home)
+    let a command append to ~/.bashrc and ~/.ssh/authorized_keys. A path
+    hidden as a credential stays hidden: protecting it would mount the real
+    one back over the mask.
+    """
+    out: list[Protected] = []
+    if not home or not any(is_under(home, r) for r in roots):
+        return out
+    for rel in hostpaths.HOME_PROTECTED:
+        path = os.path.join(home, rel)
+        if any(is_under(path, h) for h, _ in hidden):
+            continue
+        k = kind(path)
+        if k == LINK:
+            target = os.path.realpath(path)
+            tk = kind(target)
+            if tk in (DIR, FILE) and any(is_under(target, r) for r in roots):
+                out.append(Protected(target, tk))
+            out.append(Protected(path, KEEP_LINK))
+        elif k == MISSING:
+            out.append(Protected(path, WATCH))
+        else:
+            out.append(Protected(path, k if k in (DIR, FILE) else FILE))
     return out
 
 
@@ -446,7 +548,8 @@ def build_profile(
         writable_all = tuple(roots) + tuple(write_roots)
         for root in roots:
             if kind(root) == DIR and not any(is_under(root, d) for d, _ in hidden):
-                protected.extend(protected_under(root, kind, writable_all))
+                protected.extend(protected_under(root, kind, writable_all, home))
+        protected.extend(home_protection(home, kind, writable_all, hidden))
 
     return Profile(
         mode=mode,

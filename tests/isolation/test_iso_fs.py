@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import secrets
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -159,30 +160,57 @@ PROTECTED_NAMES_CHECKED = ("stockade-dir", "stockade-rm", "envrc", "envrc-rm", "
                            "git-hook", "git-config", "git-replace", "envrc-proc", "vscode-proc")
 
 
-def test_protected_names_cannot_be_created_and_stubs_vanish(box: Box) -> None:
+LEFT_FOR_THE_HOST = {".stockade", ".envrc", "stockade.toml", ".vscode", ".claude", ".codex",
+                     ".agents", ".idea", ".mcp.json", ".cursor", ".devcontainer"}
+
+
+def _git_would_run(ws: Path) -> list[str]:
+    """What in `ws/.git` the host's git would execute: real hooks, program keys."""
+    git = ws / ".git"
+    if not git.is_dir():
+        return []
+    found = [f"hook {h.name}" for h in (git / "hooks").glob("*")
+             if not h.name.endswith(".sample")] if (git / "hooks").is_dir() else []
+    config = (git / "config").read_text() if (git / "config").is_file() else ""
+    found += [f"config {k}" for k in ("fsmonitor", "hookspath", "pager", "include")
+              if k in config.lower()]
+    return found
+
+
+def test_protected_names_a_run_creates_are_neutralised(box: Box) -> None:
+    """No placeholder exists to stop the names being made; the guard makes them inert after.
+
+    The control runs the same script unconfined in a copy: the names are left
+    behind there, so the check below is not vacuous.
+    """
     box.write(box.ws / "main.py", "print('hi')\n")
-    before = sorted(os.listdir(box.ws))
+    control = box.mkdir("control")
+    subprocess.run(["sh", "-c", PROTECTED_ATTACKS], cwd=control, capture_output=True,
+                   check=False)
+    assert {".stockade", ".envrc", "stockade.toml", ".vscode", ".claude"} <= set(
+        os.listdir(control))
+    assert _git_would_run(control)
     res = box.sh(PROTECTED_ATTACKS, mode="workspace-write")
     out = text(res)
-    tried = attempts(res)
-    assert {n for n in PROTECTED_NAMES_CHECKED if tried.get(n) is not False} == set(), out
-    after = sorted(os.listdir(box.ws))
-    # Scratch files the script made are fine; no protected name may be left on
-    # the host -- neither a planted one nor stockade's own placeholder.
-    leftovers = {".stockade", ".envrc", "stockade.toml", ".vscode", ".claude", ".git", ".codex",
-                 ".agents", ".idea"} & set(after)
-    assert not leftovers, f"left on the host: {sorted(leftovers)}; before {before}, after {after}"
+    after = set(os.listdir(box.ws))
+    assert not LEFT_FOR_THE_HOST & after, f"left on the host: {LEFT_FOR_THE_HOST & after}\n{out}"
+    assert _git_would_run(box.ws) == [], out
+    assert "neutralised" in out, out
+    # Nothing is lost: the command's files are in the quarantine the hint names.
+    kept = list((box.state / "state" / "stockade" / "quarantine").rglob(".envrc"))
+    assert kept and b"curl evil" in kept[0].read_bytes(), out
 
 
 def test_benign_run_leaves_no_placeholders(box: Box) -> None:
     box.write(box.ws / "main.py", "print('hi')\n")
-    before = sorted(os.listdir(box.ws))
+    before = snapshot(box.ws)
     res = box.sh("ls -a", mode="workspace-write")
     assert res.returncode == 0, text(res)
-    # Inside, the placeholders were there (that is how the names stay uncreatable) ...
-    assert ".envrc" in res.stdout.decode()
+    # Inside, the workspace looks as it does on the host: no placeholder ...
+    listing = res.stdout.decode().split()
+    assert ".envrc" not in listing and ".git" not in listing, text(res)
     # ... and afterwards the host has exactly what it had.
-    assert sorted(os.listdir(box.ws)) == before
+    assert snapshot(box.ws) == before
 
 
 def test_existing_protected_files_stay_unchanged(box: Box) -> None:

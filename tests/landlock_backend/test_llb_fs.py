@@ -85,9 +85,8 @@ def test_hardlink_to_outside_file_fails(box: Box) -> None:
 # -- protected metadata in workspace-write -----------------------------------------------
 
 
-@pytest.mark.xfail(strict=True, reason=DURING_RUN)
-def test_protected_names_cannot_be_created_during_the_run(box: Box) -> None:
-    iso.test_protected_names_cannot_be_created_and_stubs_vanish(box)
+def test_protected_names_a_run_creates_are_neutralised(box: Box) -> None:
+    iso.test_protected_names_a_run_creates_are_neutralised(box)
 
 
 @pytest.mark.xfail(strict=True, reason=DURING_RUN)
@@ -106,9 +105,11 @@ def test_protected_names_planted_during_a_run_are_gone_after_it(box: Box) -> Non
     tried = attempts(res)
     # The attacks really ran (this backend cannot stop them while it runs) ...
     assert tried.get("envrc") and tried.get("stockade-toml") and tried.get("git-hook"), out
-    # ... and nothing they made is left on the host.
-    left = PROTECTED & set(os.listdir(box.ws))
+    # ... and nothing they made is left live on the host (a .git they made
+    # stays, inert: that is how `git init` works in a run).
+    left = (PROTECTED - {".git"}) & set(os.listdir(box.ws))
     assert not left, f"left on the host: {sorted(left)}"
+    assert iso._git_would_run(box.ws) == [], out
     assert (box.ws / "main.py").read_text() == "print('hi')\n"
 
 

@@ -12,8 +12,10 @@ from pathlib import Path
 import pytest
 
 from stockade.capabilities import capabilities_for_mode
-from stockade.drivers.linux import landlock_driver as ld
-from stockade.drivers.linux.landlock_driver import MetadataGuard
+from stockade.drivers.linux import fstree
+from stockade.drivers.linux import guard as guard_module
+from stockade.drivers.linux.fstree import remove_tree
+from stockade.drivers.linux.guard import MetadataGuard
 from stockade.errors import SandboxUnavailable
 from stockade.profile import Profile, build_profile
 
@@ -23,6 +25,18 @@ def make_profile(ws: Path) -> Profile:
     return build_profile(mode="workspace-write", workspace=str(ws), cwd=str(ws),
                          capabilities=caps, read_scope="host", host_env={"HOME": "/nonexistent"},
                          use_scratch=False)
+
+
+def Guard(profile: Profile, state: str) -> MetadataGuard:  # noqa: N802 - reads as the class
+    return MetadataGuard(profile, state, restore_content=True)
+
+
+def release(guard: MetadataGuard) -> tuple[list[str], list[str], list[str]]:
+    """(restored, removed or made inert, replaced parents), from what the guard reports."""
+    done = guard.release()
+    restored = [n.path for n in done if n.what.startswith("restored")]
+    broken = [n.path for n in done if n.what.startswith("replaced")]
+    return restored, [n.path for n in done if n.path not in restored + broken], broken
 
 
 @pytest.fixture
@@ -56,7 +70,7 @@ def tree(path: Path) -> dict[str, tuple[int, int, bytes | str]]:
 
 def test_changes_are_undone_and_plants_removed(ws: Path, state: str) -> None:
     before = tree(ws / ".git"), (ws / "stockade.toml").read_bytes()
-    guard = MetadataGuard(make_profile(ws), state)
+    guard = Guard(make_profile(ws), state)
     (ws / ".git" / "hooks" / "pre-commit").write_text("#!/bin/sh\nevil\n")
     (ws / ".git" / "config").write_text("[core]\n\tfsmonitor = evil\n")
     (ws / "stockade.toml").write_text('[sandbox]\nmode = "full-access"\n')
@@ -64,7 +78,7 @@ def test_changes_are_undone_and_plants_removed(ws: Path, state: str) -> None:
     (ws / ".vscode").mkdir()
     (ws / ".vscode" / "tasks.json").write_text("{}")
     (ws / "src.py").write_text("x = 2\n")  # ordinary work: not the guard's business
-    restored, removed, broken = guard.release()
+    restored, removed, broken = release(guard)
     assert (tree(ws / ".git"), (ws / "stockade.toml").read_bytes()) == before
     assert not (ws / ".envrc").exists() and not (ws / ".vscode").exists()
     assert (ws / "src.py").read_text() == "x = 2\n"
@@ -77,8 +91,8 @@ def test_changes_are_undone_and_plants_removed(ws: Path, state: str) -> None:
 
 def test_nothing_changed_nothing_touched(ws: Path, state: str) -> None:
     before = tree(ws)
-    guard = MetadataGuard(make_profile(ws), state)
-    assert guard.release() == ([], [], [])
+    guard = Guard(make_profile(ws), state)
+    assert release(guard) == ([], [], [])
     assert tree(ws) == before
 
 
@@ -86,10 +100,10 @@ def test_a_symlinked_git_is_removed_never_written_through(ws: Path, state: str,
                                                           tmp_path: Path) -> None:
     outside = tmp_path / "outside"
     outside.mkdir()
-    guard = MetadataGuard(make_profile(ws), state)
+    guard = Guard(make_profile(ws), state)
     os.rename(ws / ".git", ws / ".git-moved")
     os.symlink(outside, ws / ".git")
-    _restored, _removed, broken = guard.release()
+    _restored, _removed, broken = release(guard)
     assert os.listdir(outside) == []  # no hooks or config written into the link's target
     assert broken == [str(ws / ".git")] and not os.path.lexists(ws / ".git")
 
@@ -98,10 +112,10 @@ def test_a_file_replaced_by_a_symlink_is_restored_as_a_file(ws: Path, state: str
                                                             tmp_path: Path) -> None:
     target = tmp_path / "victim"
     target.write_text("host file\n")
-    guard = MetadataGuard(make_profile(ws), state)
+    guard = Guard(make_profile(ws), state)
     (ws / "stockade.toml").unlink()
     os.symlink(target, ws / "stockade.toml")
-    guard.release()
+    release(guard)
     assert target.read_text() == "host file\n"
     assert not (ws / "stockade.toml").is_symlink()
     assert (ws / "stockade.toml").read_text() == "[sandbox]\n"
@@ -111,45 +125,52 @@ def test_concurrent_commands_share_the_first_baseline(ws: Path, state: str) -> N
     """A command starting while another has changed .git/config must not take the changed
     file for the original, whichever of the two ends last."""
     original = (ws / ".git" / "config").read_bytes()
-    first = MetadataGuard(make_profile(ws), state)
+    first = Guard(make_profile(ws), state)
     (ws / ".git" / "config").write_text("[core]\n\thooksPath = /evil\n")
-    second = MetadataGuard(make_profile(ws), state)
-    first.release()
+    second = Guard(make_profile(ws), state)
+    release(first)
     assert (ws / ".git" / "config").read_bytes() == original
     (ws / ".git" / "config").write_text("[core]\n\thooksPath = /evil\n")  # second's command
-    second.release()
+    release(second)
     assert (ws / ".git" / "config").read_bytes() == original
 
 
-def test_a_crashed_guard_leaves_no_stale_baseline(ws: Path, state: str) -> None:
-    """stockade killed mid-run: its baseline must not undo a later, legitimate edit."""
-    crashed = MetadataGuard(make_profile(ws), state)
+def test_a_crashed_guard_is_swept_by_the_next_one(ws: Path, state: str) -> None:
+    """stockade killed mid-run: what its command left must not stay live. The next
+    guard sweeps the orphaned baseline first; a later edit it undoes is kept in the
+    quarantine and reported, never lost."""
+    crashed = Guard(make_profile(ws), state)
     os.close(crashed.alive_fd)  # the process died: its flock is gone, its files stay
     crashed.alive_fd = -1
-    (ws / ".git" / "config").write_text("[core]\n\teditor = vim\n")  # the user, later
-    fresh = MetadataGuard(make_profile(ws), state)
-    fresh.release()
-    assert (ws / ".git" / "config").read_text() == "[core]\n\teditor = vim\n"
+    (ws / ".git" / "config").write_text("[core]\n\tfsmonitor = evil\n")
+    (ws / ".envrc").write_text("evil\n")
+    fresh = Guard(make_profile(ws), state)
+    restored, removed, _ = release(fresh)
+    assert (ws / ".git" / "config").read_text() == "[core]\n"
+    assert not (ws / ".envrc").exists()
+    assert str(ws / ".git" / "config") in restored and str(ws / ".envrc") in removed
+    kept = [p.read_text() for p in Path(state, "quarantine").rglob("config")]
+    assert kept == ["[core]\n\tfsmonitor = evil\n"]
 
 
 def test_a_baseline_too_large_to_keep_is_refused(ws: Path, state: str,
                                                  monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(ld, "GUARD_MAX_BYTES", 4)
+    monkeypatch.setattr(guard_module, "GUARD_MAX_BYTES", 4)
     with pytest.raises(SandboxUnavailable, match="too large"):
-        MetadataGuard(make_profile(ws), state)
+        Guard(make_profile(ws), state)
     # ... and the refusal left no guard alive behind it.
-    monkeypatch.setattr(ld, "GUARD_MAX_BYTES", 1 << 20)
-    MetadataGuard(make_profile(ws), state).release()
+    monkeypatch.setattr(guard_module, "GUARD_MAX_BYTES", 1 << 20)
+    release(Guard(make_profile(ws), state))
 
 
 def test_a_huge_planted_tree_is_removed_without_reading_it(ws: Path, state: str,
                                                            monkeypatch: pytest.MonkeyPatch
                                                            ) -> None:
-    guard = MetadataGuard(make_profile(ws), state)
-    monkeypatch.setattr(ld, "GUARD_MAX_ENTRIES", 50)
+    guard = Guard(make_profile(ws), state)
+    monkeypatch.setattr(fstree, "GUARD_MAX_ENTRIES", 50)
     for i in range(200):
         (ws / ".git" / "hooks" / f"h{i}").write_text("x")
-    guard.release()
+    release(guard)
     assert sorted(os.listdir(ws / ".git" / "hooks")) == ["pre-commit.sample"]
 
 
@@ -157,17 +178,17 @@ def test_read_only_mode_has_nothing_to_guard(ws: Path, state: str) -> None:
     caps = capabilities_for_mode("read-only", str(ws))
     p = build_profile(mode="read-only", workspace=str(ws), cwd=str(ws), capabilities=caps,
                       read_scope="host", host_env={"HOME": "/nonexistent"}, use_scratch=False)
-    guard = MetadataGuard(p, state)
-    assert guard.paths == [] and guard.release() == ([], [], [])
+    guard = Guard(p, state)
+    assert guard.paths == [] and release(guard) == ([], [], [])
 
 
 def test_a_deeply_nested_plant_is_cleared_without_crashing(ws: Path, state: str) -> None:
     """A tree deeper than the removal's bound: the name is freed (renamed aside first),
     and as much of it is deleted as can be."""
-    guard = MetadataGuard(make_profile(ws), state)
+    guard = Guard(make_profile(ws), state)
     _nest(ws, ".vscode", 600)
     try:
-        _restored, removed, _broken = guard.release()
+        _restored, removed, _broken = release(guard)
         assert str(ws / ".vscode") in removed
         assert not (ws / ".vscode").exists()
     finally:
@@ -216,5 +237,5 @@ def test_remove_tree_never_follows_a_link(tmp_path: Path) -> None:
     doomed = tmp_path / "doomed"
     (doomed / "sub").mkdir(parents=True)
     os.symlink(victim, doomed / "sub" / "link")
-    ld.remove_tree(str(doomed))
+    remove_tree(str(doomed))
     assert not doomed.exists() and (victim / "keep").read_text() == "x"

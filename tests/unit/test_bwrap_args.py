@@ -91,15 +91,18 @@ def test_container_sockets_masked_unless_granted():
     assert "/run/docker.sock" not in p2.sockets
 
 
-def test_protected_metadata_read_only_and_uncreatable():
+def test_protected_metadata_read_only_and_missing_names_unmounted():
     entries = {f"{WS}/.git": DIR, f"{WS}/.git/hooks": DIR, f"{WS}/.git/config": FILE}
-    args = build_bwrap_args(profile(entries=entries), "b", inner=[])
+    p = profile(entries=entries)
+    args = build_bwrap_args(p, "b", inner=[])
     ro = pairs(args, "--ro-bind")
     assert f"{WS}/.git/hooks" in ro and f"{WS}/.git/config" in ro
     assert f"{WS}/.git" not in ro  # objects, index and refs stay writable for git
-    assert f"{WS}/.stockade" in pairs(args, "--tmpfs")  # missing: made uncreatable
-    i = args.index(f"{WS}/.envrc")
-    assert args[i - 2:i] == ["--ro-bind", "/dev/null"]
+    # A missing name gets no mount (its mount point would appear on the host):
+    # it is watched, and the guard neutralises what the command leaves there.
+    assert f"{WS}/.stockade" not in args and f"{WS}/.envrc" not in args
+    watched = {x.path for x in p.protected if x.kind == "watch"}
+    assert {f"{WS}/.stockade", f"{WS}/.envrc", f"{WS}/.git/commondir"} <= watched
     assert args.index(f"{WS}/.git/hooks") > args.index(WS)
 
 

@@ -28,6 +28,7 @@ if TYPE_CHECKING:
         cwd: str
         extra_fds: dict[int, int]
         events: list[str]
+        neutralised: list[Any]
         audit: dict[str, object]
 
         def also(self, undo: Callable[[], None]) -> None: ...
@@ -64,10 +65,12 @@ class PreparedLaunch:
     can run their launches too);
     `audit` is what the driver wants in the execution's audit record (the
     Landlock ABI in force, the limit mechanism); `cleanup()` runs once the
-    process is gone and may leave `events` ("oom", "pids").
+    process is gone and may leave `events` ("oom", "pids") and
+    `neutralised` (what the metadata guard made inert or put back).
     """
 
-    __slots__ = ("_cleanup", "argv", "audit", "cwd", "env", "events", "extra_fds")
+    __slots__ = ("_cleanup", "argv", "audit", "cwd", "env", "events", "extra_fds",
+                 "neutralised")
 
     def __init__(self, argv: list[str], env: dict[str, str], cwd: str, *,
                  extra_fds: dict[int, int] | None = None,
@@ -77,6 +80,7 @@ class PreparedLaunch:
         self.cwd = cwd
         self.extra_fds = extra_fds or {}
         self.events: list[str] = []
+        self.neutralised: list[Any] = []
         self.audit: dict[str, object] = {}
         self._cleanup = cleanup
 

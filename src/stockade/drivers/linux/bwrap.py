@@ -15,7 +15,7 @@ import sys
 
 from ...capabilities import NetworkPolicy, is_under
 from ...errors import SandboxUnavailable
-from ...profile import ABSENT, DIR, PIN, STRICT
+from ...profile import DIR, FILE, PIN, STRICT
 from .. import PreparedLaunch
 from .limits import ExecCgroup, exec_cgroup, mechanism, nproc_limit, prime_migration
 
@@ -220,20 +220,13 @@ def build_bwrap_args(profile: Profile, bwrap: str, *, inner: list[str] | None = 
         # connect() to a character device fails with ECONNREFUSED.
         a += ["--ro-bind", "/dev/null", sock]
 
-    # 7. Protected metadata: read-only, and uncreatable when missing. For a
-    #    missing name bwrap makes the mount point itself, through the
-    #    writable bind, so the host sees an empty placeholder while the
-    #    sandbox runs (the driver removes it afterwards; see _StubSet).
+    # 7. Protected metadata that exists: read-only. A missing name gets no
+    #    mount (a mount point would have to be created on the host); the
+    #    driver's guard neutralises whatever the command leaves there.
     for item in profile.protected:
-        if item.kind == ABSENT:
-            continue
         if item.kind == PIN:
             a += ["--bind", item.path, item.path]
-        elif item.kind == "missing-dir":
-            a += ["--tmpfs", item.path, "--remount-ro", item.path]
-        elif item.kind == "missing-file":
-            a += ["--ro-bind", "/dev/null", item.path]
-        else:
+        elif item.kind in (DIR, FILE):
             a += ["--ro-bind", item.path, item.path]
 
     # 8. Granted sockets come back last, through whatever hid their directory.
@@ -246,104 +239,6 @@ def build_bwrap_args(profile: Profile, bwrap: str, *, inner: list[str] | None = 
     a += ["--chdir", profile.cwd, "--"]
     a += inner if inner is not None else []
     return a
-
-
-class _StubSet:
-    """Empty placeholders for protected names that do not exist yet.
-
-    A mount needs a mount point, and the workspace is the host's directory,
-    so a missing `.git` or `.envrc` must exist on the host while the sandbox
-    runs -- otherwise the command could create it and the host would read it
-    later. Stubs carry an xattr so they are told apart from the user's own
-    empty directories, and are removed when no other stockade sandbox is
-    using the workspace (an flock in stockade's state directory; unlinking a
-    mount point that another sandbox still has mounted would detach it there).
-    """
-
-    XATTR = "user.stockade.stub"
-
-    def __init__(self, profile: Profile, state_dir: str) -> None:
-        self.paths: list[str] = []
-        self.lock_fd = -1
-        self.absent = [p for p in profile.protected if p.kind == ABSENT]
-        missing = [p for p in profile.protected if p.kind.startswith("missing-")]
-        if not missing:
-            return
-        import fcntl
-
-        lock_dir = os.path.join(state_dir, "locks")
-        os.makedirs(lock_dir, mode=0o700, exist_ok=True)
-        key = sha256_hex(profile.workspace.encode())[:32]
-        self.lock_fd = os.open(os.path.join(lock_dir, key + ".lock"),
-                               os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-        fcntl.flock(self.lock_fd, fcntl.LOCK_SH)
-        for item in missing:
-            try:
-                if item.kind == "missing-dir":
-                    os.mkdir(item.path, 0o755)
-                else:
-                    os.close(os.open(item.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644))
-            except FileExistsError:
-                continue  # created meanwhile (another sandbox's stub or the user's own)
-            except OSError as exc:
-                self._release_stubs()
-                raise SandboxUnavailable(
-                    f"cannot create the read-only placeholder {item.path}: {exc.strerror}. "
-                    "stockade needs it to keep that name uncreatable inside the sandbox"
-                ) from exc
-            try:
-                os.setxattr(item.path, self.XATTR, b"1", follow_symlinks=False)
-            except OSError:
-                pass  # no user xattrs here: the stub stays, which is safe
-            self.paths.append(item.path)
-
-    def release(self) -> list[str]:
-        """Remove this run's placeholders when no other sandbox needs them, and
-        any watched name a command planted. Returns the planted paths removed."""
-        planted = []
-        for item in self.absent:
-            try:
-                if os.path.lexists(item.path) and not os.path.isdir(item.path):
-                    os.unlink(item.path)
-                    planted.append(item.path)
-            except OSError:
-                pass
-        self._release_stubs()
-        return planted
-
-    def _release_stubs(self) -> None:
-        if self.lock_fd < 0:
-            return
-        import fcntl
-
-        try:
-            fcntl.flock(self.lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            os.close(self.lock_fd)  # another sandbox still uses the stubs
-            self.lock_fd = -1
-            return
-        try:
-            parents = {os.path.dirname(p) for p in self.paths}
-            for parent in parents:
-                self._remove_stubs_in(parent)
-        finally:
-            os.close(self.lock_fd)
-            self.lock_fd = -1
-
-    def _remove_stubs_in(self, parent: str) -> None:
-        from ...hostpaths import PROTECTED_NAMES
-
-        for name in (*PROTECTED_NAMES, "hooks", "config", "commondir"):
-            path = os.path.join(parent, name)
-            try:
-                if os.getxattr(path, self.XATTR, follow_symlinks=False) != b"1":
-                    continue
-                if os.path.isdir(path):
-                    os.rmdir(path)  # fails, harmlessly, if something was put inside
-                elif os.path.getsize(path) == 0:
-                    os.unlink(path)
-            except OSError:
-                continue
 
 
 class BubblewrapDriver:
@@ -384,9 +279,13 @@ class BubblewrapDriver:
             self.bwrap  # noqa: B018 - locating it is the check that remains
 
     def prepare(self, argv: list[str], profile: Profile) -> PreparedLaunch:
+        from .guard import MetadataGuard
         from .layers import init_launch
 
-        stubs = _StubSet(profile, self._state_dir)
+        # Existing protected names are mounts; the guard neutralises what
+        # the command creates where one was missing.
+        guard = (MetadataGuard(profile, self._state_dir, restore_content=False)
+                 if profile.protected else None)
         # The child gets the read end under the same number (see
         # PreparedLaunch.extra_fds); the write end is stockade's alone.
         lifeline = os.pipe2(os.O_CLOEXEC)
@@ -402,7 +301,8 @@ class BubblewrapDriver:
                                     extra_mounts=init.mounts, tmp_size_mb=tmp_cap)
             cgroup = self._cgroup(profile)
         except BaseException:
-            stubs.release()
+            if guard is not None:
+                guard.release()
             for fd in lifeline:
                 os.close(fd)
             raise
@@ -413,8 +313,8 @@ class BubblewrapDriver:
         def release(launch: PreparedLaunch) -> None:
             for fd in lifeline:
                 os.close(fd)
-            for path in stubs.release():
-                launch.events.append(f"removed-planted:{path}")
+            if guard is not None:
+                launch.neutralised += guard.release()
 
         fds = {lifeline[0]: lifeline[0]}
         if cgroup is None:

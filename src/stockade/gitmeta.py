@@ -1,0 +1,363 @@
+"""What git reads as configuration or runs, read the way git does, without running git.
+
+A sandboxed command writes the workspace, and the person's own git runs
+there next: `git status` on every `cd`, `git commit`, `git pull`. Running
+the host's git to ask it what it would do is the attack itself (the config
+the command wrote names the program git starts), so these functions parse
+the few files that decide it: a repository's config and its includes, its
+hooks directory, and the index's gitlinks (the submodules `git status`
+recurses into). They read small files and never walk a tree.
+
+`filter_config` is the neutraliser for a config a command wrote: only keys
+on `INERT_KEYS` survive. It is an allowlist because git's list of keys that
+start a program keeps growing (`core.fsmonitor` arrived in 2.16, hooks from
+config in 2.46), and a denylist written today would miss tomorrow's.
+"""
+
+from __future__ import annotations
+
+import os
+
+TYPE_CHECKING = False
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+#: Larger than any real repository config; a bigger one is not parsed, it
+#: is replaced whole (git would still read all of it).
+MAX_CONFIG_BYTES = 1 << 20
+#: Include chains deeper than git's own limit (10) are not followed.
+MAX_INCLUDE_DEPTH = 10
+
+#: Keys a command may leave in a config it wrote: none of them makes git
+#: start a program or read another file as config. `*` is a subsection.
+INERT_KEYS = frozenset({
+    "core.repositoryformatversion", "core.filemode", "core.bare", "core.logallrefupdates",
+    "core.ignorecase", "core.precomposeunicode", "core.symlinks", "core.autocrlf", "core.eol",
+    "core.safecrlf", "core.quotepath", "core.compression", "core.loosecompression",
+    "core.bigfilethreshold", "core.sparsecheckout", "core.sparsecheckoutcone",
+    "core.worktree", "core.checkstat", "core.trustctime", "core.untrackedcache",
+    "core.splitindex", "core.abbrev", "core.commentchar",
+    "extensions.objectformat", "extensions.worktreeconfig", "extensions.refstorage",
+    "extensions.noop", "init.defaultbranch", "user.name", "user.email",
+    "remote.*.url", "remote.*.pushurl", "remote.*.fetch", "remote.*.push", "remote.*.tagopt",
+    "remote.*.prune", "remote.*.mirror",
+    "branch.*.remote", "branch.*.merge", "branch.*.rebase", "branch.*.pushremote",
+    "branch.*.description",
+    "submodule.*.url", "submodule.*.active", "submodule.*.branch",
+    "fetch.prune", "pull.rebase", "pull.ff", "push.default", "merge.ff", "color.ui",
+    "gc.auto",
+})
+
+#: Keys whose value git runs as a command line. When the program it names
+#: lies in a writable root, that file is as dangerous as a hook.
+PROGRAM_KEYS = frozenset({
+    "core.fsmonitor", "core.editor", "core.pager", "core.sshcommand", "core.askpass",
+    "core.hookspath", "diff.external", "sequence.editor", "gpg.program",
+    "credential.helper", "uploadpack.packobjectshook",
+    "filter.*.clean", "filter.*.smudge", "filter.*.process", "diff.*.command",
+    "diff.*.textconv", "merge.*.driver", "gpg.*.program", "credential.*.helper",
+})
+
+#: Commit-time runners: a hook that names the runner makes its config code
+#: the host runs at the next `git commit` (pre-commit's `repo: local` entries
+#: are arbitrary commands; husky runs `.husky/<hook>` through `.husky/_/h`).
+RUNNERS = (
+    ("pre-commit", (".pre-commit-config.yaml", ".pre-commit-config.yml")),
+    ("husky", (".husky",)),
+    ("lefthook", ("lefthook.yml", ".lefthook.yml", "lefthook-local.yml",
+                  ".lefthook-local.yml", ".lefthook", ".config/lefthook.yml")),
+)
+
+#: The hooks git ships as examples; git never runs a `.sample`.
+SAMPLE_SUFFIX = ".sample"
+
+
+def _key_matches(key: str, patterns: frozenset[str]) -> bool:
+    if key in patterns:
+        return True
+    section, _, rest = key.partition(".")
+    sub, _, name = rest.rpartition(".")
+    return bool(sub) and f"{section}.*.{name}" in patterns
+
+
+class Entry:
+    """One variable of a config file: its normalised key, value and source lines."""
+
+    __slots__ = ("key", "lines", "section_line", "value")
+
+    def __init__(self, key: str, value: str, lines: list[str], section_line: str) -> None:
+        self.key = key
+        self.value = value
+        self.lines = lines
+        self.section_line = section_line
+
+
+def _unquote(raw: str) -> str:
+    """A config value as git reads it: quotes removed, escapes applied, comments cut."""
+    out: list[str] = []
+    quoted = False
+    i = 0
+    while i < len(raw):
+        c = raw[i]
+        if c == '"':
+            quoted = not quoted
+        elif c == "\\" and i + 1 < len(raw):
+            i += 1
+            out.append({"n": "\n", "t": "\t", "b": "\b"}.get(raw[i], raw[i]))
+        elif c in "#;" and not quoted:
+            break
+        else:
+            out.append(c)
+        i += 1
+    return "".join(out).strip()
+
+
+def _section(header: str) -> str | None:
+    """`[core]` -> core, `[remote "origin"]` -> remote.origin, `[a.b]` -> a.b; None if malformed."""
+    inner = header.strip()[1:]
+    end = inner.rfind("]")
+    if end < 0:
+        return None
+    inner = inner[:end].strip()
+    if '"' in inner:
+        name, _, sub = inner.partition('"')
+        if not sub.endswith('"'):
+            return None
+        return f"{name.strip().lower()}.{sub[:-1].replace(chr(92) + chr(34), chr(34))}"
+    name, dot, sub = inner.partition(".")
+    return f"{name.lower()}.{sub.lower()}" if dot else inner.lower()
+
+
+def parse_config(text: str) -> list[Entry] | None:
+    """The variables of a config file, in order; None when a line is not git config.
+
+    A value continued with a trailing backslash is one entry. Anything git
+    would reject makes the whole file unparsed, so the caller treats it as
+    hostile rather than guessing what git makes of it.
+    """
+    entries: list[Entry] = []
+    section = ""
+    section_line = ""
+    lines = text.split("\n")
+    i = 0
+    while i < len(lines):
+        line = lines[i]
+        stripped = line.strip()
+        i += 1
+        if not stripped or stripped[0] in "#;":
+            continue
+        if stripped.startswith("["):
+            close = stripped.find("]")
+            if close < 0:
+                return None
+            parsed = _section(stripped[:close + 1])
+            if parsed is None:
+                return None
+            section, section_line = parsed, stripped[:close + 1]
+            stripped = stripped[close + 1:].strip()
+            if not stripped or stripped[0] in "#;":
+                continue
+        if not section:
+            return None
+        block = [line]
+        while stripped.endswith("\\") and i < len(lines):
+            stripped = stripped[:-1] + lines[i].strip()
+            block.append(lines[i])
+            i += 1
+        name, eq, raw = stripped.partition("=")
+        name = name.strip().lower()
+        if not name or not all(c.isalnum() or c == "-" for c in name):
+            return None
+        value = _unquote(raw) if eq else "true"
+        dot = section.find(".")
+        key = (f"{section[:dot].lower()}.{section[dot + 1:]}.{name}" if dot >= 0
+               else f"{section}.{name}")
+        entries.append(Entry(key, value, block, section_line))
+    return entries
+
+
+def read_config(path: str) -> list[Entry] | None:
+    """`parse_config` of a file; [] when it is missing, None when unreadable or too large."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+    except FileNotFoundError:
+        return []
+    except OSError:
+        return None
+    try:
+        data = os.read(fd, MAX_CONFIG_BYTES + 1)
+    finally:
+        os.close(fd)
+    if len(data) > MAX_CONFIG_BYTES:
+        return None
+    return parse_config(data.decode("utf-8", "surrogateescape"))
+
+
+def filter_config(entries: list[Entry]) -> tuple[str, list[str]]:
+    """(the config with only inert keys, the keys removed)."""
+    out: list[str] = []
+    removed: list[str] = []
+    current = None
+    for entry in entries:
+        if not _key_matches(entry.key, INERT_KEYS):
+            removed.append(entry.key)
+            continue
+        if entry.section_line != current:
+            out.append(entry.section_line)
+            current = entry.section_line
+        name = entry.lines[0].strip()
+        if name.startswith("["):
+            name = name[name.find("]") + 1:].strip()
+        out.append("\t" + name)
+        out.extend(entry.lines[1:])
+    return "\n".join(out) + ("\n" if out else ""), removed
+
+
+def first_word(command: str) -> str:
+    """The program a shell would run for `command`, quotes removed; "" if none."""
+    command = command.strip()
+    if command.startswith("!"):
+        command = command[1:].strip()
+    if not command:
+        return ""
+    if command[0] in "'\"":
+        end = command.find(command[0], 1)
+        return command[1:end] if end > 0 else command[1:]
+    return command.split()[0]
+
+
+def referenced_paths(config_path: str, worktree: str, home: str,
+                     depth: int = 0) -> Iterator[tuple[str, str]]:
+    """(kind, absolute path) of what a config makes git read or run, includes followed.
+
+    kind is "include" (read as more config), "hooks" (core.hooksPath) or
+    "program" (a command named by one of `PROGRAM_KEYS`). Relative include
+    paths are relative to the including file; a relative program or hooks
+    path to the worktree, where git runs them.
+    """
+    if depth > MAX_INCLUDE_DEPTH:
+        return
+    entries = read_config(config_path) or []
+    base = os.path.dirname(config_path)
+    for entry in entries:
+        key = entry.key
+        if key.endswith(".path") and (key == "include.path" or key.startswith("includeif.")):
+            path = _expand(entry.value, base, home)
+            if path:
+                yield "include", path
+                yield from referenced_paths(path, worktree, home, depth + 1)
+        elif key == "core.hookspath":
+            path = _expand(entry.value, worktree, home)
+            if path:
+                yield "hooks", path
+        elif _key_matches(key, PROGRAM_KEYS):
+            word = first_word(entry.value)
+            if "/" in word:
+                path = _expand(word, worktree, home)
+                if path:
+                    yield "program", path
+
+
+def _expand(value: str, base: str, home: str) -> str:
+    if not value:
+        return ""
+    if value == "~" or value.startswith("~/"):
+        if not home:
+            return ""
+        value = home + value[1:]
+    return os.path.normpath(os.path.join(base, value))
+
+
+def runner_files(hooks_dir: str, worktree: str) -> list[str]:
+    """Config files of the commit-time runners that this hooks directory calls.
+
+    Reads the first 64 KiB of each real hook (never a `.sample`): a hook
+    installed by a runner names it.
+    """
+    try:
+        names = os.listdir(hooks_dir)
+    except OSError:
+        return []
+    found: list[str] = []
+    for name in names:
+        if name.endswith(SAMPLE_SUFFIX):
+            continue
+        try:
+            fd = os.open(os.path.join(hooks_dir, name),
+                         os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+        except OSError:
+            continue
+        try:
+            head = os.read(fd, 1 << 16)
+        except OSError:
+            head = b""
+        finally:
+            os.close(fd)
+        for runner, files in RUNNERS:
+            if runner.encode() in head:
+                found += [os.path.join(worktree, f) for f in files]
+    if os.path.basename(hooks_dir) == "_" and os.path.basename(
+            os.path.dirname(hooks_dir)) == ".husky":
+        found.append(os.path.dirname(hooks_dir))  # husky 9: core.hooksPath = .husky/_
+    return sorted(set(found))
+
+
+def index_gitlinks(index_path: str) -> list[str] | None:
+    """Paths of the gitlinks (submodules) recorded in a git index; None if unreadable.
+
+    `git status` recurses into each populated one and runs its config, so a
+    gitlink the command added is a repository the host's git will enter.
+    Most indexes have none: the byte pattern of the gitlink mode is looked
+    for first, and only an index that has it is parsed entry by entry.
+    """
+    try:
+        with open(index_path, "rb") as fh:
+            data = fh.read()
+    except FileNotFoundError:
+        return []
+    except OSError:
+        return None
+    if len(data) < 12 or data[:4] != b"DIRC":
+        return None
+    if b"\x00\x00\xe0\x00" not in data:
+        return []
+    version = int.from_bytes(data[4:8], "big")
+    count = int.from_bytes(data[8:12], "big")
+    pos = 12
+    links: list[str] = []
+    previous = b""
+    try:
+        for _ in range(count):
+            mode = int.from_bytes(data[pos + 24:pos + 28], "big")
+            flags = int.from_bytes(data[pos + 60:pos + 62], "big")
+            start = pos + 62
+            if version >= 3 and flags & 0x4000:
+                start += 2
+            if version == 4:
+                strip, start = _varint(data, start)
+                end = data.index(b"\x00", start)
+                name = previous[:len(previous) - strip] + data[start:end]
+                pos = end + 1
+            else:
+                end = data.index(b"\x00", start)
+                name = data[start:end]
+                pos = pos + ((end - pos + 8) // 8) * 8
+            previous = name
+            if mode & 0o170000 == 0o160000:
+                links.append(name.decode("utf-8", "surrogateescape"))
+    except (ValueError, IndexError):
+        return None
+    return links
+
+
+def _varint(data: bytes, pos: int) -> tuple[int, int]:
+    """git's offset varint (index v4): each continuation adds one before shifting."""
+    byte = data[pos]
+    value = byte & 0x7F
+    pos += 1
+    while byte & 0x80:
+        byte = data[pos]
+        pos += 1
+        value = ((value + 1) << 7) | (byte & 0x7F)
+    return value, pos
