@@ -27,7 +27,7 @@ def make_profile(ws: Path) -> Profile:
                          use_scratch=False)
 
 
-def Guard(profile: Profile, state: str) -> MetadataGuard:  # noqa: N802 - reads as the class
+def Guard(profile: Profile, state: str) -> MetadataGuard:
     return MetadataGuard(profile, state, restore_content=True)
 
 
