@@ -18,6 +18,7 @@ import subprocess
 import pytest
 
 from isolation import test_iso_fs as iso
+from isolation import test_iso_trust as trust
 from isolation.conftest import Box, attempts, snapshot, text
 
 pytestmark = pytest.mark.isolation
@@ -286,3 +287,26 @@ def test_no_setuid_program_can_be_left_in_the_workspace(box: Box) -> None:
     # Control: unconfined, the same chmod does set the bit.
     (box.ws / "prog").unlink()
     assert "SETUID" in text(box.sh(SETUID, mode="full-access"))
+
+
+# -- what a run leaves for the host, and overlapping runs (tests/isolation/test_iso_trust.py) --
+
+def test_a_nested_repository_behind_a_gitlink_runs_nothing_on_the_host(box: Box) -> None:
+    trust.test_a_nested_repository_behind_a_gitlink_runs_nothing_on_the_host(box)
+
+
+def test_a_rewritten_worktree_commondir_is_not_obeyed(box: Box) -> None:
+    trust.test_a_rewritten_worktree_commondir_is_not_obeyed(box)
+
+
+def test_hooks_path_inside_the_workspace_is_protected(box: Box) -> None:
+    trust.test_hooks_path_inside_the_workspace_is_protected(box)
+
+
+def test_git_init_add_commit_work_and_status_matches_the_host(box: Box) -> None:
+    trust.test_git_init_add_commit_work_and_status_matches_the_host(box)
+
+
+@pytest.mark.parametrize("round_", range(3))
+def test_eight_overlapping_runs_each_keep_every_protection(box: Box, round_: int) -> None:
+    trust.test_eight_overlapping_runs_each_keep_every_protection(box, round_)

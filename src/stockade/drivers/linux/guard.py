@@ -283,13 +283,15 @@ class MetadataGuard:
         for path in paths:
             try:
                 self._settle(path, done)
-            except OSError:
-                continue
+            except OSError as exc:
+                done.append(Neutralised(path, f"COULD NOT BE NEUTRALISED ({exc.strerror}): "
+                                        "check it before running git or an editor here"))
         for gitdir in gitdirs:
             try:
                 self._new_in_gitdir(gitdir, done)
-            except OSError:
-                continue
+            except OSError as exc:
+                done.append(Neutralised(gitdir, f"COULD NOT BE CHECKED ({exc.strerror}): "
+                                        "check it before running git here"))
         return done
 
     def _settle(self, path: str, done: list[Neutralised]) -> None:
@@ -317,7 +319,7 @@ class MetadataGuard:
                 have = read_tree(fd, name)
             except TooLarge:
                 have = ("too large",)  # not the baseline, whatever it is
-            if have == want or want is None:
+            if want is None or _same(have, want):
                 return
             moved = self._quarantine(fd, name, path) if have is not None else ""
             write_tree(fd, name, want)
@@ -519,6 +521,27 @@ class MetadataGuard:
                 return
             if not os.path.lexists(current):
                 return  # gone: nothing under it can run
+
+
+def _same(have: object, want: object) -> bool:
+    """Whether a protected tree is as the baseline has it.
+
+    Only root can give the copy its original owner, so for anyone else the
+    copy is theirs whoever owned the original: ownership is compared as root
+    only, or a group-owned `.git` would be "restored" after every command.
+    """
+    if have == want or os.geteuid() == 0:
+        return have == want
+    return _unowned(have) == _unowned(want)
+
+
+def _unowned(tree: object) -> object:
+    if isinstance(tree, tuple) and tree and tree[0] in ("f", "d"):
+        body = tree[5]
+        if tree[0] == "d":
+            body = {k: _unowned(v) for k, v in body.items()}
+        return (tree[0], tree[1], tree[4], body)
+    return tree
 
 
 def _git_state(gitdir: str) -> list[str]:

@@ -1,0 +1,205 @@
+"""What a run leaves in the workspace for the host to run later, and overlapping runs.
+
+Every attack here is checked where it would land: the host's own git is run
+afterwards, outside any sandbox, with a payload that writes a marker in the
+sibling directory (read-only inside the sandbox, writable on the host), and
+the marker is looked for. Each has an unconfined control that shows the same
+script does make the host's git run the payload.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from .conftest import Box, text
+
+pytestmark = pytest.mark.isolation
+
+GIT_ID = ["-c", "user.name=t", "-c", "user.email=t@example.invalid"]
+
+
+def git(box: Box, *args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[bytes]:
+    return box.host(["git", *GIT_ID, *args], cwd=cwd or box.ws, capture_output=True)
+
+
+def init_repo(box: Box, where: Path | None = None) -> Path:
+    repo = where or box.ws
+    git(box, "init", "-q", str(repo), cwd=repo.parent)
+    box.write(repo / "a.txt", "a\n")
+    git(box, "add", "a.txt", cwd=repo)
+    git(box, "commit", "-qm", "first", cwd=repo)
+    return repo
+
+
+def marker(box: Box, name: str) -> Path:
+    return box.sibling / f"ran-{name}"
+
+
+def unconfined(box: Box, script: str, cwd: Path) -> None:
+    res = box.host(["sh", "-c", script], cwd=cwd, capture_output=True)
+    assert res.returncode == 0, text(res)
+
+
+def copy_workspace(box: Box, name: str) -> Path:
+    """A copy of the workspace for the unconfined control, as the same user."""
+    dest = box.mkdir("controls") / name
+    res = box.host(["cp", "-a", str(box.ws), str(dest)], capture_output=True)
+    assert res.returncode == 0, text(res)
+    return dest
+
+
+# -- git: a nested repository behind a gitlink --------------------------------------------
+
+NESTED = r"""
+set -e
+mkdir sub && cd sub && git init -q .
+git config core.fsmonitor "touch $M"
+echo x > f && git add f && git -c user.name=t -c user.email=t@t commit -qm m
+cd .. && git add sub 2>/dev/null
+echo planted
+"""
+
+
+def test_a_nested_repository_behind_a_gitlink_runs_nothing_on_the_host(box: Box) -> None:
+    init_repo(box)
+    control = copy_workspace(box, "control")
+    m = marker(box, "nested")
+    unconfined(box, NESTED.replace("$M", str(m) + "-control"), control)
+    git(box, "status", cwd=control)
+    assert Path(str(m) + "-control").exists(), "control: the host's git status ran it"
+
+    res = box.sh(NESTED.replace("$M", str(m)), mode="workspace-write")
+    assert b"planted" in res.stdout, text(res)
+    status = git(box, "status")
+    assert status.returncode == 0, text(status)
+    assert not m.exists(), "the host's git status ran the command's fsmonitor"
+    assert b"fsmonitor" not in (box.ws / "sub" / ".git" / "config").read_bytes()
+    assert "neutralised" in text(res)
+
+
+# -- git: a linked worktree outside the workspace -----------------------------------------
+
+def test_a_rewritten_worktree_commondir_is_not_obeyed(box: Box) -> None:
+    init_repo(box)
+    wt = box.sibling / "wt"
+    res = git(box, "worktree", "add", "-q", str(wt))
+    assert res.returncode == 0, text(res)
+    m = marker(box, "commondir")
+    script = (f"set -e; cp -a .git/. evil/ 2>/dev/null || (mkdir evil && cp -a .git/. evil/); "
+              f"git --git-dir=evil config core.fsmonitor 'touch {m}'; "
+              "echo ../../../evil > .git/worktrees/wt/commondir; echo planted")
+    control = copy_workspace(box, "control")
+    unconfined(box, script.replace(str(m), str(m) + "-control"), control)
+    assert b"evil" in (control / ".git" / "worktrees" / "wt" / "commondir").read_bytes()
+
+    res = box.sh(script, mode="workspace-write")
+    git(box, "status", cwd=wt)
+    assert not m.exists(), f"the linked worktree obeyed a planted commondir\n{text(res)}"
+    assert (box.ws / ".git" / "worktrees" / "wt" / "commondir").read_bytes().strip() == b"../.."
+
+
+# -- git: core.hooksPath inside the workspace (husky's layout) ----------------------------
+
+def test_hooks_path_inside_the_workspace_is_protected(box: Box) -> None:
+    init_repo(box)
+    git(box, "config", "core.hooksPath", ".husky/_")
+    box.mkdir("ws/.husky")
+    box.mkdir("ws/.husky/_")
+    box.write(box.ws / ".husky" / "_" / "pre-commit",
+              '#!/bin/sh\n. "$(dirname "$0")/../pre-commit"\n', 0o755)
+    box.write(box.ws / ".husky" / "pre-commit", "#!/bin/sh\ntrue\n", 0o755)
+    m = marker(box, "husky")
+    script = f"printf '#!/bin/sh\\ntouch {m}\\n' > .husky/pre-commit; echo planted"
+    control = copy_workspace(box, "control")
+    unconfined(box, script.replace(str(m), str(m) + "-control"), control)
+    box.write(control / "b.txt", "b\n")
+    git(box, "add", "b.txt", cwd=control)
+    git(box, "commit", "-qm", "b", cwd=control)
+    assert Path(str(m) + "-control").exists(), "control: the host's commit ran the hook"
+
+    res = box.sh(script, mode="workspace-write")
+    assert b"touch" not in (box.ws / ".husky" / "pre-commit").read_bytes(), text(res)
+    box.write(box.ws / "b.txt", "b\n")
+    git(box, "add", "b.txt")
+    git(box, "commit", "-qm", "b")
+    assert not m.exists(), f"the host's git commit ran a hook the command wrote\n{text(res)}"
+
+
+# -- git works the way an agent expects ----------------------------------------------------
+
+def test_git_init_add_commit_work_and_status_matches_the_host(box: Box) -> None:
+    box.write(box.ws / "a.txt", "a\n")
+    script = ("set -e; git init -q .; git add -A; "
+              "git -c user.name=t -c user.email=t@t commit -qm first; "
+              "git status --porcelain --untracked-files=all; echo ok")
+    res = box.sh(script, mode="workspace-write")
+    assert res.returncode == 0 and res.stdout.decode().strip() == "ok", text(res)
+    log = git(box, "log", "--format=%s")
+    assert log.stdout.decode().strip() == "first", text(log)
+    inside = box.sh("git status --porcelain --untracked-files=all", mode="workspace-write")
+    host = git(box, "status", "--porcelain", "--untracked-files=all")
+    assert inside.stdout == host.stdout == b"", text(inside) + text(host)
+
+
+# -- overlapping runs ------------------------------------------------------------------------
+
+OVERLAP = r"""
+touch ready.$N
+i=0; while [ "$(ls ready.* 2>/dev/null | wc -l)" -lt $TOTAL ] && [ $i -lt 400 ]; do
+  sleep 0.05; i=$((i+1)); done
+echo started
+echo $N > out.$N 2>/dev/null
+mkdir -p .vscode .claude 2>/dev/null; echo '{}' > .vscode/tasks.json 2>/dev/null
+echo 'touch $M' > .envrc 2>/dev/null
+printf '[sandbox]\nmode = "full-access"\n' > stockade.toml 2>/dev/null
+mkdir -p .git/hooks 2>/dev/null
+printf '#!/bin/sh\ntouch $M\n' > .git/hooks/pre-commit 2>/dev/null
+chmod +x .git/hooks/pre-commit 2>/dev/null
+exit 0
+"""
+LEFT = {".vscode", ".claude", ".envrc", "stockade.toml", ".stockade", ".codex", ".agents",
+        ".idea"}
+
+
+@pytest.mark.parametrize("round_", range(3))
+def test_eight_overlapping_runs_each_keep_every_protection(box: Box, round_: int) -> None:
+    """8 runs at once, mixed modes, all attacking the same repository (which has no
+    hooks directory), all waiting until every one has started: each starts, and
+    afterwards nothing is left for the host -- the host's `git commit` runs no hook."""
+    init_repo(box)
+    hooks = box.ws / ".git" / "hooks"
+    for p in hooks.glob("*"):
+        p.unlink()
+    hooks.rmdir()
+    m = marker(box, f"overlap-{round_}")
+    total = 8
+    modes = ["workspace-write", "read-only"] * (total // 2)
+
+    # Read-only runs cannot write ready.N: every run waits for the writers' files.
+    writers = modes.count("workspace-write")
+
+    def one(n: int) -> subprocess.CompletedProcess[bytes]:
+        script = OVERLAP.replace("$N", str(n)).replace("$TOTAL", str(writers)).replace(
+            "$M", str(m))
+        return box.sh(script, mode=modes[n], timeout=90)
+
+    with concurrent.futures.ThreadPoolExecutor(total) as pool:
+        results = list(pool.map(one, range(total)))
+    for n, res in enumerate(results):
+        assert res.returncode == 0 and b"started" in res.stdout, f"run {n}: {text(res)}"
+    left = LEFT & set(os.listdir(box.ws))
+    assert not left, f"left on the host: {sorted(left)}"
+    for n in range(total):
+        assert (box.ws / f"out.{n}").exists() == (modes[n] == "workspace-write"), n
+    real_hooks = [p.name for p in hooks.glob("*")] if hooks.is_dir() else []
+    assert real_hooks == [], real_hooks
+    box.write(box.ws / "c.txt", "c\n")
+    git(box, "add", "c.txt")
+    commit = git(box, "commit", "-qm", "c")
+    assert commit.returncode == 0, text(commit)
+    assert not m.exists(), "the host's git commit ran a hook a run left"
