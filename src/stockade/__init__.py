@@ -40,7 +40,7 @@ _EXPORTS = {
     "load_config": "config",
     "run": "simple",
     "session_scope": "context",
-    "wrap": "simple",
+    "namespace_argv": "simple",
 }
 
 __all__ = [
@@ -69,9 +69,9 @@ __all__ = [
     "capabilities_for_mode",
     "current_session",
     "load_config",
+    "namespace_argv",
     "run",
     "session_scope",
-    "wrap",
 ]
 
 
@@ -106,6 +106,6 @@ if TYPE_CHECKING:
     )
     from .process import BackgroundProcess
     from .profile import Profile
-    from .simple import run, wrap
+    from .simple import namespace_argv, run
     from .sync import SyncWorkspaceSandbox
     from .workspace import NoopSandbox, Sandbox, WorkspaceSandbox, build_sandbox

@@ -52,12 +52,15 @@ def run(
     return result
 
 
-def wrap(argv: Sequence[str], profile: Profile, *, bwrap: str | None = None) -> list[str]:
-    """The confined argv for `argv` under `profile`, for callers that spawn it themselves.
+def namespace_argv(argv: Sequence[str], profile: Profile, *, bwrap: str | None = None
+                   ) -> list[str]:
+    """bubblewrap's command line for `argv` under `profile`: the namespace and mount layer only.
 
-    Pure apart from locating bwrap. Run it with `profile.env` as the
-    environment. Unlike `execute`, nothing removes the empty placeholders
-    bwrap leaves for protected names that did not exist.
+    Not the whole boundary `execute` builds: there is no init inside, so no
+    Landlock, no seccomp filter and no no_new_privs; no cgroup; and nothing
+    neutralises protected names the command creates. It exists for callers
+    that must spawn bwrap themselves and add their own layers; anything that
+    can call `execute` or `run` should. Run it with `profile.env`.
     """
     from .drivers.linux.bwrap import build_bwrap_args, locate_bwrap
 

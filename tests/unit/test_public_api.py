@@ -11,7 +11,8 @@ EXPECTED = {
     "Profile", "Sandbox", "SandboxCapabilities", "SandboxCommand", "SandboxConfig",
     "SandboxDisabled", "SandboxError", "SandboxOutput", "SandboxUnavailable",
     "SessionWorkspace", "SyncWorkspaceSandbox", "WorkspaceSandbox", "build_sandbox",
-    "capabilities_for_mode", "current_session", "load_config", "run", "session_scope", "wrap",
+    "capabilities_for_mode", "current_session", "load_config", "namespace_argv", "run",
+    "session_scope",
 }
 
 
