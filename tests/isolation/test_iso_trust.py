@@ -203,3 +203,39 @@ def test_eight_overlapping_runs_each_keep_every_protection(box: Box, round_: int
     commit = git(box, "commit", "-qm", "c")
     assert commit.returncode == 0, text(commit)
     assert not m.exists(), "the host's git commit ran a hook a run left"
+
+
+# -- a workspace of $HOME -------------------------------------------------------------------
+
+HOME_ATTACK = r"""
+echo 'touch $M' >> .bashrc 2>/dev/null
+mkdir -p .ssh 2>/dev/null; echo 'ssh-ed25519 AAAA evil' >> .ssh/authorized_keys 2>/dev/null
+mkdir -p .config/systemd/user && printf '[Service]\nExecStart=/bin/true\n' \
+  > .config/systemd/user/evil.service 2>/dev/null
+mkdir -p .local/bin && printf '#!/bin/sh\ntouch $M\n' > .local/bin/git 2>/dev/null
+mkdir -p .config/stockade && printf '[sandbox]\nmode = "full-access"\n' \
+  > .config/stockade/config.toml 2>/dev/null
+echo 'touch $M' > .profile 2>/dev/null
+echo done
+"""
+
+
+def test_a_workspace_of_home_keeps_start_up_files_and_doors_shut(box: Box) -> None:
+    """An MCP client started in ~ makes the home the workspace: what a login, a
+    shell, systemd or the next ssh connection would run stays as it was."""
+    bashrc = box.home / ".bashrc"
+    before = bashrc.read_bytes()
+    m = marker(box, "home")
+    script = HOME_ATTACK.replace("$M", str(m))
+    box.mkdir("controls")
+    control = box.mkdir("controls/home")
+    unconfined(box, script, control)
+    assert (control / ".local" / "bin" / "git").exists() and (control / ".profile").exists()
+
+    res = box.sh(script, mode="workspace-write", options=["--workspace", str(box.home)],
+                 cwd=box.home)
+    assert b"done" in res.stdout, text(res)
+    assert bashrc.read_bytes() == before, text(res)
+    for rel in (".ssh/authorized_keys", ".config/systemd/user/evil.service", ".local/bin/git",
+                ".config/stockade/config.toml", ".profile"):
+        assert not (box.home / rel).exists(), f"{rel} left in the home\n{text(res)}"

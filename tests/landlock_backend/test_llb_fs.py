@@ -310,3 +310,7 @@ def test_git_init_add_commit_work_and_status_matches_the_host(box: Box) -> None:
 @pytest.mark.parametrize("round_", range(3))
 def test_eight_overlapping_runs_each_keep_every_protection(box: Box, round_: int) -> None:
     trust.test_eight_overlapping_runs_each_keep_every_protection(box, round_)
+
+
+def test_a_workspace_of_home_keeps_start_up_files_and_doors_shut(box: Box) -> None:
+    trust.test_a_workspace_of_home_keeps_start_up_files_and_doors_shut(box)
