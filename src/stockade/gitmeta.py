@@ -30,13 +30,16 @@ MAX_CONFIG_BYTES = 1 << 20
 MAX_INCLUDE_DEPTH = 10
 
 #: Keys a command may leave in a config it wrote: none of them makes git
-#: start a program or read another file as config. `*` is a subsection.
+#: start a program, read another file as config, or write outside the
+#: repository (`core.worktree` is not here: a nested repository whose
+#: worktree is ~ turns the person's next `git checkout` there into a write
+#: of ~/.bashrc). `*` is a subsection.
 INERT_KEYS = frozenset({
     "core.repositoryformatversion", "core.filemode", "core.bare", "core.logallrefupdates",
     "core.ignorecase", "core.precomposeunicode", "core.symlinks", "core.autocrlf", "core.eol",
     "core.safecrlf", "core.quotepath", "core.compression", "core.loosecompression",
     "core.bigfilethreshold", "core.sparsecheckout", "core.sparsecheckoutcone",
-    "core.worktree", "core.checkstat", "core.trustctime", "core.untrackedcache",
+    "core.checkstat", "core.trustctime", "core.untrackedcache",
     "core.splitindex", "core.abbrev", "core.commentchar",
     "extensions.objectformat", "extensions.worktreeconfig", "extensions.refstorage",
     "extensions.noop", "init.defaultbranch", "user.name", "user.email",
