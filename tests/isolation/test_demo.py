@@ -24,7 +24,8 @@ def test_the_demo_blocks_what_it_says_even_from_a_checkout_under_tmp(tmp_path: P
                 if line.startswith(("allowed ", "BLOCKED ", "DEFUSED ", "ERROR "))]
     assert verdicts == [
         ["allowed", "write a file in the workspace"], ["BLOCKED", "append to ~/.bashrc"],
-        ["BLOCKED", "read ~/.aws/credentials"], ["DEFUSED", "leave a git hook for your next commit"],
+        ["BLOCKED", "read ~/.aws/credentials"],
+        ["DEFUSED", "leave a git hook for your next commit"],
         ["BLOCKED", "reach a server on the host"], ["BLOCKED", "wipe the disk"]], res.stdout
     assert "the host listener received no connection" in res.stdout
     assert "~/.bashrc unchanged: True; hook left for your next commit: False" in res.stdout
