@@ -397,10 +397,11 @@ def home_protection(home: str, kind: Callable[[str], str], roots: tuple[str, ...
     Without this a workspace of `~` (an MCP client started in the home)
     let a command append to ~/.bashrc and ~/.ssh/authorized_keys. A path
     hidden as a credential stays hidden: protecting it would mount the real
-    one back over the mask.
+    one back over the mask. A root of `/` is full access, asked for by name,
+    and that grants the home's files too.
     """
     out: list[Protected] = []
-    if not home or not any(is_under(home, r) for r in roots):
+    if not home or not any(is_under(home, r) for r in roots if r != "/"):
         return out
     for rel in hostpaths.HOME_PROTECTED:
         path = os.path.join(home, rel)
