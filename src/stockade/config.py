@@ -187,7 +187,10 @@ def load_config(env: Mapping[str, str] | None = None, cwd: str | None = None,
             data, table = read_project_file(path)
             from .trust import check_project
 
-            check_project(_allowed(merged, given), table, path, data, env, cwd)
+            # A key the arguments set never takes effect from the file.
+            check_project(_allowed(merged, given),
+                          {k: v for k, v in table.items() if k not in given}, path, data, env,
+                          _shell_cwd())
             project.append(path)
         else:
             table = _read_table(path)
@@ -223,6 +226,14 @@ def _merge(merged: dict[str, object], table: dict[str, object], path: str) -> No
         policy.update(table["command_policy"])
         policy["_source"] = path
         merged["command_policy"] = policy
+
+
+def _shell_cwd() -> str:
+    # The message's `./stockade.toml` is relative to where the person typed, not the workspace.
+    try:
+        return os.getcwd()
+    except OSError:
+        return "/"
 
 
 def _same_file(path: str, others: list[str]) -> bool:

@@ -312,7 +312,10 @@ class TrustStore:
 
 def check_project(allowed: Mapping[str, object], table: Mapping[str, object], path: str,
                   data: bytes, env: Mapping[str, str], cwd: str) -> None:
-    """Raise ConfigError if the project file `path` widens `allowed` and is not trusted."""
+    """Raise ConfigError if the project file `path` widens `allowed` and is not trusted.
+
+    `cwd` only shortens the path in the message.
+    """
     found = widenings(allowed, table, env)
     if not found:
         return
