@@ -279,6 +279,8 @@ def test_run_refuses_a_full_access_project_file_and_runs_nothing(tmp_path, outsi
 
 def test_trust_command_line_errors(tmp_path):
     env = clean_env(tmp_path / "home")
+    out = cli("trust", "--help", cwd=tmp_path, env=env)
+    assert out.returncode == 0 and "usage: stockade trust" in out.stdout
     out = cli("trust", "missing.toml", cwd=tmp_path, env=env)
     assert out.returncode == 64 and out.stderr.count("\n") == 1
     assert out.stderr.startswith("stockade: ") and "no such file" in out.stderr
