@@ -176,6 +176,14 @@ def test_flags_allow_what_the_user_config_does_not(home):
     assert load_config(env, str(ws), mode="read-only").mode == "read-only"
 
 
+def test_the_users_own_config_honours_xdg_config_home(tmp_path):
+    (tmp_path / "xdg" / "stockade").mkdir(parents=True)
+    (tmp_path / "xdg" / "stockade" / "config.toml").write_text('[sandbox]\nmode = "full-access"\n')
+    project(tmp_path, 'mode = "workspace-write"')
+    env = {"HOME": str(tmp_path / "nohome"), "XDG_CONFIG_HOME": str(tmp_path / "xdg")}
+    assert load_config(env, str(tmp_path)).mode == "workspace-write"
+
+
 def test_explicit_paths_are_the_callers_own(tmp_path):
     path = project(tmp_path, 'mode = "full-access"')
     assert load_config({}, str(tmp_path), paths=[path]).mode == "full-access"
@@ -273,6 +281,7 @@ def test_run_refuses_a_full_access_project_file_and_runs_nothing(tmp_path, outsi
     assert not marker.exists()
 
     assert cli("trust", cwd=ws, env=env).returncode == 0
+    assert (tmp_path / "home" / ".local" / "state" / "stockade" / "trusted.json").is_file()
     out = cli("run", "--", "sh", "-c", script, cwd=ws, env=env)
     assert out.returncode == 0 and marker.read_text() == "escaped\n", out.stderr
 
