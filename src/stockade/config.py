@@ -174,9 +174,9 @@ def load_config(env: Mapping[str, str] | None = None, cwd: str | None = None,
     (see `stockade.trust`).
     """
     env = os.environ if env is None else env
-    cwd = cwd or os.getcwd()
     given = {k: v for k, v in overrides.items() if v is not None}
-    sources = [(p, USER) for p in paths] if paths is not None else config_sources(env, cwd)
+    sources = ([(p, USER) for p in paths] if paths is not None
+               else config_sources(env, cwd or os.getcwd()))
     merged: dict[str, object] = {}
     used: list[str] = []
     project: list[str] = []
@@ -237,7 +237,7 @@ def _shell_cwd() -> str:
 
 
 def _same_file(path: str, others: list[str]) -> bool:
-    # A workspace that is the user's config dir: the file is the user's own.
+    # A project file that is a link to the user's own config is the user's word.
     return any(os.path.realpath(path) == os.path.realpath(o) for o in others)
 
 

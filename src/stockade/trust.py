@@ -30,7 +30,7 @@ _ENFORCEMENTS = ("off", "warn", "block")
 _LIMITS = ("max_pids", "max_memory_mb", "tmp_size_mb", "max_file_size_mb", "cpu_quota_percent",
            "default_timeout_seconds", "max_output_bytes", "commands_per_minute",
            "approval_timeout_seconds")
-# Each of these chooses who builds or who records the boundary: any change is wider.
+# Who builds the boundary, who records it, whether it runs at all: any change is wider.
 _FIXED = ("backend", "bwrap", "workspace_root", "ledger", "enabled")
 
 # (key, project value, allowed value) -> a widening as "key = value", "allowed"
