@@ -331,3 +331,11 @@ def test_installed_cli_as_root_keeps_the_boundary(tmp_path, outside):
     out = cli("run", "--", "sh", "-c", script, cwd=ws, env=env, exe=(str(exe),))
     assert out.returncode == 78 and "backend" in out.stderr and "mode" in out.stderr
     assert out.stdout == "" and not marker.exists()
+
+
+def test_a_project_link_to_the_users_own_config_is_the_users(home):
+    env, ws = home
+    os.symlink(os.path.join(env["HOME"], ".config", "stockade", "config.toml"),
+               ws / "stockade.toml")
+    c = load_config(env, str(ws))
+    assert c.mode == "workspace-write" and c.project_sources == []
