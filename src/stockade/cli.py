@@ -28,6 +28,7 @@ commands:
   shell    an interactive shell inside the sandbox
   doctor   report which backends can run here, and why not
   audit    show the capability ledger
+  trust    let a project's stockade.toml widen your own config (like direnv allow)
   policy   check a command against the command policy, list its rules
   proxy    run the managed network proxy alone, with a live log
   mcp      serve the sandbox to an MCP client over stdio
@@ -372,6 +373,37 @@ def cmd_audit(argv: list[str]) -> int:
     return 0
 
 
+TRUST_OPTIONS: dict[str, tuple[bool, bool, str]] = {
+    "--list": (False, False, "list the trusted files and whether each is unchanged"),
+    "--revoke": (True, False, "stop trusting PATH"),
+    "--help": (False, False, "show this help"),
+}
+TRUST_USAGE = "usage: stockade trust [PATH] | --list | --revoke PATH"
+
+
+def cmd_trust(argv: list[str]) -> int:
+    values, rest = parse_options(argv, TRUST_OPTIONS, TRUST_USAGE)
+    if values.get("help"):
+        print(_help(TRUST_USAGE, TRUST_OPTIONS) + "\n\nPATH defaults to ./stockade.toml. "
+              "Trust records the file's real path and SHA-256; an edit untrusts it.")
+        return 0
+    if len(rest) > 1 or (rest and (values.get("list") or values.get("revoke"))) or (
+            values.get("list") and values.get("revoke")):
+        raise UsageError("give one PATH, or --list, or --revoke PATH", TRUST_USAGE)
+    from . import trust
+
+    env, cwd = os.environ, os.getcwd()
+    if values.get("list"):
+        lines = trust.list_trusted(env)
+    elif values.get("revoke"):
+        lines = trust.revoke_file(str(values["revoke"]), env)
+    else:
+        lines = trust.trust_file(rest[0] if rest else os.path.join(cwd, "stockade.toml"), env,
+                                 cwd)
+    print("\n".join(lines))
+    return 0
+
+
 def _delegate(module: str, argv: list[str]) -> int:
     import importlib
 
@@ -387,6 +419,7 @@ COMMANDS: dict[str, Callable[[list[str]], int]] = {
     "run": cmd_run,
     "doctor": cmd_doctor,
     "audit": cmd_audit,
+    "trust": cmd_trust,
     "policy": lambda argv: _delegate("command_policy.cli", argv),
     "proxy": lambda argv: _delegate("proxy.cli", argv),
     "mcp": lambda argv: _delegate("mcp_server", argv),

@@ -2,6 +2,8 @@
 
 Read from the user's config dir, then `./stockade.toml` (which the sandbox
 keeps read-only, so a command cannot choose the boundary of the next one).
+The project's file is content an agent may have written before, or outside,
+the sandbox, so it may only narrow the user's settings unless trusted.
 Unknown keys and wrong types are errors naming the key and the file: a
 misspelt `unreadable` that silently did nothing would hide nothing.
 """
@@ -49,6 +51,10 @@ _FIELDS: dict[str, tuple[str, object]] = {
     "require_landlock": ("bool", False),
 }
 _TABLES = ("command_policy",)
+#: Where a file was found: the user's own config, or inside the project (the
+#: workspace), which the agent may have written.
+USER = "user"
+PROJECT = "project"
 
 
 class SandboxConfig:
@@ -81,6 +87,8 @@ class SandboxConfig:
     require_landlock: bool
     command_policy: dict[str, object]
     sources: list[str]
+    #: The files in `sources` found in the project rather than the user's config.
+    project_sources: list[str]
 
     def __init__(self, **values: object) -> None:
         for key, (_kind, default) in _FIELDS.items():
@@ -88,6 +96,8 @@ class SandboxConfig:
             setattr(self, key, list(value) if isinstance(value, list) else value)
         self.command_policy = dict(values.pop("command_policy", {}) or {})  # type: ignore[call-overload]
         self.sources = list(values.pop("sources", []) or [])  # type: ignore[call-overload]
+        self.project_sources = list(values.pop("project_sources", [])  # type: ignore[call-overload]
+                                    or [])
         if values:
             raise ConfigError(f"unknown sandbox setting(s): {', '.join(sorted(values))}")
         _validate(self.__dict__, "arguments")
@@ -145,42 +155,120 @@ def _validate(values: dict[str, object], source: str) -> None:
 
 
 def config_paths(env: Mapping[str, str], cwd: str) -> list[str]:
+    return [path for path, _kind in config_sources(env, cwd)]
+
+
+def config_sources(env: Mapping[str, str], cwd: str) -> list[tuple[str, str]]:
+    """(path, "user" | "project"): the user's own file, then the project's."""
     base = env.get("XDG_CONFIG_HOME") or os.path.join(env.get("HOME") or "/", ".config")
-    return [os.path.join(base, "stockade", "config.toml"), os.path.join(cwd, "stockade.toml")]
+    return [(os.path.join(base, "stockade", "config.toml"), USER),
+            (os.path.join(cwd, "stockade.toml"), PROJECT)]
 
 
 def load_config(env: Mapping[str, str] | None = None, cwd: str | None = None,
                 paths: list[str] | None = None, **overrides: object) -> SandboxConfig:
-    """Defaults, then each existing file in order, then `overrides` (CLI flags)."""
+    """Defaults, then each existing file in order, then `overrides` (CLI flags).
+
+    Files named in `paths` are the caller's choice and count as the user's.
+    The project's file may only narrow what the rest allows unless trusted
+    (see `stockade.trust`).
+    """
     env = os.environ if env is None else env
+    given = {k: v for k, v in overrides.items() if v is not None}
+    sources = ([(p, USER) for p in paths] if paths is not None
+               else config_sources(env, cwd or os.getcwd()))
     merged: dict[str, object] = {}
-    sources: list[str] = []
-    for path in paths if paths is not None else config_paths(env, cwd or os.getcwd()):
+    used: list[str] = []
+    project: list[str] = []
+    for path, kind in sources:
         if not os.path.isfile(path):
             continue
-        table = _read_table(path)
-        merged.update({k: v for k, v in table.items() if k != "command_policy"})
-        if "command_policy" in table:
-            policy = dict(merged.get("command_policy", {}) or {})  # type: ignore[call-overload]
-            policy.update(table["command_policy"])
-            policy["_source"] = path
-            merged["command_policy"] = policy
-        sources.append(path)
-    merged.update({k: v for k, v in overrides.items() if v is not None})
-    merged["sources"] = sources
+        if kind == PROJECT and not _same_file(path, used):
+            data, table = read_project_file(path)
+            from .trust import check_project
+
+            # A key the arguments set never takes effect from the file.
+            check_project(_allowed(merged, given),
+                          {k: v for k, v in table.items() if k not in given}, path, data, env,
+                          _shell_cwd())
+            project.append(path)
+        else:
+            table = _read_table(path)
+        _merge(merged, table, path)
+        used.append(path)
+    merged.update(given)
+    merged["sources"] = used
+    merged["project_sources"] = project
     return SandboxConfig(**merged)
 
 
+def allowed_settings(env: Mapping[str, str], **overrides: object) -> dict[str, object]:
+    """Every setting the user's own file (and `overrides`) allow: a project file's yardstick."""
+    merged: dict[str, object] = {}
+    for path, kind in config_sources(env, "/"):
+        if kind == USER and os.path.isfile(path):
+            _merge(merged, _read_table(path), path)
+    return _allowed(merged, {k: v for k, v in overrides.items() if v is not None})
+
+
+def _allowed(merged: dict[str, object], given: dict[str, object]) -> dict[str, object]:
+    allowed: dict[str, object] = {key: default for key, (_kind, default) in _FIELDS.items()}
+    allowed.update(merged)
+    allowed.update(given)
+    allowed.setdefault("command_policy", {})
+    return allowed
+
+
+def _merge(merged: dict[str, object], table: dict[str, object], path: str) -> None:
+    merged.update({k: v for k, v in table.items() if k != "command_policy"})
+    if "command_policy" in table:
+        policy = dict(merged.get("command_policy", {}) or {})  # type: ignore[call-overload]
+        policy.update(table["command_policy"])
+        policy["_source"] = path
+        merged["command_policy"] = policy
+
+
+def _shell_cwd() -> str:
+    # The message's `./stockade.toml` is relative to where the person typed, not the workspace.
+    try:
+        return os.getcwd()
+    except OSError:
+        return "/"
+
+
+def _same_file(path: str, others: list[str]) -> bool:
+    # A project file that is a link to the user's own config is the user's word.
+    return any(os.path.realpath(path) == os.path.realpath(o) for o in others)
+
+
+def read_project_file(path: str) -> tuple[bytes, dict[str, object]]:
+    """The bytes and the parsed table: trust is judged on exactly what was parsed."""
+    try:
+        with open(path, "rb") as fh:
+            data = fh.read()
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read: {exc.strerror}") from exc
+    return data, _parse(data, path)
+
+
 def _read_table(path: str) -> dict[str, object]:
+    try:
+        with open(path, "rb") as fh:
+            raw = fh.read()
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read: {exc.strerror}") from exc
+    return _parse(raw, path)
+
+
+def _parse(raw: bytes, path: str) -> dict[str, object]:
     import tomllib
 
     try:
-        with open(path, "rb") as fh:
-            data = tomllib.load(fh)
+        data = tomllib.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path}: malformed TOML: not UTF-8 ({exc.reason})") from exc
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path}: malformed TOML: {exc}") from exc
-    except OSError as exc:
-        raise ConfigError(f"{path}: cannot read: {exc.strerror}") from exc
     extra = [k for k in data if k != "sandbox"]
     if extra:
         raise ConfigError(

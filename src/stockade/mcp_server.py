@@ -440,7 +440,8 @@ def _grant_hint(kind: str, value: str) -> str:
         return (f'add writable = ["{value}"] under [sandbox] in ~/.config/stockade/config.toml '
                 "(used in workspace-write mode)")
     return (f'start the server with --mode {value}, or set mode = "{value}" under [sandbox] in '
-            "~/.config/stockade/config.toml or the workspace's stockade.toml")
+            "~/.config/stockade/config.toml (the workspace's stockade.toml can only narrow "
+            "that until a person runs `stockade trust` on it)")
 
 
 async def request_capability(kind: Literal["network_host", "writable_path", "mode"], value: str,

@@ -27,8 +27,12 @@ def test_file_then_overrides(tmp_path):
 
 
 def test_project_file_is_found_in_cwd(tmp_path):
-    write(tmp_path, '[sandbox]\nmode = "workspace-write"\n')
-    assert load_config({"HOME": str(tmp_path / "nohome")}, str(tmp_path)).mode == "workspace-write"
+    user = tmp_path / "home" / ".config" / "stockade"
+    user.mkdir(parents=True)
+    (user / "config.toml").write_text('[sandbox]\nmode = "workspace-write"\n')
+    project = write(tmp_path, '[sandbox]\nmode = "read-only"\n')
+    config = load_config({"HOME": str(tmp_path / "home")}, str(tmp_path))
+    assert config.mode == "read-only" and config.project_sources == [project]
 
 
 @pytest.mark.parametrize("text, message", [
