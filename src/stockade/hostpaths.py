@@ -33,16 +33,16 @@ _DEFAULT_HIDDEN_IN_HOME = (
     ".config/gcloud",
     ".azure",
     ".kube",
-    # Registry and forge tokens: only `push`, `publish` and `login` read them,
-    # and those are the commands a sandbox should not run with the user's name.
+    # Registry and forge tokens: what lets a command push, publish or open a
+    # pull request in the user's name, which no sandboxed command should do.
     ".docker/config.json",
     ".config/containers/auth.json",  # podman, buildah, skopeo: `docker login`'s twin
     ".netrc",
     ".git-credentials",
-    ".config/git/credentials",  # git's XDG store, read when ~/.git-credentials is absent
+    ".config/git/credentials",  # credential-store reads it beside ~/.git-credentials
     ".npmrc",
     ".pypirc",
-    ".cargo/credentials",  # cargo before 1.46
+    ".cargo/credentials",  # the name older cargo still writes
     ".cargo/credentials.toml",
     ".gem/credentials",
     ".local/share/gem/credentials",
