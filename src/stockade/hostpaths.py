@@ -15,7 +15,7 @@ from .errors import ConfigError
 TYPE_CHECKING = False
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
+    from collections.abc import Callable, Mapping
 
 #: What a user writes instead of a path they cannot know. The ssh-agent's
 #: socket is per-boot and per-login, so no configuration file can name it;
@@ -28,24 +28,78 @@ SSH_AGENT_TOKEN = "ssh-agent"
 # exceptions people meet first, which is why the setting REPLACES this list
 # rather than adding to it.
 _DEFAULT_HIDDEN_IN_HOME = (
+    # Cloud and cluster logins.
     ".aws",
     ".config/gcloud",
     ".azure",
     ".kube",
+    # Registry and forge tokens: what lets a command push, publish or open a
+    # pull request in the user's name, which no sandboxed command should do.
     ".docker/config.json",
+    ".config/containers/auth.json",  # podman, buildah, skopeo: `docker login`'s twin
     ".netrc",
     ".git-credentials",
-    ".gnupg",
+    ".config/git/credentials",  # credential-store reads it beside ~/.git-credentials
     ".npmrc",
     ".pypirc",
+    ".cargo/credentials",  # the name older cargo still writes
+    ".cargo/credentials.toml",
+    ".gem/credentials",
+    ".local/share/gem/credentials",
+    ".nuget/NuGet/NuGet.Config",  # feed passwords in clear text, as .npmrc holds its tokens
     ".config/gh",
     ".config/hub",
-    ".password-store",
-    ".vault-token",
+    ".config/glab-cli",
     ".terraform.d/credentials.tfrc.json",
-    ".config/op",
+    ".vault-token",
+    # Database passwords, read by every psql or mysql a command starts.
+    ".pgpass",
+    ".my.cnf",
+    ".mylogin.cnf",
+    # Histories: whatever the user once typed, tokens pasted into a
+    # `curl -H` or `export` included, and a command never needs its own.
+    ".bash_history",
+    ".zsh_history",
+    ".zhistory",
+    ".histfile",
+    ".local/share/fish/fish_history",
+    ".python_history",
+    ".node_repl_history",
+    ".psql_history",
+    ".mysql_history",
+    ".sqlite_history",
+    ".lesshst",
+    ".irb_history",
+    ".rediscli_history",
+    # Browser and mail profiles: saved passwords and live session cookies,
+    # a login to everything without a password. Test browsers make their own.
+    ".mozilla",
+    "snap/firefox/common/.mozilla",  # Ubuntu's default Firefox is the snap
+    ".config/google-chrome",
+    ".config/chromium",
+    ".config/BraveSoftware",
+    ".config/microsoft-edge",
+    ".thunderbird",
+    # Keyrings and password managers.
+    ".gnupg",
+    ".password-store",
     ".local/share/keyrings",
+    ".local/share/kwalletd",
+    ".config/keepassxc",
+    ".config/op",
+    # Coding agents' own logins: a command that read one would act as the
+    # agent's user with the agent's subscription, outside every sandbox.
+    ".claude/.credentials.json",
+    ".claude.json",
+    ".codex/auth.json",
+    ".config/github-copilot",
+    ".gemini/oauth_creds.json",
+    ".aider/oauth-keys.env",
 )
+
+#: Names in ~/.ssh that are public or are ssh's own settings, never a key.
+_SSH_PUBLIC = ("config", "known_hosts", "known_hosts.old", "authorized_keys",
+               "authorized_keys2", "environment", "rc")
 
 # Readable only to root, which a sandbox run as root still is (the user
 # namespace maps uid 0 to itself): without these the root user's commands
@@ -122,25 +176,74 @@ def paths(spec: str | list[str] | tuple[str, ...], env: Mapping[str, str]) -> li
     return out
 
 
-def default_unreadable(env: Mapping[str, str], granted: list[str] | tuple[str, ...]) -> list[str]:
+def _xdg_relocated(rel: str, env: Mapping[str, str]) -> str:
+    """`rel` under $XDG_CONFIG_HOME or $XDG_DATA_HOME when that moves it, else "".
+
+    gh, git, podman and fish follow these variables, so on a machine that sets
+    them the token lives there and ~/.config/gh is an empty name.
+    """
+    for prefix, var in ((".config/", "XDG_CONFIG_HOME"), (".local/share/", "XDG_DATA_HOME")):
+        base = env.get(var, "")
+        if rel.startswith(prefix) and base.startswith("/"):
+            return os.path.join(base, rel[len(prefix):])
+    return ""
+
+
+def ssh_private_keys(ssh_dir: str,
+                     listdir: Callable[[str], list[str]] = os.listdir) -> list[str]:
+    """The private keys in ~/.ssh, told apart by name alone.
+
+    One listdir per command is cheap; opening each file to look for a PEM
+    header is not. A key is `id_*` or `identity` (ssh's defaults), a name whose
+    `.pub` sits beside it (what ssh-keygen -f writes), or a `.pem`, `.key` or
+    `.ppk` (a cloud console's or PuTTY's download). A key named otherwise,
+    with no public half beside it, is missed: `unreadable` can name it.
+    """
+    try:
+        names = set(listdir(ssh_dir))
+    except OSError:
+        return []
+    keys = []
+    for name in sorted(names):
+        if name.endswith(".pub") or name in _SSH_PUBLIC:
+            continue
+        if (name.startswith("id_") or name == "identity" or name + ".pub" in names
+                or name.endswith((".pem", ".key", ".ppk"))):
+            keys.append(os.path.join(ssh_dir, name))
+    return keys
+
+
+def default_unreadable(env: Mapping[str, str], granted: list[str] | tuple[str, ...],
+                       listdir: Callable[[str], list[str]] = os.listdir) -> list[str]:
     """The credential stores hidden when nobody configured `unreadable`.
 
-    `~/.ssh` joins only when the agent's socket is granted, and that condition
-    is the whole design: hiding a private key while ssh must read it stops
-    `git push`; with SSH_AUTH_SOCK reachable, ssh asks the agent to sign and
-    never opens the key, so hiding it costs nothing.
+    With the agent's socket granted, `~/.ssh` is hidden whole: ssh asks the
+    agent to sign and never opens a key. Without it only the private keys are
+    hidden, and ssh keeps its config and known_hosts: by default there is no
+    network for ssh to use a key on, and a key that a command can read is a
+    key it can print into its output, where the agent's transcript keeps it.
     """
     home = env.get("HOME", "")
-    hidden = [os.path.join(home, rel) for rel in _DEFAULT_HIDDEN_IN_HOME] if home else []
-    sock = env.get("SSH_AUTH_SOCK", "")
-    if home and sock and sock in granted:
-        hidden.append(os.path.join(home, ".ssh"))
+    hidden: list[str] = []
+    if home:
+        for rel in _DEFAULT_HIDDEN_IN_HOME:
+            hidden.append(os.path.join(home, rel))
+            moved = _xdg_relocated(rel, env)
+            if moved:
+                hidden.append(moved)
+        sock = env.get("SSH_AUTH_SOCK", "")
+        ssh_dir = os.path.join(home, ".ssh")
+        if sock and sock in granted:
+            hidden.append(ssh_dir)
+        else:
+            hidden.extend(ssh_private_keys(ssh_dir, listdir))
     hidden.extend(_ROOT_ONLY_SECRETS)
     return hidden
 
 
 def unreadable(spec: str | list[str] | None, env: Mapping[str, str],
-               granted: list[str] | tuple[str, ...]) -> list[str]:
+               granted: list[str] | tuple[str, ...],
+               listdir: Callable[[str], list[str]] = os.listdir) -> list[str]:
     """The configured unreadable list. Unset means the defaults, not nothing.
 
     Setting it REPLACES the defaults, so a session that needs one back can say
@@ -148,7 +251,7 @@ def unreadable(spec: str | list[str] | None, env: Mapping[str, str],
     without a magic empty string.
     """
     if spec is None:
-        return default_unreadable(env, granted)
+        return default_unreadable(env, granted, listdir)
     if spec == "none" or spec == ["none"]:
         return []
     return paths(spec, env)

@@ -2,10 +2,10 @@
 
 `build_profile` is the one place that turns capabilities, mode and host
 facts into concrete paths. It looks at the filesystem through the `kind`
-function it is given (lstat by default), so tests can describe a machine
-without building one, and a driver never decides anything; the one
-exception is git's own small files (config, hooks, index), which `gitmeta`
-reads to learn what git would run.
+and `listdir` functions it is given (lstat and os.listdir by default), so
+tests can describe a machine without building one, and a driver never
+decides anything; the one exception is git's own small files (config,
+hooks, index), which `gitmeta` reads to learn what git would run.
 """
 
 from __future__ import annotations
@@ -48,9 +48,26 @@ CA_BUNDLE_VARS = ("SSL_CERT_FILE", "SSL_CERT_DIR", "REQUESTS_CA_BUNDLE", "CURL_C
                   "NODE_EXTRA_CA_CERTS", "GIT_SSL_CAINFO", "PIP_CERT")
 
 #: Names that carry secrets by convention; glob with `*` at either end.
-DEFAULT_SECRET_ENV = ("*TOKEN*", "*SECRET*", "*PASSWORD*", "*PASSWD*", "*API_KEY*",
+#: Each pattern is here because a real variable of that shape is a secret:
+#: `*PWD*` MYSQL_PWD (mysql's password variable), `*JWT*` CI_JOB_JWT (GitLab's
+#: job identity, exchanged for cloud credentials), `*_DSN` SENTRY_DSN (a
+#: project key in a URL), `*_AUTH` npm_config__auth, `*AUTHORIZATION*` a
+#: ready-made header, `*SESSION_KEY*`, `*COOKIE*`, `*PASSPHRASE*` (borg,
+#: gpg), `*_PAT` a personal access token, `*SIGNING_KEY*`, `*WEBHOOK*` (the
+#: URL is the credential), `*CONNECTION_STRING*` (Azure's embed the account
+#: key), `*_KEY` STRIPE_KEY and its kind. Not `*AUTH*`: GIT_AUTHOR_NAME would go.
+DEFAULT_SECRET_ENV = ("*TOKEN*", "*SECRET*", "*PASSWORD*", "*PASSWD*", "*PWD*", "*API_KEY*",
                       "*APIKEY*", "*PRIVATE_KEY*", "*CREDENTIAL*", "*ACCESS_KEY*",
-                      "AWS_*", "GITHUB_TOKEN", "GH_TOKEN", "*DATABASE_URL*")
+                      "AWS_*", "GITHUB_TOKEN", "GH_TOKEN", "*DATABASE_URL*", "*JWT*",
+                      "*_DSN", "*_AUTH", "*AUTHORIZATION*", "*SESSION_KEY*", "*COOKIE*",
+                      "*PASSPHRASE*", "*_PAT", "*SIGNING_KEY*", "*WEBHOOK*",
+                      "*CONNECTION_STRING*", "*_KEY")
+
+# Never secrets, whatever a pattern says: PWD and OLDPWD are the shell's
+# working directories (`*PWD*` matches both, and tools that trust $PWD would
+# run in the wrong place); SSH_AUTH_SOCK is a path, and the socket behind it
+# is granted or masked separately.
+_NOT_SECRET = ("PWD", "OLDPWD", "SSH_AUTH_SOCK")
 
 
 def path_kind(path: str) -> str:
@@ -81,6 +98,32 @@ def _glob(pattern: str, name: str) -> bool:
     return name == core
 
 
+def has_url_password(value: str) -> bool:
+    """A `scheme://user:pass@host` anywhere in value: REDIS_URL, MONGODB_URI, a JDBC option.
+
+    A database URL's name is anything (`REDIS_URL`, `CACHE_BACKEND`), so only
+    its shape gives it away. The authority ends at the first `/`, `?`, `#` or
+    blank, so `http://localhost:4873/@scope/pkg` is an address, not a login.
+    """
+    start = value.find("://")
+    while start > 0:
+        if value[start - 1].isalnum():
+            rest = value[start + 3:]
+            end = len(rest)
+            for stop in "/?# \t\n":
+                i = rest.find(stop)
+                if 0 <= i < end:
+                    end = i
+            authority = rest[:end]
+            at = authority.rfind("@")
+            if at > 0:
+                _user, colon, password = authority[:at].partition(":")
+                if colon and password:
+                    return True
+        start = value.find("://", start + 3)
+    return False
+
+
 def sandbox_env(
     host_env: Mapping[str, str],
     explicit: Mapping[str, str],
@@ -91,8 +134,8 @@ def sandbox_env(
     """The command's environment: the caller's, scrubbed, then what was passed explicitly.
 
     A variable passed explicitly is the caller's decision and is kept even
-    when its name looks secret; inheriting one by accident is what the scrub
-    prevents.
+    when its name or value looks secret; inheriting one by accident is what
+    the scrub prevents.
     """
     env: dict[str, str] = {}
     for name, value in host_env.items():
@@ -101,7 +144,9 @@ def sandbox_env(
             continue
         if name in _INJECTION_NAMES:
             continue
-        if any(_glob(p.upper(), upper) for p in secret_patterns):
+        if name not in _NOT_SECRET and any(_glob(p.upper(), upper) for p in secret_patterns):
+            continue
+        if "://" in value and has_url_password(value):
             continue
         env[name] = value
     env.update(explicit)
@@ -479,6 +524,7 @@ def build_profile(
     private: tuple[str, ...] | list[str] = (),
     tmp_size_mb: int | None = None,
     max_file_size_mb: int | None = None,
+    listdir: Callable[[str], list[str]] = os.listdir,
 ) -> Profile:
     """Decide the boundary for one command. All paths in are canonical."""
     writable_ws = mode != READ_ONLY and any(is_under(workspace, w) for w in capabilities.fs_write)
@@ -516,7 +562,7 @@ def build_profile(
         k = kind(real)
         if k != MISSING and not is_under(workspace, real):
             hidden.append((real, DIR if k == DIR else FILE))
-    for p in hostpaths.unreadable(unreadable, host_env, granted):
+    for p in hostpaths.unreadable(unreadable, host_env, granted, listdir):
         real = os.path.realpath(p)
         if any(is_under(real, g) and g != "/" for g in grants):
             continue

@@ -54,7 +54,8 @@ RUN_TIMEOUT = 30.0
 LISTENER_GRACE = 0.3
 
 # Decoy credentials: path relative to HOME for every store hostpaths hides by
-# default. `.ssh/id_rsa` is separate: it is hidden only when the agent is granted.
+# default. `.ssh/id_rsa` is separate: the agent tests need it, and the rest of
+# ~/.ssh, there to be read.
 HIDDEN_DECOYS = (
     ".aws/credentials",
     ".config/gcloud/application_default_credentials.json",

@@ -7,6 +7,7 @@ could see the directory, and only the hiding kept the secrets out.
 
 from __future__ import annotations
 
+import json
 import os
 import secrets
 import shutil
@@ -147,15 +148,125 @@ def test_ssh_key_hidden_when_agent_socket_granted(box: Box, agent: tuple[Listene
     assert listener.settle() >= 1
 
 
-def test_control_ssh_key_readable_without_the_grant(box: Box,
+def test_control_ssh_key_readable_when_hiding_is_off(box: Box,
                                                     agent: tuple[Listener, str]) -> None:
-    """Documented design: without the agent grant ~/.ssh stays readable (git push needs it).
-
-    This is what makes the test above able to fail: the key is there to be read.
-    """
+    """`unreadable = "none"`: the same probe reads the key, so the tests around it can fail."""
     _listener, sock = agent
-    res = box.py(AGENT_PROBE, env=box.env(SSH_AUTH_SOCK=sock))
+    cfg = box.write(box.state / "none.toml", '[sandbox]\nunreadable = "none"\n')
+    res = box.py(AGENT_PROBE, options=["--config", str(cfg)], env=box.env(SSH_AUTH_SOCK=sock))
     assert box.markers[SSH_KEY] in text(res), text(res)
+
+
+# Reads every private key by several spellings, then uses ssh's own config and
+# known_hosts the way ssh does. $1: workspace symlink to HOME; rest: key names.
+SSH_WITHOUT_AGENT = r"""
+homelink=$1; shift
+for k in "$@"; do
+  for p in "$HOME/.ssh/$k" "/proc/self/root$HOME/.ssh/$k" "$HOME/.ssh/../.ssh/$k" \
+           "$homelink/.ssh/$k"; do
+    cat "$p" 2>/dev/null
+  done
+  ssh-keygen -y -f "$HOME/.ssh/$k" </dev/null >/dev/null 2>&1 && echo "KEY USABLE $k"
+done
+grep -r -h -e DECOY -e PRIVATE "$HOME/.ssh" 2>/dev/null
+ssh -G -F "$HOME/.ssh/config" decoyhost 2>&1 | grep -i '^hostname'
+ssh-keygen -F decoyhost.example -f "$HOME/.ssh/known_hosts" 2>&1 | grep -q 'found: line' \
+  && echo KNOWN HOST MATCHED
+ls "$HOME/.ssh"
+true
+"""
+SSH_KEYS = ("id_rsa", "id_ed25519", "deploy")
+
+
+def _ssh_home(box: Box) -> str:
+    """A ~/.ssh as ssh-keygen leaves it: real keys beside the decoy, config, known_hosts."""
+    ssh = box.home / ".ssh"
+    for name in ("id_ed25519", "deploy"):
+        res = box.host(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", name, "-f",
+                        str(ssh / name)])
+        assert res.returncode == 0, text(res)
+        box.runner.own(ssh / name, ssh / f"{name}.pub")
+    tag = box.markers[SSH_KEY].rsplit("-", 1)[1]
+    box.write(ssh / "config", f"Host decoyhost\n  HostName cfg-{tag}.example\n")
+    key_type, key = (ssh / "deploy.pub").read_text().split()[:2]
+    box.write(ssh / "known_hosts", f"decoyhost.example {key_type} {key}\n")
+    os.symlink(box.home, box.ws / "homelink")
+    box.runner.own(box.ws / "homelink")
+    return tag
+
+
+def test_ssh_private_keys_hidden_without_the_agent_config_still_works(box: Box) -> None:
+    tag = _ssh_home(box)
+    res = box.sh(SSH_WITHOUT_AGENT, "homelink", *SSH_KEYS)
+    out = text(res)
+    assert box.markers[SSH_KEY] not in out, out
+    assert "PRIVATE KEY" not in out and "KEY USABLE" not in out, out
+    # ssh keeps what it reads before it ever needs a key.
+    assert f"hostname cfg-{tag}.example" in out, out
+    assert "KNOWN HOST MATCHED" in out, out
+    assert "deploy.pub" in out and "config" in out, out
+
+
+def test_control_ssh_private_keys_readable_without_hiding(box: Box) -> None:
+    _ssh_home(box)
+    cfg = box.write(box.state / "none.toml", '[sandbox]\nunreadable = "none"\n')
+    res = box.sh(SSH_WITHOUT_AGENT, "homelink", *SSH_KEYS, options=["--config", str(cfg)])
+    out = text(res)
+    assert box.markers[SSH_KEY] in out and "PRIVATE KEY" in out, out
+    assert "KEY USABLE deploy" in out and "KEY USABLE id_ed25519" in out, out
+
+
+# -- the other stores hidden by default ---------------------------------------------------
+
+# A representative store of each kind: forge and registry logins, a database
+# password file, a history, a browser profile (a directory), an agent's login.
+MORE_STORES = (
+    ".config/git/credentials",
+    ".config/containers/auth.json",
+    ".cargo/credentials.toml",
+    ".pgpass",
+    ".my.cnf",
+    ".bash_history",
+    ".local/share/fish/fish_history",
+    ".mozilla/firefox/decoy.default/logins.json",
+    ".config/google-chrome/Default/Cookies",
+    ".claude/.credentials.json",
+    ".claude.json",
+    ".codex/auth.json",
+    ".gemini/oauth_creds.json",
+)
+
+
+def _plant(box: Box, rels: tuple[str, ...]) -> dict[str, str]:
+    markers = {}
+    for rel in rels:
+        markers[rel] = f"STORE-{rel.strip('.').replace('/', '_')}-{secrets.token_hex(6)}"
+        box.write(box.home / rel, f"{markers[rel]}\n", 0o600)
+    for dirpath, _dirs, _files in os.walk(box.home):
+        os.chmod(dirpath, 0o755)
+        box.runner.own(dirpath)
+    return markers
+
+
+@pytest.mark.parametrize("rel", MORE_STORES)
+def test_more_credential_stores_unreadable(box: Box, rel: str) -> None:
+    markers = _plant(box, (rel,))
+    homelink, awslink = _link_home(box)
+    res = box.sh(READ_EVERY_SPELLING, homelink, awslink, rel, VISIBLE_DECOY)
+    out = text(res)
+    assert box.markers[VISIBLE_DECOY] in out, out
+    assert markers[rel] not in out, f"{rel} readable inside the sandbox"
+
+
+def test_control_more_credential_stores_readable_without_hiding(box: Box) -> None:
+    markers = _plant(box, MORE_STORES)
+    cfg = box.write(box.state / "none.toml", '[sandbox]\nunreadable = "none"\n')
+    homelink, awslink = _link_home(box)
+    res = box.sh(READ_EVERY_SPELLING, homelink, awslink, *MORE_STORES,
+                 options=["--config", str(cfg)])
+    out = text(res)
+    missing = [rel for rel in MORE_STORES if markers[rel] not in out]
+    assert missing == [], out
 
 
 # -- the host's own secrets and the environment -------------------------------------------
@@ -174,13 +285,35 @@ def test_secret_environment_not_inherited(box: Box) -> None:
     tag = secrets.token_hex(6)
     secret_vars = {"AWS_SECRET_ACCESS_KEY": f"S1-{tag}", "GITHUB_TOKEN": f"S2-{tag}",
                    "OPENAI_API_KEY": f"S3-{tag}", "DATABASE_URL": f"S4-{tag}",
-                   "MY_PASSWORD": f"S5-{tag}"}
+                   "MY_PASSWORD": f"S5-{tag}", "MYSQL_PWD": f"S6-{tag}",
+                   "CI_JOB_JWT": f"S7-{tag}", "SENTRY_DSN": f"https://S8-{tag}@sentry.example/1",
+                   "BORG_PASSPHRASE": f"S9-{tag}", "GITLAB_PAT": f"S10-{tag}",
+                   # Named like nothing secret: the password in the value gives it away.
+                   "REDIS_URL": f"redis://:S11-{tag}@cache:6379/0",
+                   "MONGODB_URI": f"mongodb://app:S12-{tag}@db1,db2/prod"}
     env = box.env(**secret_vars, HARMLESS_SETTING=f"visible-{tag}")
     res = box.sh("env; cat /proc/self/environ | tr '\\0' '\\n'", env=env)
     out = text(res)
     assert f"visible-{tag}" in out, out
     leaked = [k for k, v in secret_vars.items() if v in out]
     assert leaked == [], f"secret variables inherited: {leaked}"
+    # Control: unconfined, the same variables arrive (the scrub is what stopped them).
+    res = box.host(["/bin/sh", "-c", "env"], env=env)
+    assert [k for k, v in secret_vars.items() if v not in text(res)] == [], text(res)
+
+
+def test_variables_that_only_look_secret_pass(box: Box) -> None:
+    """`*PWD*` and the like must not take the shell's directories or the agent's path."""
+    tag = secrets.token_hex(6)
+    passed = {"PWD": str(box.ws), "OLDPWD": f"/old-{tag}", "SSH_AUTH_SOCK": f"/agent-{tag}",
+              "GIT_AUTHOR_NAME": f"author-{tag}", "SOME_URL": f"https://host-{tag}/x",
+              "GIT_REMOTE": f"ssh://git@host-{tag}/r.git"}
+    env = box.env(**passed)
+    res = box.py("import os, json; print(json.dumps(dict(os.environ)))", env=env)
+    assert res.returncode == 0, text(res)
+    inside = json.loads(res.stdout)
+    assert {k: inside.get(k) for k in passed} == passed, inside
+    assert inside["HOME"] == str(box.home) and inside["PATH"] == env["PATH"], inside
 
 
 # -- the kernel keyring ------------------------------------------------------------------

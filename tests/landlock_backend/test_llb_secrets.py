@@ -51,9 +51,26 @@ def test_granted_socket_is_refused_by_name(box: Box, agent: tuple[Listener, str]
     assert "granted_sockets" in text(res) and "bubblewrap" in text(res), text(res)
 
 
-def test_control_ssh_key_readable_without_the_grant(box: Box,
+def test_control_ssh_key_readable_when_hiding_is_off(box: Box,
                                                     agent: tuple[Listener, str]) -> None:
-    iso.test_control_ssh_key_readable_without_the_grant(box, agent)
+    iso.test_control_ssh_key_readable_when_hiding_is_off(box, agent)
+
+
+def test_ssh_private_keys_hidden_without_the_agent_config_still_works(box: Box) -> None:
+    iso.test_ssh_private_keys_hidden_without_the_agent_config_still_works(box)
+
+
+def test_control_ssh_private_keys_readable_without_hiding(box: Box) -> None:
+    iso.test_control_ssh_private_keys_readable_without_hiding(box)
+
+
+@pytest.mark.parametrize("rel", iso.MORE_STORES)
+def test_more_credential_stores_unreadable(box: Box, rel: str) -> None:
+    iso.test_more_credential_stores_unreadable(box, rel)
+
+
+def test_control_more_credential_stores_readable_without_hiding(box: Box) -> None:
+    iso.test_control_more_credential_stores_readable_without_hiding(box)
 
 
 def test_root_only_host_secrets_unreadable(box: Box) -> None:
@@ -62,6 +79,10 @@ def test_root_only_host_secrets_unreadable(box: Box) -> None:
 
 def test_secret_environment_not_inherited(box: Box) -> None:
     iso.test_secret_environment_not_inherited(box)
+
+
+def test_variables_that_only_look_secret_pass(box: Box) -> None:
+    iso.test_variables_that_only_look_secret_pass(box)
 
 
 def test_session_keyring_secrets_unreadable(box: Box) -> None:

@@ -473,8 +473,9 @@ def _hidden(b: _Builder, profile: Profile) -> None:
         return
     b.comment("""
 Hidden credentials, last and as denies, so they win over every grant above
-whichever way rule order is read: cloud and registry tokens, keyrings, and
-~/.ssh when the agent socket is granted. Named under the data volume too.
+whichever way rule order is read: cloud and registry tokens, keyrings, ssh
+private keys (all of ~/.ssh when the agent socket is granted). Named under the
+data volume too.
 """)
     b.rule("deny", "file-read* file-write* file-map-executable process-exec", filters)
 
