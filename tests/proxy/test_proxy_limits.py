@@ -296,12 +296,38 @@ def test_a_live_unix_path_is_not_stolen(tmp_path: object) -> None:
     run(main())
 
 
-def test_proxy_env_points_every_variable_at_one_http_url() -> None:
+def test_proxy_env_points_every_proxy_variable_at_one_http_url() -> None:
     env = proxy_env("127.0.0.1", 3128)
-    assert set(env) == {"HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY",
-                        "http_proxy", "https_proxy", "all_proxy"}
-    assert set(env.values()) == {"http://127.0.0.1:3128"}
+    urls = {"HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy",
+            "npm_config_proxy", "npm_config_https_proxy", "PIP_PROXY", "YARN_HTTP_PROXY",
+            "YARN_HTTPS_PROXY", "CARGO_HTTP_PROXY"}
+    assert urls <= set(env)
+    assert {env[n] for n in urls} == {"http://127.0.0.1:3128"}
+    assert env["NO_PROXY"] == env["no_proxy"] == "localhost,127.0.0.1,::1"
+    assert env["NODE_USE_ENV_PROXY"] == "1"
+    assert "-Dhttps.proxyPort=3128" in env["JAVA_TOOL_OPTIONS"]
+    assert "-Dhttp.nonProxyHosts=localhost|127.0.0.1|[::1]" in env["JAVA_TOOL_OPTIONS"]
     assert proxy_env("::1", 1)["ALL_PROXY"] == "http://[::1]:1"
+
+
+@pytest.mark.parametrize(("grants", "direct", "jvm"), [
+    (["localhost:8000"], "127.0.0.1,::1", "127.0.0.1|[::1]"),
+    (["127.0.0.1:8000"], "localhost,::1", "localhost|[::1]"),
+    (["127.0.0.0/8:8000", "[::1]:9"], "localhost", "localhost"),
+    (["localhost:1", "127.0.0.1:1", "[::1]:1"], "", "none.invalid"),
+    (["example.com", "*.localhost"], "localhost,127.0.0.1,::1", "localhost|127.0.0.1|[::1]"),
+])
+def test_proxy_env_routes_a_granted_loopback_host_through_the_proxy(
+        grants: list[str], direct: str, jvm: str) -> None:
+    env = proxy_env("127.0.0.1", 3128, grants=grants)
+    assert env["NO_PROXY"] == env["no_proxy"] == direct
+    assert f"-Dhttp.nonProxyHosts={jvm}" in env["JAVA_TOOL_OPTIONS"]
+
+
+def test_proxy_env_puts_the_secret_in_every_url_and_drops_the_ssh_route() -> None:
+    env = proxy_env("127.0.0.1", 4000, socks_port=4000, secret="s3cr3t")
+    assert env["HTTPS_PROXY"] == env["ALL_PROXY"] == "http://stockade:s3cr3t@127.0.0.1:4000"
+    assert "GIT_SSH_COMMAND" not in env
 
 
 @pytest.mark.parametrize("options", [
