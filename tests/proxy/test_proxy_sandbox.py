@@ -281,12 +281,19 @@ def test_landlock_proxy_port_refuses_a_client_without_the_commands_secret(
                         .encode())
         status = ok.split(b"\r\n", 1)[0]
         assert status.endswith(b" 200 OK") and ok.endswith(b"hello from the host\n"), ok
-        assert site.paths == ["/hello.txt"]
+        password = secret.encode()
+        socks_ok = _raw(port, b"\x05\x01\x02" + b"\x01\x08stockade" + bytes([len(password)])
+                        + password + b"\x05\x01\x00\x03" + bytes([len(name)]) + name
+                        + site.port.to_bytes(2, "big")
+                        + b"GET /hello.txt HTTP/1.0\r\n\r\n")
+        assert socks_ok.startswith(b"\x05\x02\x01\x00\x05\x00"), socks_ok[:40]
+        assert socks_ok.endswith(b"hello from the host\n"), socks_ok
+        assert site.paths == ["/hello.txt", "/hello.txt"]
     finally:
         (cli.ws / "done").touch()
         proc.communicate(timeout=TIMEOUT)
     rows = cli.network_audit("held")
-    assert len(rows) == 1 and rows[0]["allowed"], rows
+    assert len(rows) == 2 and all(r["allowed"] for r in rows), rows
 
 
 def _listening_tcp_ports(pid: int) -> set[int]:
