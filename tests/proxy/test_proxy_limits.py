@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+from pathlib import Path
 
 import pytest
 from proxy_testkit import (
@@ -352,5 +353,25 @@ def test_an_ipv6_loopback_listener_works(backends: Backends) -> None:
             writer.write(b"6")
             assert await reader.readexactly(1) == b"6"
             writer.close()
+
+    run(main())
+
+
+def test_listeners_can_be_left_out_and_a_long_socket_path_binds(tmp_path: Path) -> None:
+    deep = tmp_path / ("d" * 120)
+    deep.mkdir(mode=0o700)
+
+    async def main() -> None:
+        async with ManagedProxy(socket_dir=str(deep)) as proxy:
+            unix_only = await proxy.add_session("u", HostPolicy(), tcp=False)
+            assert unix_only.port == 0 and len(unix_only.unix_path) > 107
+            assert os.path.exists(unix_only.unix_path)
+            tcp_only = await proxy.add_session("t", HostPolicy(), unix=False, secret="pw")
+            assert tcp_only.port and tcp_only.unix_path == ""
+            assert tcp_only.http_proxy_url == f"http://stockade:pw@127.0.0.1:{tcp_only.port}"
+            with pytest.raises(ConfigError):
+                await proxy.add_session("n", HostPolicy(), tcp=False, unix=False)
+            await proxy.remove_session("u")
+            assert not os.path.exists(unix_only.unix_path)
 
     run(main())

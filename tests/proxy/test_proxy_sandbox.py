@@ -159,13 +159,23 @@ def test_localhost_grant_reaches_the_host_server_with_curl_and_git(
     assert other_site.paths == []
 
 
+def _long_dir(base: Path, length: int) -> Path:
+    path = Path(str(base / "h") + "x" * (length - len(str(base / "h"))))
+    assert len(str(path)) == length
+    return path
+
+
 @pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("where", ["HOME", "XDG_STATE_HOME"])
 def test_a_150_character_home_still_gets_its_grant(tmp_path: Path, site: Recorder,
-                                                  backend: str) -> None:
-    home = tmp_path / "h"
-    home = Path(str(home) + "x" * (150 - len(str(home))))
-    assert len(str(home)) == 150
-    cli = Cli(tmp_path, backend, home=home)
+                                                  backend: str, where: str) -> None:
+    if where == "HOME":
+        cli = Cli(tmp_path, backend, home=_long_dir(tmp_path, 150))
+    else:
+        cli = Cli(tmp_path, backend)
+        state = _long_dir(tmp_path / "state", 150)
+        state.mkdir(parents=True)
+        cli.env["XDG_STATE_HOME"] = str(state)
     res = cli.run(["curl", "-sS", f"http://localhost:{site.port}/hello.txt"],
                   [f"localhost:{site.port}"])
     assert res.returncode == 0 and res.stdout == "hello from the host\n", res
