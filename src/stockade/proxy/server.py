@@ -224,8 +224,8 @@ class _Record:
 
 def _session_file(session_id: str) -> str:
     # Session ids are arbitrary text; a digest is short, fixed-length and safe
-    # as a file name, so no id can escape the socket directory or exceed the
-    # 108-byte unix socket path limit.
+    # as a file name, so no id can escape the socket directory, and the name
+    # fits in sun_path after /proc/self/fd/N/ (see _bind_unix).
     return hashlib.sha256(session_id.encode("utf-8")).hexdigest()[:32] + ".sock"
 
 
@@ -345,9 +345,11 @@ class ManagedProxy:
             except OSError as exc:
                 for server in session.servers:
                     server.close()
+                wanted = ([f"tcp {self.options.listen_host}:{port}"] if tcp else []) + (
+                    [f"unix {path}"] if unix else [])
                 raise ProxyUnavailable(
                     f"the proxy could not listen for session {session_id!r} "
-                    f"(tcp {self.options.listen_host}:{port}, unix {path}): {exc}. "
+                    f"({', '.join(wanted)}): {exc}. "
                     "Free the port or path, or pass port=0 and no unix_path."
                 ) from exc
             session.endpoint = SessionEndpoint(session_id, bound[0], bound[1],
