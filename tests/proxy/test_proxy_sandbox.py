@@ -219,6 +219,13 @@ def test_common_clients_reach_a_granted_name(tmp_path: Path, site: Recorder,
     for name, code in PY_CLIENTS.items():
         if _importable(name.split(".")[0]):
             cases[name] = [sys.executable, "-c", code.replace("URL", repr(f"{base}/{name}"))]
+    expect = {name: f"{name} ok" for name in ("curl", "wget", "git", *PY_CLIENTS)}
+    (site.root / "pip" / "simple" / "demo").mkdir(parents=True)
+    (site.root / "pip" / "simple" / "demo" / "index.html").write_text(
+        '<a href="/demo-1.0.tar.gz">demo-1.0.tar.gz</a>\n')
+    cases["pip"] = [sys.executable, "-m", "pip", "index", "versions", "demo", "--no-cache-dir",
+                    "--index-url", f"{base}/pip/simple/"]
+    expect["pip"] = "Available versions: 1.0"
     if shutil.which("npm"):
         (site.root / "npm").write_text(json.dumps({
             "name": "npm", "dist-tags": {"latest": "1.0.0"},
@@ -258,7 +265,7 @@ def test_common_clients_reach_a_granted_name(tmp_path: Path, site: Recorder,
     failed = {}
     for name, argv in cases.items():
         res = cli.run(argv, [f"localhost:{site.port}"])
-        if res.returncode != 0 or f"{name} ok" not in res.stdout:
+        if res.returncode != 0 or expect.get(name, f"{name} ok") not in res.stdout:
             failed[name] = (res.returncode, res.stdout[-500:], res.stderr[-1500:])
     assert not failed, failed
     for name in cases:
