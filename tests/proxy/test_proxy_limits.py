@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import base64
 import os
 from pathlib import Path
 
@@ -14,6 +15,7 @@ from proxy_testkit import (
     allow_for,
     closed_by_peer,
     http_connect,
+    http_exchange,
     open_proxy,
     proxied,
     read_head,
@@ -373,5 +375,49 @@ def test_listeners_can_be_left_out_and_a_long_socket_path_binds(tmp_path: Path) 
                 await proxy.add_session("n", HostPolicy(), tcp=False, unix=False)
             await proxy.remove_session("u")
             assert not os.path.exists(unix_only.unix_path)
+
+    run(main())
+
+
+def test_a_session_secret_is_asked_of_every_protocol_and_anonymous_tries_leave_no_record(
+        backends: Backends) -> None:
+    api = backends.start("api")
+
+    async def main() -> None:
+        decisions = Decisions()
+        resolver = StaticResolver({"api.test": ["127.0.0.2"]})
+        async with ManagedProxy(on_decision=decisions.append, resolver=resolver) as proxy:
+            ep = await proxy.add_session("s1", HostPolicy(allow_for(api.port, "api.test")),
+                                         unix=False, secret="pw")
+            target = f"http://api.test:{api.port}/x"
+            get = f"GET {target} HTTP/1.1\r\nHost: api.test:{api.port}\r\n"
+            status, headers, _ = await http_exchange(ep, f"{get}\r\n".encode())
+            assert status == 407
+            assert headers["proxy-authenticate"] == 'Basic realm="stockade"'
+            wrong = base64.b64encode(b"stockade:nope").decode()
+            status, _, _ = await http_exchange(
+                ep, f"{get}Proxy-Authorization: Basic {wrong}\r\n\r\n".encode())
+            assert status == 407
+            reader, writer = await open_proxy(ep)
+            writer.write(b"\x16\x03\x01garbage")
+            assert await reader.read() == b""
+            writer.close()
+            reader, writer = await open_proxy(ep)
+            writer.write(b"\x05\x01\x00")
+            assert await reader.read() == b"\x05\xff"
+            writer.close()
+            await settle(decisions)
+            assert list(decisions) == [] and api.connections == 0
+            # Any user name, any case of the scheme: the password is the grant.
+            right = base64.b64encode(b"anyone:pw").decode()
+            status, _, body = await http_exchange(
+                ep, f"{get}proxy-authorization: basic {right}\r\n\r\n".encode())
+            assert status == 200 and body.startswith(b"api GET /x"), body
+            code, (reader, writer) = await socks_connect(
+                ep, "api.test", api.port, auth=(b"stockade", b"pw"))
+            writer.close()
+            assert code == 0
+            await settle(decisions)
+            assert [d.allowed for d in decisions.final()] == [True, True]
 
     run(main())

@@ -835,9 +835,23 @@ async def _close_gently(reader: asyncio.StreamReader, writer: asyncio.StreamWrit
 
 
 def _authorized(head: http.Head, secret: str) -> bool:
-    expected = "Basic " + base64.b64encode(f"{PROXY_USER}:{secret}".encode()).decode("ascii")
-    return any(hmac.compare_digest(v.strip().encode(), expected.encode())
-               for v in head.get_all("proxy-authorization"))
+    """Whether a Proxy-Authorization field carries `secret` as its Basic password.
+
+    The user name is not checked, as in SOCKS5: the password alone is the
+    grant, and clients differ in the name they send when told none.
+    """
+    for value in head.get_all("proxy-authorization"):
+        scheme, _, token = value.strip().partition(" ")
+        if scheme.lower() != "basic":
+            continue
+        try:
+            decoded = base64.b64decode(token.strip(), validate=True)
+        except ValueError:
+            continue
+        password = decoded.partition(b":")[2]
+        if hmac.compare_digest(password, secret.encode("utf-8")):
+            return True
+    return False
 
 
 def _bind_unix(path: str) -> socket.socket:
