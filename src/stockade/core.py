@@ -308,7 +308,7 @@ class SandboxCore:
             driver.available()
             endpoint = None
             if sandboxed and caps.network.kind == NetworkPolicy.HOSTS:
-                endpoint = self.proxy_endpoint(sid, caps.network)
+                endpoint = self.proxy_endpoint(sid, caps.network, backend)
             profile = self.make_profile(ws, cmd, mode, caps, cwd, backend, endpoint)
             try:
                 launch = driver.prepare(cmd.argv, profile)
@@ -405,15 +405,23 @@ class SandboxCore:
             return caps
         return caps.replace(network=network)
 
-    def proxy_endpoint(self, session_id: str, network: NetworkPolicy) -> tuple[str, int, str]:
-        """A proxy endpoint for ONE command: (unix socket, TCP port, proxy key).
+    def proxy_endpoint(self, session_id: str, network: NetworkPolicy,
+                       backend: str = "bubblewrap") -> tuple[str, int, str, str | None]:
+        """A proxy endpoint for ONE command: (unix socket, TCP port, proxy key, secret).
 
         Per command, not per session: a host approved once for this command
         must not become reachable to the session's other commands already
         running (a background server started earlier), nor outlive this one.
         The sockets live in stockade's state directory, which no sandbox can
         see: under a shared TMPDIR any command could use any session's grant.
+
+        bubblewrap reaches the proxy through the unix socket alone, so it gets
+        no TCP listener. The other backends have no network namespace to
+        bridge into and need one on loopback, where every local user can
+        connect: that listener asks for a secret only this command is given.
         """
+        import secrets
+
         from .proxy import HostPolicy, ProxyThread
 
         if self._proxy is None:
@@ -427,8 +435,13 @@ class SandboxCore:
         self._proxy_seq += 1
         key = f"{session_id}{_PROXY_KEY_SEP}{self._proxy_seq}"
         deny = dict(_deny_entry(e) for e in self.config.deny_hosts)
-        ep = self._proxy.add_session(key, HostPolicy(allow=network.hosts, deny=deny))
-        return ep.unix_path, ep.port, key
+        policy = HostPolicy(allow=network.hosts, deny=deny)
+        if backend == "bubblewrap":
+            ep = self._proxy.add_session(key, policy, tcp=False)
+        else:
+            ep = self._proxy.add_session(key, policy, unix=False,
+                                         secret=secrets.token_urlsafe(24))
+        return ep.unix_path, ep.port, key, ep.secret
 
     def _drop_proxy_endpoint(self, key: str) -> None:
         if self._proxy is not None:
@@ -448,7 +461,7 @@ class SandboxCore:
 
     def make_profile(self, ws: SessionWorkspace, cmd: SandboxCommand, mode: str,
                      caps: SandboxCapabilities, cwd: str, backend: str,
-                     endpoint: tuple[str, int, str] | None = None) -> Profile:
+                     endpoint: tuple[str, int, str, str | None] | None = None) -> Profile:
         c = self.config
         ledger = self.ledger.path
         private = [self._state_dir(), c.resolved_workspace_root(self.env)]
@@ -458,6 +471,7 @@ class SandboxCore:
             private=private, tmp_size_mb=c.tmp_size_mb, max_file_size_mb=c.max_file_size_mb,
             proxy_socket=endpoint[0] if endpoint else None,
             proxy_port=endpoint[1] if endpoint else None,
+            proxy_secret=endpoint[3] if endpoint else None,
             mode=mode, workspace=ws.cwd, cwd=cwd, capabilities=caps,
             read_scope=ws.read_scope, host_env=self.env, command_env=cmd.env,
             unreadable=c.unreadable, writable=c.writable, granted_sockets=c.granted_sockets,

@@ -156,30 +156,6 @@ def sandbox_env(
     return env
 
 
-def proxy_env(http_port: int, socks_port: int, host: str = "127.0.0.1") -> dict[str, str]:
-    """Variables that point ordinary tools at the managed proxy.
-
-    Each ecosystem reads its own: curl, Python, Go and git the standard
-    names (both cases, since some read only one), npm and pip theirs, the
-    JVM only system properties. NO_PROXY keeps loopback direct -- inside
-    the sandbox that is the sandbox's own loopback, never the host's.
-    """
-    http = f"http://{host}:{http_port}"
-    env = {name: http for name in ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy")}
-    socks = f"socks5h://{host}:{socks_port}"
-    env.update(ALL_PROXY=socks, all_proxy=socks, NO_PROXY="localhost,127.0.0.1,::1",
-               no_proxy="localhost,127.0.0.1,::1", npm_config_proxy=http,
-               npm_config_https_proxy=http, PIP_PROXY=http, YARN_HTTP_PROXY=http,
-               YARN_HTTPS_PROXY=http)
-    env["JAVA_TOOL_OPTIONS"] = (
-        f"-Dhttp.proxyHost={host} -Dhttp.proxyPort={http_port} -Dhttps.proxyHost={host} "
-        f"-Dhttps.proxyPort={http_port} -Dhttp.nonProxyHosts=localhost|127.0.0.1")
-    if os.path.exists("/usr/bin/nc") or os.path.exists("/bin/nc"):
-        # ssh has no proxy variable; OpenBSD netcat speaks SOCKS5 for it.
-        env["GIT_SSH_COMMAND"] = f"ssh -o ProxyCommand='nc -X 5 -x {host}:{socks_port} %h %p'"
-    return env
-
-
 class Protected:
     """A path under a writable root that must stay read-only (or uncreatable)."""
 
@@ -205,12 +181,13 @@ class Profile:
     __slots__ = (
         "cwd", "env", "granted_sockets", "hidden", "home", "mask_other_homes",
         "max_file_size_mb", "max_memory_mb", "mode", "network", "protected", "proxy_port",
-        "proxy_socket", "read_extra", "read_roots", "read_scope", "runtime_dir", "session_tmp",
-        "sockets", "spawn_subprocess", "system_links", "tmp_size_mb", "workspace",
+        "proxy_secret", "proxy_socket", "read_extra", "read_roots", "read_scope", "runtime_dir",
+        "session_tmp", "sockets", "spawn_subprocess", "system_links", "tmp_size_mb", "workspace",
         "workspace_writable", "write_roots",
     )
 
     _OPTIONAL: ClassVar[dict[str, object]] = {"proxy_socket": None, "proxy_port": None,
+                                              "proxy_secret": None,
                                               "tmp_size_mb": None, "max_file_size_mb": None,
                                               "spawn_subprocess": True}
 
@@ -243,6 +220,8 @@ class Profile:
     #: The session's managed-proxy endpoints on the host (network "hosts").
     proxy_socket: str | None
     proxy_port: int | None
+    #: The password the proxy's TCP listener asks of this command (not on the unix socket).
+    proxy_secret: str | None
     session_tmp: str | None
     #: Size of a fresh /tmp (a session's /tmp is a host directory, uncapped).
     tmp_size_mb: int | None
@@ -521,6 +500,7 @@ def build_profile(
     extra_read: tuple[str, ...] = (),
     proxy_socket: str | None = None,
     proxy_port: int | None = None,
+    proxy_secret: str | None = None,
     private: tuple[str, ...] | list[str] = (),
     tmp_size_mb: int | None = None,
     max_file_size_mb: int | None = None,
@@ -620,6 +600,7 @@ def build_profile(
         session_tmp=session_tmp,
         proxy_socket=proxy_socket,
         proxy_port=proxy_port,
+        proxy_secret=proxy_secret,
         tmp_size_mb=tmp_size_mb,
         max_file_size_mb=max_file_size_mb,
         max_memory_mb=capabilities.max_memory_mb,

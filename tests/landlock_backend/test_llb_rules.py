@@ -229,7 +229,12 @@ def test_network_hosts_allows_connect_to_the_proxy_port_only() -> None:
     assert SECCOMP_MODES["hosts"] == TCP_ONLY
     env = command_env(p, TMP)
     assert env["HTTP_PROXY"] == env["https_proxy"] == "http://127.0.0.1:40123"
-    assert env["ALL_PROXY"] == "socks5h://127.0.0.1:40123"
+    assert env["ALL_PROXY"] == "http://127.0.0.1:40123"  # httpx needs socksio for socks5h://
+    p = profile(network=NetworkPolicy.allow_hosts(["localhost:8000"]), proxy_port=40123,
+                proxy_secret="pw")
+    env = command_env(p, TMP)
+    assert env["ALL_PROXY"] == env["HTTP_PROXY"] == "http://stockade:pw@127.0.0.1:40123"
+    assert env["NO_PROXY"] == "127.0.0.1,::1"
 
 
 def test_network_hosts_without_a_proxy_port_is_refused() -> None:

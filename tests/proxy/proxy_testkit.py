@@ -393,13 +393,18 @@ def socks_address(host: str) -> bytes:
 
 async def socks_connect(
     endpoint: SessionEndpoint, host: str, port: int, *, command: int = 1,
-    address: bytes | None = None,
+    address: bytes | None = None, auth: tuple[bytes, bytes] | None = None,
 ) -> tuple[int, Stream]:
-    """SOCKS5 CONNECT (or `command`); return the reply code and the stream."""
+    """SOCKS5 CONNECT (or `command`), with RFC 1929 `auth` (user, password) if given;
+    return the reply code and the stream."""
     reader, writer = await open_proxy(endpoint)
-    writer.write(b"\x05\x01\x00")
+    writer.write(b"\x05\x01\x02" if auth else b"\x05\x01\x00")
     async with asyncio.timeout(10):
-        assert await reader.readexactly(2) == b"\x05\x00"
+        assert await reader.readexactly(2) == (b"\x05\x02" if auth else b"\x05\x00")
+        if auth:
+            user, password = auth
+            writer.write(bytes((1, len(user))) + user + bytes((len(password),)) + password)
+            assert await reader.readexactly(2) == b"\x01\x00"
         addr = address if address is not None else socks_address(host)
         writer.write(bytes((5, command, 0)) + addr + port.to_bytes(2, "big"))
         reply = await reader.readexactly(10)

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import base64
 import os
+from pathlib import Path
 
 import pytest
 from proxy_testkit import (
@@ -13,6 +15,7 @@ from proxy_testkit import (
     allow_for,
     closed_by_peer,
     http_connect,
+    http_exchange,
     open_proxy,
     proxied,
     read_head,
@@ -296,12 +299,38 @@ def test_a_live_unix_path_is_not_stolen(tmp_path: object) -> None:
     run(main())
 
 
-def test_proxy_env_points_every_variable_at_one_http_url() -> None:
+def test_proxy_env_points_every_proxy_variable_at_one_http_url() -> None:
     env = proxy_env("127.0.0.1", 3128)
-    assert set(env) == {"HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY",
-                        "http_proxy", "https_proxy", "all_proxy"}
-    assert set(env.values()) == {"http://127.0.0.1:3128"}
+    urls = {"HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy",
+            "npm_config_proxy", "npm_config_https_proxy", "PIP_PROXY", "YARN_HTTP_PROXY",
+            "YARN_HTTPS_PROXY", "CARGO_HTTP_PROXY"}
+    assert urls <= set(env)
+    assert {env[n] for n in urls} == {"http://127.0.0.1:3128"}
+    assert env["NO_PROXY"] == env["no_proxy"] == "localhost,127.0.0.1,::1"
+    assert env["NODE_USE_ENV_PROXY"] == "1"
+    assert "-Dhttps.proxyPort=3128" in env["JAVA_TOOL_OPTIONS"]
+    assert "-Dhttp.nonProxyHosts=localhost|127.0.0.1|[::1]" in env["JAVA_TOOL_OPTIONS"]
     assert proxy_env("::1", 1)["ALL_PROXY"] == "http://[::1]:1"
+
+
+@pytest.mark.parametrize(("grants", "direct", "jvm"), [
+    (["localhost:8000"], "127.0.0.1,::1", "127.0.0.1|[::1]"),
+    (["127.0.0.1:8000"], "localhost,::1", "localhost|[::1]"),
+    (["127.0.0.0/8:8000", "[::1]:9"], "localhost", "localhost"),
+    (["localhost:1", "127.0.0.1:1", "[::1]:1"], "", "none.invalid"),
+    (["example.com", "*.localhost"], "localhost,127.0.0.1,::1", "localhost|127.0.0.1|[::1]"),
+])
+def test_proxy_env_routes_a_granted_loopback_host_through_the_proxy(
+        grants: list[str], direct: str, jvm: str) -> None:
+    env = proxy_env("127.0.0.1", 3128, grants=grants)
+    assert env["NO_PROXY"] == env["no_proxy"] == direct
+    assert f"-Dhttp.nonProxyHosts={jvm}" in env["JAVA_TOOL_OPTIONS"]
+
+
+def test_proxy_env_puts_the_secret_in_every_url_and_drops_the_ssh_route() -> None:
+    env = proxy_env("127.0.0.1", 4000, socks_port=4000, secret="s3cr3t")
+    assert env["HTTPS_PROXY"] == env["ALL_PROXY"] == "http://stockade:s3cr3t@127.0.0.1:4000"
+    assert "GIT_SSH_COMMAND" not in env
 
 
 @pytest.mark.parametrize("options", [
@@ -326,5 +355,69 @@ def test_an_ipv6_loopback_listener_works(backends: Backends) -> None:
             writer.write(b"6")
             assert await reader.readexactly(1) == b"6"
             writer.close()
+
+    run(main())
+
+
+def test_listeners_can_be_left_out_and_a_long_socket_path_binds(tmp_path: Path) -> None:
+    deep = tmp_path / ("d" * 120)
+    deep.mkdir(mode=0o700)
+
+    async def main() -> None:
+        async with ManagedProxy(socket_dir=str(deep)) as proxy:
+            unix_only = await proxy.add_session("u", HostPolicy(), tcp=False)
+            assert unix_only.port == 0 and len(unix_only.unix_path) > 107
+            assert os.path.exists(unix_only.unix_path)
+            tcp_only = await proxy.add_session("t", HostPolicy(), unix=False, secret="pw")
+            assert tcp_only.port and tcp_only.unix_path == ""
+            assert tcp_only.http_proxy_url == f"http://stockade:pw@127.0.0.1:{tcp_only.port}"
+            with pytest.raises(ConfigError):
+                await proxy.add_session("n", HostPolicy(), tcp=False, unix=False)
+            await proxy.remove_session("u")
+            assert not os.path.exists(unix_only.unix_path)
+
+    run(main())
+
+
+def test_a_session_secret_is_asked_of_every_protocol_and_anonymous_tries_leave_no_record(
+        backends: Backends) -> None:
+    api = backends.start("api")
+
+    async def main() -> None:
+        decisions = Decisions()
+        resolver = StaticResolver({"api.test": ["127.0.0.2"]})
+        async with ManagedProxy(on_decision=decisions.append, resolver=resolver) as proxy:
+            ep = await proxy.add_session("s1", HostPolicy(allow_for(api.port, "api.test")),
+                                         unix=False, secret="pw")
+            target = f"http://api.test:{api.port}/x"
+            get = f"GET {target} HTTP/1.1\r\nHost: api.test:{api.port}\r\n"
+            status, headers, _ = await http_exchange(ep, f"{get}\r\n".encode())
+            assert status == 407
+            assert headers["proxy-authenticate"] == 'Basic realm="stockade"'
+            wrong = base64.b64encode(b"stockade:nope").decode()
+            status, _, _ = await http_exchange(
+                ep, f"{get}Proxy-Authorization: Basic {wrong}\r\n\r\n".encode())
+            assert status == 407
+            reader, writer = await open_proxy(ep)
+            writer.write(b"\x16\x03\x01garbage")
+            assert await reader.read() == b""
+            writer.close()
+            reader, writer = await open_proxy(ep)
+            writer.write(b"\x05\x01\x00")
+            assert await reader.read() == b"\x05\xff"
+            writer.close()
+            await settle(decisions)
+            assert list(decisions) == [] and api.connections == 0
+            # Any user name, any case of the scheme: the password is the grant.
+            right = base64.b64encode(b"anyone:pw").decode()
+            status, _, body = await http_exchange(
+                ep, f"{get}proxy-authorization: basic {right}\r\n\r\n".encode())
+            assert status == 200 and body.startswith(b"api GET /x"), body
+            code, (reader, writer) = await socks_connect(
+                ep, "api.test", api.port, auth=(b"stockade", b"pw"))
+            writer.close()
+            assert code == 0
+            await settle(decisions)
+            assert [d.allowed for d in decisions.final()] == [True, True]
 
     run(main())

@@ -95,9 +95,24 @@ def test_deny_cidr_applies_to_resolved_addresses() -> None:
 
 
 def test_a_name_entry_does_not_lift_the_address_refusal() -> None:
-    policy = HostPolicy(allow=["localhost:8080"])
+    policy = HostPolicy(allow=["dev.test:8080", "*.test:8080"])
+    assert target(policy, "dev.test", 8080)[0]
+    assert not address(policy, "127.0.0.1", 8080, "dev.test")[0]
+    assert not address(policy, "127.0.0.1", 8080, "a.dev.test")[0]
+
+
+def test_localhost_named_in_an_entry_reaches_loopback_on_that_port_only() -> None:
+    policy = HostPolicy(allow=["localhost:8080"], deny=["127.0.0.3"])
     assert target(policy, "localhost", 8080)[0]
-    assert not address(policy, "127.0.0.1", 8080, "localhost")[0]
+    for loopback in ("127.0.0.1", "::1"):
+        assert address(policy, loopback, 8080, "localhost") == (True, "allow localhost:8080")
+    assert not address(policy, "127.0.0.1", 8081, "localhost")[0]
+    assert not address(policy, "127.0.0.3", 8080, "localhost")[0]  # deny still wins
+    # Only loopback: a localhost that resolves elsewhere is not what was granted.
+    assert not address(policy, "10.0.0.1", 8080, "localhost")[0]
+    assert not address(policy, "127.0.0.1", 8080, "other.test")[0]
+    assert not address(HostPolicy(allow=["*.localhost:8080"]), "127.0.0.1", 8080,
+                       "a.localhost")[0]
 
 
 def test_bad_entries_raise_config_errors_naming_the_entry() -> None:

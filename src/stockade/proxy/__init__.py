@@ -7,6 +7,7 @@ reporting each `ProxyDecision` to a callback. See docs/proxy.md.
 
 from __future__ import annotations
 
+from .env import proxy_env
 from .errors import InvalidHost, InvalidHostEntry, ProxyUnavailable
 from .hosts import Host, HostPattern, canonical_host, parse_pattern, refused_range, split_authority
 from .policy import HostPolicy, HostRule, ProxyDecision, Verdict
@@ -16,7 +17,6 @@ from .server import (
     ProxyOptions,
     Resolver,
     SessionEndpoint,
-    proxy_env,
     system_resolver,
 )
 from .thread import ProxyThread

@@ -35,6 +35,7 @@ REASONS = {
     400: "Bad Request",
     403: "Forbidden",
     405: "Method Not Allowed",
+    407: "Proxy Authentication Required",
     408: "Request Timeout",
     429: "Too Many Requests",
     431: "Request Header Fields Too Large",
@@ -265,9 +266,10 @@ def error_response(status: int, reason: str) -> bytes:
     """A refusal the client can act on: status, the X-Stockade-Denied reason, same text as body."""
     safe = header_safe(reason)
     body = f"stockade proxy: {safe}\n".encode("ascii")
+    challenge = 'Proxy-Authenticate: Basic realm="stockade"\r\n' if status == 407 else ""
     head = (
         f"HTTP/1.1 {status} {REASONS.get(status, 'Error')}\r\n"
-        f"{DENIED_HEADER}: {safe}\r\n"
+        f"{DENIED_HEADER}: {safe}\r\n{challenge}"
         "Content-Type: text/plain; charset=utf-8\r\n"
         f"Content-Length: {len(body)}\r\n"
         "Connection: close\r\n\r\n"

@@ -51,7 +51,8 @@ class HostPolicy:
 
     An IP literal or CIDR in `allow` is also the only way to reach a loopback,
     link-local, private or otherwise special address: such addresses are
-    refused after resolution unless an allow entry names them explicitly.
+    refused after resolution unless an allow entry names them explicitly. The
+    one name that counts as explicit is `localhost`, for loopback addresses.
     """
 
     __slots__ = ("allow", "default_ports", "deny")
@@ -139,11 +140,23 @@ class HostPolicy:
         for rule in self.allow:
             if rule.pattern.matches_address(address) and self._allow_port(rule, port):
                 return Verdict(True, f"allow {rule.text}")
+        if host is not None and address.is_loopback and _is_localhost(host):
+            # `localhost` is a name for loopback, not a name that might land
+            # there by accident (or by rebinding): an entry that spells it out
+            # is as explicit as 127.0.0.1, and covers exactly its own port.
+            for rule in self.allow:
+                if (rule.pattern.kind == "name" and rule.pattern.matches_host(host)
+                        and self._allow_port(rule, port)):
+                    return Verdict(True, f"allow {rule.text}")
         return Verdict(
             False,
             f"refused {special}",
             f"{via} ({special}), refused unless allowed as an explicit address",
         )
+
+
+def _is_localhost(host: Host) -> bool:
+    return host.ip is None and host.name == "localhost"
 
 
 @dataclass(frozen=True, slots=True)

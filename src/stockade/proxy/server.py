@@ -14,17 +14,20 @@ letting a command reach the network some other way.
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import errno
 import hashlib
+import hmac
 import itertools
 import logging
 import os
 import shutil
 import socket
+import stat
 import tempfile
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from ipaddress import IPv6Address, ip_address
@@ -32,6 +35,7 @@ from typing import Any, cast
 
 from ..errors import ConfigError
 from . import http, socks5
+from .env import PROXY_USER, proxy_env
 from .errors import InvalidHost, ProxyUnavailable
 from .hosts import Host, IPAddress, normalize_address, split_authority
 from .policy import HostPolicy, ProxyDecision
@@ -111,37 +115,36 @@ def _authority(host: str, port: int) -> str:
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
-def proxy_env(host: str, port: int) -> dict[str, str]:
-    """Environment variables that point ordinary tools at a proxy listening at host:port.
-
-    ALL_PROXY is the http:// URL too, not socks5h://: httpx builds a transport
-    for every proxy variable when a client is created, and a socks URL makes it
-    fail outright when its optional SOCKS package is missing.
-    """
-    url = f"http://{_authority(host, port)}"
-    names = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY")
-    return {n: url for n in names} | {n.lower(): url for n in names}
-
-
 @dataclass(frozen=True, slots=True)
 class SessionEndpoint:
-    """Where one session's clients reach the proxy."""
+    """Where one session's clients reach the proxy.
+
+    `port` is 0 and `unix_path` "" for a listener the session was opened
+    without. With `secret`, every request must carry it as the proxy
+    password (user `stockade`), which the URLs here include.
+    """
 
     session_id: str
     host: str
     port: int
     unix_path: str
+    secret: str | None = field(default=None, repr=False)
+
+    @property
+    def _auth(self) -> str:
+        return f"{PROXY_USER}:{self.secret}@" if self.secret else ""
 
     @property
     def http_proxy_url(self) -> str:
-        return f"http://{_authority(self.host, self.port)}"
+        return f"http://{self._auth}{_authority(self.host, self.port)}"
 
     @property
     def socks_proxy_url(self) -> str:
-        return f"socks5h://{_authority(self.host, self.port)}"
+        return f"socks5h://{self._auth}{_authority(self.host, self.port)}"
 
-    def env(self) -> dict[str, str]:
-        return proxy_env(self.host, self.port)
+    def env(self, grants: Sequence[str] = ()) -> dict[str, str]:
+        return proxy_env(self.host, self.port, socks_port=self.port, secret=self.secret,
+                         grants=grants)
 
 
 class _Refusal(Exception):
@@ -172,6 +175,7 @@ class _Session:
     policy: HostPolicy
     max_connections: int
     endpoint: SessionEndpoint | None = None
+    secret: str | None = None
     servers: list[asyncio.Server] = field(default_factory=list)
     tasks: set[asyncio.Task[Any]] = field(default_factory=set)
 
@@ -191,6 +195,9 @@ class _Record:
     address: str | None = None
     bytes_up: int = 0
     bytes_down: int = 0
+    #: Nothing is recorded for a client that has not shown the session's
+    #: secret: it is not the session's command, and must not be blamed on it.
+    anonymous: bool = False
 
     def decision(
         self, allowed: bool, *, reason: str = "", final: bool = True, error: str | None = None,
@@ -217,8 +224,8 @@ class _Record:
 
 def _session_file(session_id: str) -> str:
     # Session ids are arbitrary text; a digest is short, fixed-length and safe
-    # as a file name, so no id can escape the socket directory or exceed the
-    # 108-byte unix socket path limit.
+    # as a file name, so no id can escape the socket directory, and the name
+    # fits in sun_path after /proc/self/fd/N/ (see _bind_unix).
     return hashlib.sha256(session_id.encode("utf-8")).hexdigest()[:32] + ".sock"
 
 
@@ -286,9 +293,17 @@ class ManagedProxy:
         port: int = 0,
         unix_path: str | None = None,
         max_connections: int | None = None,
+        tcp: bool = True,
+        unix: bool = True,
+        secret: str | None = None,
     ) -> SessionEndpoint:
         """Open the session's listeners (loopback TCP `port`, 0 for any, and a
-        unix socket) and return where they are.
+        unix socket; `tcp`/`unix` False leaves one out) and return where they are.
+
+        Any local user can connect to a loopback port, so a TCP listener is
+        only safe for a grant with `secret`: requests without it get 407 (HTTP)
+        or a failed authentication (SOCKS5), and no decision record. The unix
+        socket sits in a 0700 directory and needs none.
 
         Calling it again for a live session replaces its policy and limit and
         returns the same endpoint, so a caller can invoke it before every command.
@@ -302,31 +317,43 @@ class ManagedProxy:
                 existing.max_connections = limit
                 return existing.endpoint
             assert self._socket_dir is not None
+            if not (tcp or unix):
+                raise ConfigError("a proxy session needs a TCP or a unix listener")
             path = unix_path or os.path.join(self._socket_dir, _session_file(session_id))
-            session = _Session(session_id, policy, limit)
+            session = _Session(session_id, policy, limit, secret=secret)
             handler = partial(self._serve, session)
 
             def factory() -> _EofTracking:
                 return _EofTracking(asyncio.StreamReader(limit=_STREAM_LIMIT), handler)
 
             loop = asyncio.get_running_loop()
+            bound: tuple[str, int] = (self.options.listen_host, 0)
             try:
-                await _refuse_live_socket(path)
-                tcp = await loop.create_server(factory, host=self.options.listen_host,
-                                               port=port, backlog=1024)
-                session.servers.append(tcp)
-                unix = await loop.create_unix_server(factory, path=path, backlog=1024)
-                session.servers.append(unix)
+                if tcp:
+                    server = await loop.create_server(factory, host=self.options.listen_host,
+                                                      port=port, backlog=1024)
+                    session.servers.append(server)
+                    name = server.sockets[0].getsockname()
+                    bound = (str(name[0]), int(name[1]))
+                if unix:
+                    await _refuse_live_socket(path)
+                    if os.path.lexists(path) and stat.S_ISSOCK(os.lstat(path).st_mode):
+                        os.unlink(path)  # stale: nobody answered on it
+                    server = await loop.create_unix_server(factory, sock=_bind_unix(path),
+                                                           backlog=1024)
+                    session.servers.append(server)
             except OSError as exc:
                 for server in session.servers:
                     server.close()
+                wanted = ([f"tcp {self.options.listen_host}:{port}"] if tcp else []) + (
+                    [f"unix {path}"] if unix else [])
                 raise ProxyUnavailable(
                     f"the proxy could not listen for session {session_id!r} "
-                    f"(tcp {self.options.listen_host}:{port}, unix {path}): {exc}. "
+                    f"({', '.join(wanted)}): {exc}. "
                     "Free the port or path, or pass port=0 and no unix_path."
                 ) from exc
-            bound = tcp.sockets[0].getsockname()
-            session.endpoint = SessionEndpoint(session_id, str(bound[0]), int(bound[1]), path)
+            session.endpoint = SessionEndpoint(session_id, bound[0], bound[1],
+                                               path if unix else "", secret)
             self._sessions[session_id] = session
             return session.endpoint
 
@@ -367,7 +394,7 @@ class ManagedProxy:
         await asyncio.gather(*tasks, return_exceptions=True)
         for server in session.servers:
             await server.wait_closed()
-        if session.endpoint is not None:
+        if session.endpoint is not None and session.endpoint.unix_path:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(session.endpoint.unix_path)
 
@@ -401,13 +428,17 @@ class ManagedProxy:
 
     def _deny(self, rec: _Record, rule: str, reason: str, *, policy_allowed: bool = False,
               error: str | None = None) -> None:
+        if rec.anonymous:
+            log.warning("proxy session %r: refused a client without its secret (%s)",
+                        rec.session_id, reason)
+            return
         self._emit(rec.decision(policy_allowed, reason=reason, rule=rule, error=error))
 
     # --- connections -------------------------------------------------------------
 
     def _new_record(self, session: _Session, protocol: str) -> _Record:
         return _Record(next(self._ids), session.session_id, protocol, time.time(),
-                       time.monotonic())
+                       time.monotonic(), anonymous=session.secret is not None)
 
     async def _serve(
         self, session: _Session, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
@@ -543,7 +574,10 @@ class ManagedProxy:
     ) -> None:
         try:
             async with asyncio.timeout(self.options.handshake_timeout):
-                request = await socks5.negotiate(reader, writer)
+                request = await socks5.negotiate(reader, writer, session.secret)
+        except socks5.SocksAuthError as exc:
+            self._deny(rec, "proxy authentication", str(exc))
+            return
         except socks5.SocksError as exc:
             if exc.code is not None:
                 writer.write(socks5.reply(exc.code))
@@ -553,6 +587,7 @@ class ManagedProxy:
             self._deny(rec, "socks5 request incomplete",
                        "the client did not finish its SOCKS5 request")
             return
+        rec.anonymous = False
         try:
             if over_cap:
                 rec.host, rec.port = str(request.host), request.port
@@ -589,6 +624,11 @@ class ManagedProxy:
                 rec.protocol = "http"
                 head = http.parse_request_head(prefix + raw)
                 prefix = b""
+                if session.secret is not None:
+                    if not _authorized(head, session.secret):
+                        raise http.HttpError(407, "this proxy needs the command's credentials "
+                                                  "(the user and password in HTTP_PROXY)")
+                    rec.anonymous = False
                 if head.method == "CONNECT":
                     await self._connect_method(session, rec, reader, writer, head, over_cap)
                     return
@@ -794,6 +834,56 @@ async def _close_gently(reader: asyncio.StreamReader, writer: asyncio.StreamWrit
             transport.abort()
 
 
+def _authorized(head: http.Head, secret: str) -> bool:
+    """Whether a Proxy-Authorization field carries `secret` as its Basic password.
+
+    The user name is not checked, as in SOCKS5: the password alone is the
+    grant, and clients differ in the name they send when told none.
+    """
+    for value in head.get_all("proxy-authorization"):
+        scheme, _, token = value.strip().partition(" ")
+        if scheme.lower() != "basic":
+            continue
+        try:
+            decoded = base64.b64decode(token.strip(), validate=True)
+        except ValueError:
+            continue
+        password = decoded.partition(b":")[2]
+        if hmac.compare_digest(password, secret.encode("utf-8")):
+            return True
+    return False
+
+
+def _bind_unix(path: str) -> socket.socket:
+    """A unix socket bound at `path`, however long the path.
+
+    sun_path holds 107 bytes, less than many a home directory plus the state
+    path under it. Binding through /proc/self/fd/N of the directory, opened
+    first, reaches the same directory by a short name, and since the bind is
+    relative to that open directory, a rename of any parent cannot redirect it.
+    """
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        with _short_path(path) as short:
+            sock.bind(short)
+    except BaseException:
+        sock.close()
+        raise
+    return sock
+
+
+@contextlib.contextmanager
+def _short_path(path: str) -> Iterator[str]:
+    if len(os.fsencode(path)) < 100:
+        yield path
+        return
+    fd = os.open(os.path.dirname(path) or ".", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        yield f"/proc/self/fd/{fd}/{os.path.basename(path)}"
+    finally:
+        os.close(fd)
+
+
 async def _connect(address: IPAddress, port: int) -> socket.socket:
     """A TCP socket connected to exactly `address`: no name, so no second lookup."""
     family = socket.AF_INET6 if isinstance(address, IPv6Address) else socket.AF_INET
@@ -818,7 +908,8 @@ async def _refuse_live_socket(path: str) -> None:
     probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         probe.setblocking(False)
-        await asyncio.get_running_loop().sock_connect(probe, path)
+        with _short_path(path) as short:
+            await asyncio.get_running_loop().sock_connect(probe, short)
     except OSError:
         return  # stale: nobody is listening
     finally:

@@ -1,4 +1,5 @@
-"""SOCKS5 (RFC 1928) as far as the proxy speaks it: no authentication, CONNECT only.
+"""SOCKS5 (RFC 1928) as far as the proxy speaks it: CONNECT only, with no
+authentication or, where the listener asks for one, a password (RFC 1929).
 
 BIND and UDP ASSOCIATE are refused with reply 0x07: UDP would carry traffic
 (DNS included) that the host-name policy never sees, and BIND would accept
@@ -8,6 +9,7 @@ inbound connections into the sandbox.
 from __future__ import annotations
 
 import asyncio
+import hmac
 import struct
 from dataclasses import dataclass
 from ipaddress import IPv4Address, IPv6Address
@@ -17,6 +19,7 @@ from .hosts import Host, canonical_host, normalize_address
 
 VERSION = 0x05
 NO_AUTH = 0x00
+USER_PASSWORD = 0x02
 NO_ACCEPTABLE_METHOD = 0xFF
 
 CMD_CONNECT = 0x01
@@ -53,6 +56,10 @@ REPLY_TEXT = {
 SOCKS4_REJECTED = b"\x00\x5b" + b"\x00" * 6
 
 
+class SocksAuthError(Exception):
+    """The client did not present the listener's password; nothing is owed to it."""
+
+
 class SocksError(Exception):
     """The request is refused with reply `code`; `code` None means the method
     negotiation failed and no request reply is owed."""
@@ -78,18 +85,24 @@ def reply(code: int) -> bytes:
     return bytes((VERSION, code, 0x00, ATYP_IPV4)) + b"\x00" * 6
 
 
-async def negotiate(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> SocksRequest:
+async def negotiate(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                    password: str | None = None) -> SocksRequest:
     """Run the method negotiation and read one request; the version byte is already read.
 
     Writes the method selection itself. Raises SocksError when the request must
     be refused; the caller then sends `reply(error.code)` (if not None) and closes.
+    With `password`, only RFC 1929 authentication with it is accepted (any
+    user name), and anything else raises SocksAuthError.
     """
     (count,) = await reader.readexactly(1)
     methods = await reader.readexactly(count)
-    if NO_AUTH not in methods:
+    if password is not None:
+        await _authenticate(reader, writer, methods, password)
+    elif NO_AUTH not in methods:
         writer.write(bytes((VERSION, NO_ACCEPTABLE_METHOD)))
         raise SocksError(None, "the client offered no method without authentication")
-    writer.write(bytes((VERSION, NO_AUTH)))
+    else:
+        writer.write(bytes((VERSION, NO_AUTH)))
     version, command, reserved, atyp = await reader.readexactly(4)
     if version != VERSION or reserved != 0:
         raise SocksError(GENERAL_FAILURE, "malformed SOCKS5 request header")
@@ -119,3 +132,19 @@ async def negotiate(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) 
     if port == 0:
         raise SocksError(GENERAL_FAILURE, "port 0 is not a destination")
     return SocksRequest(host, port)
+
+
+async def _authenticate(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                        methods: bytes, password: str) -> None:
+    if USER_PASSWORD not in methods:
+        writer.write(bytes((VERSION, NO_ACCEPTABLE_METHOD)))
+        raise SocksAuthError("the client offered no username/password authentication")
+    writer.write(bytes((VERSION, USER_PASSWORD)))
+    version, ulen = await reader.readexactly(2)
+    await reader.readexactly(ulen)
+    (plen,) = await reader.readexactly(1)
+    given = await reader.readexactly(plen)
+    if version != 0x01 or not hmac.compare_digest(given, password.encode("utf-8")):
+        writer.write(b"\x01\x01")
+        raise SocksAuthError("wrong SOCKS5 password")
+    writer.write(b"\x01\x00")

@@ -89,10 +89,14 @@ class ProxyThread:
         port: int = 0,
         unix_path: str | None = None,
         max_connections: int | None = None,
+        tcp: bool = True,
+        unix: bool = True,
+        secret: str | None = None,
     ) -> SessionEndpoint:
         self.start()
         return self._call(self.proxy.add_session(
             session_id, policy, port=port, unix_path=unix_path, max_connections=max_connections,
+            tcp=tcp, unix=unix, secret=secret,
         ))
 
     def set_policy(self, session_id: str, policy: HostPolicy) -> None:

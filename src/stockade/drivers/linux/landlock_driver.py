@@ -287,10 +287,11 @@ def command_env(profile: Profile, tmpdir: str) -> dict[str, str]:
     # pointing tools at it would only turn "not set" into "permission denied".
     env.pop("XDG_RUNTIME_DIR", None)
     if profile.network.kind == NetworkPolicy.HOSTS and profile.proxy_port:
-        from ...profile import proxy_env
+        from ...proxy.env import proxy_env
 
         # One port serves HTTP and SOCKS5: the proxy tells them apart.
-        env.update(proxy_env(profile.proxy_port, profile.proxy_port))
+        env.update(proxy_env("127.0.0.1", profile.proxy_port, socks_port=profile.proxy_port,
+                             secret=profile.proxy_secret, grants=profile.network.hosts))
     return env
 
 

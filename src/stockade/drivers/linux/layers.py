@@ -221,9 +221,12 @@ def init_launch(profile: Profile, argv: Sequence[str], *, python: str | None = N
             raise SandboxUnavailable("network hosts needs the managed proxy, which is not running")
         proxy_ports = proxy_ports or BRIDGE_PORTS
         mounts += ["--ro-bind", profile.proxy_socket, BRIDGE_SOCKET]
-        from ...profile import proxy_env
+        from ...proxy.env import proxy_env
 
-        env.update(proxy_env(proxy_ports[0], proxy_ports[-1]))
+        # The bridge's ports are the sandbox's own loopback: no other user
+        # reaches them, so the URL carries no secret.
+        env.update(proxy_env("127.0.0.1", proxy_ports[0], socks_port=proxy_ports[-1],
+                             grants=profile.network.hosts))
     config = init_config(profile, proxy_ports=proxy_ports, keep_fds=keep_fds,
                          require_landlock=require_landlock, env=env, nproc=nproc,
                          lifeline_fd=lifeline_fd)

@@ -123,8 +123,6 @@ _MACH_SERVICES = (
     "com.apple.system.opendirectoryd.membership",
 )
 
-_PROXY_NAMES = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY")
-
 
 class _Builder:
     """Profile text plus the parameters it refers to."""
@@ -506,12 +504,6 @@ def sandbox_exec_argv(text: str, params: Mapping[str, str], inner: list[str]) ->
     return [SANDBOX_EXEC, "-p", text, *(f"-D{k}={v}" for k, v in params.items()), "--", *inner]
 
 
-def proxy_env(port: int) -> dict[str, str]:
-    """Variables that send ordinary tools through the proxy on loopback `port`."""
-    url = f"http://127.0.0.1:{port}"
-    return {n: url for n in _PROXY_NAMES} | {n.lower(): url for n in _PROXY_NAMES}
-
-
 def command_env(profile: Profile, *, scratch: str = "",
                 proxy_ports: Iterable[int] = ()) -> dict[str, str]:
     """The command's environment on macOS (pure)."""
@@ -520,7 +512,10 @@ def command_env(profile: Profile, *, scratch: str = "",
         env["TMPDIR"] = scratch
     ports = _check_ports(proxy_ports)
     if profile.network.kind == NetworkPolicy.HOSTS and ports:
-        env.update(proxy_env(ports[0]))
+        from ...proxy.env import proxy_env
+
+        env.update(proxy_env("127.0.0.1", ports[0], socks_port=ports[0],
+                             secret=profile.proxy_secret, grants=profile.network.hosts))
     return env
 
 
