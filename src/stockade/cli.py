@@ -298,15 +298,94 @@ def _run_passthrough(sandbox: object, cmd: object) -> int:
 
 
 def _supervise_inherited(run: object, core: object) -> object:
-    from .process import spawn_launch
+    """Run with the terminal's stdin and stdout; stderr goes through a pipe we copy on.
+
+    Copied rather than inherited so its tail is there afterwards: without it
+    the pipeline cannot tell "Read-only file system" from any other failure,
+    and the person sees the command's error with no word on which rule did it.
+    """
+    from .process import Process
 
     launch = run.launch  # type: ignore[attr-defined]
+    read_end, write_end = os.pipe()
+    tail = _StderrTail(read_end)
     try:
-        proc = spawn_launch(launch, stdin=0, capture=False)
+        try:
+            proc = Process(launch.argv, launch.env, stdin=0, capture=False,
+                           extra_fds={**launch.extra_fds, 2: write_end})
+        finally:
+            os.close(write_end)
+        tail.start()
         core.ledger.warm()  # type: ignore[attr-defined]  # while the command runs
-        return proc.communicate(timeout=run.timeout)  # type: ignore[attr-defined]
+        outcome = proc.communicate(timeout=run.timeout)  # type: ignore[attr-defined]
+        outcome.stderr = tail.finish()
     finally:
+        tail.finish()
         launch.cleanup()
+    from .sync import check_launcher_failure
+
+    # bwrap's own refusal is the sandbox failing (125), not the command's exit 1.
+    check_launcher_failure(outcome.returncode, outcome.stderr)
+    return outcome
+
+
+class _StderrTail:
+    """Copies a pipe to our stderr on a thread, keeping the last 4 KiB."""
+
+    KEEP = 4096
+
+    def __init__(self, fd: int) -> None:
+        import _thread
+
+        self.fd = fd
+        self.data = b""
+        self.done = _thread.allocate_lock()
+        self.started = False
+
+    def start(self) -> None:
+        import _thread
+
+        self.done.acquire()
+        self.started = True
+        _thread.start_new_thread(self._pump, ())
+
+    def _pump(self) -> None:
+        try:
+            while True:
+                try:
+                    chunk = os.read(self.fd, 65536)
+                except InterruptedError:
+                    continue
+                except OSError:
+                    break
+                if not chunk:
+                    break
+                self.data = (self.data + chunk)[-self.KEEP:]
+                try:
+                    _write_all(2, chunk)
+                except OSError:
+                    pass  # our stderr is gone; keep draining so the command never blocks
+        finally:
+            self.done.release()
+
+    def finish(self) -> bytes:
+        if self.fd >= 0:
+            # A daemon the command left behind may hold the pipe open: its
+            # later output is left to the thread rather than waited for, and
+            # the fd stays open under it (the CLI exits right after).
+            finished = not self.started or self.done.acquire(timeout=0.5)
+            if finished:
+                if self.started:
+                    self.done.release()
+                os.close(self.fd)
+            self.fd = -1
+        return self.data
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
 
 
 # -- doctor, audit -------------------------------------------------------------
