@@ -31,8 +31,9 @@ commands:
   policy   check a command against the command policy, list its rules
   proxy    run the managed network proxy alone, with a live log
   mcp      serve the sandbox to an MCP client over stdio
+  completion  print a bash, zsh or fish completion script
 
-`stockade <command> --help` describes each one."""
+`stockade <command> --help` describes each one; `stockade --version` names this one."""
 
 # name: (takes a value, repeatable, help)
 RUN_OPTIONS: dict[str, tuple[bool, bool, str]] = {
@@ -55,7 +56,16 @@ RUN_OPTIONS: dict[str, tuple[bool, bool, str]] = {
     "--config": (True, False, "read this TOML file instead of the usual ones"),
     "--json": (False, False, "capture output and print one JSON result"),
     "--yes": (False, False, "approve the requested capabilities without asking"),
+    "--quiet": (False, False, "print no `stockade:` line about a denial after the command"),
     "--help": (False, False, "show this help"),
+}
+# One-letter spellings, for whichever of these a parser's table has.
+SHORT = {"-h": "--help", "-q": "--quiet"}
+# The values a flag may take; anything else is a usage error (exit 2).
+CHOICES: dict[str, tuple[str, ...]] = {
+    "--mode": ("read-only", "workspace-write", "full-access"),
+    "--network": ("none", "proxy", "all"),
+    "--backend": ("auto", "bubblewrap", "landlock", "none"),
 }
 RUN_USAGE = "usage: stockade run [options] -- CMD [ARGS...]"
 
@@ -79,6 +89,8 @@ def parse_options(argv: list[str], options: dict[str, tuple[bool, bool, str]],
         arg = argv[i]
         if arg == "--":
             return values, argv[i + 1:]
+        if arg in SHORT and SHORT[arg] in options:
+            arg = SHORT[arg]
         if not arg.startswith("--"):
             return values, argv[i:]
         name, eq, inline = arg.partition("=")
@@ -99,6 +111,10 @@ def parse_options(argv: list[str], options: dict[str, tuple[bool, bool, str]],
                 raise UsageError(f"{name} takes no value", usage)
             value = True
         key = name[2:].replace("-", "_")
+        allowed = CHOICES.get(name) if takes else None
+        if allowed is not None and value not in allowed:
+            raise UsageError(f"{name} must be one of {', '.join(allowed)}, got "
+                             f"{str(value)!r}", usage)
         if repeat:
             values.setdefault(key, []).append(value)  # type: ignore[attr-defined]
         else:
@@ -113,22 +129,51 @@ class UsageError(Exception):
         self.usage = usage
 
 
-def _number(values: dict[str, object], key: str, kind: type) -> float | int | None:
+def escape(text: str) -> str:
+    """Control characters as escapes: a name from the command line must not move the
+    cursor, recolour the terminal or forge a second line."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+
+
+def _number(values: dict[str, object], key: str, kind: type, usage: str
+            ) -> float | int | None:
+    """A finite number above zero: every numeric flag, one rule, one message."""
     raw = values.get(key)
     if raw is None:
         return None
+    what = "a positive integer" if kind is int else "a positive number"
     try:
         number = kind(raw)
     except ValueError:
-        raise UsageError(f"--{key.replace('_', '-')} needs a number, got {raw!r}",
-                         RUN_USAGE) from None
-    if number <= 0:
-        raise UsageError(f"--{key.replace('_', '-')} must be positive", RUN_USAGE)
+        number = None
+    # `nan > 0` is false and `inf - inf` is nan: both fall out here.
+    if number is None or not number > 0 or number - number != 0:
+        raise UsageError(f"--{key.replace('_', '-')} must be {what}, got {str(raw)!r}",
+                         usage)
     return number  # type: ignore[no-any-return]
 
 
+def _check_hosts(values: dict[str, object], usage: str) -> None:
+    from .config import host_entry_problem
+
+    for key in ("allow_host", "deny_host"):
+        for entry in values.get(key, []):  # type: ignore[attr-defined]
+            problem = host_entry_problem(str(entry))
+            if problem:
+                flag = "--" + key.replace("_", "-")
+                if problem.startswith("give a host name"):
+                    problem = problem.replace("try ", f"try {flag} ")
+                raise UsageError(f"{flag} {str(entry)!r}: {problem}", usage)
+
+
 def cmd_run(argv: list[str]) -> int:
-    values, command = parse_options(argv, RUN_OPTIONS, RUN_USAGE)
+    if argv[:1] in (["-h"], ["--help"]):
+        values: dict[str, object] = {"help": True}
+        command: list[str] = []
+    else:
+        values, command = parse_options(argv, RUN_OPTIONS, RUN_USAGE)
     if values.get("help"):
         print(_help(RUN_USAGE, RUN_OPTIONS))
         return 0
@@ -140,8 +185,9 @@ def cmd_run(argv: list[str]) -> int:
         from .drivers.linux.limits import prime_migration
 
         prime_migration()
-    timeout = _number(values, "timeout", float)
-    max_output = _number(values, "max_output", int)
+    timeout = _number(values, "timeout", float, RUN_USAGE)
+    max_output = _number(values, "max_output", int, RUN_USAGE)
+    _check_hosts(values, RUN_USAGE)
 
     from .command import SandboxCommand
 
@@ -152,9 +198,10 @@ def cmd_run(argv: list[str]) -> int:
     cmd = SandboxCommand(command[0], command[1:], session_id=session, capabilities=caps,
                          timeout=timeout, cwd=str(values["cwd"]) if values.get("cwd") else None)
     capture = bool(values.get("json") or max_output)
+    quiet = bool(values.get("quiet"))
     if capture:
-        return _run_captured(sandbox, cmd, bool(values.get("json")))
-    return _run_passthrough(sandbox, cmd)
+        return _run_captured(sandbox, cmd, bool(values.get("json")), quiet)
+    return _run_passthrough(sandbox, cmd, quiet)
 
 
 def open_session(values: dict[str, object], *, prefix: str,
@@ -245,7 +292,7 @@ class _AutoApprove:
         return "approved-once"
 
 
-def _run_captured(sandbox: object, cmd: object, as_json: bool) -> int:
+def _run_captured(sandbox: object, cmd: object, as_json: bool, quiet: bool) -> int:
     from .errors import CommandTimeout
 
     try:
@@ -265,12 +312,12 @@ def _run_captured(sandbox: object, cmd: object, as_json: bool) -> int:
     else:
         sys.stdout.buffer.write(out.stdout)
         sys.stderr.buffer.write(out.stderr)
-    if out.denial_hint:
+    if out.denial_hint and not quiet:
         print(f"stockade: {out.denial_hint}", file=sys.stderr)
     return out.returncode  # type: ignore[no-any-return]
 
 
-def _run_passthrough(sandbox: object, cmd: object) -> int:
+def _run_passthrough(sandbox: object, cmd: object, quiet: bool) -> int:
     """stdin, stdout and stderr are the terminal's; stockade only supervises."""
     from .core import Approve
 
@@ -292,7 +339,7 @@ def _run_passthrough(sandbox: object, cmd: object) -> int:
         # bwrap's own setup errors went straight to the terminal; if the
         # machine cannot build a sandbox at all, say why.
         core.driver(True, ws.cwd).diagnose()
-    if out.denial_hint:
+    if out.denial_hint and not quiet:
         print(f"stockade: {out.denial_hint}", file=sys.stderr)
     return out.returncode  # type: ignore[no-any-return]
 
@@ -423,14 +470,17 @@ def cmd_audit(argv: list[str]) -> int:
     import json
 
     from .config import load_config
-    from .ledger import Ledger
+    from .ledger import Ledger, decoded
 
-    last = int(_number(values, "last", int) or 20)
+    last = int(_number(values, "last", int, AUDIT_USAGE) or 20)
     config = load_config()
     ledger = Ledger(config.ledger_path(os.environ))
     table = "network" if values.get("network") else "executions"
-    rows = ledger.query(session=values.get("session"), last=last,  # type: ignore[arg-type]
-                        table=table)
+    rows = [decoded(row) for row in ledger.query(
+        session=values.get("session"), last=last, table=table)]  # type: ignore[arg-type]
+    if not rows and not values.get("json"):
+        print("no network records" if table == "network" else "no execution records",
+              file=sys.stderr)
     for row in rows:
         if values.get("json"):
             print(json.dumps(row))
@@ -440,14 +490,20 @@ def cmd_audit(argv: list[str]) -> int:
         when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(float(row["ts"])))  # type: ignore[arg-type]
         if table == "network":
             verdict = "allow" if row["allowed"] else "DENY"
-            print(f"{when} {row['session']} {verdict} {row['host']}:{row['port']} "
-                  f"{row['address'] or ''} {row['rule'] or ''}")
+            extra = " ".join(str(row[k]) for k in ("address", "rule") if row[k])
+            print(escape(f"{when} {row['session']} {verdict} {row['host']}:{row['port']}"
+                         + (f" {extra}" if extra else "")))
         else:
-            argv_text = " ".join(json.loads(str(row["argv"])))
-            status = row["exit_code"] if row["exit_code"] is not None else f"sig{row['signal']}"
-            flag = " denied" if row["denied"] else ""
-            print(f"{when} {row['session']} {row['mode']} {row['backend']} "
-                  f"{row['outcome']}{flag} exit={status} {row['duration_ms']}ms  {argv_text}")
+            argv_text = " ".join(map(str, row["argv"]))  # type: ignore[call-overload]
+            if row["exit_code"] is not None:
+                status = f" exit={row['exit_code']}"
+            elif row["signal"] is not None:
+                status = f" signal={row['signal']}"
+            else:
+                status = ""
+            why = f"  ({row['reason']})" if row["reason"] else ""
+            print(escape(f"{when} {row['session']} {row['mode']} {row['backend']} "
+                         f"{row['verdict']}{status} {row['duration_ms']}ms  {argv_text}{why}"))
     return 0
 
 
@@ -470,6 +526,7 @@ COMMANDS: dict[str, Callable[[list[str]], int]] = {
     "proxy": lambda argv: _delegate("proxy.cli", argv),
     "mcp": lambda argv: _delegate("mcp_server", argv),
     "shell": lambda argv: _delegate("shell", argv),
+    "completion": lambda argv: _delegate("completion", argv),
 }
 
 
@@ -478,6 +535,11 @@ def main(argv: list[str] | None = None) -> int:
     if not args or args[0] in ("-h", "--help", "help"):
         print(USAGE)
         return 0 if args else EXIT_USAGE
+    if args[0] in ("-V", "--version"):
+        from . import __version__
+
+        print(f"stockade {__version__}")
+        return 0
     handler = COMMANDS.get(args[0])
     if handler is None:
         print(f"stockade: unknown command {args[0]!r}\n\n{USAGE}", file=sys.stderr)
@@ -485,10 +547,14 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return handler(args[1:])
     except UsageError as exc:
-        print(f"stockade: {exc}\n{exc.usage}", file=sys.stderr)
+        print(f"stockade: {escape(str(exc))}\n{exc.usage}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:
+        # `stockade audit | head`: the reader is done; no traceback for that.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), 1)
+        return 141
     except Exception as exc:
         from .errors import SandboxError
 
@@ -499,7 +565,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _fail(exc: SandboxError) -> int:
     """One readable line on stderr and the kind's own exit status."""
-    message = " ".join(str(exc).split())
+    message = escape(" ".join(str(exc).split()))
     print(f"stockade: {type(exc).__name__}: {message}", file=sys.stderr)
     return exc.exit_status
 

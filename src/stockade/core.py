@@ -280,6 +280,12 @@ class SandboxCore:
                 check_host_entries(caps.network.hosts)
             if cmd.preference == FORBID:
                 caps = capabilities_for_mode(FULL_ACCESS, ws.cwd)
+            elif mode == READ_ONLY and caps.fs_write:
+                # read-only mounts everything read-only: an approved write
+                # grant would be a promise the boundary does not keep.
+                raise CapabilityDenied(
+                    f"fs_write needs workspace-write or full-access mode (asked for "
+                    f"{', '.join(caps.fs_write)} in read-only)")
             if not caps.is_within(baseline) and not self.gate.granted(sid, caps):
                 reason = ap.exceeds(caps, baseline) or "a boundary change"
                 request = ap.ApprovalRequest(sid, cmd.argv, cwd, mode, caps, baseline, reason)

@@ -40,10 +40,11 @@ def test_usage_errors_exit_2_with_one_line(tmp_path):
     assert run_cli("frobnicate", cwd=tmp_path).returncode == 2
 
 
-def test_unknown_mode_exits_64(tmp_path):
+def test_unknown_mode_is_a_usage_error(tmp_path):
     out = run_cli("run", "--mode", "yolo", "--", "true", cwd=tmp_path)
-    assert out.returncode == 64, out.stderr
-    assert out.stderr.count("\n") == 1 and "unknown mode 'yolo'" in out.stderr
+    assert out.returncode == 2, out.stderr
+    assert out.stderr.startswith("stockade: --mode must be one of read-only, workspace-write, "
+                                 "full-access, got 'yolo'\n")
 
 
 def test_json_result_and_exit_status(tmp_path):
