@@ -437,10 +437,14 @@ def _write_all(fd: int, data: bytes) -> None:
 
 # -- doctor, audit -------------------------------------------------------------
 
+DOCTOR_OPTIONS: dict[str, tuple[bool, bool, str]] = {
+    "--json": (False, False, "print JSON"),
+    "--help": (False, False, "show this help"),
+}
+
+
 def cmd_doctor(argv: list[str]) -> int:
-    values, _ = parse_options(argv, {"--json": (False, False, "print JSON"),
-                                     "--help": (False, False, "show this help")},
-                              "usage: stockade doctor [--json]")
+    values, _ = parse_options(argv, DOCTOR_OPTIONS, "usage: stockade doctor [--json]")
     if values.get("help"):
         print("usage: stockade doctor [--json]\n\nReport each backend's availability and why, "
               "kernel features, and the bwrap in use.")
