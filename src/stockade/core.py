@@ -516,14 +516,12 @@ _PROXY_KEY_SEP = "\x1f"
 
 def check_host_entries(hosts: tuple[str, ...]) -> None:
     """Refuse a malformed allowlist entry before anyone is asked to approve it."""
-    from .proxy import parse_pattern
-    from .proxy.errors import InvalidHostEntry
+    from .config import host_entry_problem
 
     for entry in hosts:
-        try:
-            parse_pattern(entry)
-        except InvalidHostEntry as exc:
-            raise InvalidCommand(f"network host {entry!r}: {exc}") from exc
+        problem = host_entry_problem(entry)
+        if problem:
+            raise InvalidCommand(f"network host {entry!r}: {problem}")
 
 
 def _deny_entry(entry: str) -> tuple[str, str]:

@@ -656,9 +656,14 @@ _SESSIONS: list[Session] = []
 
 
 def _host_arg(value: str) -> str:
+    from .config import host_entry_problem
+
     host = value.strip().lower().rstrip(".")
-    if not host or any(c in host for c in "/@ \t"):
-        raise InvalidCommand(f"--allow-host {value!r} is not a host name (e.g. pypi.org)")
+    problem = host_entry_problem(host) if "@" not in host else "give a host name (e.g. pypi.org)"
+    if problem:
+        if problem.startswith("give a host name, not a URL"):
+            problem = problem.replace("try ", "try --allow-host ")
+        raise InvalidCommand(f"--allow-host {value!r}: {problem}")
     return host
 
 
