@@ -11,6 +11,11 @@ import sys
 
 from .cli import AUDIT_OPTIONS, CHOICES, COMMANDS, DOCTOR_OPTIONS, RUN_OPTIONS, UsageError
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+    from typing import Any
+
 USAGE = "usage: stockade completion bash|zsh|fish"
 SHELLS = ("bash", "zsh", "fish")
 
@@ -39,13 +44,21 @@ def _argparse_options(module: str) -> list[tuple[str, bool, tuple[str, ...]]]:
         parser = importlib.import_module(f"stockade.{module}")._parser()
     except ImportError:  # an optional extra that is not installed
         return [("--help", False, ())]
-    found = []
+    return list(dict.fromkeys(_walk(parser)))
+
+
+def _walk(parser: Any) -> Iterator[tuple[str, bool, tuple[str, ...]]]:
+    """Options of a parser and of its subcommands (`policy check --stdin`)."""
+    import argparse
+
     for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                yield from _walk(sub)
+            continue
         for opt in action.option_strings:
             if opt.startswith("--"):
-                found.append((opt, action.nargs != 0,
-                              tuple(map(str, action.choices or ()))))
-    return found
+                yield opt, action.nargs != 0, tuple(map(str, action.choices or ()))
 
 
 def bash(table: dict[str, list[tuple[str, bool, tuple[str, ...]]]]) -> str:
