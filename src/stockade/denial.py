@@ -103,8 +103,9 @@ def _file_hint(kind: str, path: str, mode: str, workspace: str | None,
         where = " in the workspace" if inside else ""
         return f"blocked by the sandbox: {shown}{where} {what}: {why}"
     if inside is False:
+        # EACCES does not say whether it was a read or a write: both rules.
         why = ("only the workspace is writable" if kind == "read-only"
-               else "it is outside the workspace and not granted")
+               else "only the workspace is writable, and hidden paths are not readable")
         if mode == "read-only":
             why = "nothing outside the workspace is writable in read-only mode"
         return f"blocked by the sandbox: {shown} is outside the workspace and {what[3:]}: {why}"
