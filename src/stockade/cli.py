@@ -371,8 +371,10 @@ def _supervise_inherited(run: object, core: object) -> object:
         launch.cleanup()
     from .sync import check_launcher_failure
 
-    # bwrap's own refusal is the sandbox failing (125), not the command's exit 1.
-    check_launcher_failure(outcome.returncode, outcome.stderr)
+    # bwrap's own refusal is the sandbox failing (125), not the command's exit 1;
+    # it is the first thing on stderr, so only a tail that still holds the start counts.
+    if tail.whole:
+        check_launcher_failure(outcome.returncode, outcome.stderr)
     return outcome
 
 
@@ -386,6 +388,7 @@ class _StderrTail:
 
         self.fd = fd
         self.data = b""
+        self.whole = True  # False once the start has scrolled out of the tail
         self.done = _thread.allocate_lock()
         self.started = False
 
@@ -407,7 +410,10 @@ class _StderrTail:
                     break
                 if not chunk:
                     break
-                self.data = (self.data + chunk)[-self.KEEP:]
+                self.data += chunk
+                if len(self.data) > self.KEEP:
+                    self.data = self.data[-self.KEEP:]
+                    self.whole = False
                 try:
                     _write_all(2, chunk)
                 except OSError:
