@@ -160,7 +160,9 @@ def _check_hosts(values: dict[str, object], usage: str) -> None:
 
     for key in ("allow_host", "deny_host"):
         for entry in values.get(key, []):  # type: ignore[attr-defined]
-            problem = host_entry_problem(str(entry))
+            # A deny entry may carry its reason: `host=why`.
+            host = str(entry).partition("=")[0].strip() if key == "deny_host" else str(entry)
+            problem = host_entry_problem(host)
             if problem:
                 flag = "--" + key.replace("_", "-")
                 if problem.startswith("give a host name"):

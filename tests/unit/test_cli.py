@@ -340,3 +340,10 @@ def test_zsh_and_fish_completion_load(cli, tmp_path, shell, check):
 def test_completion_needs_a_known_shell(cli):
     out = cli("completion", "tcsh")
     assert out.returncode == 2 and "completion needs one of bash, zsh, fish" in out.stderr
+
+
+def test_a_deny_host_reason_is_not_part_of_the_host(cli):
+    out = cli("run", "--deny-host", "gist.github.com=paste sites", "--", "true")
+    assert out.returncode == 0, out.stderr
+    out = cli("run", "--deny-host", "https://gist.github.com=x", "--", "true")
+    assert out.returncode == 2 and "try --deny-host gist.github.com" in out.stderr
