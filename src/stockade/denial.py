@@ -72,6 +72,8 @@ def denial_hint(kind: str, stderr: bytes, mode: str, *, workspace: str | None = 
 
 def proxy_hint(host: str, port: int | None, reason: str) -> str:
     where = f"{host}:{port}" if port else host
+    if reason.startswith(where):  # the proxy's reasons usually name the target already
+        return f"blocked by the sandbox: the network proxy refused {escape(reason)}"
     return f"blocked by the sandbox: the network proxy refused {escape(where)}: {escape(reason)}"
 
 
