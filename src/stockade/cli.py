@@ -76,6 +76,9 @@ def _help(usage: str, options: dict[str, tuple[bool, bool, str]]) -> str:
     lines = [usage, "", "options:"]
     for name, (takes, repeat, text) in options.items():
         label = f"{name} {name[2:].upper().replace('-', '_')}" if takes else name
+        short = next((k for k, v in SHORT.items() if v == name), None)
+        if short:
+            label = f"{short}, {label}"
         lines.append(f"  {label:<26} {text}{' (repeatable)' if repeat else ''}")
     return "\n".join(lines)
 
