@@ -32,8 +32,9 @@ commands:
   policy   check a command against the command policy, list its rules
   proxy    run the managed network proxy alone, with a live log
   mcp      serve the sandbox to an MCP client over stdio
+  completion  print a bash, zsh or fish completion script
 
-`stockade <command> --help` describes each one."""
+`stockade <command> --help` describes each one; `stockade --version` names this one."""
 
 # name: (takes a value, repeatable, help)
 RUN_OPTIONS: dict[str, tuple[bool, bool, str]] = {
@@ -56,7 +57,16 @@ RUN_OPTIONS: dict[str, tuple[bool, bool, str]] = {
     "--config": (True, False, "read this TOML file instead of the usual ones"),
     "--json": (False, False, "capture output and print one JSON result"),
     "--yes": (False, False, "approve the requested capabilities without asking"),
+    "--quiet": (False, False, "print no `stockade:` line about a denial after the command"),
     "--help": (False, False, "show this help"),
+}
+# One-letter spellings, for whichever of these a parser's table has.
+SHORT = {"-h": "--help", "-q": "--quiet"}
+# The values a flag may take; anything else is a usage error (exit 2).
+CHOICES: dict[str, tuple[str, ...]] = {
+    "--mode": ("read-only", "workspace-write", "full-access"),
+    "--network": ("none", "proxy", "all"),
+    "--backend": ("auto", "bubblewrap", "landlock", "none"),
 }
 RUN_USAGE = "usage: stockade run [options] -- CMD [ARGS...]"
 
@@ -67,6 +77,9 @@ def _help(usage: str, options: dict[str, tuple[bool, bool, str]]) -> str:
     lines = [usage, "", "options:"]
     for name, (takes, repeat, text) in options.items():
         label = f"{name} {name[2:].upper().replace('-', '_')}" if takes else name
+        short = next((k for k, v in SHORT.items() if v == name), None)
+        if short:
+            label = f"{short}, {label}"
         lines.append(f"  {label:<26} {text}{' (repeatable)' if repeat else ''}")
     return "\n".join(lines)
 
@@ -80,6 +93,8 @@ def parse_options(argv: list[str], options: dict[str, tuple[bool, bool, str]],
         arg = argv[i]
         if arg == "--":
             return values, argv[i + 1:]
+        if arg in SHORT and SHORT[arg] in options:
+            arg = SHORT[arg]
         if not arg.startswith("--"):
             return values, argv[i:]
         name, eq, inline = arg.partition("=")
@@ -100,6 +115,10 @@ def parse_options(argv: list[str], options: dict[str, tuple[bool, bool, str]],
                 raise UsageError(f"{name} takes no value", usage)
             value = True
         key = name[2:].replace("-", "_")
+        allowed = CHOICES.get(name) if takes else None
+        if allowed is not None and value not in allowed:
+            raise UsageError(f"{name} must be one of {', '.join(allowed)}, got "
+                             f"{str(value)!r}", usage)
         if repeat:
             values.setdefault(key, []).append(value)  # type: ignore[attr-defined]
         else:
@@ -114,22 +133,53 @@ class UsageError(Exception):
         self.usage = usage
 
 
-def _number(values: dict[str, object], key: str, kind: type) -> float | int | None:
+def escape(text: str) -> str:
+    """Control characters as escapes: a name from the command line must not move the
+    cursor, recolour the terminal or forge a second line."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+
+
+def _number(values: dict[str, object], key: str, kind: type, usage: str
+            ) -> float | int | None:
+    """A finite number above zero: every numeric flag, one rule, one message."""
     raw = values.get(key)
     if raw is None:
         return None
+    what = "a positive integer" if kind is int else "a positive number"
     try:
         number = kind(raw)
     except ValueError:
-        raise UsageError(f"--{key.replace('_', '-')} needs a number, got {raw!r}",
-                         RUN_USAGE) from None
-    if number <= 0:
-        raise UsageError(f"--{key.replace('_', '-')} must be positive", RUN_USAGE)
+        number = None
+    # `nan > 0` is false and `inf - inf` is nan: both fall out here.
+    if number is None or not number > 0 or number - number != 0:
+        raise UsageError(f"--{key.replace('_', '-')} must be {what}, got {str(raw)!r}",
+                         usage)
     return number  # type: ignore[no-any-return]
 
 
+def _check_hosts(values: dict[str, object], usage: str) -> None:
+    from .config import host_entry_problem
+
+    for key in ("allow_host", "deny_host"):
+        for entry in values.get(key, []):  # type: ignore[attr-defined]
+            # A deny entry may carry its reason: `host=why`.
+            host = str(entry).partition("=")[0].strip() if key == "deny_host" else str(entry)
+            problem = host_entry_problem(host)
+            if problem:
+                flag = "--" + key.replace("_", "-")
+                if problem.startswith("give a host name"):
+                    problem = problem.replace("try ", f"try {flag} ")
+                raise UsageError(f"{flag} {str(entry)!r}: {problem}", usage)
+
+
 def cmd_run(argv: list[str]) -> int:
-    values, command = parse_options(argv, RUN_OPTIONS, RUN_USAGE)
+    if argv[:1] in (["-h"], ["--help"]):
+        values: dict[str, object] = {"help": True}
+        command: list[str] = []
+    else:
+        values, command = parse_options(argv, RUN_OPTIONS, RUN_USAGE)
     if values.get("help"):
         print(_help(RUN_USAGE, RUN_OPTIONS))
         return 0
@@ -141,8 +191,9 @@ def cmd_run(argv: list[str]) -> int:
         from .drivers.linux.limits import prime_migration
 
         prime_migration()
-    timeout = _number(values, "timeout", float)
-    max_output = _number(values, "max_output", int)
+    timeout = _number(values, "timeout", float, RUN_USAGE)
+    max_output = _number(values, "max_output", int, RUN_USAGE)
+    _check_hosts(values, RUN_USAGE)
 
     from .command import SandboxCommand
 
@@ -153,9 +204,10 @@ def cmd_run(argv: list[str]) -> int:
     cmd = SandboxCommand(command[0], command[1:], session_id=session, capabilities=caps,
                          timeout=timeout, cwd=str(values["cwd"]) if values.get("cwd") else None)
     capture = bool(values.get("json") or max_output)
+    quiet = bool(values.get("quiet"))
     if capture:
-        return _run_captured(sandbox, cmd, bool(values.get("json")))
-    return _run_passthrough(sandbox, cmd)
+        return _run_captured(sandbox, cmd, bool(values.get("json")), quiet)
+    return _run_passthrough(sandbox, cmd, quiet)
 
 
 def open_session(values: dict[str, object], *, prefix: str,
@@ -246,7 +298,7 @@ class _AutoApprove:
         return "approved-once"
 
 
-def _run_captured(sandbox: object, cmd: object, as_json: bool) -> int:
+def _run_captured(sandbox: object, cmd: object, as_json: bool, quiet: bool) -> int:
     from .errors import CommandTimeout
 
     try:
@@ -266,12 +318,12 @@ def _run_captured(sandbox: object, cmd: object, as_json: bool) -> int:
     else:
         sys.stdout.buffer.write(out.stdout)
         sys.stderr.buffer.write(out.stderr)
-    if out.denial_hint:
+    if out.denial_hint and not quiet:
         print(f"stockade: {out.denial_hint}", file=sys.stderr)
     return out.returncode  # type: ignore[no-any-return]
 
 
-def _run_passthrough(sandbox: object, cmd: object) -> int:
+def _run_passthrough(sandbox: object, cmd: object, quiet: bool) -> int:
     """stdin, stdout and stderr are the terminal's; stockade only supervises."""
     from .core import Approve
 
@@ -293,29 +345,118 @@ def _run_passthrough(sandbox: object, cmd: object) -> int:
         # bwrap's own setup errors went straight to the terminal; if the
         # machine cannot build a sandbox at all, say why.
         core.driver(True, ws.cwd).diagnose()
-    if out.denial_hint:
+    if out.denial_hint and not quiet:
         print(f"stockade: {out.denial_hint}", file=sys.stderr)
     return out.returncode  # type: ignore[no-any-return]
 
 
 def _supervise_inherited(run: object, core: object) -> object:
-    from .process import spawn_launch
+    """Run with the terminal's stdin and stdout; stderr goes through a pipe we copy on.
+
+    Copied rather than inherited so its tail is there afterwards: without it
+    the pipeline cannot tell "Read-only file system" from any other failure,
+    and the person sees the command's error with no word on which rule did it.
+    """
+    from .process import Process
 
     launch = run.launch  # type: ignore[attr-defined]
+    read_end, write_end = os.pipe()
+    tail = _StderrTail(read_end)
     try:
-        proc = spawn_launch(launch, stdin=0, capture=False)
+        try:
+            proc = Process(launch.argv, launch.env, stdin=0, capture=False,
+                           extra_fds={**launch.extra_fds, 2: write_end})
+        finally:
+            os.close(write_end)
+        tail.start()
         core.ledger.warm()  # type: ignore[attr-defined]  # while the command runs
-        return proc.communicate(timeout=run.timeout)  # type: ignore[attr-defined]
+        outcome = proc.communicate(timeout=run.timeout)  # type: ignore[attr-defined]
+        outcome.stderr = tail.finish()
     finally:
+        tail.finish()
         launch.cleanup()
+    from .sync import check_launcher_failure
+
+    # bwrap's own refusal is the sandbox failing (125), not the command's exit 1;
+    # it is the first thing on stderr, so only a tail that still holds the start counts.
+    if tail.whole:
+        check_launcher_failure(outcome.returncode, outcome.stderr)
+    return outcome
+
+
+class _StderrTail:
+    """Copies a pipe to our stderr on a thread, keeping the last 4 KiB."""
+
+    KEEP = 4096
+
+    def __init__(self, fd: int) -> None:
+        import _thread
+
+        self.fd = fd
+        self.data = b""
+        self.whole = True  # False once the start has scrolled out of the tail
+        self.done = _thread.allocate_lock()
+        self.started = False
+
+    def start(self) -> None:
+        import _thread
+
+        self.done.acquire()
+        self.started = True
+        _thread.start_new_thread(self._pump, ())
+
+    def _pump(self) -> None:
+        try:
+            while True:
+                try:
+                    chunk = os.read(self.fd, 65536)
+                except InterruptedError:
+                    continue
+                except OSError:
+                    break
+                if not chunk:
+                    break
+                self.data += chunk
+                if len(self.data) > self.KEEP:
+                    self.data = self.data[-self.KEEP:]
+                    self.whole = False
+                try:
+                    _write_all(2, chunk)
+                except OSError:
+                    pass  # our stderr is gone; keep draining so the command never blocks
+        finally:
+            self.done.release()
+
+    def finish(self) -> bytes:
+        if self.fd >= 0:
+            # A daemon the command left behind may hold the pipe open: its
+            # later output is left to the thread rather than waited for, and
+            # the fd stays open under it (the CLI exits right after).
+            finished = not self.started or self.done.acquire(timeout=0.5)
+            if finished:
+                if self.started:
+                    self.done.release()
+                os.close(self.fd)
+            self.fd = -1
+        return self.data
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
 
 
 # -- doctor, audit -------------------------------------------------------------
 
+DOCTOR_OPTIONS: dict[str, tuple[bool, bool, str]] = {
+    "--json": (False, False, "print JSON"),
+    "--help": (False, False, "show this help"),
+}
+
+
 def cmd_doctor(argv: list[str]) -> int:
-    values, _ = parse_options(argv, {"--json": (False, False, "print JSON"),
-                                     "--help": (False, False, "show this help")},
-                              "usage: stockade doctor [--json]")
+    values, _ = parse_options(argv, DOCTOR_OPTIONS, "usage: stockade doctor [--json]")
     if values.get("help"):
         print("usage: stockade doctor [--json]\n\nReport each backend's availability and why, "
               "kernel features, and the bwrap in use.")
@@ -345,14 +486,17 @@ def cmd_audit(argv: list[str]) -> int:
     import json
 
     from .config import load_config
-    from .ledger import Ledger
+    from .ledger import Ledger, decoded
 
-    last = int(_number(values, "last", int) or 20)
+    last = int(_number(values, "last", int, AUDIT_USAGE) or 20)
     config = load_config()
     ledger = Ledger(config.ledger_path(os.environ))
     table = "network" if values.get("network") else "executions"
-    rows = ledger.query(session=values.get("session"), last=last,  # type: ignore[arg-type]
-                        table=table)
+    rows = [decoded(row) for row in ledger.query(
+        session=values.get("session"), last=last, table=table)]  # type: ignore[arg-type]
+    if not rows and not values.get("json"):
+        print("no network records" if table == "network" else "no execution records",
+              file=sys.stderr)
     for row in rows:
         if values.get("json"):
             print(json.dumps(row))
@@ -362,14 +506,20 @@ def cmd_audit(argv: list[str]) -> int:
         when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(float(row["ts"])))  # type: ignore[arg-type]
         if table == "network":
             verdict = "allow" if row["allowed"] else "DENY"
-            print(f"{when} {row['session']} {verdict} {row['host']}:{row['port']} "
-                  f"{row['address'] or ''} {row['rule'] or ''}")
+            extra = " ".join(str(row[k]) for k in ("address", "rule") if row[k])
+            print(escape(f"{when} {row['session']} {verdict} {row['host']}:{row['port']}"
+                         + (f" {extra}" if extra else "")))
         else:
-            argv_text = " ".join(json.loads(str(row["argv"])))
-            status = row["exit_code"] if row["exit_code"] is not None else f"sig{row['signal']}"
-            flag = " denied" if row["denied"] else ""
-            print(f"{when} {row['session']} {row['mode']} {row['backend']} "
-                  f"{row['outcome']}{flag} exit={status} {row['duration_ms']}ms  {argv_text}")
+            argv_text = " ".join(map(str, row["argv"]))  # type: ignore[call-overload]
+            if row["exit_code"] is not None:
+                status = f" exit={row['exit_code']}"
+            elif row["signal"] is not None:
+                status = f" signal={row['signal']}"
+            else:
+                status = ""
+            why = f"  ({row['reason']})" if row["reason"] else ""
+            print(escape(f"{when} {row['session']} {row['mode']} {row['backend']} "
+                         f"{row['verdict']}{status} {row['duration_ms']}ms  {argv_text}{why}"))
     return 0
 
 
@@ -424,6 +574,7 @@ COMMANDS: dict[str, Callable[[list[str]], int]] = {
     "proxy": lambda argv: _delegate("proxy.cli", argv),
     "mcp": lambda argv: _delegate("mcp_server", argv),
     "shell": lambda argv: _delegate("shell", argv),
+    "completion": lambda argv: _delegate("completion", argv),
 }
 
 
@@ -432,6 +583,11 @@ def main(argv: list[str] | None = None) -> int:
     if not args or args[0] in ("-h", "--help", "help"):
         print(USAGE)
         return 0 if args else EXIT_USAGE
+    if args[0] in ("-V", "--version"):
+        from . import __version__
+
+        print(f"stockade {__version__}")
+        return 0
     handler = COMMANDS.get(args[0])
     if handler is None:
         print(f"stockade: unknown command {args[0]!r}\n\n{USAGE}", file=sys.stderr)
@@ -439,10 +595,14 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return handler(args[1:])
     except UsageError as exc:
-        print(f"stockade: {exc}\n{exc.usage}", file=sys.stderr)
+        print(f"stockade: {escape(str(exc))}\n{exc.usage}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:
+        # `stockade audit | head`: the reader is done; no traceback for that.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), 1)
+        return 141
     except Exception as exc:
         from .errors import SandboxError
 
@@ -453,7 +613,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _fail(exc: SandboxError) -> int:
     """One readable line on stderr and the kind's own exit status."""
-    message = " ".join(str(exc).split())
+    message = escape(" ".join(str(exc).split()))
     print(f"stockade: {type(exc).__name__}: {message}", file=sys.stderr)
     return exc.exit_status
 

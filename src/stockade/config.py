@@ -154,6 +154,38 @@ def _validate(values: dict[str, object], source: str) -> None:
             )
 
 
+    for key in ("allow_hosts", "deny_hosts"):
+        entries = values.get(key)
+        if isinstance(entries, list):
+            _check_hosts(source, key, [str(e) for e in entries])
+
+
+def _check_hosts(source: str, key: str, entries: list[str]) -> None:
+    """A bad entry named with its file and key now, not as a failed command later."""
+    for entry in entries:
+        host = entry.partition("=")[0].strip() if key == "deny_hosts" else entry
+        problem = host_entry_problem(host)
+        if problem:
+            raise ConfigError(f"{source}: [sandbox] {key} entry {entry!r}: {problem}")
+
+
+def host_entry_problem(entry: str) -> str | None:
+    """Why `entry` is no allow/deny host entry, or None when it is one."""
+    if not entry.strip():
+        return "empty host"
+    if "://" in entry or "/" in entry.partition("://")[2]:
+        host = entry.partition("://")[2].partition("/")[0] or "example.com"
+        return f"give a host name, not a URL: try {host}"
+    from .proxy.errors import InvalidHostEntry
+    from .proxy.hosts import parse_pattern
+
+    try:
+        parse_pattern(entry)
+    except InvalidHostEntry as exc:
+        return str(exc)
+    return None
+
+
 def config_paths(env: Mapping[str, str], cwd: str) -> list[str]:
     return [path for path, _kind in config_sources(env, cwd)]
 

@@ -29,7 +29,7 @@ from .capabilities import (
     parse_mode,
 )
 from .command import FORBID, SandboxOutput
-from .denial import denial_hint, likely_sandbox_denied
+from .denial import denial_hint, likely_sandbox_denied, proxy_hint
 from .drivers import should_sandbox
 from .errors import CapabilityDenied, CommandTimeout, InvalidCommand, SandboxUnavailable
 from .hooks import run_before_hooks
@@ -125,6 +125,8 @@ class SandboxCore:
         self.proxy_options = dict(proxy_options or {})
         self._proxy: ProxyThread | None = None
         self._proxy_seq = 0
+        # First refusal per proxy key, for the hint of the command that owns it.
+        self._proxy_refusals: dict[str, tuple[str, int | None, str]] = {}
         self.ledger = ledger if ledger is not None else Ledger(config.ledger_path(self.env))
         self.sessions: dict[str, SessionWorkspace] = {}
         self._driver = driver
@@ -278,6 +280,12 @@ class SandboxCore:
                 check_host_entries(caps.network.hosts)
             if cmd.preference == FORBID:
                 caps = capabilities_for_mode(FULL_ACCESS, ws.cwd)
+            elif mode == READ_ONLY and caps.fs_write:
+                # read-only mounts everything read-only: an approved write
+                # grant would be a promise the boundary does not keep.
+                raise CapabilityDenied(
+                    f"fs_write needs workspace-write or full-access mode (asked for "
+                    f"{', '.join(caps.fs_write)} in read-only)")
             if not caps.is_within(baseline) and not self.gate.granted(sid, caps):
                 reason = ap.exceeds(caps, baseline) or "a boundary change"
                 request = ap.ApprovalRequest(sid, cmd.argv, cwd, mode, caps, baseline, reason)
@@ -350,7 +358,13 @@ class SandboxCore:
             raise error
         kind = likely_sandbox_denied(out.exit_code, out.signal, out.stderr,
                                      sandboxed=sandboxed)
-        hint = denial_hint(kind, out.stderr, mode) if kind else None
+        hint = denial_hint(kind, out.stderr, mode, workspace=ws.cwd, cwd=cwd) if kind else None
+        refused = self._proxy_refusals.pop(endpoint[2], None) if endpoint else None
+        if refused and not kind:
+            # The proxy saw it first: the client's own error ("403", "tunnel
+            # failed") rarely reads as a denial, and it names no rule.
+            kind = "proxy"
+            hint = proxy_hint(*refused)
         limit = "memory" if "oom" in launch.events else "pids" if "pids" in launch.events else None
         if limit == "memory":
             hint = (f"killed by the sandbox: out of memory (limit {caps.max_memory_mb} MiB; "
@@ -376,6 +390,8 @@ class SandboxCore:
             detail["warnings"] = list(warnings)
         if out.truncated:
             detail["truncated"] = True
+        if output.denial_hint:
+            detail["hint"] = output.denial_hint
         self._audit(cmd, ws, mode, caps, backend, TIMED_OUT if out.timed_out else RAN, started,
                     exit_code=out.exit_code, signal=out.signal, denied=kind is not None,
                     detail=detail or None, cwd=cwd)
@@ -451,6 +467,9 @@ class SandboxCore:
                 pass
 
     def _proxy_decision(self, decision: ProxyDecision) -> None:
+        if not decision.allowed:
+            self._proxy_refusals.setdefault(decision.session_id, (
+                decision.host, decision.port, decision.reason or decision.rule or "not allowed"))
         if decision.final:  # one record per connection, with its byte counts
             self.ledger.record_network(
                 session=decision.session_id.rpartition(_PROXY_KEY_SEP)[0] or decision.session_id,
@@ -518,14 +537,12 @@ def neutralised_hint(done: list[Any]) -> str:
 
 def check_host_entries(hosts: tuple[str, ...]) -> None:
     """Refuse a malformed allowlist entry before anyone is asked to approve it."""
-    from .proxy import parse_pattern
-    from .proxy.errors import InvalidHostEntry
+    from .config import host_entry_problem
 
     for entry in hosts:
-        try:
-            parse_pattern(entry)
-        except InvalidHostEntry as exc:
-            raise InvalidCommand(f"network host {entry!r}: {exc}") from exc
+        problem = host_entry_problem(entry)
+        if problem:
+            raise InvalidCommand(f"network host {entry!r}: {problem}")
 
 
 def _deny_entry(entry: str) -> tuple[str, str]:

@@ -7,6 +7,8 @@ where there is no boundary: there it is the workspace's own doing, and saying
 
 from __future__ import annotations
 
+import os
+
 _MARKERS = (
     (b"Read-only file system", "read-only"),
     (b"Operation not permitted", "eperm"),
@@ -48,16 +50,16 @@ def likely_sandbox_denied(exit_code: int | None, signal: int | None, stderr: byt
     return None
 
 
-def denial_hint(kind: str, stderr: bytes, mode: str) -> str:
-    """One line the model can act on."""
-    path = _quoted_path(stderr)
-    where = f"{path} " if path else ""
-    if kind == "read-only":
-        return (f"blocked by the sandbox: {where}is read-only in {mode} "
-                "(only the workspace and granted paths are writable)")
-    if kind in ("eperm", "eacces"):
-        return (f"blocked by the sandbox: {where}is outside what {mode} allows "
-                "(hidden credential, protected metadata, or a path outside the workspace)")
+def denial_hint(kind: str, stderr: bytes, mode: str, *, workspace: str | None = None,
+                cwd: str | None = None) -> str:
+    """One line the model can act on: the path refused and the rule that refused it.
+
+    `workspace` and `cwd` place a relative path: the error names it as the
+    command saw it, and "outside the workspace" is a claim about where it
+    resolves, not about how it was spelt.
+    """
+    if kind in ("read-only", "eacces", "eperm"):
+        return _file_hint(kind, _quoted_path(stderr), mode, workspace, cwd)
     if kind == "network":
         return "blocked by the sandbox: network access is off for this command (request it)"
     if kind == "refused":
@@ -68,30 +70,118 @@ def denial_hint(kind: str, stderr: bytes, mode: str) -> str:
     return f"blocked by the sandbox ({kind})"
 
 
-def _quoted_path(stderr: bytes) -> str:
-    """The path an error line names: the one just before the error text, if any.
+def proxy_hint(host: str, port: int | None, reason: str) -> str:
+    where = f"{host}:{port}" if port else host
+    if reason.startswith(where):  # the proxy's reasons usually name the target already
+        return f"blocked by the sandbox: the network proxy refused {escape(reason)}"
+    return f"blocked by the sandbox: the network proxy refused {escape(where)}: {escape(reason)}"
 
-    `sh: 1: cannot create /etc/hosts: Read-only file system` names the shell
-    first and the path last; the path wanted is the one the error is about.
+
+def _file_hint(kind: str, path: str, mode: str, workspace: str | None,
+               cwd: str | None) -> str:
+    what = "is read-only" if kind == "read-only" else "is not accessible"
+    if not path:
+        subject = "a write was refused" if kind == "read-only" else "a file access was refused"
+        if mode == "read-only":
+            return (f"blocked by the sandbox: {subject}: the workspace is read-only in "
+                    "read-only mode (ask for workspace-write)")
+        return (f"blocked by the sandbox: {subject}: only the workspace is writable in {mode} "
+                "mode, and protected metadata stays read-only")
+    shown = escape(path)
+    inside: bool | None = None
+    protected = ""
+    if workspace:
+        full = os.path.normpath(os.path.join(cwd or workspace, os.path.expanduser(path)))
+        inside = full == workspace or full.startswith(workspace.rstrip("/") + "/")
+        if inside:
+            from .hostpaths import PROTECTED_NAMES
+
+            rel = full[len(workspace):].strip("/").split("/")
+            protected = next((p for p in rel if p in PROTECTED_NAMES), "")
+        if full != path and not inside:
+            shown += f" ({escape(full)})"
+    if mode == "read-only" and inside is not False:
+        why = "the workspace is read-only in read-only mode (ask for workspace-write)"
+        where = " in the workspace" if inside else ""
+        return f"blocked by the sandbox: {shown}{where} {what}: {why}"
+    if inside is False:
+        # EACCES does not say whether it was a read or a write: both rules.
+        why = ("only the workspace is writable" if kind == "read-only"
+               else "only the workspace is writable, and hidden paths are not readable")
+        if mode == "read-only":
+            why = "nothing outside the workspace is writable in read-only mode"
+        return f"blocked by the sandbox: {shown} is outside the workspace and {what[3:]}: {why}"
+    if protected:
+        return (f"blocked by the sandbox: {shown} {what}: {escape(protected)} is protected "
+                "metadata, and protected metadata stays read-only")
+    if inside:
+        return (f"blocked by the sandbox: {shown} in the workspace {what}: the configuration "
+                "keeps it from commands (unreadable or a host-only path)")
+    return (f"blocked by the sandbox: {shown} {what}: only the workspace is writable in {mode} "
+            "mode, and protected metadata stays read-only")
+
+
+def escape(text: str) -> str:
+    """`text` with control characters shown as escapes, so a name cannot rewrite the
+    terminal or forge a second line of output."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+
+
+_VERBS = ("cannot create ", "can't create ", "cannot open ", "can't open ", "cannot remove ",
+          "can't remove ", "cannot touch ", "cannot write ")
+_QUOTES = (("\u2018", "\u2019"), ("'", "'"), ('"', '"'), ("`", "'"))
+
+
+def _quoted_path(stderr: bytes) -> str:
+    """The path an error line names.
+
+    Each tool puts it somewhere else: dash `sh: 1: cannot create c.txt: <error>`,
+    bash `bash: c.txt: <error>`, coreutils `touch: cannot touch 'x': <error>`,
+    Python `PermissionError: [Errno 13] Permission denied: 'x'` (after the
+    error). The shell's own name is a field too, never the path.
     """
     lines = stderr.decode("utf-8", "replace").strip().splitlines()
     for line in reversed(lines[-5:]):
         # Only the line carrying the error: a traceback's earlier lines quote
         # source files that have nothing to do with what was refused.
         for marker, _ in _MARKERS:
-            at = line.find(marker.decode())
+            text = marker.decode()
+            at = line.find(text)
             if at > 0:
-                line = line[:at]
                 break
         else:
             continue
-        line = line.rstrip(": ")
-        for left, right in (("\u2018", "\u2019"), ("'", "'"), ('"', '"')):
-            end = line.rfind(right)
-            start = line.rfind(left, 0, end)
-            if start >= 0 and end > start + 1:
-                return line[start + 1:end]
-        for part in reversed(line.replace(":", " ").split()):
-            if part.startswith(("/", "~/", "./")) and len(part) > 1:
-                return part
+        after = line[at + len(text):].strip()
+        if after.startswith(":"):
+            found = _unquote(after[1:].strip())
+            if found:
+                return found
+        before = line[:at].rstrip().rstrip(":").rstrip()
+        for left, right in _QUOTES:
+            if before.endswith(right):
+                start = before.rfind(left, 0, len(before) - 1)
+                if start >= 0 and len(before) - start > 2:
+                    return before[start + 1:-1]
+        fields = [f.strip() for f in before.split(": ")]
+        if len(fields) < 2:
+            continue  # only the program's name, or Python's exception class
+        last = fields[-1]
+        for verb in _VERBS:
+            if verb in last:
+                last = last[last.rfind(verb) + len(verb):]
+                break
+        else:
+            if " " in last and not last.startswith(("/", "./", "~")):
+                continue  # prose, such as "line 1" or "[Errno 30]"
+        if last and not last.isdigit() and not last.startswith("[Errno"):
+            return last
+    return ""
+
+
+def _unquote(text: str) -> str:
+    for left, right in _QUOTES:
+        if len(text) > 2 and text.startswith(left) and text.endswith(right):
+            return text[1:-1]
     return ""

@@ -66,6 +66,43 @@ DENIED = "denied"
 ERROR = "error"
 
 
+def decoded(row: Mapping[str, object]) -> dict[str, object]:
+    """A stored row as values: the JSON columns parsed, the 0/1 columns as booleans,
+    and `verdict`, the one word both `audit` views use for what happened."""
+    import json
+
+    out = dict(row)
+    for key in ("argv", "capabilities", "detail"):
+        if isinstance(out.get(key), str):
+            out[key] = json.loads(str(out[key]))
+    for key in ("denied", "allowed"):
+        if key in out:
+            out[key] = bool(out[key])
+    if "outcome" in out:
+        out["verdict"] = verdict(out)
+        detail = out.get("detail")
+        out["reason"] = reason(detail) if isinstance(detail, dict) else None
+    return out
+
+
+def verdict(row: Mapping[str, object]) -> str:
+    """refused (stockade said no before it ran), error, timeout, or ran; a command that
+    ran into the boundary is `ran-denied`."""
+    outcome = row.get("outcome")
+    if outcome == DENIED:
+        return "refused"
+    if outcome in (ERROR, TIMED_OUT):
+        return str(outcome)
+    return f"{outcome}-denied" if row.get("denied") else str(outcome)
+
+
+def reason(detail: Mapping[str, object]) -> str | None:
+    for key in ("reason", "hint", "error"):
+        if detail.get(key):
+            return str(detail[key])
+    return None
+
+
 def default_ledger_path(env: Mapping[str, str]) -> str:
     base = env.get("XDG_DATA_HOME") or os.path.join(env.get("HOME") or "/tmp", ".local", "share")
     return os.path.join(base, "stockade", "ledger.db")

@@ -657,9 +657,14 @@ _SESSIONS: list[Session] = []
 
 
 def _host_arg(value: str) -> str:
+    from .config import host_entry_problem
+
     host = value.strip().lower().rstrip(".")
-    if not host or any(c in host for c in "/@ \t"):
-        raise InvalidCommand(f"--allow-host {value!r} is not a host name (e.g. pypi.org)")
+    problem = host_entry_problem(host) if "@" not in host else "give a host name (e.g. pypi.org)"
+    if problem:
+        if problem.startswith("give a host name, not a URL"):
+            problem = problem.replace("try ", "try --allow-host ")
+        raise InvalidCommand(f"--allow-host {value!r}: {problem}")
     return host
 
 
@@ -695,10 +700,10 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--mode", choices=MODES, help="starting mode (default from config: "
                                                  "read-only)")
     p.add_argument("--allow-host", action="append", metavar="HOST",
-                   help="pre-approve network access to HOST (repeatable; needs the managed "
-                        "network proxy)")
+                   help="pre-approve network access to HOST (repeatable; reached through "
+                        "stockade's network proxy)")
     p.add_argument("--config", help="read this TOML file instead of the usual ones")
-    p.add_argument("--backend", choices=("auto", "bubblewrap", "none"))
+    p.add_argument("--backend", choices=("auto", "bubblewrap", "landlock", "none"))
     p.add_argument("--session", help="session id for the audit ledger (default: generated)")
     p.add_argument("--timeout", type=float, help="default per-command timeout in seconds")
     p.add_argument("--log-level", default="WARNING",
@@ -714,13 +719,24 @@ def main(argv: list[str]) -> int:
         print("stockade: the MCP server needs the MCP Python SDK 2.x: pip install 'stockade[mcp]' "
               f"({_MCP_MISSING})", file=sys.stderr)
         return 125
-    if options.timeout is not None and not options.timeout > 0:
-        print("stockade: --timeout must be positive", file=sys.stderr)
+    if options.timeout is not None and not 0 < options.timeout < float("inf"):
+        print(f"stockade: --timeout must be a positive number, got {options.timeout!r}",
+              file=sys.stderr)
         return 2
-    server = build_server(options)
-    if options.allow_host:
-        log.warning("--allow-host needs the managed network proxy; until it is enabled, "
-                    "commands report SandboxUnavailable")
+    workspace = options.workspace or os.getcwd()
+    if not os.path.isdir(workspace):
+        # Here, not in the server's lifespan: there it surfaces as an
+        # ExceptionGroup traceback from the task group, after the client connected.
+        print(f"stockade: InvalidCommand: workspace {workspace!r} is not a directory",
+              file=sys.stderr)
+        return 64
+    from .errors import SandboxError
+
+    try:
+        server = build_server(options)
+    except SandboxError as exc:
+        print(f"stockade: {type(exc).__name__}: {' '.join(str(exc).split())}", file=sys.stderr)
+        return exc.exit_status
     import anyio
 
     try:

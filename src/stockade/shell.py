@@ -27,6 +27,7 @@ import sys
 
 from .cli import (
     RUN_OPTIONS,
+    _check_hosts,
     _help,
     _number,
     open_session,
@@ -43,7 +44,7 @@ if TYPE_CHECKING:
     from .process import Outcome
 
 SHELL_OPTIONS = {k: v for k, v in RUN_OPTIONS.items()
-                 if k not in ("--json", "--max-output", "--no-subprocess")}
+                 if k not in ("--json", "--max-output", "--no-subprocess", "--quiet")}
 SHELL_OPTIONS["--timeout"] = (True, False, "seconds before the shell and everything in it is "
                                            "killed (default: none)")
 SHELL_USAGE = "usage: stockade shell [options] [-- SHELL [ARGS...]]"
@@ -85,7 +86,8 @@ def main(argv: list[str]) -> int:
     if values.get("help"):
         print(_help(SHELL_USAGE, SHELL_OPTIONS))
         return 0
-    timeout = _number(values, "timeout", float)
+    timeout = _number(values, "timeout", float, SHELL_USAGE)
+    _check_hosts(values, SHELL_USAGE)
 
     from .command import SandboxCommand
 

@@ -169,7 +169,8 @@ def test_write_outside_the_workspace_is_denied_with_a_hint(tmp_path: Path) -> No
             s = r.structured_content
             assert s["exit_code"] != 0
             assert s["sandbox_denied"] is True
-            assert "read-only in workspace-write" in s["hint"]
+            assert "is outside the workspace" in s["hint"]
+            assert s["hint"].endswith("only the workspace is writable")
     run(go())
     assert (tmp_path / "ws" / "f").read_text() == "inside\n"
     assert not (outside / "f").exists()

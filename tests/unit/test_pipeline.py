@@ -283,7 +283,7 @@ def test_denial_hint_names_the_path_the_error_is_about(stderr, path):
     from stockade.denial import denial_hint
 
     assert denial_hint("read-only", stderr, "workspace-write").startswith(
-        f"blocked by the sandbox: {path} is read-only in workspace-write")
+        f"blocked by the sandbox: {path} ")
 
 
 def test_a_refused_connect_reads_as_network_not_a_file():
@@ -302,3 +302,36 @@ def test_full_access_runs_in_the_workspace_not_in_stockades_cwd(tmp_path, env, m
     monkeypatch.chdir("/")
     out = sandbox.execute(SandboxCommand("pwd", session_id="fa"))
     assert out.stdout.decode().strip() == ws.cwd and out.backend == "none"
+
+
+def test_fs_write_in_read_only_is_refused_before_anyone_is_asked(tmp_path, env):
+    asker = FakeApprovalRequester("approved-session")
+    sandbox, driver = make(tmp_path, env, mode="read-only", requester=asker)
+    ws = sandbox.open_session("s", None)
+    caps = SandboxCapabilities(fs_write=[ws.cwd], spawn_subprocess=True)
+    with pytest.raises(CapabilityDenied, match="fs_write needs workspace-write or full-access"):
+        sandbox.execute(SandboxCommand("true", session_id="s", capabilities=caps))
+    assert asker.requests == [] and driver.runs == 0
+    assert rows(tmp_path)[-1]["outcome"] == "denied"
+
+
+def test_a_proxy_refusal_for_the_commands_key_marks_it_denied(tmp_path, env):
+    from stockade.proxy import ProxyDecision
+
+    sandbox, _ = make(tmp_path, env)
+    core = sandbox.core
+    core._proxy_decision(ProxyDecision(connection_id=1, session_id="s\x1f1", protocol="http",
+                                       host="other.example", port=443, allowed=False,
+                                       rule="", reason="not on the allow list"))
+    assert core._proxy_refusals["s\x1f1"] == ("other.example", 443, "not on the allow list")
+
+
+def test_the_denial_hint_is_kept_in_the_ledger(tmp_path, env):
+    sandbox, _ = make(tmp_path, env)
+    sandbox.open_session("s", str(tmp_path / "home"))
+    # FakeDriver runs unconfined: the error text is what the hint is made from.
+    out = sandbox.execute(SandboxCommand(
+        "sh", ["-c", "echo 'sh: 1: cannot create /etc/x: Read-only file system' >&2; exit 2"],
+        session_id="s"))
+    assert out.likely_sandbox_denied and "/etc/x is outside the workspace" in out.denial_hint
+    assert json.loads(rows(tmp_path)[-1]["detail"])["hint"] == out.denial_hint

@@ -336,7 +336,9 @@ def execute(argv: list[str], env: dict[bytes, bytes]) -> int:
     else:
         failure = denied or failure
     status = NOT_FOUND if failure.errno == ENOENT else CANNOT_EXECUTE
-    posix.write(2, f"stockade-init: cannot run {name}: {failure.strerror}\n".encode())
+    # Escaped: the name is the model's, and the terminal that shows it is a person's.
+    shown = name if name.isprintable() else repr(name)[1:-1]
+    posix.write(2, f"stockade-init: cannot run {shown}: {failure.strerror}\n".encode())
     return status
 
 
