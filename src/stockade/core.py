@@ -384,7 +384,8 @@ class SandboxCore:
             # Reported where the caller looks: the model learns why its file
             # is gone, the person where to find it.
             detail["neutralised"] = [n.to_json() for n in launch.neutralised]
-            output.denial_hint = neutralised_hint(launch.neutralised)
+            done = neutralised_hint(launch.neutralised)
+            output.denial_hint = f"{output.denial_hint}; {done}" if output.denial_hint else done
             output.likely_sandbox_denied = True
         if warnings:
             detail["warnings"] = list(warnings)

@@ -11,6 +11,9 @@ import os
 
 _MARKERS = (
     (b"Read-only file system", "read-only"),
+    # Renaming a file over a read-only mount point: git writes config.lock
+    # and renames it onto .git/config.
+    (b"Device or resource busy", "read-only"),
     (b"Operation not permitted", "eperm"),
     (b"Permission denied", "eacces"),
     (b"Network is unreachable", "network"),
@@ -36,9 +39,13 @@ def likely_sandbox_denied(exit_code: int | None, signal: int | None, stderr: byt
         return None
     if signal == SIGSYS or exit_code == 128 + SIGSYS:
         return "seccomp"
+    tail = stderr[-4096:]
+    if exit_code == 0 and b"could not write config file" in tail:
+        # `git submodule add` reports the refused .git/config and still
+        # exits 0: an agent reading only the status thinks it worked.
+        return "read-only"
     if exit_code == 0 or (exit_code is None and signal is None):
         return None
-    tail = stderr[-4096:]
     for marker, kind in _MARKERS:
         if marker in tail:
             # Landlock and seccomp refuse a connect() with EACCES/EPERM, which
@@ -129,7 +136,7 @@ def escape(text: str) -> str:
     return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
-_VERBS = ("cannot create ", "can't create ", "cannot open ", "can't open ", "cannot remove ",
+_VERBS = ("could not write config file ", "cannot create ", "can't create ", "cannot open ", "can't open ", "cannot remove ",
           "can't remove ", "cannot touch ", "cannot write ")
 _QUOTES = (("\u2018", "\u2019"), ("'", "'"), ('"', '"'), ("`", "'"))
 

@@ -21,7 +21,7 @@ import os
 TYPE_CHECKING = False
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    from collections.abc import Callable, Iterator
 
 #: Larger than any real repository config; a bigger one is not parsed, it
 #: is replaced whole (git would still read all of it).
@@ -197,13 +197,21 @@ def read_config(path: str) -> list[Entry] | None:
     return parse_config(data.decode("utf-8", "surrogateescape"))
 
 
-def filter_config(entries: list[Entry]) -> tuple[str, list[str]]:
-    """(the config with only inert keys, the keys removed)."""
+def filter_config(entries: list[Entry], *, worktree_ok: Callable[[str], bool] | None = None
+                  ) -> tuple[str, list[str]]:
+    """(the config with only inert keys, the keys removed).
+
+    `worktree_ok` may keep a `core.worktree` whose value it accepts: a
+    submodule's git directory under `.git/modules` needs one, leading back
+    into the workspace.
+    """
     out: list[str] = []
     removed: list[str] = []
     current = None
     for entry in entries:
-        if not _key_matches(entry.key, INERT_KEYS):
+        keep_worktree = (entry.key == "core.worktree" and worktree_ok is not None
+                         and worktree_ok(entry.value))
+        if not keep_worktree and not _key_matches(entry.key, INERT_KEYS):
             removed.append(entry.key)
             continue
         if entry.section_line != current:

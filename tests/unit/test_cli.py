@@ -119,10 +119,14 @@ def test_relative_path_out_of_the_workspace_is_resolved(cli):
     assert f"{rel} (/etc/up.txt) is outside the workspace" in out.stderr, out.stderr
 
 
-def test_git_init_hint_is_protected_metadata_not_outside(cli):
+def test_git_init_works_and_a_protected_write_is_named(cli):
     out = cli("run", "--mode", "workspace-write", "--", "git", "init", "-q")
+    assert out.returncode == 0 and out.stderr == "", out.stderr
+    assert (cli.ws / ".git" / "HEAD").is_file()
+    out = cli("run", "--mode", "workspace-write", "--", "sh", "-c", "echo x >> .git/config")
     line = last_line(out.stderr)
-    assert ".git is protected metadata, and protected metadata stays read-only" in line, line
+    assert ".git/config is read-only: .git is protected metadata" in line, \
+        line
     assert "outside" not in line
 
 
@@ -347,3 +351,19 @@ def test_a_deny_host_reason_is_not_part_of_the_host(cli):
     assert out.returncode == 0, out.stderr
     out = cli("run", "--deny-host", "https://gist.github.com=x", "--", "true")
     assert out.returncode == 2 and "try --deny-host gist.github.com" in out.stderr
+
+
+def test_git_submodule_add_that_exits_0_still_explains_the_refused_config(cli, tmp_path):
+    """git reports the refused .git/config and exits 0 anyway: the hint must say so."""
+    lib = tmp_path / "lib"
+    ident = ["-c", "user.name=t", "-c", "user.email=t@example.invalid"]
+    for repo in (lib, cli.ws):
+        subprocess.run(["git", "init", "-q", str(repo)], check=True)
+        (repo / "f").write_text("x\n")
+        subprocess.run(["git", "-C", str(repo), "add", "f"], check=True)
+        subprocess.run(["git", *ident, "-C", str(repo), "commit", "-qm", "m"], check=True)
+    out = cli("run", "--mode", "workspace-write", "--allow-read", str(lib), "--yes", "--",
+              "git", "-c", "protocol.file.allow=always", "submodule", "add", str(lib), "lib")
+    assert out.returncode == 0
+    assert ".git/config is read-only: .git is protected metadata" in last_line(out.stderr), \
+        out.stderr

@@ -425,7 +425,13 @@ class MetadataGuard:
             if entries is None:
                 text, removed = MINIMAL_CONFIG.decode(), ["everything (not parseable)"]
             else:
-                text, removed = gitmeta.filter_config(entries)
+                gitdir = os.path.dirname(path)
+
+                def inside(value: str) -> bool:
+                    real = os.path.realpath(os.path.join(gitdir, value))
+                    return any(is_under(real, r) for r in self.roots)
+
+                text, removed = gitmeta.filter_config(entries, worktree_ok=inside)
             if not removed:
                 return
             moved = self._quarantine(fd, name, path)
