@@ -136,8 +136,8 @@ def escape(text: str) -> str:
     return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
-_VERBS = ("could not write config file ", "cannot create ", "can't create ", "cannot open ", "can't open ", "cannot remove ",
-          "can't remove ", "cannot touch ", "cannot write ")
+_VERBS = ("could not write config file ", "cannot create ", "can't create ", "cannot open ",
+          "can't open ", "cannot remove ", "can't remove ", "cannot touch ", "cannot write ")
 _QUOTES = (("\u2018", "\u2019"), ("'", "'"), ('"', '"'), ("`", "'"))
 
 
