@@ -42,7 +42,9 @@ _FIELDS: dict[str, tuple[str, object]] = {
     "max_pids": ("int", 200),
     "max_memory_mb": ("int-or-none", None),
     "tmp_size_mb": ("int", 1024),
-    "max_file_size_mb": ("int-or-none", None),
+    # A default, so one runaway file cannot fill the filesystem holding your
+    # home (RLIMIT_FSIZE: the write that passes it fails with EFBIG).
+    "max_file_size_mb": ("int-or-none", 4096),
     "allow_hosts": (_STR_LIST, []),
     "deny_hosts": (_STR_LIST, []),
     "cpu_quota_percent": ("int-or-none", None),
