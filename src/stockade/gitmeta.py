@@ -116,6 +116,27 @@ def _unquote(raw: str) -> str:
     return "".join(out).strip()
 
 
+def _continues(text: str) -> bool:
+    """Whether a variable line goes on to the next: it ends in a backslash that
+    is neither escaped nor inside a comment (git ends the line at `#` or `;`
+    outside quotes, backslash and all)."""
+    quoted = False
+    i = 0
+    while i < len(text):
+        c = text[i]
+        if c == "\\":
+            if i == len(text) - 1:
+                return True
+            i += 2
+            continue
+        if c == '"':
+            quoted = not quoted
+        elif c in "#;" and not quoted:
+            return False
+        i += 1
+    return False
+
+
 def _section(header: str) -> str | None:
     """`[core]` -> core, `[remote "origin"]` -> remote.origin, `[a.b]` -> a.b; None if malformed."""
     inner = header.strip()[1:]
@@ -164,7 +185,7 @@ def parse_config(text: str) -> list[Entry] | None:
         if not section:
             return None
         block = [line]
-        while stripped.endswith("\\") and i < len(lines):
+        while _continues(stripped) and i < len(lines):
             stripped = stripped[:-1] + lines[i].strip()
             block.append(lines[i])
             i += 1
@@ -189,11 +210,17 @@ def read_config(path: str) -> list[Entry] | None:
     except OSError:
         return None
     try:
+        import stat
+
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None  # a directory or fifo at a config's name: git skips it, we refuse
         data = os.read(fd, MAX_CONFIG_BYTES + 1)
     finally:
         os.close(fd)
     if len(data) > MAX_CONFIG_BYTES:
         return None
+    if data.startswith(b"\xef\xbb\xbf"):
+        data = data[3:]  # git skips a UTF-8 byte-order mark
     return parse_config(data.decode("utf-8", "surrogateescape"))
 
 
@@ -360,6 +387,25 @@ def index_gitlinks(index_path: str) -> list[str] | None:
     except (ValueError, IndexError):
         return None
     return links
+
+
+def all_gitlinks(index_path: str) -> list[str]:
+    """`index_gitlinks` of an index and of every shared index beside it.
+
+    A split index (`git update-index --split-index`) keeps most entries in
+    `sharedindex.<sha>`; reading only `index` would miss a gitlink hidden
+    there. An index that cannot be read counts as holding nothing here; the
+    guard, which must not be fooled, reads it again itself.
+    """
+    links = set(index_gitlinks(index_path) or [])
+    gitdir = os.path.dirname(index_path)
+    try:
+        names = [n for n in os.listdir(gitdir) if n.startswith("sharedindex.")]
+    except OSError:
+        names = []
+    for name in names:
+        links.update(index_gitlinks(os.path.join(gitdir, name)) or [])
+    return sorted(links)
 
 
 def _varint(data: bytes, pos: int) -> tuple[int, int]:

@@ -247,7 +247,8 @@ class Profile:
 
 
 def protected_under(root: str, kind: Callable[[str], str] = path_kind,
-                    writable: tuple[str, ...] = (), home: str = "") -> list[Protected]:
+                    writable: tuple[str, ...] = (), home: str = "",
+                    global_configs: tuple[str, ...] = ()) -> list[Protected]:
     """Protected metadata in one writable root, resolving `.git` pointer files.
 
     git itself must keep working in workspace-write -- objects, index and refs
@@ -263,6 +264,13 @@ def protected_under(root: str, kind: Callable[[str], str] = path_kind,
     """
     roots = writable or (root,)
     out: list[Protected] = []
+    enclosing = _enclosing_repository(root, kind)
+    if enclosing:
+        # The workspace is a directory inside a repository (a package of a
+        # monorepo): the host's git at the top obeys that repository's config
+        # and enters its submodules, some of which may lie in here.
+        top, gitdir = enclosing
+        out.extend(git_protection(gitdir, top, kind, roots, home, 0, global_configs))
     for name in hostpaths.PROTECTED_NAMES:
         path = os.path.join(root, name)
         k = kind(path)
@@ -276,12 +284,12 @@ def protected_under(root: str, kind: Callable[[str], str] = path_kind,
                 "or run in read-only mode."
             )
         if name == ".git" and k == DIR:
-            out.extend(git_protection(path, root, kind, roots, home))
+            out.extend(git_protection(path, root, kind, roots, home, 0, global_configs))
         elif name == ".git" and k == FILE:
             out.append(Protected(path, FILE))
             gitdir = _read_gitdir_pointer(path)
             if gitdir:
-                out.extend(git_protection(gitdir, root, kind, roots, home))
+                out.extend(git_protection(gitdir, root, kind, roots, home, 0, global_configs))
         elif k == MISSING:
             out.append(Protected(path, WATCH))
         else:
@@ -302,13 +310,20 @@ WATCH = "watch"
 #: is put back after the run if the command replaced it.
 KEEP_LINK = "link"
 
+#: A real directory above a protected path, inside a writable root: bound onto
+#: itself so it cannot be renamed aside and rebuilt (`mv sub sub.old; mkdir
+#: sub; git init sub` would leave the read-only `sub/.git` mount behind in
+#: `sub.old`). Writable inside; not itself protected.
+HOLD = "hold"
+
 #: git directories nested deeper than this (submodules of submodules of ...)
-#: are not followed; `git status` itself rarely goes past two.
-MAX_GIT_DEPTH = 4
+#: are not followed; the guard quarantines a created one past it.
+MAX_GIT_DEPTH = 32
 
 
 def git_protection(gitdir: str, worktree: str, kind: Callable[[str], str],
-                   roots: tuple[str, ...], home: str = "", depth: int = 0) -> list[Protected]:
+                   roots: tuple[str, ...], home: str = "", depth: int = 0,
+                   global_configs: tuple[str, ...] = ()) -> list[Protected]:
     """What in one git directory (and what its config names) must not change.
 
     hooks, config, config.worktree and commondir are what make git run code
@@ -320,10 +335,13 @@ def git_protection(gitdir: str, worktree: str, kind: Callable[[str], str],
     into from here: `modules/*`, the commondir, and each gitlink in the index
     whose checkout has a `.git` (the submodules `git status` enters).
     """
-    # A git directory outside every writable root is already read-only.
-    if depth > MAX_GIT_DEPTH or not any(is_under(gitdir, r) for r in roots):
+    if depth > MAX_GIT_DEPTH:
         return []
-    out = [Protected(gitdir, PIN)]
+    # A git directory outside every writable root is already read-only, but
+    # what its config names may lie inside one (a linked worktree of a repo
+    # whose core.hooksPath is `.husky/_`, a workspace inside a monorepo).
+    inside = any(is_under(gitdir, r) for r in roots)
+    out = [Protected(gitdir, PIN)] if inside else []
 
     def protect(path: str) -> None:
         if not any(is_under(path, r) for r in roots):
@@ -339,11 +357,13 @@ def git_protection(gitdir: str, worktree: str, kind: Callable[[str], str],
     for name in ("hooks", "config", "config.worktree", "commondir"):
         protect(os.path.join(gitdir, name))
     info = os.path.join(gitdir, "info")
-    if kind(info) == DIR:
+    if inside and kind(info) == DIR:
         out.append(Protected(info, DIR))
     hook_dirs = [os.path.join(gitdir, "hooks")]
-    for config in ("config", "config.worktree"):
-        for what, path in gitmeta.referenced_paths(os.path.join(gitdir, config), worktree, home):
+    configs = [os.path.join(gitdir, "config"), os.path.join(gitdir, "config.worktree"),
+               *global_configs]
+    for config in configs:
+        for what, path in gitmeta.referenced_paths(config, worktree, home):
             protect(path)
             if what == "hooks":
                 hook_dirs.append(path)
@@ -363,28 +383,51 @@ def git_protection(gitdir: str, worktree: str, kind: Callable[[str], str],
         if target:
             target = os.path.realpath(os.path.join(gitdir, target))
             if target != gitdir:
-                out.extend(git_protection(target, worktree, kind, roots, home, depth + 1))
+                out.extend(git_protection(target, worktree, kind, roots, home, depth + 1,
+                                          global_configs))
     modules = os.path.join(gitdir, "modules")
     if kind(modules) == DIR:
         for entry in _listdir(modules):
             sub = os.path.join(modules, entry)
             if kind(sub) == DIR:
-                out.extend(git_protection(sub, worktree, kind, roots, home, depth + 1))
+                out.extend(git_protection(sub, worktree, kind, roots, home, depth + 1,
+                                          global_configs))
     for link in gitlinks(os.path.join(gitdir, "index")):
         checkout = os.path.join(worktree, link)
         dot_git = os.path.join(checkout, ".git")
         k = kind(dot_git)
         if k == DIR:
-            out.extend(git_protection(dot_git, checkout, kind, roots, home, depth + 1))
+            out.extend(git_protection(dot_git, checkout, kind, roots, home, depth + 1,
+                                      global_configs))
         elif k == FILE:
             protect(dot_git)
             pointed = _read_gitdir_pointer(dot_git)
             if pointed:
-                out.extend(git_protection(pointed, checkout, kind, roots, home, depth + 1))
+                out.extend(git_protection(pointed, checkout, kind, roots, home, depth + 1,
+                                          global_configs))
     return out
 
 
-_GITLINKS: dict[str, tuple[tuple[int, int, int], list[str]]] = {}
+def _enclosing_repository(root: str, kind: Callable[[str], str]) -> tuple[str, str] | None:
+    """(top, git directory) of the repository holding `root`, if `root` is not its top.
+
+    As git finds it: the nearest ancestor with a `.git`; a few stats up the
+    path, never down the tree.
+    """
+    parent = os.path.dirname(root)
+    while parent and parent != os.path.dirname(parent):
+        dot_git = os.path.join(parent, ".git")
+        k = kind(dot_git)
+        if k == DIR:
+            return parent, dot_git
+        if k == FILE:
+            pointed = _read_gitdir_pointer(dot_git)
+            return (parent, pointed) if pointed else None
+        parent = os.path.dirname(parent)
+    return None
+
+
+_GITLINKS: dict[str, tuple[tuple[int, int, int, int], list[str]]] = {}
 
 
 def gitlinks(index: str) -> list[str]:
@@ -398,11 +441,12 @@ def gitlinks(index: str) -> list[str]:
         st = os.stat(index)
     except OSError:
         return []
-    key = (st.st_ino, st.st_mtime_ns, st.st_size)
+    # ctime too: a command can put mtime back with `touch -d`, never ctime.
+    key = (st.st_ino, st.st_mtime_ns, st.st_ctime_ns, st.st_size)
     cached = _GITLINKS.get(index)
     if cached is not None and cached[0] == key:
         return cached[1]
-    links = gitmeta.index_gitlinks(index) or []
+    links = gitmeta.all_gitlinks(index)
     _GITLINKS[index] = (key, links)
     return links
 
@@ -414,9 +458,28 @@ def _listdir(path: str) -> list[str]:
         return []
 
 
+def hold_ancestors(protected: list[Protected], roots: tuple[str, ...],
+                   kind: Callable[[str], str]) -> list[Protected]:
+    """HOLD for every existing directory between a writable root and a protected path."""
+    held: dict[str, Protected] = {}
+    for item in protected:
+        if item.kind in (PIN, HOLD):
+            continue
+        root = max((r for r in roots if is_under(item.path, r) and item.path != r), key=len,
+                   default="")
+        if not root or root == "/":
+            continue
+        parent = os.path.dirname(item.path)
+        while parent != root and is_under(parent, root):
+            if parent not in held and kind(parent) == DIR:
+                held[parent] = Protected(parent, HOLD)
+            parent = os.path.dirname(parent)
+    return list(held.values())
+
+
 def home_protection(home: str, kind: Callable[[str], str], roots: tuple[str, ...],
                     hidden: list[tuple[str, str]]) -> list[Protected]:
-    """`hostpaths.HOME_PROTECTED` when a writable root holds the home directory.
+    """`hostpaths.HOME_PROTECTED`, where a writable root holds them.
 
     Without this a workspace of `~` (an MCP client started in the home)
     let a command append to ~/.bashrc and ~/.ssh/authorized_keys. A path
@@ -425,10 +488,14 @@ def home_protection(home: str, kind: Callable[[str], str], roots: tuple[str, ...
     and that grants the home's files too.
     """
     out: list[Protected] = []
-    if not home or not any(is_under(home, r) for r in roots if r != "/"):
+    if not home:
         return out
     for rel in hostpaths.HOME_PROTECTED:
         path = os.path.join(home, rel)
+        # Under any writable root: `writable = ["~/.config"]` must not hand
+        # over ~/.config/systemd and ~/.config/stockade with it.
+        if not any(is_under(path, r) for r in roots if r != "/"):
+            continue
         if any(is_under(path, h) for h, _ in hidden):
             continue
         k = kind(path)
@@ -446,11 +513,22 @@ def home_protection(home: str, kind: Callable[[str], str], roots: tuple[str, ...
 
 
 def _read_first_line(path: str) -> str:
+    """The first line of a small file the command may have written, never raising.
+
+    Bytes a command chose (a pointer to `r\xe9`) must not crash the guard that
+    was about to neutralise the rest: they decode as git reads them, bytes.
+    """
     try:
-        with open(path) as fh:
-            return fh.readline().strip()
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
     except OSError:
         return ""
+    try:
+        data = os.read(fd, 1 << 16)
+    except OSError:
+        data = b""
+    finally:
+        os.close(fd)
+    return data.split(b"\n", 1)[0].decode("utf-8", "surrogateescape").strip()
 
 
 def _read_gitdir_pointer(path: str) -> str:
@@ -544,7 +622,9 @@ def build_profile(
             hidden.append((real, DIR if k == DIR else FILE))
     for p in hostpaths.unreadable(unreadable, host_env, granted, listdir):
         real = os.path.realpath(p)
-        if any(is_under(real, g) and g != "/" for g in grants):
+        # The workspace's own write grant is not a request to see what is
+        # hidden inside it: a workspace of ~ must not unmask ~/.aws.
+        if any(is_under(real, g) and g != "/" and not is_under(workspace, g) for g in grants):
             continue
         if any(is_under(ca, real) for ca in ca_bundles):
             continue  # a CA bundle kept under a hidden directory stays readable
@@ -573,10 +653,16 @@ def build_profile(
     if writable_ws or write_roots:
         roots = ([workspace] if writable_ws else []) + list(capabilities.fs_write)
         writable_all = tuple(roots) + tuple(write_roots)
+        xdg = host_env.get("XDG_CONFIG_HOME") or (os.path.join(home, ".config") if home else "")
+        global_configs = tuple(p for p in (
+            host_env.get("GIT_CONFIG_GLOBAL", ""), os.path.join(home, ".gitconfig") if home
+            else "", os.path.join(xdg, "git", "config") if xdg else "") if p)
         for root in roots:
             if kind(root) == DIR and not any(is_under(root, d) for d, _ in hidden):
-                protected.extend(protected_under(root, kind, writable_all, home))
+                protected.extend(protected_under(root, kind, writable_all, home,
+                                                 global_configs))
         protected.extend(home_protection(home, kind, writable_all, hidden))
+        protected.extend(hold_ancestors(protected, writable_all, kind))
 
     return Profile(
         mode=mode,

@@ -239,3 +239,11 @@ def test_a_workspace_of_home_keeps_start_up_files_and_doors_shut(box: Box) -> No
     for rel in (".ssh/authorized_keys", ".config/systemd/user/evil.service", ".local/bin/git",
                 ".config/stockade/config.toml", ".profile"):
         assert not (box.home / rel).exists(), f"{rel} left in the home\n{text(res)}"
+
+
+def test_a_workspace_of_home_still_hides_credentials(box: Box) -> None:
+    """The workspace's own write grant is not a request to see what is hidden in it."""
+    res = box.sh("cat .aws/credentials .ssh/id_rsa 2>&1; echo end", mode="workspace-write",
+                 options=["--workspace", str(box.home)], cwd=box.home)
+    out = text(res)
+    assert "end" in out and not any(m in out for m in box.markers.values() if "bashrc" not in m)

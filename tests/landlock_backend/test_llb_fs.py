@@ -312,5 +312,11 @@ def test_eight_overlapping_runs_each_keep_every_protection(box: Box, round_: int
     trust.test_eight_overlapping_runs_each_keep_every_protection(box, round_)
 
 
-def test_a_workspace_of_home_keeps_start_up_files_and_doors_shut(box: Box) -> None:
-    trust.test_a_workspace_of_home_keeps_start_up_files_and_doors_shut(box)
+def test_a_workspace_of_home_is_refused(box: Box) -> None:
+    """The home holds hidden credentials, and Landlock cannot hide a path inside a
+    writable directory: the run is refused, with the reason, and writes nothing."""
+    before = snapshot(box.home)
+    res = box.sh(trust.HOME_ATTACK.replace("$M", str(box.sibling / "m")),
+                 mode="workspace-write", options=["--workspace", str(box.home)], cwd=box.home)
+    assert res.returncode == 125 and b"holds a hidden path" in res.stderr, text(res)
+    assert snapshot(box.home) == before

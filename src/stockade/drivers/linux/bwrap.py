@@ -4,8 +4,8 @@
 run nothing; the isolation suite then runs the real thing to prove the
 kernel agrees. Mount order matters and is the design: later mounts cover
 earlier ones, so the sequence is base view, home reset, /dev /proc /tmp,
-extra reads, writable roots, then the masks and protections that must win
-over anything writable beneath them.
+extra reads, writable roots, then the protections and, last, the masks:
+what is hidden must win over anything writable or protected around it.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import sys
 
 from ...capabilities import NetworkPolicy, is_under
 from ...errors import SandboxUnavailable
-from ...profile import DIR, FILE, PIN, STRICT
+from ...profile import DIR, FILE, HOLD, PIN, STRICT
 from .. import PreparedLaunch
 from .limits import ExecCgroup, exec_cgroup, mechanism, nproc_limit, prime_migration
 
@@ -210,7 +210,22 @@ def build_bwrap_args(profile: Profile, bwrap: str, *, inner: list[str] | None = 
     for root in profile.write_roots:
         a += ["--bind-try", root, root]
 
-    # 6. Hidden credentials and runtime sockets, over anything writable.
+    # 6. Protected metadata that exists: read-only. A missing name gets no
+    #    mount (a mount point would have to be created on the host); the
+    #    driver's guard neutralises whatever the command leaves there.
+    #    Directories that must stay put (PIN, HOLD) first and shallowest
+    #    first: a bind made later would cover the read-only mounts beneath it.
+    held = sorted((p.path for p in profile.protected if p.kind in (PIN, HOLD)),
+                  key=lambda path: (path.count("/"), path))
+    for path in held:
+        a += ["--bind", path, path]
+    for item in profile.protected:
+        if item.kind in (DIR, FILE):
+            a += ["--ro-bind", item.path, item.path]
+
+    # 7. Hidden credentials and runtime sockets, over anything writable and over
+    #    the protected mounts: a read-only bind of ~/.ssh (a workspace of ~)
+    #    would otherwise bring back the private keys masked inside it.
     for path, kind in profile.hidden:
         if kind == DIR:
             a += ["--tmpfs", path, "--remount-ro", path]
@@ -219,15 +234,6 @@ def build_bwrap_args(profile: Profile, bwrap: str, *, inner: list[str] | None = 
     for sock in profile.sockets:
         # connect() to a character device fails with ECONNREFUSED.
         a += ["--ro-bind", "/dev/null", sock]
-
-    # 7. Protected metadata that exists: read-only. A missing name gets no
-    #    mount (a mount point would have to be created on the host); the
-    #    driver's guard neutralises whatever the command leaves there.
-    for item in profile.protected:
-        if item.kind == PIN:
-            a += ["--bind", item.path, item.path]
-        elif item.kind in (DIR, FILE):
-            a += ["--ro-bind", item.path, item.path]
 
     # 8. Granted sockets come back last, through whatever hid their directory.
     for sock in profile.granted_sockets:

@@ -32,7 +32,7 @@ import time
 
 from ... import gitmeta
 from ...capabilities import is_under
-from ...profile import KEEP_LINK, PIN, gitlinks
+from ...profile import HOLD, KEEP_LINK, PIN, _read_gitdir_pointer
 from .fstree import (
     GUARD_MAX_BYTES,
     GUARD_MAX_DEPTH,
@@ -48,12 +48,15 @@ from .fstree import (
 TYPE_CHECKING = False
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from ...profile import Profile
 
 #: The config a repository gets when the one the command wrote cannot be parsed.
 MINIMAL_CONFIG = b"[core]\n\trepositoryformatversion = 0\n\tbare = false\n"
-#: git directories nested deeper than this are not followed (see profile.MAX_GIT_DEPTH).
-MAX_DEPTH = 4
+#: A created repository nested deeper than this is not followed but moved to
+#: the quarantine whole: git itself recurses into every level.
+MAX_DEPTH = 32
 
 
 class Neutralised:
@@ -90,7 +93,7 @@ class MetadataGuard:
             profile.write_roots)
         self.content = restore_content
         self.links = {p.path for p in profile.protected if p.kind == KEEP_LINK}
-        self.paths = sorted({p.path for p in profile.protected if p.kind != PIN})
+        self.paths = sorted({p.path for p in profile.protected if p.kind not in (PIN, HOLD)})
         self.gitdirs = sorted({p.path for p in profile.protected if p.kind == PIN})
         self.alive_fd = -1
         self.dir = ""
@@ -189,9 +192,12 @@ class MetadataGuard:
             budget = [GUARD_MAX_BYTES, GUARD_MAX_ENTRIES]
             for path in self.paths:
                 key = self._key(path)
-                if self._known(dir_fd, key):
+                tree_kept = os.path.lexists(os.path.join(self.dir, key))
+                if self._known(dir_fd, key) and (tree_kept or not self.content or os.path.lexists(
+                        os.path.join(self.dir, key + ".missing"))):
                     continue
-                manifest.append(f"p {path}")
+                if not self._known(dir_fd, key):
+                    manifest.append(f"p {path}")
                 if self._under_missing(dir_fd, path):
                     _touch(dir_fd, key + ".missing")
                     continue
@@ -202,8 +208,11 @@ class MetadataGuard:
                 fd, name = where
                 try:
                     if not (self.content or path in self.links):
-                        present = os.path.lexists(os.path.join(f"/proc/self/fd/{fd}", name))
-                        _touch(dir_fd, key + (".present" if present else ".missing"))
+                        ident = _identity(fd, name)
+                        if ident:
+                            _write(dir_fd, key + ".present", ident)
+                        else:
+                            _touch(dir_fd, key + ".missing")
                         continue
                     tree = read_tree(fd, name, budget)
                 except TooLarge:
@@ -218,17 +227,19 @@ class MetadataGuard:
                 finally:
                     os.close(fd)
                 if tree is None:
-                    _touch(dir_fd, key + ".missing")
+                    if not self._known(dir_fd, key):
+                        _touch(dir_fd, key + ".missing")
                 else:
+                    # A guard that keeps copies, joining a baseline a bubblewrap
+                    # run recorded without them: held read-only until now, so
+                    # the path as it is now is the original.
                     write_tree(dir_fd, key, tree)
             for gitdir in self.gitdirs:
                 key = self._key(gitdir) + ".git"
                 if os.path.lexists(os.path.join(self.dir, key)):
                     continue
                 manifest.append(f"g {gitdir}")
-                with open(os.open(key, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC,
-                                  0o600, dir_fd=dir_fd), "wb") as fh:
-                    fh.write("\0".join(_git_state(gitdir)).encode("utf-8", "surrogateescape"))
+                _write(dir_fd, key, "\0".join(_git_state(gitdir)))
         finally:
             os.close(dir_fd)
         if manifest:
@@ -281,25 +292,47 @@ class MetadataGuard:
         paths, gitdirs = recorded
         done: list[Neutralised] = []
         for path in paths:
-            try:
-                self._settle(path, done)
-            except OSError as exc:
-                done.append(Neutralised(path, f"COULD NOT BE NEUTRALISED ({exc.strerror}): "
-                                        "check it before running git or an editor here"))
+            self._attempt(self._settle, path, done)
         for gitdir in gitdirs:
-            try:
-                self._new_in_gitdir(gitdir, done)
-            except OSError as exc:
-                done.append(Neutralised(gitdir, f"COULD NOT BE CHECKED ({exc.strerror}): "
-                                        "check it before running git here"))
+            self._attempt(self._new_in_gitdir, gitdir, done)
         return done
+
+    @staticmethod
+    def _attempt(step: Callable[[str, list[Neutralised]], None], path: str,
+                 done: list[Neutralised]) -> None:
+        """One step of the sweep; a failure is reported, and the sweep goes on.
+
+        Whatever the command left can make a step fail (bytes that do not
+        decode, a directory at a file's name, an entry it made unreadable):
+        that must never leave the rest of the workspace unswept, nor pass
+        silently.
+        """
+        try:
+            step(path, done)
+        except Exception as exc:
+            why = getattr(exc, "strerror", None) or type(exc).__name__
+            done.append(Neutralised(path, f"COULD NOT BE NEUTRALISED ({why}): check it before "
+                                    "running git or an editor here"))
 
     def _settle(self, path: str, done: list[Neutralised]) -> None:
         key = self._key(path)
         missing = os.path.lexists(os.path.join(self.dir, key + ".missing"))
-        if os.path.lexists(os.path.join(self.dir, key + ".present")):
-            return  # held read-only by a mount for the whole run
+        present = os.path.join(self.dir, key + ".present")
+        kept = os.path.lexists(os.path.join(self.dir, key))
         where = open_parent(path, self.roots)
+        if not kept and os.path.lexists(present):
+            # Held read-only by a mount: unchanged, unless it is no longer the
+            # same file (a directory above it renamed aside and rebuilt).
+            if where is None:
+                self._break_chain(path, done)
+                return
+            fd, name = where
+            try:
+                if _identity(fd, name) not in ("", _read(present)):
+                    self._neutralise(fd, name, path, done)
+            finally:
+                os.close(fd)
+            return
         if where is None:
             self._break_chain(path, done)
             return
@@ -317,8 +350,10 @@ class MetadataGuard:
                 os.close(base_fd)
             try:
                 have = read_tree(fd, name)
-            except TooLarge:
-                have = ("too large",)  # not the baseline, whatever it is
+            except (TooLarge, OSError):
+                # Too large, or an entry made unreadable (chmod 000) so the
+                # restore would stop at it: not the baseline, whatever it is.
+                have = ("unreadable",)
             if want is None or _same(have, want):
                 return
             moved = self._quarantine(fd, name, path) if have is not None else ""
@@ -354,16 +389,20 @@ class MetadataGuard:
                           depth: int) -> None:
         """A `.git` the command made (dir or `gitdir:` file) keeps working, inert."""
         if depth > MAX_DEPTH:
+            self._move(dot_git, done, f"a repository nested more than {MAX_DEPTH} deep")
             return
-        from ...profile import _read_gitdir_pointer
-
         if os.path.islink(dot_git):
             self._move(dot_git, done, "a .git symlink the command created")
             return
         if os.path.isfile(dot_git):
             target = _read_gitdir_pointer(dot_git)
             if not target or not any(is_under(target, r) for r in self.roots):
-                return  # a repository outside every writable root is the person's own
+                # Pointing out of the workspace: into the command's own /tmp,
+                # or at a repository of the person's whose config and hooks
+                # would then run on this directory's content.
+                self._move(dot_git, done, "a .git pointer the command created to a git "
+                           "directory outside the workspace")
+                return
             self._inert_gitdir(target, worktree, done, depth)
         elif os.path.isdir(dot_git):
             self._inert_gitdir(dot_git, worktree, done, depth)
@@ -372,36 +411,43 @@ class MetadataGuard:
                       depth: int) -> None:
         for name in ("config", "config.worktree"):
             if os.path.lexists(os.path.join(gitdir, name)):
-                self._inert_config(os.path.join(gitdir, name), done)
-        self._inert_hooks(os.path.join(gitdir, "hooks"), done)
+                self._attempt(self._inert_config, os.path.join(gitdir, name), done)
+        self._attempt(self._inert_hooks, os.path.join(gitdir, "hooks"), done)
         common = os.path.join(gitdir, "commondir")
         if os.path.lexists(common) and not _commondir_is_main(gitdir):
             self._move(common, done, "git would follow it to another repository's config")
-        for entry in _listdir(os.path.join(gitdir, "worktrees")):
-            self._inert_gitdir(os.path.join(gitdir, "worktrees", entry), worktree, done,
-                               depth + 1)
-        for entry in _listdir(os.path.join(gitdir, "modules")):
-            self._inert_gitdir(os.path.join(gitdir, "modules", entry), worktree, done,
-                               depth + 1)
-        for link in gitmeta.index_gitlinks(os.path.join(gitdir, "index")) or ():
-            checkout = os.path.join(worktree, link)
-            self._inert_repository(os.path.join(checkout, ".git"), checkout, done, depth + 1)
+        # Gitlinks are checked out where git puts this repository's worktree:
+        # a (kept) core.worktree, a linked worktree's `gitdir` file, or beside it.
+        worktree = _worktree_of(gitdir) or worktree
+
+        def nested(path: str, into: list[Neutralised]) -> None:
+            self._inert_gitdir(path, worktree, into, depth + 1)
+
+        def linked(dot_git: str, into: list[Neutralised]) -> None:
+            self._inert_repository(dot_git, os.path.dirname(dot_git), into, depth + 1)
+
+        for sub in ("worktrees", "modules"):
+            for entry in _listdir(os.path.join(gitdir, sub)):
+                self._attempt(nested, os.path.join(gitdir, sub, entry), done)
+        for link in gitmeta.all_gitlinks(os.path.join(gitdir, "index")):
+            self._attempt(linked, os.path.join(worktree, link, ".git"), done)
 
     def _new_in_gitdir(self, gitdir: str, done: list[Neutralised]) -> None:
         """In a repository that existed: the worktrees, modules and gitlinks that did not."""
-        try:
-            with open(os.path.join(self.dir, self._key(gitdir) + ".git"), "rb") as fh:
-                before = set(fh.read().decode("utf-8", "surrogateescape").split("\0"))
-        except OSError:
+        recorded = os.path.join(self.dir, self._key(gitdir) + ".git")
+        if not os.path.lexists(recorded):
             return
+        before = set(_read(recorded).split("\0"))
         if not os.path.isdir(gitdir) or os.path.islink(gitdir):
             return
         now = _git_state(gitdir)
-        worktree = os.path.dirname(gitdir) if os.path.basename(gitdir) == ".git" else ""
+        worktree = _worktree_of(gitdir) or (
+            os.path.dirname(gitdir) if os.path.basename(gitdir) == ".git" else "")
         for item in now:
             if item in before:
                 continue
-            kind, _, name = item.partition(" ")
+            kind, _, rest = item.partition(" ")
+            name = rest.rpartition(" ")[0] if kind in ("wt", "mod") else rest
             if kind in ("wt", "mod"):
                 sub = os.path.join(gitdir, "worktrees" if kind == "wt" else "modules", name)
                 self._inert_gitdir(sub, worktree, done, 1)
@@ -417,9 +463,10 @@ class MetadataGuard:
             return
         fd, name = where
         try:
-            if os.path.islink(os.path.join(f"/proc/self/fd/{fd}", name)):
+            full = os.path.join(f"/proc/self/fd/{fd}", name)
+            if os.path.islink(full) or (os.path.lexists(full) and not os.path.isfile(full)):
                 moved = self._quarantine(fd, name, path)
-                done.append(Neutralised(path, "a symlinked git config", moved))
+                done.append(Neutralised(path, "not a regular git config file", moved))
                 return
             entries = gitmeta.read_config(os.path.join(f"/proc/self/fd/{fd}", name))
             if entries is None:
@@ -551,11 +598,61 @@ def _unowned(tree: object) -> object:
 
 
 def _git_state(gitdir: str) -> list[str]:
-    """What a repository holds that leads git elsewhere: worktrees, modules, gitlinks."""
-    state = [f"wt {e}" for e in _listdir(os.path.join(gitdir, "worktrees"))]
-    state += [f"mod {e}" for e in _listdir(os.path.join(gitdir, "modules"))]
-    state += [f"link {p}" for p in gitlinks(os.path.join(gitdir, "index"))]
+    """What a repository holds that leads git elsewhere: worktrees, modules, gitlinks.
+
+    Worktrees and modules by name and identity: one renamed aside and rebuilt
+    under the same name is a new one. Gitlinks read afresh from the index and
+    its shared indexes, never from a cache a command could satisfy with
+    `touch -d`.
+    """
+    state: list[str] = []
+    for kind, sub in (("wt", "worktrees"), ("mod", "modules")):
+        for entry in _listdir(os.path.join(gitdir, sub)):
+            try:
+                st = os.lstat(os.path.join(gitdir, sub, entry))
+            except OSError:
+                continue
+            state.append(f"{kind} {entry} {st.st_dev}:{st.st_ino}")
+    state += [f"link {p}" for p in gitmeta.all_gitlinks(os.path.join(gitdir, "index"))]
     return state
+
+
+def _worktree_of(gitdir: str) -> str:
+    """Where git checks this repository out, when it says so itself."""
+    pointer = os.path.join(gitdir, "gitdir")  # a linked worktree's way back
+    if os.path.isfile(pointer) and not os.path.islink(pointer):
+        from ...profile import _read_first_line
+
+        line = _read_first_line(pointer)
+        if line:
+            return os.path.dirname(os.path.realpath(os.path.join(gitdir, line)))
+    for entry in gitmeta.read_config(os.path.join(gitdir, "config")) or ():
+        if entry.key == "core.worktree":
+            return os.path.realpath(os.path.join(gitdir, entry.value))
+    return ""
+
+
+def _identity(dir_fd: int, name: str) -> str:
+    try:
+        st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+    except OSError:
+        return ""
+    return f"{st.st_dev}:{st.st_ino}:{st.st_mode & 0o170000}"
+
+
+def _write(dir_fd: int, name: str, text: str) -> None:
+    fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600,
+                 dir_fd=dir_fd)
+    with open(fd, "wb") as fh:
+        fh.write(text.encode("utf-8", "surrogateescape"))
+
+
+def _read(path: str) -> str:
+    try:
+        with open(path, "rb") as fh:
+            return fh.read().decode("utf-8", "surrogateescape")
+    except OSError:
+        return ""
 
 
 def _commondir_is_main(gitdir: str) -> bool:
@@ -563,10 +660,10 @@ def _commondir_is_main(gitdir: str) -> bool:
     parent = os.path.dirname(gitdir)
     if os.path.basename(parent) != "worktrees":
         return False
-    try:
-        with open(os.path.join(gitdir, "commondir")) as fh:
-            target = fh.readline().strip()
-    except OSError:
+    from ...profile import _read_first_line
+
+    target = _read_first_line(os.path.join(gitdir, "commondir"))
+    if not target:
         return False
     return os.path.realpath(os.path.join(gitdir, target)) == os.path.realpath(
         os.path.dirname(parent))

@@ -10,7 +10,7 @@ reading the transcript then goes after the right cause.
 from __future__ import annotations
 
 from ...capabilities import NetworkPolicy, is_under
-from ...profile import PIN
+from ...profile import HOLD, PIN
 from .sbpl import canonical_macos_path
 
 TYPE_CHECKING = False
@@ -105,7 +105,7 @@ def _place(profile: Profile, path: str, scratch: str) -> str:
             return f"blocked by the sandbox: {path} is a hidden credential store"
     folded = path.lower()
     # A pinned directory (.git) is writable itself.
-    guarded = [p for p in profile.protected if p.kind != PIN]
+    guarded = [p for p in profile.protected if p.kind not in (PIN, HOLD)]
     for item in guarded:
         protected = canonical_macos_path(item.path).lower()
         if folded == protected or folded.startswith(protected + "/"):

@@ -20,7 +20,7 @@ import sys
 from ...capabilities import NetworkPolicy, is_under
 from ...errors import ConfigError, SandboxUnavailable
 from ...process import chdir_argv
-from ...profile import DIR, PIN, STRICT
+from ...profile import DIR, HOLD, PIN, STRICT
 from .. import PreparedLaunch
 from .hardening import scrub_env
 from .sbpl import (
@@ -212,7 +212,8 @@ def seatbelt_profile(
     # cannot be renamed aside, which the ancestor rule below covers here. A
     # watched name (.git/commondir) Linux can only remove afterwards; here a
     # rule simply refuses its creation.
-    protected = [canonical_macos_path(p.path) for p in profile.protected if p.kind != PIN]
+    protected = [canonical_macos_path(p.path) for p in profile.protected
+                 if p.kind not in (PIN, HOLD)]
 
     b.lines.append("(version 1)")
     b.comment("""
