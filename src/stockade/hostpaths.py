@@ -132,12 +132,19 @@ PROTECTED_NAMES = (".git", ".stockade", "stockade.toml", ".envrc", "mise.toml", 
 #: When the home directory itself is writable (a workspace of `~`, as an MCP
 #: client started in the home gives), the files a login, a new shell or the
 #: desktop runs without asking, and the door for the next ssh login.
+#: Beyond the shells' own files: what they source (`.bash_aliases` from
+#: Debian's .bashrc, `.bashrc.d`), directories on a login's PATH (`bin`,
+#: `.local/bin`), Python's user site (a `.pth` there runs in every
+#: interpreter), editors' start-up files, desktop entries.
 HOME_PROTECTED = (".bashrc", ".bash_profile", ".bash_login", ".bash_logout", ".profile",
-                  ".zshrc", ".zshenv", ".zprofile", ".zlogin", ".zlogout", ".config/fish",
-                  ".inputrc", ".xprofile", ".xsessionrc", ".xinitrc", ".pam_environment",
+                  ".bash_aliases", ".bashrc.d", ".zshrc", ".zshenv", ".zprofile", ".zlogin",
+                  ".zlogout", ".zshrc.d", ".config/fish", ".inputrc", ".xprofile",
+                  ".xsessionrc", ".xsession", ".xinitrc", ".pam_environment",
                   ".config/environment.d", ".config/autostart", ".config/systemd",
-                  ".local/share/systemd", ".ssh", ".gitconfig", ".config/git",
-                  ".local/bin", ".config/stockade")
+                  ".local/share/systemd", ".local/share/applications", ".ssh", ".gitconfig",
+                  ".config/git", "bin", ".local/bin", ".local/lib", ".cargo/env",
+                  ".vimrc", ".vim", ".config/nvim", ".emacs", ".emacs.d", ".config/emacs",
+                  ".config/stockade")
 
 
 def expand(path: str, env: Mapping[str, str]) -> str:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import concurrent.futures
 import os
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -247,3 +248,135 @@ def test_a_workspace_of_home_still_hides_credentials(box: Box) -> None:
                  options=["--workspace", str(box.home)], cwd=box.home)
     out = text(res)
     assert "end" in out and not any(m in out for m in box.markers.values() if "bashrc" not in m)
+
+
+# -- found by attacking the guard: each a script, then the host's own git ------------------
+
+def _with_sub(box: Box) -> None:
+    init_repo(box)
+    sub = box.mkdir("ws/sub")
+    init_repo(box, sub)
+    git(box, "add", "sub")
+    git(box, "commit", "-qm", "sub")
+
+
+ATTACKS = {
+    # A gitdir pointer with bytes that do not decode used to crash the sweep.
+    "undecodable-pointer": (init_repo, r"""
+        R=$(printf 'r\351'); rm -rf .git; git init -q --separate-git-dir "$PWD/$R" .
+        git config core.fsmonitor "touch $M; false"; echo planted""", ["status"]),
+    # git ends a line at a comment, backslash and all.
+    "comment-backslash": (init_repo, r"""
+        printf '[core]\n\tbare = false ; \\\n\tfsmonitor = "touch %s; false"\n' "$M" \
+          > new.cfg; rm -rf .git; git init -q .; cp new.cfg .git/config; echo planted""",
+                          ["status"]),
+    # A directory at config.worktree's name stopped the rest of the sweep.
+    "config-worktree-dir": (None, r"""
+        git init -q .; mkdir .git/config.worktree
+        printf '#!/bin/sh\ntouch %s\n' "$M" > .git/hooks/pre-commit
+        chmod +x .git/hooks/pre-commit; echo planted""", ["commit", "--allow-empty", "-qm", "x"]),
+    # A split index keeps the gitlink in sharedindex.*.
+    "split-index": (init_repo, r"""
+        mkdir sub; (cd sub; git init -q; git -c user.name=t -c user.email=t@t commit -q \
+          --allow-empty -m x); git add sub; git -C sub config core.fsmonitor "touch $M; false"
+        git update-index --split-index; echo planted""", ["status"]),
+    # A submodule renamed aside and rebuilt under its name.
+    "submodule-rebuilt": (_with_sub, r"""
+        mv sub sub.old && mkdir sub && cd sub && git init -q && \
+        git -c user.name=t -c user.email=t@t commit -q --allow-empty -m x && \
+        git config core.fsmonitor "touch $M; false"; echo planted""", ["status"]),
+    # Six repositories deep: git recurses into every level.
+    "deep-gitlinks": (None, r"""
+        mk() { (cd "$1" && git init -q . && git -c user.name=t -c user.email=t@t \
+          commit -q --allow-empty -m x); }
+        p=.; for i in 1 2 3 4 5 6; do mkdir -p "$p/d$i"; p="$p/d$i"; done
+        mk "$p"; git -C "$p" config core.fsmonitor "touch $M; false"
+        while [ "$p" != . ]; do q=$(dirname "$p"); mk "$q"; git -C "$q" add "$(basename "$p")"
+          git -C "$q" -c user.name=t -c user.email=t@t commit -qm l; p=$q; done
+        echo planted""", ["status"]),
+    # An entry made unreadable used to stop the restore.
+    "unreadable-entry": (init_repo, r"""
+        printf '#!/bin/sh\ntouch %s\n' "$M" > .git/hooks/pre-commit 2>/dev/null
+        chmod +x .git/hooks/pre-commit 2>/dev/null
+        touch .git/hooks/zzz 2>/dev/null; chmod 000 .git/hooks/zzz 2>/dev/null; echo planted""",
+                         ["commit", "--allow-empty", "-qm", "x"]),
+}
+
+
+@pytest.mark.parametrize("name", sorted(ATTACKS))
+def test_what_the_guard_was_tricked_with_runs_nothing_on_the_host(box: Box, name: str) -> None:
+    setup, script, trigger = ATTACKS[name]
+    if setup is not None:
+        setup(box)
+    m = marker(box, name)
+    script = script.replace("$M", str(m)).replace("%s", str(m))
+    control = copy_workspace(box, "control")
+    cm = Path(str(m) + "-control")
+    unconfined(box, script.replace(str(m), str(cm)), control)
+    git(box, *trigger, cwd=control)
+    assert cm.exists(), f"control: the host's git did not run the payload ({name})"
+
+    res = box.sh(script, mode="workspace-write")
+    assert b"planted" in res.stdout, text(res)
+    git(box, *trigger)
+    assert not m.exists(), f"the host's git ran what the command left\n{text(res)}"
+
+
+def test_global_hooks_path_inside_the_workspace_is_protected(box: Box) -> None:
+    init_repo(box)
+    box.mkdir("ws/.githooks")
+    box.write(box.ws / ".githooks" / "pre-commit", "#!/bin/sh\ntrue\n", 0o755)
+    global_cfg = box.write(box.sibling / "gitconfig", "[core]\n\thooksPath = .githooks\n")
+    m = marker(box, "global")
+    env = box.env(GIT_CONFIG_GLOBAL=str(global_cfg))
+    box.sh(f"printf '#!/bin/sh\\ntouch {m}\\n' > .githooks/pre-commit; echo planted",
+           mode="workspace-write", env=env)
+    box.host(["git", *GIT_ID, "commit", "--allow-empty", "-qm", "x"], env=env,
+             capture_output=True)
+    assert not m.exists(), "the host's commit ran a hook in the global hooksPath"
+
+
+def test_a_workspace_inside_a_monorepo_keeps_its_hooks_path(box: Box) -> None:
+    init_repo(box)
+    git(box, "config", "core.hooksPath", "pkg/.githooks")
+    box.mkdir("ws/pkg")
+    box.mkdir("ws/pkg/.githooks")
+    box.write(box.ws / "pkg" / ".githooks" / "pre-commit", "#!/bin/sh\ntrue\n", 0o755)
+    m = marker(box, "monorepo")
+    box.sh(f"printf '#!/bin/sh\\ntouch {m}\\n' > .githooks/pre-commit; echo planted",
+           mode="workspace-write", options=["--workspace", str(box.ws / "pkg")],
+           cwd=box.ws / "pkg")
+    git(box, "commit", "--allow-empty", "-qm", "x")
+    assert not m.exists(), "the host's commit at the top ran a hook the package's run wrote"
+
+
+def test_a_landlock_run_overlapping_a_bubblewrap_run_leaves_nothing(box: Box) -> None:
+    """The bubblewrap run records only which names existed; a Landlock run joining
+    that baseline must still keep copies of what it can write, and put them back."""
+    init_repo(box)
+    m = marker(box, "mixed")
+    script = (f"printf '#!/bin/sh\\ntouch {m}\\n' > .git/hooks/pre-commit; "
+              "chmod +x .git/hooks/pre-commit; echo planted")
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        long = pool.submit(box.sh, "touch started; sleep 3", mode="workspace-write")
+        for _ in range(100):
+            if (box.ws / "started").exists():
+                break
+            time.sleep(0.05)
+        res = box.sh(script, mode="workspace-write", options=["--backend", "landlock"])
+        assert long.result().returncode == 0
+    assert b"planted" in res.stdout, text(res)
+    git(box, "commit", "--allow-empty", "-qm", "x")
+    assert not m.exists(), f"the host's commit ran the Landlock run's hook\n{text(res)}"
+
+
+def test_a_git_pointer_into_the_sessions_tmp_is_moved_away(box: Box) -> None:
+    m = marker(box, "session-tmp")
+    script = ("git init -q --separate-git-dir /tmp/evil.git . && "
+              f"git config core.fsmonitor 'touch {m}; false' && "
+              "T=$(awk '$5==\"/tmp\"{print $4}' /proc/self/mountinfo | head -n1) && "
+              "echo \"gitdir: $T/evil.git\" > .git; echo planted")
+    res = box.sh(script, mode="workspace-write", options=["--session", "s1"])
+    assert b"planted" in res.stdout, text(res)
+    git(box, "status")
+    assert not m.exists(), f"the host's git followed a pointer into the session's /tmp\n{text(res)}"

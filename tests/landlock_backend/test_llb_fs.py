@@ -320,3 +320,16 @@ def test_a_workspace_of_home_is_refused(box: Box) -> None:
                  mode="workspace-write", options=["--workspace", str(box.home)], cwd=box.home)
     assert res.returncode == 125 and b"holds a hidden path" in res.stderr, text(res)
     assert snapshot(box.home) == before
+
+
+@pytest.mark.parametrize("name", sorted(trust.ATTACKS))
+def test_what_the_guard_was_tricked_with_runs_nothing_on_the_host(box: Box, name: str) -> None:
+    trust.test_what_the_guard_was_tricked_with_runs_nothing_on_the_host(box, name)
+
+
+def test_global_hooks_path_inside_the_workspace_is_protected(box: Box) -> None:
+    trust.test_global_hooks_path_inside_the_workspace_is_protected(box)
+
+
+def test_a_workspace_inside_a_monorepo_keeps_its_hooks_path(box: Box) -> None:
+    trust.test_a_workspace_inside_a_monorepo_keeps_its_hooks_path(box)
