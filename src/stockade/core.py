@@ -232,6 +232,7 @@ class SandboxCore:
 
     def close(self) -> None:
         """Close every session, then the proxy and the ledger."""
+        _OPEN_CORES.discard(self)
         for sid in list(self.sessions):
             self.close_session(sid)
         if self._proxy is not None:
@@ -515,10 +516,33 @@ class SandboxCore:
     def track(self, ws: SessionWorkspace, proc: object) -> None:
         with self._proc_lock:
             ws.processes.add(proc)
+        _close_at_exit(self)
 
     def untrack(self, ws: SessionWorkspace, proc: object) -> None:
         with self._proc_lock:
             ws.processes.discard(proc)
+
+
+#: Cores with background processes, closed when the interpreter exits: a
+#: script that ends without `close()` would otherwise leave its processes'
+#: writes in the workspace unswept until some later command came along.
+_OPEN_CORES: set[SandboxCore] = set()
+
+
+def _close_at_exit(core: SandboxCore) -> None:
+    if not _OPEN_CORES:
+        import atexit
+
+        atexit.register(_close_all)
+    _OPEN_CORES.add(core)
+
+
+def _close_all() -> None:
+    for core in list(_OPEN_CORES):
+        try:
+            core.close()
+        except Exception:  # exiting: one core's failure must not keep the rest open
+            pass
 
 
 # Separates a session id from the command number in a proxy key.

@@ -412,9 +412,14 @@ class BackgroundProcess:
                 proc.kill_group_only()
         proc.wait()
         proc.close()
-        self._done.set()
-        if self._on_exit is not None:
-            self._on_exit(self)  # type: ignore[operator]
+        # Done only once the driver has cleaned up: `stop()` and `wait()`
+        # return with the guard's sweep finished, so a script that stops its
+        # processes and exits leaves nothing unswept.
+        try:
+            if self._on_exit is not None:
+                self._on_exit(self)  # type: ignore[operator]
+        finally:
+            self._done.set()
 
     @property
     def returncode(self) -> int | None:

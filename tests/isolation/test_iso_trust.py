@@ -380,3 +380,29 @@ def test_a_git_pointer_into_the_sessions_tmp_is_moved_away(box: Box) -> None:
     assert b"planted" in res.stdout, text(res)
     git(box, "status")
     assert not m.exists(), f"the host's git followed a pointer into the session's /tmp\n{text(res)}"
+
+
+EXITS_EARLY = """
+import sys, time
+sys.path.insert(0, {site!r})
+from stockade import SandboxCommand, SandboxConfig, SyncWorkspaceSandbox
+sb = SyncWorkspaceSandbox(SandboxConfig(mode="workspace-write", ledger=False{backend}))
+sb.open_session("s", {ws!r})
+sb.start(SandboxCommand("sh", ["-c", "mkdir .vscode; echo x > .vscode/tasks.json; "
+                                     "touch written; sleep 30"], session_id="s"))
+for _ in range(200):
+    if __import__("os").path.exists({ws!r} + "/written"):
+        break
+    time.sleep(0.05)
+"""
+
+
+def test_a_script_that_exits_without_closing_leaves_nothing(box: Box,
+                                                            backend: str = "") -> None:
+    """A background process's writes are swept when the interpreter exits, not by
+    whatever command happens to run next in the workspace."""
+    code = EXITS_EARLY.format(site=box.runner.site, ws=str(box.ws), backend=backend)
+    res = box.host([box.runner.python, "-I", "-c", code], capture_output=True, timeout=60)
+    assert res.returncode == 0, text(res)
+    assert (box.ws / "written").exists(), text(res)
+    assert not (box.ws / ".vscode").exists(), "a background process's .vscode was left"

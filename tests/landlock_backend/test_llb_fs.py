@@ -333,3 +333,7 @@ def test_global_hooks_path_inside_the_workspace_is_protected(box: Box) -> None:
 
 def test_a_workspace_inside_a_monorepo_keeps_its_hooks_path(box: Box) -> None:
     trust.test_a_workspace_inside_a_monorepo_keeps_its_hooks_path(box)
+
+
+def test_a_script_that_exits_without_closing_leaves_nothing(box: Box) -> None:
+    trust.test_a_script_that_exits_without_closing_leaves_nothing(box, ', backend="landlock"')
