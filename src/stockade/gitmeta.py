@@ -307,6 +307,23 @@ def _expand(value: str, base: str, home: str) -> str:
     return os.path.normpath(os.path.join(base, value))
 
 
+def read_head(path: str, size: int = 1 << 16) -> bytes:
+    """The first `size` bytes of a file a command may have written; b"" if unreadable.
+
+    Never follows a final symlink and never blocks on a fifo planted at the name.
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+    except OSError:
+        return b""
+    try:
+        return os.read(fd, size)
+    except OSError:
+        return b""
+    finally:
+        os.close(fd)
+
+
 def runner_files(hooks_dir: str, worktree: str) -> list[str]:
     """Config files of the commit-time runners that this hooks directory calls.
 
@@ -321,17 +338,7 @@ def runner_files(hooks_dir: str, worktree: str) -> list[str]:
     for name in names:
         if name.endswith(SAMPLE_SUFFIX):
             continue
-        try:
-            fd = os.open(os.path.join(hooks_dir, name),
-                         os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
-        except OSError:
-            continue
-        try:
-            head = os.read(fd, 1 << 16)
-        except OSError:
-            head = b""
-        finally:
-            os.close(fd)
+        head = read_head(os.path.join(hooks_dir, name))
         for runner, files in RUNNERS:
             if runner.encode() in head:
                 found += [os.path.join(worktree, f) for f in files]

@@ -518,17 +518,8 @@ def _read_first_line(path: str) -> str:
     Bytes a command chose (a pointer to `r\xe9`) must not crash the guard that
     was about to neutralise the rest: they decode as git reads them, bytes.
     """
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
-    except OSError:
-        return ""
-    try:
-        data = os.read(fd, 1 << 16)
-    except OSError:
-        data = b""
-    finally:
-        os.close(fd)
-    return data.split(b"\n", 1)[0].decode("utf-8", "surrogateescape").strip()
+    head = gitmeta.read_head(path)
+    return head.split(b"\n", 1)[0].decode("utf-8", "surrogateescape").strip()
 
 
 def _read_gitdir_pointer(path: str) -> str:
