@@ -162,7 +162,7 @@ CASES = [
     row("hidden-inside-writable-root", "ww-config-writable",
         lambda p: p.create(f"{HOME}/.config/gh/hosts.yml"), False),
     row("control-writable-root-itself", "ww-config-writable",
-        lambda p: p.create(f"{HOME}/.config/fish/config.fish"), True),
+        lambda p: p.create(f"{HOME}/.config/mytool/settings.toml"), True),
     row("granted-read-gives-it-back", "ww-aws-granted",
         lambda p: p.read(f"{HOME}/.aws/credentials"), True),
     row("granted-read-only-that-one", "ww-aws-granted",
