@@ -182,6 +182,10 @@ def test_langchain_kill_ends_everything_the_shell_started(dirs: tuple[Path, Path
         proc.stdin.write(f"setsid sleep {marker} & echo started\n")
         proc.stdin.flush()
         assert proc.stdout.readline() == "started\n"
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and not _running(f"sleep\0{marker}"):
+            time.sleep(0.05)
+        assert _running(f"sleep\0{marker}"), "the sleep never started"
         proc.kill()
         proc.wait(timeout=10)
     finally:
