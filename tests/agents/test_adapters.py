@@ -243,3 +243,61 @@ def test_langchain_agent_end_to_end(dirs: tuple[Path, Path]) -> None:
     assert "Read-only file system" in shown
     assert (ws / "made.txt").read_text() == "lc-ok\n"
     assert not (outside / "escape").exists()
+
+
+def _langchain_session(ws: Path, policy: Any) -> Any:
+    from langchain.agents.middleware.shell_tool import ShellSession
+
+    session = ShellSession(ws, policy, ("/bin/bash",), {})
+    session.start()
+    return session
+
+
+def test_langchain_every_command_passes_the_policy_and_is_recorded(
+        dirs: tuple[Path, Path]) -> None:
+    pytest.importorskip("langchain.agents.middleware")
+    from stockade.adapters.langchain import StockadeExecutionPolicy
+
+    ws, _ = dirs
+    (ws / "keep").write_text("still here\n")
+    policy = StockadeExecutionPolicy(mode="workspace-write")
+    session = _langchain_session(ws, policy)
+    try:
+        denied = session.execute("rm -rf --no-preserve-root /", timeout=20)
+        ran = session.execute("echo one $((20+22))", timeout=20)
+        rows = policy._sandbox.core.ledger.query(last=50)
+    finally:
+        session.stop(5)
+        policy.close()
+    assert denied.exit_code == 126
+    assert "stockade denied this command" in denied.output
+    assert (ws / "keep").read_text() == "still here\n"
+    assert ran.exit_code == 0 and "one 42" in ran.output
+    argvs = {(tuple(json_list(r["argv"])), r["outcome"]) for r in rows}
+    assert (("/bin/bash", "-c", "rm -rf --no-preserve-root /"), "denied") in argvs
+    assert (("/bin/bash", "-c", "echo one $((20+22))"), "ran") in argvs
+    denial = next(r for r in rows if r["outcome"] == "denied")
+    assert "stockade denied" in str(denial["detail"])
+
+
+def json_list(value: object) -> list[str]:
+    import json
+
+    return list(value) if isinstance(value, list) else list(json.loads(str(value)))
+
+
+def test_langchain_the_shell_comes_back_after_every_timeout(dirs: tuple[Path, Path]) -> None:
+    pytest.importorskip("langchain.agents.middleware")
+    from stockade.adapters.langchain import StockadeExecutionPolicy
+
+    ws, _ = dirs
+    policy = StockadeExecutionPolicy(mode="workspace-write", termination_timeout=2)
+    session = _langchain_session(ws, policy)
+    try:
+        for i in range(4):
+            assert session.execute("sleep 30", timeout=1).timed_out
+            back = session.execute(f"echo back-$(({i}+1))", timeout=20)
+            assert back.exit_code == 0 and f"back-{i + 1}" in back.output, back
+    finally:
+        session.stop(5)
+        policy.close()
