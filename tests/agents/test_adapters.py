@@ -301,3 +301,32 @@ def test_langchain_the_shell_comes_back_after_every_timeout(dirs: tuple[Path, Pa
     finally:
         session.stop(5)
         policy.close()
+
+
+def test_openai_function_tool_for_chat_completions_models(dirs: tuple[Path, Path]) -> None:
+    agents = pytest.importorskip("agents")
+    import json
+
+    from stockade.adapters.openai_agents import StockadeShellExecutor, stockade_function_tool
+
+    ws, outside = dirs
+
+    async def go() -> tuple[str, str, str]:
+        async with StockadeShellExecutor(ws, mode="workspace-write") as shell:
+            tool = stockade_function_tool(shell)
+            assert isinstance(tool, agents.FunctionTool) and tool.name == "shell"
+            ctx = agents.RunContextWrapper(None)
+            ran = await tool.on_invoke_tool(ctx, json.dumps({  # type: ignore[arg-type]
+                "commands": ["echo fn-ok > made && cat made", f"touch {outside}/f"],
+                "timeout_ms": None}))
+            timed = await tool.on_invoke_tool(ctx, json.dumps(  # type: ignore[arg-type]
+                {"commands": ["sleep 30"], "timeout_ms": 1000}))
+            bad = await tool.on_invoke_tool(ctx, '{"commands": 3}')  # type: ignore[arg-type]
+            return ran, timed, bad
+
+    ran, timed, bad = asyncio.run(go())
+    assert "$ echo fn-ok > made && cat made\nfn-ok\n[exit status 0]" in ran
+    assert "Read-only file system" in ran and "stockade: blocked by the sandbox:" in ran
+    assert (ws / "made").exists() and not (outside / "f").exists()
+    assert "[timed out]" in timed and "stockade: CommandTimeout:" in timed
+    assert bad.startswith("stockade: invalid arguments")
