@@ -475,6 +475,30 @@ def test_writable_path_needs_workspace_write_then_approval(tmp_path: Path) -> No
     assert (extra / "after").exists() and not (extra / "before").exists()
 
 
+def test_a_granted_path_swapped_for_a_symlink_is_not_followed(tmp_path: Path) -> None:
+    extra = tmp_path / "extra"
+    extra.mkdir()
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    async def go() -> None:
+        async with serve(tmp_path, "--mode", "workspace-write",
+                         answer=lambda _m: "allow-session") as c:
+            r = await call(c, "request_capability", kind="writable_path", value=str(extra),
+                           reason="build output")
+            assert r.structured_content["granted"] is True
+            r = await call(c, "run_command", command=f"touch {extra}/granted")
+            assert r.structured_content["exit_code"] == 0, r.structured_content
+            extra.rename(tmp_path / "moved")
+            extra.symlink_to(elsewhere)
+            r = await call(c, "run_command", command=f"touch {extra}/swapped")
+            assert r.structured_content["exit_code"] != 0
+            r = await call(c, "run_command", command=f"touch {elsewhere}/direct")
+            assert r.structured_content["exit_code"] != 0
+    run(go())
+    assert (tmp_path / "moved" / "granted").exists()
+    assert list(elsewhere.iterdir()) == []
+
+
 def test_without_elicitation_the_request_is_denied_with_the_config_way(tmp_path: Path) -> None:
     async def go() -> None:
         async with serve(tmp_path) as c:
