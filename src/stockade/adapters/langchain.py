@@ -14,12 +14,18 @@ stockade pipeline (the same cwd check, profile, bubblewrap boundary and audit
 record as `stockade run`), as a command that outlives the call; the
 middleware's own timeouts and restarts then end it by killing the sandbox,
 which takes everything the shell started with it.
+
+The shell's stdin is gated: each command the middleware writes passes the
+command policy (and the rest of the before-hooks) first and gets its own
+ledger record. A denied command never reaches the shell; the model reads
+the reason on stderr instead, with exit status 126.
 """
 
 from __future__ import annotations
 
 import os
 import subprocess
+import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -53,25 +59,52 @@ class StockadeExecutionPolicy(BaseExecutionPolicy):
     config: Any = None
     session_prefix: str = field(default_factory=lambda: f"langchain-{os.getpid()}")
     _sandbox: Any = field(default=None, init=False, repr=False)
+    _spawned: int = field(default=0, init=False, repr=False)
+    _ending: dict[str, list[tuple[subprocess.Popen[str], threading.Event]]] = field(
+        default_factory=dict, init=False, repr=False)
 
     def spawn(self, *, workspace: Path, env: Mapping[str, str],
               command: Sequence[str]) -> subprocess.Popen[str]:
-        from ..core import Approve
+        from ..core import Approve, Run
 
         sandbox = self._get_sandbox(str(workspace))
         key = _short_hash(os.path.realpath(workspace))
-        session_id = f"{self.session_prefix}-{key}"
+        # A session per shell: a restart must not share a /tmp (or the cleanup
+        # of one) with the shell it replaces, which may still be ending.
+        self._spawned += 1
+        session_id = f"{self.session_prefix}-{key}-{self._spawned}"
+        # The driver's placeholders in the workspace go when a shell ends: a
+        # restart waits for its predecessor's cleanup, or that cleanup removes
+        # what the new bwrap is about to bind. A shell that still runs (another
+        # agent run's) is left alone.
+        shells = self._ending.setdefault(key, [])
+        for prev, done in list(shells):
+            if prev.poll() is not None:
+                done.wait(timeout=30)
+                shells.remove((prev, done))
         ws = sandbox.session(session_id, str(workspace), ephemeral_tmp=True)
         argv = list(command)
         cmd = SandboxCommand(argv[0], argv[1:], session_id=session_id, env=dict(env))
         gen = sandbox.core.pipeline(cmd, ws, background=True)
         value: object = None
+        backend = "unresolved"
         while True:
             try:
                 effect = gen.send(value)
             except StopIteration as stop:
-                return stop.value  # type: ignore[no-any-return]
-            value = sandbox._ask(effect) if isinstance(effect, Approve) else _popen(effect)
+                proc: subprocess.Popen[str] = stop.value
+                break
+            if isinstance(effect, Approve):
+                value = sandbox._ask(effect)
+            else:
+                assert isinstance(effect, Run)
+                backend = effect.profile.env.get("STOCKADE_SANDBOX", backend)
+                started, done = _popen(effect)
+                shells.append((started, done))
+                value = started
+        gate = _CommandGate(sandbox, ws, backend, str(workspace))
+        proc.stdin = _GatedStdin(proc.stdin, gate)  # type: ignore[assignment]
+        return proc
 
     def _get_sandbox(self, workspace: str) -> Any:
         if self._sandbox is None:
@@ -93,8 +126,73 @@ class StockadeExecutionPolicy(BaseExecutionPolicy):
             self._sandbox = None
 
 
-def _popen(run: Any) -> subprocess.Popen[str]:
-    """Perform the Run effect as the text-mode Popen the middleware reads from."""
+# What ShellSession writes after each command to learn its exit status, and to end.
+_MARKER_PREFIX = "printf '__LC_SHELL_DONE__"
+_EXIT = "exit\n"
+
+
+class _CommandGate:
+    """The before-hooks and a ledger record for one command of the persistent shell."""
+
+    def __init__(self, sandbox: Any, ws: Any, backend: str, cwd: str) -> None:
+        self._sandbox, self._ws, self._backend, self._cwd = sandbox, ws, backend, cwd
+
+    def __call__(self, command: str) -> str:
+        """What to write to the shell instead of `command`."""
+        import shlex
+        import time
+
+        from ..hooks import run_before_hooks
+        from ..ledger import DENIED, RAN
+
+        core = self._sandbox.core
+        sid = self._ws.session_id
+        started = time.monotonic()
+        cmd = SandboxCommand("/bin/bash", ["-c", command.rstrip("\n")], session_id=sid,
+                             cwd=self._cwd)
+        mode = core.mode_for(self._ws)
+        try:
+            denial, warnings = run_before_hooks(core.hooks, cmd, sid)
+        except Exception as exc:  # a broken hook must not let the command through
+            denial, warnings = None, ()
+            reason = f"the command policy failed: {exc}"
+        else:
+            reason = denial.reason if denial is not None else ""
+        if reason:
+            hint = ("stockade denied this command before it reached the shell: "
+                    f"{reason}. Do not retry it as is; ask the user, or do the task another way.")
+            core._audit(cmd, self._ws, mode, None, self._backend, DENIED, started,
+                        denied=True, detail={"reason": reason, "hint": hint,
+                                             "persistent_shell": True})
+            return f"printf '%s\\n' {shlex.quote(hint)} >&2; (exit 126)\n"
+        detail: dict[str, object] = {"persistent_shell": True}
+        if warnings:
+            detail["warnings"] = list(warnings)
+        # The exit status goes to the model through the shell, not to the ledger.
+        core._audit(cmd, self._ws, mode, None, self._backend, RAN, started, detail=detail)
+        return command
+
+
+class _GatedStdin:
+    """The shell's stdin, with every command written to it passed through the gate."""
+
+    def __init__(self, raw: Any, gate: _CommandGate) -> None:
+        self._raw, self._gate = raw, gate
+
+    def write(self, text: str) -> int:
+        if text != _EXIT and not text.startswith(_MARKER_PREFIX):
+            text = self._gate(text)
+        return int(self._raw.write(text))
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._raw, name)
+
+
+def _popen(run: Any) -> tuple[subprocess.Popen[str], threading.Event]:
+    """Perform the Run effect as the text-mode Popen the middleware reads from.
+
+    The event is set once the shell has ended and its cleanup has run.
+    """
     launch = run.launch
     if any(child != parent for child, parent in launch.extra_fds.items()):
         raise SandboxUnavailable("this driver moves descriptors; Popen can only pass them on")
@@ -104,23 +202,23 @@ def _popen(run: Any) -> subprocess.Popen[str]:
         stderr=subprocess.PIPE, text=True, encoding="utf-8", errors="replace", bufsize=1,
         start_new_session=True, close_fds=True, pass_fds=tuple(launch.extra_fds),
     )
-    _cleanup_after_exit(proc.pid, launch.cleanup)
-    return proc
+    return proc, _cleanup_after_exit(proc.pid, launch.cleanup)
 
 
-def _cleanup_after_exit(pid: int, cleanup: Any) -> None:
+def _cleanup_after_exit(pid: int, cleanup: Any) -> threading.Event:
     """Undo what the driver prepared once the shell is gone, without reaping it.
 
     The Popen belongs to the middleware, which waits on it; a pidfd becomes
     readable at exit and leaves the zombie for Popen.wait to collect.
     """
     import select
-    import threading
 
+    done = threading.Event()
     try:
         pidfd = os.pidfd_open(pid)
     except (AttributeError, OSError):
-        return  # the empty placeholders stay; they are harmless
+        done.set()
+        return done  # the empty placeholders stay; they are harmless
 
     def wait() -> None:
         try:
@@ -128,8 +226,10 @@ def _cleanup_after_exit(pid: int, cleanup: Any) -> None:
             cleanup()
         finally:
             os.close(pidfd)
+            done.set()
 
     threading.Thread(target=wait, name=f"stockade-cleanup-{pid}", daemon=True).start()
+    return done
 
 
 def _short_hash(text: str) -> str:

@@ -13,6 +13,12 @@ between them. A command the sandbox blocked gets stockade's one-line hint
 appended to its stderr, which is what the model reads; a command stockade
 refused to run at all (more than the mode, sandbox unavailable) gets the
 same one line the CLI prints, and exit status of that kind.
+
+`ShellTool` is a hosted tool, which only Responses-API models accept. For
+a Chat Completions model, `stockade_function_tool(executor)` is the same
+shell as an ordinary function tool:
+
+    agent = Agent(name="coder", model=chat_model, tools=[stockade_function_tool(shell)])
 """
 
 from __future__ import annotations
@@ -31,7 +37,7 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
 from ..command import SandboxCommand
 from ..errors import CommandTimeout, SandboxError
 
-__all__ = ["StockadeShellExecutor"]
+__all__ = ["StockadeShellExecutor", "stockade_function_tool"]
 
 
 class StockadeShellExecutor:
@@ -103,6 +109,68 @@ class StockadeShellExecutor:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
+
+
+_PARAMS: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "commands": {"type": "array", "items": {"type": "string"},
+                     "description": "Shell commands, run one after another with /bin/sh -c"},
+        "timeout_ms": {"type": ["integer", "null"],
+                       "description": "Per-command timeout in milliseconds, or null"},
+    },
+    "required": ["commands", "timeout_ms"],
+    "additionalProperties": False,
+}
+
+
+def stockade_function_tool(executor: StockadeShellExecutor, *, name: str = "shell",
+                           description: str | None = None,
+                           max_output_length: int | None = 20000) -> Any:
+    """An `agents.FunctionTool` that runs commands through `executor`'s stockade session.
+
+    For models without hosted tools (the Chat Completions API). The model
+    reads, per command, its stdout, stderr (with stockade's hint when the
+    sandbox blocked it) and outcome, as text.
+    """
+    import json
+
+    from agents import FunctionTool
+
+    async def invoke(_ctx: Any, raw: str) -> str:
+        try:
+            args = json.loads(raw or "{}")
+            commands = args.get("commands")
+            if isinstance(commands, str):
+                commands = [commands]
+            if not isinstance(commands, list) or not all(isinstance(c, str) for c in commands):
+                raise ValueError("'commands' must be a list of strings")
+            timeout_ms = args.get("timeout_ms")
+            if timeout_ms is not None and not isinstance(timeout_ms, int):
+                raise ValueError("'timeout_ms' must be an integer or null")
+        except (ValueError, AttributeError) as exc:
+            return f"stockade: invalid arguments: {exc}"
+        if not executor._opened:
+            await executor.sandbox.open_session(executor.session_id, executor.workspace)
+            executor._opened = True
+        timeout = timeout_ms / 1000.0 if timeout_ms else executor.default_timeout
+        parts = []
+        for command in commands:
+            out = await executor._one(command, timeout, max_output_length)
+            outcome = out.outcome
+            status = ("timed out" if outcome.type == "timeout"
+                      else f"exit status {outcome.exit_code}")
+            parts.append(f"$ {command}\n{out.stdout}"
+                         + (f"[stderr]\n{out.stderr}" if out.stderr else "")
+                         + f"[{status}]\n")
+        return "".join(parts)
+
+    return FunctionTool(
+        name=name,
+        description=description or (
+            "Run shell commands in the project workspace, inside stockade's sandbox. "
+            "Commands the sandbox blocks fail with a hint saying why."),
+        params_json_schema=_PARAMS, on_invoke_tool=invoke, strict_json_schema=True)
 
 
 def _line(exc: SandboxError) -> str:

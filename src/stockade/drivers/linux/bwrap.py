@@ -76,14 +76,26 @@ def bundled_bwrap() -> str | None:
 
 
 def locate_bwrap(env: Mapping[str, str], workspace: str, configured: str = "") -> str:
-    """PATH (outside the workspace), then the bundled binary, then a hard failure."""
+    """The bwrap that enforces the most of a profile.
+
+    A PATH bwrap (outside the workspace) of 0.10 or newer, else the bundled
+    one, else an older PATH bwrap (which drops the /tmp size cap: `stockade
+    doctor` says so), else a hard failure. An old distribution bwrap must
+    not silently win over the bundled 0.11 just by being on PATH.
+    """
     if configured:
         if not (os.path.isabs(configured) and os.access(configured, os.X_OK)):
             raise SandboxUnavailable(
                 f"configured bwrap {configured!r} is not an executable absolute path"
             )
         return configured
-    found = find_bwrap(env.get("PATH", ""), workspace) or bundled_bwrap()
+    on_path = find_bwrap(env.get("PATH", ""), workspace)
+    bundled = bundled_bwrap()
+    # Its own cache file: the driver's answer for the chosen binary stays put.
+    if on_path and bundled and on_path != bundled and not bwrap_has_size(
+            on_path, os.path.join(_default_state_dir(env), "path-bwrap")):
+        on_path = None
+    found = on_path or bundled
     if found is None:
         raise SandboxUnavailable(
             "bubblewrap is unavailable: no bwrap on PATH and no bundled binary. "
