@@ -73,10 +73,10 @@ class StockadeExecutionPolicy(BaseExecutionPolicy):
         # of one) with the shell it replaces, which may still be ending.
         self._spawned += 1
         session_id = f"{self.session_prefix}-{key}-{self._spawned}"
-        # The driver's placeholders in the workspace go when a shell ends: a
-        # restart waits for its predecessor's cleanup, or that cleanup removes
-        # what the new bwrap is about to bind. A shell that still runs (another
-        # agent run's) is left alone.
+        # A restart waits for its predecessor's cleanup (the metadata guard's
+        # sweep), so the new shell starts on a workspace already swept rather
+        # than racing it. A shell that still runs (another agent run's) is
+        # left alone.
         shells = self._ending.setdefault(key, [])
         for prev, done in list(shells):
             if prev.poll() is not None:
@@ -218,7 +218,7 @@ def _cleanup_after_exit(pid: int, cleanup: Any) -> threading.Event:
         pidfd = os.pidfd_open(pid)
     except (AttributeError, OSError):
         done.set()
-        return done  # the empty placeholders stay; they are harmless
+        return done  # no pidfd: the next command's guard sweeps what this shell left
 
     def wait() -> None:
         try:
