@@ -379,13 +379,21 @@ def index_gitlinks(index_path: str) -> list[str] | None:
             start = pos + 62
             if version >= 3 and flags & 0x4000:
                 start += 2
+            length = flags & 0xFFF
             if version == 4:
                 strip, start = _varint(data, start)
-                end = data.index(b"\x00", start)
+                end = data.index(b"\x00", start) if length == 0xFFF else start + length - (
+                    len(previous) - strip)
                 name = previous[:len(previous) - strip] + data[start:end]
+                if data[end] != 0:
+                    return None
                 pos = end + 1
             else:
-                end = data.index(b"\x00", start)
+                # The name's length is in the flags, as git reads it: a NUL
+                # planted inside a name must not shift every later entry.
+                end = data.index(b"\x00", start) if length == 0xFFF else start + length
+                if data[end] != 0:
+                    return None
                 name = data[start:end]
                 pos = pos + ((end - pos + 8) // 8) * 8
             previous = name

@@ -134,8 +134,10 @@ PROTECTED_NAMES = (".git", ".stockade", "stockade.toml", ".envrc", "mise.toml", 
 #: desktop runs without asking, and the door for the next ssh login.
 #: Beyond the shells' own files: what they source (`.bash_aliases` from
 #: Debian's .bashrc, `.bashrc.d`), directories on a login's PATH (`bin`,
-#: `.local/bin`), Python's user site (a `.pth` there runs in every
-#: interpreter), editors' start-up files, desktop entries.
+#: `.local/bin`, and the toolchains' own: `~/.cargo/env` puts `.cargo/bin`
+#: first), hooks run on `cd` (direnv, mise, starship), Python's user site
+#: (a `.pth` there runs in every interpreter), editors' start-up files,
+#: desktop entries.
 HOME_PROTECTED = (".bashrc", ".bash_profile", ".bash_login", ".bash_logout", ".profile",
                   ".bash_aliases", ".bashrc.d", ".zshrc", ".zshenv", ".zprofile", ".zlogin",
                   ".zlogout", ".zshrc.d", ".config/fish", ".inputrc", ".xprofile",
@@ -143,8 +145,11 @@ HOME_PROTECTED = (".bashrc", ".bash_profile", ".bash_login", ".bash_logout", ".p
                   ".config/environment.d", ".config/autostart", ".config/systemd",
                   ".local/share/systemd", ".local/share/applications", ".ssh", ".gitconfig",
                   ".config/git", "bin", ".local/bin", ".local/lib", ".cargo/env",
-                  ".vimrc", ".vim", ".config/nvim", ".emacs", ".emacs.d", ".config/emacs",
-                  ".config/stockade")
+                  ".cargo/bin", "go/bin", ".npm-global/bin", ".pyenv/shims", ".pyenv/bin",
+                  ".deno/bin", ".bun/bin", ".volta/bin", ".local/share/pnpm",
+                  ".config/direnv", ".config/mise", ".config/starship.toml", ".tmux.conf",
+                  ".config/Code/User", ".vimrc", ".vim", ".config/nvim", ".emacs",
+                  ".emacs.d", ".config/emacs", ".config/stockade")
 
 
 def expand(path: str, env: Mapping[str, str]) -> str:

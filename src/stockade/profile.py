@@ -354,7 +354,10 @@ def git_protection(gitdir: str, worktree: str, kind: Callable[[str], str],
             )
         out.append(Protected(path, WATCH if k == MISSING else k if k in (DIR, FILE) else FILE))
 
-    for name in ("hooks", "config", "config.worktree", "commondir"):
+    # ... and a rebase or cherry-pick in progress: its todo list's `exec`
+    # lines run at the person's next `git rebase --continue`.
+    for name in ("hooks", "config", "config.worktree", "commondir", "rebase-merge",
+                 "sequencer"):
         protect(os.path.join(gitdir, name))
     info = os.path.join(gitdir, "info")
     if inside and kind(info) == DIR:
@@ -523,11 +526,17 @@ def _read_first_line(path: str) -> str:
 
 
 def _read_gitdir_pointer(path: str) -> str:
-    line = _read_first_line(path)
-    if not line.startswith("gitdir:"):
+    """The git directory a `.git` file names, read as git reads it.
+
+    git takes everything after `gitdir: ` and drops only the line ending: a
+    name with a newline inside, or a trailing space, is part of the path.
+    Reading only a stripped first line would check a decoy instead.
+    """
+    data = gitmeta.read_head(path)
+    if not data.startswith(b"gitdir: "):
         return ""
-    target = line[len("gitdir:"):].strip()
-    return os.path.realpath(os.path.join(os.path.dirname(path), target))
+    target = data[len(b"gitdir: "):].rstrip(b"\r\n").decode("utf-8", "surrogateescape")
+    return os.path.realpath(os.path.join(os.path.dirname(path), target)) if target else ""
 
 
 def runtime_dir(env: Mapping[str, str], kind: Callable[[str], str] = path_kind) -> str:

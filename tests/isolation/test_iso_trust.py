@@ -433,3 +433,53 @@ def test_a_sessions_tmp_is_bounded_as_a_whole(box: Box) -> None:
     res = box.sh("for i in 1 2 3; do head -c 8000000 /dev/zero > /tmp/f$i || exit 1; done",
                  options=["--session", "big"])
     assert res.returncode != 0, text(res)
+
+
+# -- found by the second attack on the guard -----------------------------------------------
+
+ATTACKS_2 = {
+    # git reads a pointer whole, newline inside and all.
+    "pointer-with-newline": (init_repo, r"""
+        rm -rf .git; git init -q "g
+x" && git -C "g
+x" config core.fsmonitor "touch $M; false" && mv "g
+x/.git" "g
+x/gd" && git --git-dir="g
+x/gd" config core.worktree "$PWD" && printf 'gitdir: g\nx/gd\n' > .git; echo planted""",
+                             ["status"]),
+    # A `gitdir` file in a main git directory is ignored by git: not a decoy here either.
+    "decoy-gitdir-file": (init_repo, r"""
+        mkdir sub && cd sub && git init -q && git -c user.name=t -c user.email=t@t commit -q \
+          --allow-empty -m s && cd .. && git add sub
+        git -C sub config core.fsmonitor "touch $M; false"; echo decoy/.git > .git/gitdir
+        echo planted""", ["status"]),
+    # The workspace itself laid out as a bare repository.
+    "bare-shaped-root": (None, r"""
+        mkdir -p objects refs && echo "ref: refs/heads/main" > HEAD
+        printf '[core]\n\tbare = false\n\tworktree = .\n' > config
+        printf '\tfsmonitor = "touch %s; false"\n' "$M" >> config
+        echo planted""", ["status"]),
+}
+
+
+@pytest.mark.parametrize("name", sorted(ATTACKS_2))
+def test_what_the_guard_was_tricked_with_again_runs_nothing(box: Box, name: str) -> None:
+    ATTACKS[name] = ATTACKS_2[name]
+    try:
+        test_what_the_guard_was_tricked_with_runs_nothing_on_the_host(box, name)
+    finally:
+        del ATTACKS[name]
+
+
+def test_a_planted_rebase_plan_runs_nothing(box: Box) -> None:
+    init_repo(box)
+    git(box, "commit", "--allow-empty", "-qm", "b")
+    m = marker(box, "rebase")
+    script = ("d=.git/rebase-merge; mkdir -p $d; git rev-parse HEAD > $d/orig-head; "
+              "git rev-parse HEAD~1 > $d/onto; echo refs/heads/master > $d/head-name; "
+              f": > $d/interactive; echo 'exec touch {m}' > $d/git-rebase-todo; "
+              "echo 1 > $d/msgnum; echo 2 > $d/end; echo planted")
+    res = box.sh(script, mode="workspace-write")
+    assert b"planted" in res.stdout, text(res)
+    git(box, "rebase", "--continue")
+    assert not m.exists(), f"the host's rebase --continue ran a planted exec\n{text(res)}"

@@ -337,3 +337,12 @@ def test_a_workspace_inside_a_monorepo_keeps_its_hooks_path(box: Box) -> None:
 
 def test_a_script_that_exits_without_closing_leaves_nothing(box: Box) -> None:
     trust.test_a_script_that_exits_without_closing_leaves_nothing(box, ', backend="landlock"')
+
+
+@pytest.mark.parametrize("name", sorted(trust.ATTACKS_2))
+def test_what_the_guard_was_tricked_with_again_runs_nothing(box: Box, name: str) -> None:
+    trust.test_what_the_guard_was_tricked_with_again_runs_nothing(box, name)
+
+
+def test_a_planted_rebase_plan_runs_nothing(box: Box) -> None:
+    trust.test_a_planted_rebase_plan_runs_nothing(box)

@@ -327,7 +327,7 @@ def _oracle_create(profile, path: str) -> bool:
         return False
     low = path.lower()
     for item in profile.protected:
-        if item.kind == "pin":  # writable inside; on Linux only a mount point
+        if item.kind in ("pin", "hold"):  # writable inside; on Linux only a mount point
             continue
         prot = item.path.lower()
         if low == prot or low.startswith(prot + "/") or prot.startswith(low + "/"):

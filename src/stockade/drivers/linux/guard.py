@@ -295,7 +295,23 @@ class MetadataGuard:
             self._attempt(self._settle, path, done)
         for gitdir in gitdirs:
             self._attempt(self._new_in_gitdir, gitdir, done)
+        for root in self.roots:
+            self._attempt(self._bare_shaped, root, done)
         return done
+
+    def _bare_shaped(self, root: str, done: list[Neutralised]) -> None:
+        """A writable root laid out as a bare repository is one to git.
+
+        git asks whether the directory itself is a git directory (HEAD,
+        objects, refs) before it looks for `.git`, so `HEAD`, `objects/`,
+        `refs/` and a `config` written at the top of the workspace make the
+        person's next `git status` there obey that config.
+        """
+        if (os.path.isfile(os.path.join(root, "HEAD")) and not os.path.islink(
+                os.path.join(root, "HEAD")) and os.path.isdir(os.path.join(root, "objects"))
+                and os.path.isdir(os.path.join(root, "refs"))
+                and os.path.isfile(os.path.join(root, "config"))):
+            self._inert_gitdir(root, root, done, 0)
 
     @staticmethod
     def _attempt(step: Callable[[str, list[Neutralised]], None], path: str,
@@ -377,7 +393,12 @@ class MetadataGuard:
 
     def _inert_git_entry(self, path: str, done: list[Neutralised]) -> None:
         name = os.path.basename(path)
-        if name == "hooks":
+        if name in ("rebase-merge", "sequencer"):
+            # A rebase the command left half done is kept, unless its plan runs
+            # a program at the person's `git rebase --continue`.
+            if _plans_exec(path):
+                self._move(path, done, "a rebase plan with exec lines")
+        elif name == "hooks":
             self._inert_hooks(path, done)
         elif name in ("config", "config.worktree"):
             self._inert_config(path, done)
@@ -451,6 +472,12 @@ class MetadataGuard:
             if kind in ("wt", "mod"):
                 sub = os.path.join(gitdir, "worktrees" if kind == "wt" else "modules", name)
                 self._inert_gitdir(sub, worktree, done, 1)
+            elif kind == "index" and gitmeta.index_gitlinks(
+                    os.path.join(gitdir, "index")) is None:
+                # Changed, and git can read it but stockade cannot: the
+                # gitlinks it holds are unknown, so it must not stay.
+                self._move(os.path.join(gitdir, "index"), done,
+                           "an index the command changed that stockade cannot read")
             elif kind == "link" and worktree:
                 checkout = os.path.join(worktree, name)
                 self._inert_repository(os.path.join(checkout, ".git"), checkout, done, 1)
@@ -613,23 +640,52 @@ def _git_state(gitdir: str) -> list[str]:
             except OSError:
                 continue
             state.append(f"{kind} {entry} {st.st_dev}:{st.st_ino}")
-    state += [f"link {p}" for p in gitmeta.all_gitlinks(os.path.join(gitdir, "index"))]
+    index = os.path.join(gitdir, "index")
+    state += [f"link {p}" for p in gitmeta.all_gitlinks(index)]
+    try:
+        st = os.lstat(index)
+        state.append(f"index {st.st_ino}:{st.st_mtime_ns}:{st.st_ctime_ns}:{st.st_size}")
+    except OSError:
+        pass
     return state
 
 
 def _worktree_of(gitdir: str) -> str:
-    """Where git checks this repository out, when it says so itself."""
-    pointer = os.path.join(gitdir, "gitdir")  # a linked worktree's way back
-    if os.path.isfile(pointer) and not os.path.islink(pointer):
-        from ...profile import _read_first_line
+    """Where git checks this repository out, when it says so itself.
 
-        line = _read_first_line(pointer)
+    As git decides it: a `gitdir` file only in a linked worktree's directory
+    (`worktrees/<id>`; anywhere else git ignores it, and so must this, or a
+    planted one sends the check to a decoy); then `core.worktree`, from
+    `config.worktree` over `config` when extensions.worktreeConfig is on.
+    """
+    pointer = os.path.join(gitdir, "gitdir")
+    if (os.path.basename(os.path.dirname(gitdir)) == "worktrees" and os.path.isfile(pointer)
+            and not os.path.islink(pointer)):
+        line = gitmeta.read_head(pointer).rstrip(b"\r\n").decode("utf-8", "surrogateescape")
         if line:
             return os.path.dirname(os.path.realpath(os.path.join(gitdir, line)))
-    for entry in gitmeta.read_config(os.path.join(gitdir, "config")) or ():
+    entries = gitmeta.read_config(os.path.join(gitdir, "config")) or []
+    worktree = ""
+    per_worktree = False
+    for entry in entries:
         if entry.key == "core.worktree":
-            return os.path.realpath(os.path.join(gitdir, entry.value))
-    return ""
+            worktree = entry.value
+        elif entry.key == "extensions.worktreeconfig":
+            per_worktree = entry.value.lower() in ("true", "yes", "on", "1")
+    if per_worktree:
+        for entry in gitmeta.read_config(os.path.join(gitdir, "config.worktree")) or ():
+            if entry.key == "core.worktree":
+                worktree = entry.value
+    return os.path.realpath(os.path.join(gitdir, worktree)) if worktree else ""
+
+
+def _plans_exec(path: str) -> bool:
+    for todo in ("git-rebase-todo", "todo", "done"):
+        for line in gitmeta.read_head(os.path.join(path, todo), 1 << 20).splitlines():
+            word = line.strip().split(b" ", 1)[0]
+            if word in (b"x", b"exec"):
+                return True
+    return False
 
 
 def _identity(dir_fd: int, name: str) -> str:
