@@ -456,7 +456,8 @@ x/gd" config core.worktree "$PWD" && printf 'gitdir: g\nx/gd\n' > .git; echo pla
     # The workspace itself laid out as a bare repository.
     "bare-shaped-root": (None, r"""
         mkdir -p objects refs && echo "ref: refs/heads/main" > HEAD
-        printf '[core]\n\tbare = false\n\tworktree = .\n' > config
+        printf '[core]\n\trepositoryformatversion = 0\n\tbare = false\n' > config
+        printf '\tworktree = .\n' >> config
         printf '\tfsmonitor = "touch %s; false"\n' "$M" >> config
         echo planted""", ["status"]),
 }
