@@ -380,6 +380,8 @@ def test_a_git_pointer_into_the_sessions_tmp_is_moved_away(box: Box) -> None:
     assert b"planted" in res.stdout, text(res)
     git(box, "status")
     assert not m.exists(), f"the host's git followed a pointer into the session's /tmp\n{text(res)}"
+    # Not vacuous: the pointer was there to follow, and the guard is what moved it.
+    assert "a .git pointer" in text(res), text(res)
 
 
 EXITS_EARLY = """
@@ -482,5 +484,6 @@ def test_a_planted_rebase_plan_runs_nothing(box: Box) -> None:
               "echo 1 > $d/msgnum; echo 2 > $d/end; echo planted")
     res = box.sh(script, mode="workspace-write")
     assert b"planted" in res.stdout, text(res)
+    assert "a rebase plan with exec lines" in text(res), text(res)
     git(box, "rebase", "--continue")
     assert not m.exists(), f"the host's rebase --continue ran a planted exec\n{text(res)}"

@@ -193,12 +193,12 @@ class MetadataGuard:
             for path in self.paths:
                 key = self._key(path)
                 tree_kept = os.path.lexists(os.path.join(self.dir, key))
-                if self._known(dir_fd, key) and (tree_kept or not self.content or os.path.lexists(
+                if self._known(key) and (tree_kept or not self.content or os.path.lexists(
                         os.path.join(self.dir, key + ".missing"))):
                     continue
-                if not self._known(dir_fd, key):
+                if not self._known(key):
                     manifest.append(f"p {path}")
-                if self._under_missing(dir_fd, path):
+                if self._under_missing(path):
                     _touch(dir_fd, key + ".missing")
                     continue
                 where = open_parent(path, self.roots)
@@ -227,7 +227,7 @@ class MetadataGuard:
                 finally:
                     os.close(fd)
                 if tree is None:
-                    if not self._known(dir_fd, key):
+                    if not self._known(key):
                         _touch(dir_fd, key + ".missing")
                 else:
                     # A guard that keeps copies, joining a baseline a bubblewrap
@@ -246,11 +246,11 @@ class MetadataGuard:
             with open(os.path.join(self.dir, "manifest"), "ab") as fh:
                 fh.write(("\0".join(manifest) + "\0").encode("utf-8", "surrogateescape"))
 
-    def _known(self, dir_fd: int, key: str) -> bool:
+    def _known(self, key: str) -> bool:
         return any(os.path.lexists(os.path.join(self.dir, key + suffix))
                    for suffix in ("", ".missing", ".present"))
 
-    def _under_missing(self, dir_fd: int, path: str) -> bool:
+    def _under_missing(self, path: str) -> bool:
         parent = os.path.dirname(path)
         while parent and parent != os.path.dirname(parent):
             if os.path.lexists(os.path.join(self.dir, self._key(parent) + ".missing")):
