@@ -1,0 +1,205 @@
+"""The seam between the pipeline, which decides, and a driver, which confines.
+
+Dependency-free on purpose: a driver for another platform (or another
+machine) subclasses these without pulling in the Linux layers, and
+`from stockade.drivers import Driver` works at run time, not only under a
+type checker. What crosses the seam is typed: a `Profile` goes in, a
+`Launch` comes out, the launch starts a `ProcessHandle`, and after the run
+its `LaunchReport` says what the driver saw. The pipeline never parses a
+driver's strings to learn what happened.
+"""
+
+from __future__ import annotations
+
+TYPE_CHECKING = False
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping
+    from typing import Any, ClassVar
+
+    from ..process import Outcome
+    from ..profile import Profile
+
+#: `LaunchReport.limit_exceeded` values.
+MEMORY = "memory"
+PIDS = "pids"
+
+
+class DriverOption:
+    """A config key a backend reads: the registry's source for validation, CLI and help.
+
+    Declared on the driver class, so a backend's settings are written next
+    to the code that uses them and no list elsewhere can fall out of step.
+    """
+
+    __slots__ = ("default", "help", "key", "kind")
+
+    def __init__(self, key: str, kind: str, default: object, help: str) -> None:
+        self.key = key
+        self.kind = kind  # "str", "int", "bool", "int?" (int or unset)
+        self.default = default
+        self.help = help
+
+
+class LaunchReport:
+    """What the driver observed about one run, filled in by `Launch.cleanup()`.
+
+    `limit_exceeded`: the resource limit that ended or starved the command
+    (`MEMORY`, `PIDS`), or None. `limits_started` false means the limit
+    mechanism refused to start, so the command never ran and its stderr is
+    the mechanism's reason. `removed`: paths the driver took away after the
+    run (something planted where it must not stay); `neutralised`: what the
+    metadata guard made inert or put back (objects with `to_json()` and
+    `describe()`). `audit`: fields for the execution's audit record (the
+    Landlock ABI in force, the limit mechanism, the tier that ran).
+    """
+
+    __slots__ = ("audit", "limit_exceeded", "limits_started", "neutralised", "removed")
+
+    def __init__(self) -> None:
+        self.limit_exceeded: str | None = None
+        self.limits_started = True
+        self.removed: list[str] = []
+        self.neutralised: list[Any] = []
+        self.audit: dict[str, object] = {}
+
+
+class ProcessHandle:
+    """A started confined process: what the shells drive, on any platform.
+
+    `stdin_w`, `stdout_r` and `stderr_r` are pipe descriptors (-1 when not
+    piped). `communicate` feeds, collects within budget and ends the tree at
+    the deadline; `kill` ends the whole tree, not only the first process.
+    """
+
+    pid: int
+    stdin_w: int
+    stdout_r: int
+    stderr_r: int
+    returncode: int | None
+
+    def communicate(self, stdin: bytes | None = None, *, timeout: float | None = None,
+                    max_output: int = 1 << 20, cancelled: object = None) -> Outcome:
+        raise NotImplementedError
+
+    def kill(self) -> None:
+        raise NotImplementedError
+
+    def kill_group_only(self) -> None:
+        """After the first process exited: end what it left holding the pipes."""
+        self.kill()
+
+    def poll(self) -> int | None:
+        raise NotImplementedError
+
+    def wait(self) -> int:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+
+class Launch:
+    """A prepared run: what to start, how, and what to undo after.
+
+    The driver owns spawning: `start()` is POSIX `posix_spawn` of `argv`
+    with `env` and `extra_fds` here, and a driver whose confinement cannot
+    travel in an argv (a token, a job object) overrides it. `extra_fds`
+    maps a child fd number to a parent fd to place there (the Linux drivers
+    keep each at its own number). `cleanup()` runs once the process is
+    gone, fills `report` and runs what the pipeline added with `also()`.
+    """
+
+    __slots__ = ("_cleanup", "argv", "cwd", "env", "extra_fds", "report")
+
+    def __init__(self, argv: list[str], env: dict[str, str], cwd: str, *,
+                 extra_fds: dict[int, int] | None = None,
+                 cleanup: Callable[[Launch], None] | None = None) -> None:
+        self.argv = argv
+        self.env = env
+        self.cwd = cwd
+        self.extra_fds = extra_fds or {}
+        self.report = LaunchReport()
+        self._cleanup = cleanup
+
+    def start(self, *, stdin: int | None = None, capture: bool = True,
+              new_session: bool = True) -> ProcessHandle:
+        """Spawn the confined process. `stdin`: an fd to inherit, or None for a pipe."""
+        from ..process import Process
+
+        return Process(self.argv, self.env, extra_fds=self.extra_fds, stdin=stdin,
+                       capture=capture, new_session=new_session)
+
+    def also(self, undo: Callable[[], None]) -> None:
+        """Run `undo` after the driver's own cleanup (the pipeline's resources)."""
+        first = self._cleanup
+
+        def both(launch: Launch) -> None:
+            try:
+                if first is not None:
+                    first(launch)
+            finally:
+                undo()
+
+        self._cleanup = both
+
+    def cleanup(self) -> None:
+        """Undo what was prepared, once; safe to call again."""
+        cleanup, self._cleanup = self._cleanup, None
+        if cleanup is not None:
+            cleanup(self)
+
+
+class Driver:
+    """Turns a decided `Profile` into a confined process; never decides.
+
+    Subclasses set `name` and `options`, build themselves from config with
+    `from_config`, and implement `available` and `prepare`. The rest have
+    safe defaults: a backend with no per-session state ignores the session
+    hooks, and one whose failures need no translation explains nothing.
+    """
+
+    name: ClassVar[str] = ""
+    #: The config keys this backend reads (see `DriverOption`).
+    options: ClassVar[tuple[DriverOption, ...]] = ()
+
+    @classmethod
+    def from_config(cls, config: Any, *, env: Mapping[str, str], workspace: str,
+                    state_dir: str, **overrides: Any) -> Driver:
+        """This backend built from a `SandboxConfig`; `overrides` are test seams."""
+        return cls(**overrides)
+
+    def available(self) -> None:
+        """Raise `SandboxUnavailable` naming the missing piece and its fix."""
+        raise NotImplementedError
+
+    def prepare(self, argv: list[str], profile: Profile) -> Launch:
+        """The confined launch for `argv` under `profile`; nothing has started yet."""
+        raise NotImplementedError
+
+    def explain_failure(self, returncode: int, stderr: bytes) -> str | None:
+        """After a run: the reason the *sandbox* failed to start, or None if the
+        command ran. A message here becomes `SandboxUnavailable`, never a
+        command's exit status an agent would read as its own."""
+        return None
+
+    def explain_denial(self, stderr: bytes) -> str | None:
+        """This backend's own words for a refusal the generic hints would miss."""
+        return None
+
+    def doctor(self) -> list[tuple[str, bool, str]]:
+        """(check, passed, detail) rows for `stockade doctor`."""
+        try:
+            self.available()
+        except Exception as exc:  # doctor reports, it does not raise
+            return [(self.name, False, str(exc))]
+        return [(self.name, True, "can build a sandbox here")]
+
+    def open_session(self, session_id: str, workspace: str) -> None:
+        """A session begins: a backend may set up per-session state here."""
+
+    def close_session(self, session_id: str) -> None:
+        """A session ends: release whatever `open_session` or its runs kept."""
+
+    def close(self) -> None:
+        """The sandbox closes: release everything (after every `close_session`)."""
