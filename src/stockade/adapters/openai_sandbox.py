@@ -30,16 +30,23 @@ goes to the approval gate (`StockadeSandboxClient(approval=...)`) exactly as
 `stockade run --allow-host` does; without an approver it is refused. The
 network is none by default.
 
+A command still running when the shell tool stops waiting goes on as a
+stockade background command the session owns (its ledger record says
+`started`); the model polls it with `write_stdin` and empty input, and
+closing the session ends its whole tree. There is no terminal (`tty=true`
+is refused) and no stdin for such a command.
+
 Not supported, and refused with the reason rather than run outside the
-boundary: PTY sessions (`supports_pty()` is False, so the shell tool runs
-each command to completion), `run_as` users, manifest users and groups,
-and `extra_path_grants` (grant paths with `allow_read`/`allow_write`).
+boundary: `run_as` users, manifest users and groups, and
+`extra_path_grants` (grant paths with `allow_read`/`allow_write`).
 A read, or a snapshot of the workspace, larger than `max_output_bytes`
 (1 MiB by default) fails instead of coming back cut short.
 """
 
 from __future__ import annotations
 
+import asyncio
+import collections
 import copy
 import io
 import os
@@ -65,6 +72,13 @@ try:
     from agents.sandbox.session.base_sandbox_session import BaseSandboxSession
     from agents.sandbox.session.dependencies import Dependencies
     from agents.sandbox.session.manager import Instrumentation
+    from agents.sandbox.session.pty_output import collect_pty_output
+    from agents.sandbox.session.pty_types import (
+        PtyExecUpdate,
+        allocate_pty_process_id,
+        clamp_pty_yield_time_ms,
+        resolve_pty_write_yield_time_ms,
+    )
     from agents.sandbox.session.sandbox_client import BaseSandboxClient, BaseSandboxClientOptions
     from agents.sandbox.session.workspace_payloads import coerce_write_payload
     from agents.sandbox.snapshot import SnapshotBase, SnapshotSpec, resolve_snapshot
@@ -219,6 +233,7 @@ class StockadeSandboxSession(BaseSandboxSession):
         self._sandbox: Any = None
         self._running = False
         self._root = ""
+        self._background: dict[int, _Background] = {}
 
     # -- the stockade session ------------------------------------------------------
 
@@ -271,18 +286,21 @@ class StockadeSandboxSession(BaseSandboxSession):
             network=net, max_memory_mb=o.max_memory_mb or base.max_memory_mb)
 
     async def _run(self, argv: list[str], *, stdin: bytes | None = None,
-                   timeout: float | None = None) -> Any:
+                   timeout: float | None = None, baseline: bool = False) -> Any:
         """Run argv in the stockade session; the `SandboxOutput`, or the `SandboxError`."""
         sandbox = await self._stockade()
         env = await self.state.manifest.environment.resolve()
         cmd = SandboxCommand(argv[0], argv[1:], session_id=self.stockade_session_id,
                              env=env, stdin=stdin, timeout=timeout,
-                             capabilities=self._capabilities(sandbox))
+                             capabilities=None if baseline else self._capabilities(sandbox))
         return await sandbox.execute(cmd)
 
     async def _file_op(self, script: str, *args: str, stdin: bytes | None = None) -> Any:
+        # The mode's baseline: a file operation never leaves the workspace, so
+        # it needs none of what the options ask for the model's commands.
         await self._stockade()
-        return await self._run(["/bin/sh", "-c", script, "sh", self._root, *args], stdin=stdin)
+        return await self._run(["/bin/sh", "-c", script, "sh", self._root, *args], stdin=stdin,
+                               baseline=True)
 
     # -- lifecycle -------------------------------------------------------------------
 
@@ -306,6 +324,7 @@ class StockadeSandboxSession(BaseSandboxSession):
         await self._close_stockade()
 
     async def _close_stockade(self) -> None:
+        await self.pty_terminate_all()
         sandbox, self._sandbox = self._sandbox, None
         if sandbox is not None:
             await sandbox.aclose()
@@ -323,10 +342,93 @@ class StockadeSandboxSession(BaseSandboxSession):
         _check_manifest(self.state.manifest)
 
     def supports_pty(self) -> bool:
-        # The SDK's PTY sessions outlive the call that starts them and take
-        # stdin later; until they run as stockade background commands, the
-        # shell tool runs every command to completion instead.
-        return False
+        return True
+
+    async def pty_exec_start(self, *command: str | Path, timeout: float | None = None,
+                             shell: bool | list[str] = True, user: str | User | None = None,
+                             tty: bool = False, yield_time_s: float | None = None,
+                             max_output_tokens: int | None = None) -> PtyExecUpdate:
+        """Start a command that may outlive this call, as a stockade background command.
+
+        The session owns it (closing the session ends its whole tree); the
+        model polls it with `write_stdin` and empty input. There is no
+        terminal: a command the kernel confines cannot be handed the host's
+        pseudo-terminal without handing it that terminal's other sessions.
+        """
+        argv = self._prepare_exec_command(*command, shell=shell, user=user)
+        if tty:
+            raise ValueError("stockade runs commands without a terminal: run it with "
+                             "tty=false (its output is read as it comes)")
+        sandbox = await self._stockade()
+        env = await self.state.manifest.environment.resolve()
+        cmd = SandboxCommand(argv[0], argv[1:], session_id=self.stockade_session_id, env=env,
+                             capabilities=self._capabilities(sandbox))
+        try:
+            proc = await sandbox.start(cmd)
+        except SandboxError as e:
+            return PtyExecUpdate(process_id=None, output=_line(e).encode() + b"\n",
+                                 exit_code=e.exit_status, original_token_count=None)
+        entry = _Background(proc)
+        entry.pump = asyncio.create_task(entry.run())
+        process_id = allocate_pty_process_id(set(self._background))
+        self._background[process_id] = entry
+        wait_ms = 10_000 if yield_time_s is None else int(yield_time_s * 1000)
+        return await self._collect(process_id, entry, clamp_pty_yield_time_ms(wait_ms),
+                                   max_output_tokens)
+
+    async def pty_write_stdin(self, *, session_id: int, chars: str,
+                              yield_time_s: float | None = None,
+                              max_output_tokens: int | None = None) -> PtyExecUpdate:
+        entry = self._resolve_pty_session_entry(pty_processes=self._background,
+                                                session_id=session_id)
+        if chars:
+            raise RuntimeError("stdin is not available for this process: stockade runs "
+                               "commands without a terminal; poll it with empty input")
+        wait_ms = 250 if yield_time_s is None else int(yield_time_s * 1000)
+        return await self._collect(
+            session_id, entry,
+            resolve_pty_write_yield_time_ms(yield_time_ms=wait_ms, input_empty=True),
+            max_output_tokens)
+
+    async def _collect(self, process_id: int, entry: _Background, wait_ms: int,
+                       max_output_tokens: int | None) -> PtyExecUpdate:
+        output, tokens, closed = await collect_pty_output(
+            output_chunks=entry.chunks, output_lock=entry.lock, output_notify=entry.notify,
+            is_done=entry.done.is_set, yield_time_ms=wait_ms,
+            max_output_tokens=max_output_tokens)
+        exit_code = entry.proc.returncode if closed else None
+        if exit_code is not None:
+            self._background.pop(process_id, None)
+            hint = self._hint_at_exit(entry.proc, exit_code)
+            if hint:
+                sep = b"" if not output or output.endswith(b"\n") else b"\n"
+                output = output + sep + f"stockade: {hint}\n".encode()
+            if exit_code < 0:
+                exit_code = 128 - exit_code
+        return PtyExecUpdate(process_id=None if exit_code is not None else process_id,
+                             output=output, exit_code=exit_code, original_token_count=tokens)
+
+    def _hint_at_exit(self, proc: Any, code: int) -> str | None:
+        """The hint `execute` gives a command the boundary stopped, for one that ran on."""
+        from ..denial import denial_hint, likely_sandbox_denied
+        from ..drivers import should_sandbox
+
+        sandbox = self._sandbox
+        ws = sandbox.core.sessions.get(self.stockade_session_id) if sandbox else None
+        if ws is None:
+            return None
+        mode = sandbox.core.mode_for(ws)
+        stderr, _ = proc.output("stderr", 0)
+        kind = likely_sandbox_denied(code if code >= 0 else None, -code if code < 0 else None,
+                                     stderr, sandboxed=should_sandbox(mode, "auto"))
+        if not kind:
+            return None
+        return str(denial_hint(kind, stderr, mode, workspace=ws.cwd, cwd=ws.cwd))
+
+    async def pty_terminate_all(self) -> None:
+        entries, self._background = list(self._background.values()), {}
+        for entry in entries:
+            await entry.stop()
 
     # -- exec --------------------------------------------------------------------------
 
@@ -492,6 +594,46 @@ class StockadeSandboxSession(BaseSandboxSession):
         return out
 
 
+class _Background:
+    """A started command's output, moved into the queue the SDK's PTY reader drains."""
+
+    def __init__(self, proc: Any) -> None:
+        self.proc = proc
+        self.chunks: collections.deque[bytes] = collections.deque()
+        self.lock = asyncio.Lock()
+        self.notify = asyncio.Event()
+        self.done = asyncio.Event()
+        self.pump: asyncio.Task[None] | None = None
+        self._offsets = {"stdout": 0, "stderr": 0}
+
+    def _take(self) -> bool:
+        got = False
+        for stream in ("stdout", "stderr"):
+            data, self._offsets[stream] = self.proc.output(stream, self._offsets[stream])
+            if data:
+                self.chunks.append(data)
+                got = True
+        return got
+
+    async def run(self) -> None:
+        while True:
+            # Read the state before the output: what arrives before the end
+            # is read after it, never lost between the two.
+            ended = not self.proc.running()
+            if self._take():
+                self.notify.set()
+            if ended:
+                self.done.set()
+                self.notify.set()
+                return
+            await asyncio.sleep(0.05)
+
+    async def stop(self) -> None:
+        await asyncio.to_thread(self.proc.stop)
+        if self.pump is not None:
+            await self.pump
+
+
 class StockadeSandboxClient(BaseSandboxClient[StockadeSandboxClientOptions | None]):
     """Create SDK sandbox sessions confined by stockade on this machine.
 
@@ -600,7 +742,7 @@ def _line(exc: SandboxError) -> str:
 
 
 def _why(out: Any) -> str:
-    text = out.stderr.decode("utf-8", "replace").strip()
+    text: str = out.stderr.decode("utf-8", "replace").strip()
     if out.denial_hint:
         text = f"{text}\nstockade: {out.denial_hint}" if text else f"stockade: {out.denial_hint}"
     return text[-4096:]
