@@ -251,6 +251,9 @@ def test_the_file_api_stays_inside_the_workspace(box: Box) -> None:
                 "config": lambda: session.write(Path(".git/config"), io.BytesIO(b"pwned")),
                 "stockade.toml": lambda: session.write(Path("stockade.toml"),
                                                        io.BytesIO(b"[sandbox]\n")),
+                "vscode": lambda: session.write(Path(".vscode/tasks.json"),
+                                                io.BytesIO(b"{}")),
+                "claude": lambda: session.mkdir(Path(".claude/commands"), parents=True),
                 "missing": lambda: session.read(Path("nope.txt")),
             }
             for name, attempt in attempts.items():
@@ -276,6 +279,8 @@ def test_the_file_api_stays_inside_the_workspace(box: Box) -> None:
     assert (box.ws / ".git" / "config").read_text() == config_before
     assert seen["stockade.toml"] == "WorkspaceArchiveWriteError"
     assert not (box.ws / "stockade.toml").exists()
+    assert seen["vscode"] == seen["claude"] == "WorkspaceArchiveWriteError"
+    assert not (box.ws / ".vscode").exists() and not (box.ws / ".claude").exists()
     assert seen["missing"] == "WorkspaceReadNotFoundError"
 
 
@@ -311,3 +316,65 @@ def _running(needle: str) -> bool:
         except OSError:
             continue
     return False
+
+
+def test_without_the_sdk_the_import_names_the_extra() -> None:
+    import sys
+
+    code = ("import sys; sys.modules['agents'] = None\n"
+            "try:\n    import stockade.adapters.openai_sandbox\n"
+            "except ImportError as exc:\n    print(exc)\n")
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=60, check=True)
+    assert "pip install 'stockade[openai-agents]'" in res.stdout
+
+
+def _tar(members: dict[str, bytes]) -> io.BytesIO:
+    import tarfile
+
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        for name, data in members.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    buf.seek(0)
+    return buf
+
+
+def test_archives_are_unpacked_and_packed_inside_the_sandbox(box: Box) -> None:
+    """Snapshot restore and `extract` write through the sandbox, so .git/hooks stays shut."""
+    import tarfile
+
+    from agents.sandbox.errors import WorkspaceArchiveWriteError
+
+    (box.ws / "kept.txt").write_text("kept\n")
+
+    async def go() -> dict[str, object]:
+        seen: dict[str, object] = {}
+        session = await StockadeSandboxClient().create(manifest=Manifest(root=str(box.ws)))
+        async with session:
+            archive = await session.persist_workspace()
+            with tarfile.open(fileobj=archive) as tar:
+                seen["persisted"] = sorted(tar.getnames())
+            await session.hydrate_workspace(_tar({"restored.txt": b"back\n"}))
+            for name, attempt in {
+                "hydrate-hook": lambda: session.hydrate_workspace(
+                    _tar({".git/hooks/pre-commit": b"#!/bin/sh\necho pwned\n"})),
+                "extract-hook": lambda: session.extract(
+                    Path("drop.tar"), _tar({".git/hooks/pre-push": b"echo pwned\n"})),
+            }.items():
+                try:
+                    await attempt()
+                    seen[name] = "done"
+                except WorkspaceArchiveWriteError as exc:
+                    seen[name] = type(exc).__name__
+        return seen
+
+    seen = asyncio.run(go())
+    assert "./kept.txt" in seen["persisted"]  # type: ignore[operator]
+    assert (box.ws / "restored.txt").read_text() == "back\n"
+    assert seen["hydrate-hook"] == "WorkspaceArchiveWriteError"
+    assert not (box.ws / ".git" / "hooks" / "pre-commit").exists()
+    assert seen["extract-hook"] == "WorkspaceArchiveWriteError"
+    assert not (box.ws / ".git" / "hooks" / "pre-push").exists()

@@ -234,6 +234,7 @@ class StockadeSandboxSession(BaseSandboxSession):
         self._running = False
         self._root = ""
         self._background: dict[int, _Background] = {}
+        self._opening = asyncio.Lock()
 
     # -- the stockade session ------------------------------------------------------
 
@@ -242,6 +243,14 @@ class StockadeSandboxSession(BaseSandboxSession):
         return f"openai-sandbox-{self.state.session_id}"
 
     async def _stockade(self) -> Any:
+        if self._sandbox is not None:
+            return self._sandbox
+        # The SDK runs a turn's tool calls concurrently: two first calls must
+        # not each build a sandbox, and leave one of them open.
+        async with self._opening:
+            return await self._open_stockade()
+
+    async def _open_stockade(self) -> Any:
         if self._sandbox is None:
             from ..config import load_config
             from ..workspace import WorkspaceSandbox
