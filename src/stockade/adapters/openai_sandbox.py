@@ -85,6 +85,7 @@ try:
     from agents.sandbox.types import ExecResult, User
     from agents.sandbox.util.parse_utils import parse_ls_la
     from agents.sandbox.util.tar_utils import UnsafeTarMemberError, validate_tarfile
+    from pydantic import field_validator
 except ImportError as exc:  # pragma: no cover - exercised only without the extra
     raise ImportError(
         "stockade.adapters.openai_sandbox needs the OpenAI Agents SDK with agents.sandbox "
@@ -207,6 +208,16 @@ class StockadeSandboxClientOptions(BaseSandboxClientOptions):
     network: Literal["none", "proxy", "all"] | None = None
     allow_hosts: tuple[str, ...] = ()
     max_memory_mb: int | None = None
+
+    @field_validator("mode")
+    @classmethod
+    def _known_mode(cls, value: str) -> str:
+        from ..capabilities import MODES
+
+        # Found here, at construction, not at the model's first command.
+        if value not in MODES:
+            raise ValueError(f"unknown mode {value!r}: choose one of {', '.join(MODES)}")
+        return value
 
 
 class StockadeSandboxSessionState(SandboxSessionState):
@@ -640,7 +651,10 @@ class _Background:
     async def stop(self) -> None:
         await asyncio.to_thread(self.proc.stop)
         if self.pump is not None:
-            await self.pump
+            # The tree is dead or unkillable; either way the reader must not
+            # keep the session's close waiting.
+            self.pump.cancel()
+            await asyncio.gather(self.pump, return_exceptions=True)
 
 
 class StockadeSandboxClient(BaseSandboxClient[StockadeSandboxClientOptions | None]):
