@@ -33,8 +33,8 @@ network is none by default.
 A command still running when the shell tool stops waiting goes on as a
 stockade background command the session owns (its ledger record says
 `started`); the model polls it with `write_stdin` and empty input, and
-closing the session ends its whole tree. There is no terminal (`tty=true`
-is refused) and no stdin for such a command.
+closing the session ends its whole tree. Background commands run on pipes:
+there is no terminal (`tty=true` is refused) and no stdin to write to.
 
 Not supported, and refused with the reason rather than run outside the
 boundary: `run_as` users, manifest users and groups, and
@@ -74,6 +74,7 @@ try:
     from agents.sandbox.session.manager import Instrumentation
     from agents.sandbox.session.pty_output import collect_pty_output
     from agents.sandbox.session.pty_types import (
+        PTY_PROCESSES_MAX,
         PtyExecUpdate,
         allocate_pty_process_id,
         clamp_pty_yield_time_ms,
@@ -371,9 +372,9 @@ class StockadeSandboxSession(BaseSandboxSession):
         """Start a command that may outlive this call, as a stockade background command.
 
         The session owns it (closing the session ends its whole tree); the
-        model polls it with `write_stdin` and empty input. There is no
-        terminal: a command the kernel confines cannot be handed the host's
-        pseudo-terminal without handing it that terminal's other sessions.
+        model polls it with `write_stdin` and empty input. Background
+        commands run on pipes, so there is no terminal (`tty=True` is
+        refused) and no stdin to write to.
         """
         argv = self._prepare_exec_command(*command, shell=shell, user=user)
         if tty:
@@ -392,6 +393,12 @@ class StockadeSandboxSession(BaseSandboxSession):
         entry.pump = asyncio.create_task(entry.run())
         process_id = allocate_pty_process_id(set(self._background))
         self._background[process_id] = entry
+        if len(self._background) > PTY_PROCESSES_MAX:
+            # Each one is a sandbox of its own with its own process limit: a
+            # model that starts them in a loop must not get an unbounded
+            # number. The oldest goes, as the SDK's local backend prunes.
+            oldest = next(iter(self._background))
+            await self._background.pop(oldest).stop()
         wait_ms = 10_000 if yield_time_s is None else int(yield_time_s * 1000)
         return await self._collect(process_id, entry, clamp_pty_yield_time_ms(wait_ms),
                                    max_output_tokens)
