@@ -4,7 +4,8 @@ A scripted model (no network, no API key) drives the SDK's own Runner and
 its own sandbox tools -- `exec_command` and `apply_patch` -- through one
 turn of ordinary work and one of attacks: appending to a ~/.bashrc, reading
 a credential, planting a git hook by shell and by the SDK's file-write
-path, writing an .envrc. Every effect is checked on the host filesystem,
+path, writing an .envrc, reaching a service on the host's loopback. Every
+effect is checked from outside (the host filesystem, the listener),
 and the same script run through the SDK's own `UnixLocalSandboxClient`
 shows each attack landing without stockade.
 """
@@ -12,14 +13,17 @@ shows each attack landing without stockade.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import io
 import json
 import os
 import re
 import secrets
 import shutil
+import socket
 import subprocess
 import tempfile
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -56,6 +60,8 @@ class Box:
     home: Path
     ws: Path
     secret: str
+    port: int
+    accepted: list[object]
 
     @property
     def bashrc(self) -> Path:
@@ -85,7 +91,20 @@ def box(monkeypatch: pytest.MonkeyPatch) -> Iterator[Box]:
     monkeypatch.setenv("XDG_DATA_HOME", str(base / "data"))
     monkeypatch.setenv("XDG_STATE_HOME", str(base / "state"))
     monkeypatch.setenv("XDG_CONFIG_HOME", str(base / "config"))
-    yield Box(base, home, ws, secret)
+    # A service on the host's loopback: what a command with no network must
+    # not reach (a dev database, a metadata endpoint, a local agent).
+    listener = socket.create_server(("127.0.0.1", 0))
+    accepted: list[object] = []
+
+    def accept() -> None:
+        with contextlib.suppress(OSError):
+            while True:
+                conn, _ = listener.accept()
+                accepted.append(conn)
+
+    threading.Thread(target=accept, daemon=True).start()
+    yield Box(base, home, ws, secret, listener.getsockname()[1], accepted)
+    listener.close()
     shutil.rmtree(base, ignore_errors=True)
 
 
@@ -163,6 +182,9 @@ def _attacks(box: Box) -> list[Any]:
         _patch("patch_hook", ".git/hooks/post-checkout", "#!/bin/sh\necho pwned"),
         _patch("patch_envrc", ".envrc", "export PATH=/evil:$PATH"),
         _patch("patch_ok", "notes.txt", "an ordinary file"),
+        _exec("net", "python3 -c 'import socket; "
+                     f"socket.create_connection((\"127.0.0.1\", {box.port}), 5); "
+                     "print(\"CONNECTED\")'"),
     ]
 
 
@@ -187,6 +209,8 @@ def test_sandbox_agent_work_is_done_and_attacks_are_blocked(box: Box) -> None:
     # An .envrc written through the file API is moved out before the host sees it.
     assert not (box.ws / ".envrc").exists()
     assert "neutralised" in out["patch_envrc"]
+    # No network: the host's loopback service never saw a connection.
+    assert "CONNECTED" not in out["net"] and box.accepted == []
 
     # Every operation is in the audit ledger, the model's commands verbatim.
     rows = Ledger(str(box.base / "data" / "stockade" / "ledger.db")).query(last=200)
@@ -207,6 +231,7 @@ def test_control_the_sdk_local_client_lets_every_attack_land(box: Box) -> None:
     assert "echo pwned" in box.hook.read_text()
     assert "echo pwned" in box.patched_hook.read_text()
     assert (box.ws / ".envrc").exists()
+    assert "CONNECTED" in out["net"] and len(box.accepted) == 1
 
 
 def test_the_command_policy_and_the_approval_gate_apply(box: Box) -> None:
