@@ -127,9 +127,12 @@ inside() {
 parent_inside() { inside "$(dirname -- "$1")"; }
 """
 
+# Only a regular file: a FIFO or a device would hold the read until the
+# command's timeout instead of failing.
 _READ = _PRELUDE + r"""
 inside "$1"
 [ -e "$1" ] || exit 112
+[ -f "$1" ] || { echo "$1 is not a regular file" >&2; exit 114; }
 if [ -n "$2" ]; then exec head -c "$2" -- "$1"; fi
 exec cat -- "$1"
 """
