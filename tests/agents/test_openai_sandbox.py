@@ -251,6 +251,35 @@ def test_the_command_policy_and_the_approval_gate_apply(box: Box) -> None:
     assert not (box.ws / "ran.txt").exists()
 
 
+def test_a_grant_in_the_options_is_the_approvers_to_give(box: Box) -> None:
+    from stockade.approval import APPROVED_ONCE, DENIED, ApprovalGate
+
+    shared = box.base / "shared"
+    shared.mkdir()
+    asked: list[str] = []
+
+    class Approver:
+        def __init__(self, answer: str) -> None:
+            self.answer = answer
+
+        def request(self, request: Any) -> str:
+            asked.append(request.describe())
+            return self.answer
+
+    options = StockadeSandboxClientOptions(allow_write=(str(shared),))
+    outs = {}
+    for answer in (DENIED, APPROVED_ONCE):
+        client = StockadeSandboxClient(approval=ApprovalGate(Approver(answer), 30))
+        outs[answer] = _run(client, box, [_exec("w", f"echo {answer} > {shared}/out")],
+                            options=options)
+        if answer == DENIED:
+            assert not (shared / "out").exists()
+    assert "stockade: CapabilityDenied" in outs[DENIED]["w"]
+    assert "was denied" in outs[DENIED]["w"]
+    assert (shared / "out").read_text() == f"{APPROVED_ONCE}\n"
+    assert len(asked) >= 2 and all(str(shared) in a for a in asked)
+
+
 @pytest.mark.parametrize("backend", ["bubblewrap", "landlock"])
 def test_the_file_api_stays_inside_the_workspace(box: Box, backend: str) -> None:
     """Direct session calls: each refused one is checked on the host.
