@@ -457,3 +457,23 @@ def test_archives_are_unpacked_and_packed_inside_the_sandbox(box: Box) -> None:
     assert not (box.ws / ".git" / "hooks" / "pre-commit").exists()
     assert seen["extract-hook"] == "WorkspaceArchiveWriteError"
     assert not (box.ws / ".git" / "hooks" / "pre-push").exists()
+
+
+def test_a_resumed_session_keeps_its_boundary(box: Box) -> None:
+    """The mode travels in the session state: a resumed read-only session is still read-only."""
+
+    async def go() -> tuple[int, bytes]:
+        client = StockadeSandboxClient()
+        session = await client.create(manifest=Manifest(root=str(box.ws)),
+                                      options=StockadeSandboxClientOptions(mode="read-only"))
+        async with session:
+            await session.exec("true")
+        payload = json.loads(json.dumps(client.serialize_session_state(session.state)))
+        resumed = await client.resume(client.deserialize_session_state(payload))
+        async with resumed:
+            result = await resumed.exec("echo x > written.txt")
+        return result.exit_code, result.stderr
+
+    code, stderr = asyncio.run(go())
+    assert code != 0 and b"read-only mode" in stderr
+    assert not (box.ws / "written.txt").exists()
