@@ -477,3 +477,23 @@ def test_a_resumed_session_keeps_its_boundary(box: Box) -> None:
     code, stderr = asyncio.run(go())
     assert code != 0 and b"read-only mode" in stderr
     assert not (box.ws / "written.txt").exists()
+
+
+def test_a_client_with_its_own_options_does_not_take_them_from_stored_state(box: Box) -> None:
+    # State that says full-access, as an edited store would.
+    wide = StockadeSandboxClient()
+
+    async def resume_with(client: StockadeSandboxClient) -> int:
+        session = await wide.create(manifest=Manifest(root=str(box.ws)),
+                                    options=StockadeSandboxClientOptions(mode="full-access"))
+        payload = json.loads(json.dumps(wide.serialize_session_state(session.state)))
+        resumed = await client.resume(client.deserialize_session_state(payload))
+        async with resumed:
+            return (await resumed.exec(f"echo x > {box.home}/planted")).exit_code
+
+    strict = StockadeSandboxClient(options=StockadeSandboxClientOptions(mode="read-only"))
+    assert asyncio.run(resume_with(strict)) != 0
+    assert not (box.home / "planted").exists()
+    # Control: a client without options of its own takes the state's word.
+    assert asyncio.run(resume_with(wide)) == 0
+    assert (box.home / "planted").exists()

@@ -673,7 +673,8 @@ class StockadeSandboxClient(BaseSandboxClient[StockadeSandboxClientOptions | Non
     `config` is a `SandboxConfig` to use instead of the usual config files
     (its mode is replaced by the options'); other keyword options go to each
     session's `WorkspaceSandbox` (`approval=` an `ApprovalGate`, `hooks=`,
-    `ledger=`, ...). `options` are the defaults for `create()` without any.
+    `ledger=`, ...). `options` are the defaults for `create()` without any,
+    and on `resume()` they replace the options the stored state carries.
     """
 
     backend_id = "stockade"
@@ -741,6 +742,10 @@ class StockadeSandboxClient(BaseSandboxClient[StockadeSandboxClientOptions | Non
         if not isinstance(state, StockadeSandboxSessionState):
             raise TypeError("StockadeSandboxClient.resume expects a StockadeSandboxSessionState")
         _check_manifest(state.manifest)
+        if self._default_options is not None:
+            # Stored state is data, possibly kept where others can write it;
+            # a boundary the client was built with is not for it to widen.
+            state = state.model_copy(update={"options": self._default_options})
         return self._wrap(state)
 
     def deserialize_session_state(self, payload: dict[str, object]) -> SandboxSessionState:
