@@ -137,6 +137,11 @@ class FakeWin32(Win32):
         self.dirs.discard(path.lower())
         return True
 
+    def remove_tree(self, path: str) -> None:
+        self._call("remove_tree", path)
+        self.dirs = {d for d in self.dirs if not (d == path.lower()
+                                                  or d.startswith(path.lower() + "\\"))}
+
     def is_link(self, path: str) -> bool:
         return path.lower() in self.links
 
@@ -164,9 +169,12 @@ class FakeWin32(Win32):
                                 stderr=subprocess.PIPE, start_new_session=True)
         self.procs[process] = proc
         assert proc.stdin and proc.stdout and proc.stderr
-        return Started(proc.pid, process, thread, stdin_w=os.dup(proc.stdin.fileno()),
-                       stdout_r=os.dup(proc.stdout.fileno()),
-                       stderr_r=os.dup(proc.stderr.fileno()))
+        # The driver owns the only copies, as it owns the pipe handles on Windows.
+        fds = {name: os.dup(getattr(proc, name[:-2]).fileno())
+               for name in ("stdin_w", "stdout_r", "stderr_r")}
+        for stream in (proc.stdin, proc.stdout, proc.stderr):
+            stream.close()
+        return Started(proc.pid, process, thread, **fds)
 
     def assign_to_job(self, job: int, process: int) -> None:
         self._call("assign_to_job", job, process)
@@ -212,8 +220,4 @@ class FakeWin32(Win32):
                 running = self.procs.get(process)
                 if owner == handle and running is not None and running.poll() is None:
                     os.killpg(running.pid, signal.SIGKILL)
-        proc = self.procs.pop(handle, None)
-        if proc is not None:
-            for stream in (proc.stdin, proc.stdout, proc.stderr):
-                if stream:
-                    stream.close()
+        self.procs.pop(handle, None)

@@ -265,14 +265,22 @@ class WindowsLaunch(Launch):
             audit["windows_tiers_failed"] = dict(failures)
             audit["windows_job"] = repr(self.limits)
 
-            def finish(launch: Launch, undo: _Undo = undo, job: int = job) -> None:
+            # What the pipeline registered with also() runs after the driver's own undo.
+            after = self._cleanup
+
+            def finish(launch: Launch, undo: _Undo = undo, job: int = job,
+                       after: Callable[[Launch], None] | None = after) -> None:
                 try:
-                    launch.report.limit_exceeded = plan.limit_hit(d.seam.job_messages(job))
-                except Win32Error:
-                    pass
-                undo.run()
-                if undo.errors:
-                    launch.report.audit["windows_cleanup_errors"] = list(undo.errors)
+                    try:
+                        launch.report.limit_exceeded = plan.limit_hit(d.seam.job_messages(job))
+                    except Win32Error:
+                        pass
+                    undo.run()
+                    if undo.errors:
+                        launch.report.audit["windows_cleanup_errors"] = list(undo.errors)
+                finally:
+                    if after is not None:
+                        after(launch)
 
             self._cleanup = finish
             return handle
@@ -298,9 +306,12 @@ class WindowsLaunch(Launch):
                     f"derivation {plan.appcontainer_sid(name)}; stockade will not set ACEs for "
                     "a SID it cannot account for. Please report this with your Windows version")
             temp = d.scratch(undo, profile)
+            # No grant for the program's own directory: system directories
+            # already admit every AppContainer, and an ACE set on one (with
+            # its propagation through the tree) is not stockade's to make.
+            # Tools installed elsewhere are named in windows_read_paths.
             acl_plan = acl.appcontainer_plan(profile, sid, scratch=temp,
-                                             read_paths=(*d.read_paths,
-                                                         ntpath.dirname(self.application)))
+                                             read_paths=d.read_paths)
         elif tier == plan.RESTRICTED:
             token = seam.create_restricted_token()
             undo.push("CloseHandle(token)", lambda: seam.close_handle(token or 0))
@@ -309,7 +320,8 @@ class WindowsLaunch(Launch):
         else:
             temp = d.scratch(undo, profile)
             acl_plan = acl.AclPlan()
-        d.apply(acl_plan, undo, low_tier=tier == plan.RESTRICTED)
+        d.apply(acl_plan, undo, low_tier=tier == plan.RESTRICTED,
+                private=temp if not profile.session_tmp else "")
         job = seam.create_job(self.limits)
         undo.push("CloseHandle(job)", lambda: seam.close_handle(job))
         env = dict(self.env)
@@ -320,6 +332,7 @@ class WindowsLaunch(Launch):
             token=token, appcontainer_sid=sid, capabilities=capabilities, stdin=stdin,
             capture=capture)
         handle = JobProcess(seam, started, job)
+        undo.push("close process handles", handle.close)
         try:
             # Suspended until it is in the job: a process that ran first could
             # start a child outside it before the job had it.
@@ -330,7 +343,6 @@ class WindowsLaunch(Launch):
                 seam.terminate_job(job, KILLED)
             except Win32Error:
                 pass
-            handle.close()
             raise
         return handle, job
 
@@ -346,6 +358,9 @@ class WindowsDriver(Driver):
         DriverOption("windows_allow_open_network", "bool", False,
                      "let commands whose network is none run on the restricted-token or "
                      "job-object tier, neither of which can close the network"),
+        DriverOption("windows_read_paths", "str", "",
+                     "directories an AppContainer command may read beyond the system's and the "
+                     "workspace (toolchains installed outside Program Files), separated by ';'"),
         DriverOption("windows_tier", "str", plan.AUTO,
                      "auto (AppContainer, then restricted token, then job object) or one tier "
                      "by name, with no fallback"),
@@ -380,6 +395,8 @@ class WindowsDriver(Driver):
             "allow_open_network": bool(getattr(config, "windows_allow_open_network", False)),
             "tier": str(getattr(config, "windows_tier", plan.AUTO) or plan.AUTO),
             "max_pids": getattr(config, "max_pids", 200),
+            "read_paths": [p for p in str(getattr(config, "windows_read_paths", "") or "")
+                           .split(";") if p.strip()],
             "scratch_base": ntpath.join(state_dir, "tmp") if state_dir else "",
         }
         values.update(overrides)
@@ -469,23 +486,21 @@ class WindowsDriver(Driver):
             return ""
         path = ntpath.join(self.scratch_base, "run-" + self.new_token())
         self.seam.make_directory(path)
-        undo.push("remove TEMP", lambda: self._remove_tree(path))
+        undo.push("remove TEMP", lambda: self.seam.remove_tree(path))
         return path
 
-    def _remove_tree(self, path: str) -> None:
-        if self.platform == "win32":
-            import shutil
+    def apply(self, acl_plan: acl.AclPlan, undo: _Undo, *, low_tier: bool,
+              private: str = "") -> None:
+        """Apply `acl_plan` under the shared lock, pushing each step's undo as it lands.
 
-            shutil.rmtree(path, ignore_errors=True)
-        else:
-            self.seam.remove_directory(path)
-
-    def apply(self, acl_plan: acl.AclPlan, undo: _Undo, *, low_tier: bool) -> None:
-        """Apply `acl_plan` under the shared lock, pushing each step's undo as it lands."""
+        `private` is the run's own TEMP, which no other run shares and so does
+        not count toward the writable set parallel Low-integrity runs must agree on.
+        """
         shared = self.shared
         if low_tier:
             key = frozenset(acl.norm(lb.path) for lb in acl_plan.labels
-                            if lb.level == plan.LOW_INTEGRITY)
+                            if lb.level == plan.LOW_INTEGRITY
+                            and (not private or acl.norm(lb.path) != acl.norm(private)))
             with shared.lock:
                 others = [s for s, n in shared.low_sets.items() if n and s != key]
                 if others:

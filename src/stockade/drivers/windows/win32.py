@@ -92,6 +92,10 @@ class Win32:
         """RemoveDirectoryW; False when it is not empty or already gone."""
         raise NotImplementedError
 
+    def remove_tree(self, path: str) -> None:
+        """Remove the run's TEMP and what the command left in it, never following a link."""
+        raise NotImplementedError
+
     def is_link(self, path: str) -> bool:
         """Whether `path` is a symlink, junction or other reparse point (not followed)."""
         raise NotImplementedError
@@ -376,6 +380,14 @@ class CtypesWin32(Win32):
 
     def remove_directory(self, path: str) -> bool:
         return bool(self._api.RemoveDirectoryW(path))
+
+    def remove_tree(self, path: str) -> None:
+        import shutil
+
+        # rmtree does not descend into a junction or symlink (it unlinks the
+        # link): a command that left one to C:\Users\me in its TEMP must not
+        # get the home emptied on its behalf.
+        shutil.rmtree(path, ignore_errors=True)
 
     def is_link(self, path: str) -> bool:
         from .acl import lstat_is_link
