@@ -442,7 +442,7 @@ def test_denials_are_attributed_from_windows_error_text() -> None:
     assert "hidden credential store" in str(d.explain_denial(
         b"PermissionError: [WinError 5] Access is denied: 'C:\\\\Users\\\\dev\\\\.aws'"
         .replace(b"\\\\", b"\\")))
-    assert "outside what this command may write" in str(d.explain_denial(
+    assert "outside what this command may reach" in str(d.explain_denial(
         b"Error: ERROR_ACCESS_DENIED opening 'D:\\elsewhere\\x.txt'"))
     assert "network access is off" in str(d.explain_denial(
         b"OSError: [WinError 10013] An attempt was made to access a socket in a way forbidden "
@@ -504,3 +504,36 @@ def test_a_cleanup_step_that_fails_does_not_skip_the_rest() -> None:
     assert fake.profiles == set() and fake.dirs == set()
     errors = launch.report.audit["windows_cleanup_errors"]
     assert isinstance(errors, list) and errors and "SetNamedSecurityInfoW" in errors[0]
+
+
+def test_close_ends_every_job_still_running() -> None:
+    fake = _real("import time; time.sleep(30)")
+    d = _driver(fake)
+    launch = d.prepare(["cmd"], win_profile(network=ALL))
+    proc = launch.start()
+    assert d.live == {proc}
+    d.close()
+    assert proc.wait() != 0
+    launch.cleanup()
+    assert d.live == set()
+    _untouched(fake)
+
+
+def test_kill_after_cleanup_cannot_reach_a_reused_job_handle() -> None:
+    fake = FakeWin32()
+    launch = _driver(fake).prepare(["cmd"], win_profile(network=ALL))
+    proc = launch.start()
+    proc.communicate(timeout=5)
+    launch.cleanup()
+    before = fake.names().count("terminate_job")
+    proc.kill()
+    assert fake.names().count("terminate_job") == before
+
+
+def test_without_a_scratch_directory_the_host_temp_is_kept() -> None:
+    fake = FakeWin32()
+    d = WindowsDriver(win32=fake, platform="win32", new_token=lambda: "00aa")
+    env = dict(ENV, TEMP="C:\\Users\\dev\\AppData\\Local\\Temp")
+    _run(d, win_profile(network=ALL, env=env))
+    block = str(next(c for c in fake.calls if c[0] == "create_process")[3])
+    assert "TEMP=C:\\Users\\dev\\AppData\\Local\\Temp\x00" in block

@@ -92,6 +92,10 @@ class FakeWin32(Win32):
         self._call("delete_appcontainer_profile", name)
         self.profiles.discard(name)
 
+    def derive_appcontainer_sid(self, name: str) -> str:
+        self._call("derive_appcontainer_sid", name)
+        return plan.appcontainer_sid(name)
+
     def create_restricted_token(self) -> int:
         self._call("create_restricted_token")
         return self._handle()

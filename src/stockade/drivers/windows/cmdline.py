@@ -189,14 +189,15 @@ def command_env(env: Mapping[str, str], *, temp: str) -> dict[str, str]:
     Windows reads variable names without regard to case, so the shared
     scrub (which compares exact names) is applied again folded: `PythonStartup`
     is PYTHONSTARTUP to Python on Windows. TEMP and TMP name the run's own
-    directory; TMPDIR=/tmp from the shared scrub means nothing here.
+    directory when there is one; TMPDIR=/tmp from the shared scrub means
+    nothing here. Applying it twice gives the same result.
     """
     out: dict[str, str] = {}
     seen: set[str] = set()
     harmless = {n.upper() for n in _PYTHON_HARMLESS}
     for name, value in env.items():
         upper = name.upper()
-        if upper in seen or upper in ("TMPDIR", "TEMP", "TMP"):
+        if upper in seen or upper == "TMPDIR" or (temp and upper in ("TEMP", "TMP")):
             continue
         if upper.startswith(tuple(p.upper() for p in _INJECTION_PREFIXES)) \
                 and upper not in harmless:

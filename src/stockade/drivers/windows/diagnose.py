@@ -96,7 +96,7 @@ def explain_denial(stderr: bytes, *, tier: str, profile: Profile | None) -> str 
             return (f"blocked by the sandbox ({where}): {path} is in the workspace, which is "
                     f"read-only in {profile.mode} mode (ask for workspace-write)")
     return (f"blocked by the sandbox ({where}): {path} is outside what this command may "
-            "write (only the workspace and granted paths)")
+            "reach (the workspace, granted paths and, for reading, system directories)")
 
 
 def explain_failure(returncode: int, stderr: bytes) -> str | None:

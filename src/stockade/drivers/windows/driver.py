@@ -59,8 +59,11 @@ class JobProcess(ProcessHandle):
         self.returncode: int | None = None
         self.killed = False
 
+    def forget_job(self) -> None:
+        self._job = 0
+
     def kill(self) -> None:
-        if self.returncode is not None and self.killed:
+        if self._job == 0 or (self.returncode is not None and self.killed):
             return
         self.killed = True
         try:
@@ -300,10 +303,12 @@ class WindowsLaunch(Launch):
             capabilities = plan.capability_sids(profile.network)
             sid = seam.create_appcontainer_profile(name, capabilities)
             undo.push("DeleteAppContainerProfile", lambda: seam.delete_appcontainer_profile(name))
-            if sid.upper() != plan.appcontainer_sid(name).upper():
+            derived = seam.derive_appcontainer_sid(name)
+            if not sid.upper() == derived.upper() == plan.appcontainer_sid(name).upper():
                 raise SandboxUnavailable(
-                    f"Windows gave the AppContainer {name} the SID {sid}, not the documented "
-                    f"derivation {plan.appcontainer_sid(name)}; stockade will not set ACEs for "
+                    f"Windows gave the AppContainer {name} the SID {sid} (derived: {derived}), "
+                    f"not the documented derivation {plan.appcontainer_sid(name)}; stockade "
+                    "will not set ACEs for "
                     "a SID it cannot account for. Please report this with your Windows version")
             temp = d.scratch(undo, profile)
             # No grant for the program's own directory: system directories
@@ -323,16 +328,26 @@ class WindowsLaunch(Launch):
         d.apply(acl_plan, undo, low_tier=tier == plan.RESTRICTED,
                 private=temp if not profile.session_tmp else "")
         job = seam.create_job(self.limits)
-        undo.push("CloseHandle(job)", lambda: seam.close_handle(job))
-        env = dict(self.env)
-        if temp:
-            env["TEMP"] = env["TMP"] = temp
+        holder: list[JobProcess] = []
+
+        def close_job() -> None:
+            # Windows reuses handle values: once closed, this run's handle may
+            # name another run's job, so the process forgets it first.
+            for h in holder:
+                h.forget_job()
+            seam.close_handle(job)
+
+        undo.push("CloseHandle(job)", close_job)
+        env = cmdline.command_env(self.env, temp=temp)
         started = seam.create_process(
             self.application, self.command_line, cmdline.environment_block(env), profile.cwd,
             token=token, appcontainer_sid=sid, capabilities=capabilities, stdin=stdin,
             capture=capture)
         handle = JobProcess(seam, started, job)
+        holder.append(handle)
         undo.push("close process handles", handle.close)
+        d.live.add(handle)
+        undo.push("forget live process", lambda: d.live.discard(handle))
         try:
             # Suspended until it is in the job: a process that ran first could
             # start a child outside it before the job had it.
@@ -384,6 +399,8 @@ class WindowsDriver(Driver):
         self._resolve = resolve
         self._new_token = new_token or (lambda: os.urandom(8).hex())
         self.shared = _Shared()
+        #: Processes started and not yet cleaned up: what `close()` ends.
+        self.live: set[JobProcess] = set()
         self.last_tier = ""
         self._last_profile: Profile | None = None
 
@@ -475,6 +492,11 @@ class WindowsDriver(Driver):
         except (Win32Error, SandboxUnavailable) as exc:
             return str(exc)
         return None
+
+    def close(self) -> None:
+        """End every job still running: nothing a command started outlives the sandbox."""
+        for handle in list(self.live):
+            handle.kill()
 
     # -- what launches share -------------------------------------------------------------
 

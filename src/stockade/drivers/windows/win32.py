@@ -61,6 +61,10 @@ class Win32:
     def delete_appcontainer_profile(self, name: str) -> None:
         raise NotImplementedError
 
+    def derive_appcontainer_sid(self, name: str) -> str:
+        """DeriveAppContainerSidFromAppContainerName: Windows' own answer for `name`."""
+        raise NotImplementedError
+
     def create_restricted_token(self) -> int:
         """CreateRestrictedToken(DISABLE_MAX_PRIVILEGE) of this process's token, set to
         Low integrity (S-1-16-4096); returns the token handle."""
@@ -244,6 +248,17 @@ class CtypesWin32(Win32):
 
     def delete_appcontainer_profile(self, name: str) -> None:
         self._hresult(self._api.DeleteAppContainerProfile(name), "DeleteAppContainerProfile")
+
+    def derive_appcontainer_sid(self, name: str) -> str:
+        import ctypes
+
+        out = ctypes.c_void_p()
+        self._hresult(self._api.DeriveAppContainerSidFromAppContainerName(
+            name, ctypes.byref(out)), "DeriveAppContainerSidFromAppContainerName")
+        try:
+            return self._sid_text(out)
+        finally:
+            self._api.FreeSid(out)
 
     def create_restricted_token(self) -> int:
         import ctypes
@@ -474,6 +489,10 @@ class CtypesWin32(Win32):
                 owned += [w1, w2]
             else:
                 h_out, h_err = a.GetStdHandle(-11), a.GetStdHandle(-12)
+                # The handle list admits only inheritable handles.
+                for h in (h_out, h_err):
+                    if h:
+                        a.SetHandleInformation(h, _HANDLE_FLAG_INHERIT, _HANDLE_FLAG_INHERIT)
             child = list(dict.fromkeys(h for h in (h_in, h_out, h_err) if h))
 
             count = 2 if appcontainer_sid else 1
@@ -720,5 +739,6 @@ def _load() -> Any:
     proto(adv, "ConvertStringSecurityDescriptorToSecurityDescriptorW", B, S, D, PP, P)
     proto(uenv, "CreateAppContainerProfile", ctypes.c_long, S, S, S, P, D, PP)
     proto(uenv, "DeleteAppContainerProfile", ctypes.c_long, S)
+    proto(uenv, "DeriveAppContainerSidFromAppContainerName", ctypes.c_long, S, PP)
     _API = ns
     return ns
