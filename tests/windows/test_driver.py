@@ -17,7 +17,14 @@ from win_fakes import CMD, ENV, STATE, WS, FakeWin32, win_profile
 from stockade.capabilities import NetworkPolicy
 from stockade.drivers.base import MEMORY, PIDS, Driver, Launch, ProcessHandle
 from stockade.drivers.windows import acl, plan
-from stockade.drivers.windows.driver import KILLED, JobProcess, WindowsDriver, WindowsLaunch
+from stockade.drivers.windows.driver import (
+    KILLED,
+    PROCESS_SHARED,
+    JobProcess,
+    WindowsDriver,
+    WindowsLaunch,
+    _Shared,
+)
 from stockade.drivers.windows.win32 import CtypesWin32, Win32, Win32Error
 from stockade.errors import SandboxUnavailable
 
@@ -28,7 +35,8 @@ PRIV = Win32Error("CreateProcessAsUserW", plan.ERROR_PRIVILEGE_NOT_HELD)
 def _driver(fake: FakeWin32, **kw: object) -> WindowsDriver:
     tokens = iter(f"{i:04x}" for i in range(1000))
     d = WindowsDriver(win32=fake, platform="win32", scratch_base=f"{STATE}\\tmp",
-                      new_token=lambda: next(tokens), **kw)  # type: ignore[arg-type]
+                      new_token=lambda: next(tokens), shared=_Shared(),
+                      **kw)  # type: ignore[arg-type]
     return d
 
 
@@ -532,8 +540,28 @@ def test_kill_after_cleanup_cannot_reach_a_reused_job_handle() -> None:
 
 def test_without_a_scratch_directory_the_host_temp_is_kept() -> None:
     fake = FakeWin32()
-    d = WindowsDriver(win32=fake, platform="win32", new_token=lambda: "00aa")
+    d = WindowsDriver(win32=fake, platform="win32", new_token=lambda: "00aa", shared=_Shared())
     env = dict(ENV, TEMP="C:\\Users\\dev\\AppData\\Local\\Temp")
     _run(d, win_profile(network=ALL, env=env))
     block = str(next(c for c in fake.calls if c[0] == "create_process")[3])
     assert "TEMP=C:\\Users\\dev\\AppData\\Local\\Temp\x00" in block
+
+
+def test_drivers_in_one_process_share_the_acl_lock_and_registries() -> None:
+    assert WindowsDriver(win32=FakeWin32()).shared is WindowsDriver().shared is PROCESS_SHARED
+
+
+def test_doctor_rows_for_a_pinned_tier_and_the_network_waiver() -> None:
+    from stockade.drivers.windows.diagnose import doctor_rows
+
+    rows = doctor_rows("win32", {t: None for t in plan.TIERS}, allow_job_only=True,
+                       allow_open_network=False, pinned=plan.APPCONTAINER)
+    named = {name: (ok, why) for name, ok, why in rows}
+    assert named["windows tier appcontainer"][0] is True
+    assert named["windows tier restricted-token"] == (
+        False, "not used: windows_tier = 'appcontainer'")
+    rows = doctor_rows("win32", {t: None for t in plan.TIERS}, allow_job_only=False,
+                       allow_open_network=False, pinned="auto")
+    named = {name: (ok, why) for name, ok, why in rows}
+    assert "network NOT closed" in named["windows tier restricted-token"][1]
+    assert "windows_allow_open_network = false" in named["windows tier restricted-token"][1]

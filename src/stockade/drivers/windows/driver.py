@@ -203,6 +203,9 @@ class _Shared:
         self.low_sets: dict[frozenset[str], int] = {}
 
 
+PROCESS_SHARED = _Shared()
+
+
 class _Undo:
     """A stack of named undo steps; each runs once, a failure never skips the rest."""
 
@@ -386,7 +389,8 @@ class WindowsDriver(Driver):
                  max_pids: int | None = 200, read_paths: Iterable[str] = (),
                  scratch_base: str = "", platform: str | None = None,
                  resolve: Callable[[str], Iterable[str]] = plan.resolve_addresses,
-                 new_token: Callable[[], str] | None = None) -> None:
+                 new_token: Callable[[], str] | None = None,
+                 shared: _Shared | None = None) -> None:
         plan.candidate_tiers("read-only", _none_network(), pinned=tier)  # validates the name
         self._win32 = win32
         self.allow_job_only = allow_job_only
@@ -398,7 +402,9 @@ class WindowsDriver(Driver):
         self.platform = platform or sys.platform
         self._resolve = resolve
         self._new_token = new_token or (lambda: os.urandom(8).hex())
-        self.shared = _Shared()
+        # One per process, not per driver: two sandboxes in one program change
+        # the same DACLs, and the lock only helps if they share it.
+        self.shared = shared if shared is not None else PROCESS_SHARED
         #: Processes started and not yet cleaned up: what `close()` ends.
         self.live: set[JobProcess] = set()
         self.last_tier = ""
