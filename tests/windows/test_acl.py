@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from win_fakes import HOME, WS, win_profile
 
 from stockade.drivers.windows import acl, plan
@@ -173,3 +175,27 @@ def test_lstat_is_link_sees_a_posix_symlink(tmp_path: object) -> None:
     assert acl.lstat_is_link(os.path.join(base, "ln"))
     assert not acl.lstat_is_link(base)
     assert not acl.lstat_is_link(os.path.join(base, "missing"))
+
+
+_NAMES = st.sampled_from([".git", ".git\\hooks", ".git\\config", ".stockade", ".vscode",
+                          "sub\\.git", ".claude", ".codex", ".agents"])
+_KINDS = st.sampled_from(["dir", "file", "watch", "pin", "hold"])
+
+
+@given(st.lists(st.tuples(_NAMES, _KINDS), max_size=8, unique_by=lambda t: t[0]),
+       st.sampled_from(["read-only", "workspace-write"]))
+def test_every_plan_denies_every_protected_path_and_undoes_every_ace(
+        items: list[tuple[str, str]], mode: str) -> None:
+    protected = tuple(Protected(f"{WS}\\{name}", kind) for name, kind in items)
+    prof = win_profile(mode, protected=protected)
+    p = acl.appcontainer_plan(prof, SID, scratch=TEMP)
+    for ace in p.aces:
+        if ace.access == ALLOW:
+            assert not ace.mask & FILE_DELETE_CHILD
+    if mode == "workspace-write":
+        denied = {a.path for a in p.aces if a.access == DENY}
+        assert {item.path for item in protected} <= denied
+        assert set(p.stubs) == {item.path for item in protected if item.kind == "watch"}
+    revoked = {path for kind, path, _ in p.undo() if kind == "revoke"}
+    assert revoked == {a.path for a in p.aces}
+    assert {path for kind, path, _ in p.undo() if kind == "unstub"} == set(p.stubs)

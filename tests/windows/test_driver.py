@@ -565,3 +565,21 @@ def test_doctor_rows_for_a_pinned_tier_and_the_network_waiver() -> None:
     named = {name: (ok, why) for name, ok, why in rows}
     assert "network NOT closed" in named["windows tier restricted-token"][1]
     assert "windows_allow_open_network = false" in named["windows tier restricted-token"][1]
+
+
+@pytest.mark.parametrize("failing", ["set_label", "create_job", "create_process",
+                                     "assign_to_job"])
+def test_a_failed_restricted_start_restores_every_label(failing: str) -> None:
+    fake = FakeWin32()
+    fake.fail[failing] = Win32Error(failing, 5)
+    fake.labels[WS.lower()] = "S:(ML;OICI;NW;;;ME)"
+    d = _driver(fake, tier=plan.RESTRICTED)
+    with pytest.raises(SandboxUnavailable, match=f"{failing} failed"):
+        d.prepare(["cmd"], win_profile(network=ALL)).start()
+    assert fake.labels == {WS.lower(): "S:(ML;OICI;NW;;;ME)"}
+    assert fake.dirs == set() and fake.handles == set()
+    # And a later run starts clean: nothing was left counted in the registries.
+    del fake.fail[failing]
+    _run(d, win_profile(network=ALL))
+    assert fake.labels == {WS.lower(): "S:(ML;OICI;NW;;;ME)"}
+    assert d.shared.stubs == {} and d.shared.labels == {}
