@@ -601,62 +601,58 @@ class CtypesWin32(Win32):
         self._api.CloseHandle(handle)
 
 
-_API: Any = None
+def structures() -> Any:
+    """The structures the Win32 calls take, in fixed-width types (importable anywhere).
 
-
-def _load() -> Any:
-    """The DLL functions with their prototypes, and the structures they take (once)."""
-    global _API
-    if _API is not None:
-        return _API
-    if sys.platform != "win32":
-        raise SandboxUnavailable("the Win32 API exists only on Windows")
+    DWORD is spelt c_uint32, not wintypes.DWORD (c_ulong, 8 bytes on Linux),
+    so the layouts built here are the Windows x64 ones on any 64-bit host
+    and the tests check their sizes and offsets against the documented ones.
+    """
     import ctypes
-    from ctypes import wintypes as w
     from types import SimpleNamespace
 
-    k32 = ctypes.WinDLL("kernel32", use_last_error=True)
-    adv = ctypes.WinDLL("advapi32", use_last_error=True)
-    uenv = ctypes.WinDLL("userenv", use_last_error=True)
     P = ctypes.c_void_p
+    DWORD, WORD, BOOL = ctypes.c_uint32, ctypes.c_uint16, ctypes.c_int32
     ns = SimpleNamespace()
 
     class SID_AND_ATTRIBUTES(ctypes.Structure):
-        _fields_ = [("Sid", P), ("Attributes", w.DWORD)]
+        _fields_ = [("Sid", P), ("Attributes", DWORD)]
 
     class SECURITY_CAPABILITIES(ctypes.Structure):
         _fields_ = [("AppContainerSid", P), ("Capabilities", ctypes.POINTER(SID_AND_ATTRIBUTES)),
-                    ("CapabilityCount", w.DWORD), ("Reserved", w.DWORD)]
+                    ("CapabilityCount", DWORD), ("Reserved", DWORD)]
 
     class TOKEN_MANDATORY_LABEL(ctypes.Structure):
         _fields_ = [("Label", SID_AND_ATTRIBUTES)]
 
+    W = ctypes.c_wchar_p
+
     class STARTUPINFOW(ctypes.Structure):
-        _fields_ = [("cb", w.DWORD), ("lpReserved", w.LPWSTR), ("lpDesktop", w.LPWSTR),
-                    ("lpTitle", w.LPWSTR), ("dwX", w.DWORD), ("dwY", w.DWORD),
-                    ("dwXSize", w.DWORD), ("dwYSize", w.DWORD), ("dwXCountChars", w.DWORD),
-                    ("dwYCountChars", w.DWORD), ("dwFillAttribute", w.DWORD),
-                    ("dwFlags", w.DWORD), ("wShowWindow", w.WORD), ("cbReserved2", w.WORD),
-                    ("lpReserved2", P), ("hStdInput", w.HANDLE), ("hStdOutput", w.HANDLE),
-                    ("hStdError", w.HANDLE)]
+        _fields_ = [("cb", DWORD), ("lpReserved", W), ("lpDesktop", W), ("lpTitle", W),
+                    ("dwX", DWORD), ("dwY", DWORD),
+                    ("dwXSize", DWORD), ("dwYSize", DWORD), ("dwXCountChars", DWORD),
+                    ("dwYCountChars", DWORD), ("dwFillAttribute", DWORD),
+                    ("dwFlags", DWORD), ("wShowWindow", WORD), ("cbReserved2", WORD),
+                    ("lpReserved2", P), ("hStdInput", P), ("hStdOutput", P),
+                    ("hStdError", P)]
 
     class STARTUPINFOEXW(ctypes.Structure):
         _fields_ = [("StartupInfo", STARTUPINFOW), ("lpAttributeList", P)]
 
     class PROCESS_INFORMATION(ctypes.Structure):
-        _fields_ = [("hProcess", w.HANDLE), ("hThread", w.HANDLE), ("dwProcessId", w.DWORD),
-                    ("dwThreadId", w.DWORD)]
+        _fields_ = [("hProcess", P), ("hThread", P), ("dwProcessId", DWORD),
+                    ("dwThreadId", DWORD)]
 
     class SECURITY_ATTRIBUTES(ctypes.Structure):
-        _fields_ = [("nLength", w.DWORD), ("lpSecurityDescriptor", P), ("bInheritHandle", w.BOOL)]
+        _fields_ = [("nLength", DWORD), ("lpSecurityDescriptor", P), ("bInheritHandle", BOOL)]
 
     class JOBOBJECT_BASIC_LIMIT_INFORMATION(ctypes.Structure):
         _fields_ = [("PerProcessUserTimeLimit", ctypes.c_int64),
-                    ("PerJobUserTimeLimit", ctypes.c_int64), ("LimitFlags", w.DWORD),
+                    ("PerJobUserTimeLimit", ctypes.c_int64), ("LimitFlags", DWORD),
                     ("MinimumWorkingSetSize", ctypes.c_size_t),
                     ("MaximumWorkingSetSize", ctypes.c_size_t),
-                    ("ActiveProcessLimit", w.DWORD), ("Affinity", ctypes.c_size_t),
-                    ("PriorityClass", w.DWORD), ("SchedulingClass", w.DWORD)]
+                    ("ActiveProcessLimit", DWORD), ("Affinity", ctypes.c_size_t),
+                    ("PriorityClass", DWORD), ("SchedulingClass", DWORD)]
 
     class IO_COUNTERS(ctypes.Structure):
         _fields_ = [(n, ctypes.c_uint64) for n in (
@@ -671,18 +667,18 @@ def _load() -> Any:
                     ("PeakJobMemoryUsed", ctypes.c_size_t)]
 
     class JOBOBJECT_BASIC_UI_RESTRICTIONS(ctypes.Structure):
-        _fields_ = [("UIRestrictionsClass", w.DWORD)]
+        _fields_ = [("UIRestrictionsClass", DWORD)]
 
     class JOBOBJECT_ASSOCIATE_COMPLETION_PORT(ctypes.Structure):
-        _fields_ = [("CompletionKey", P), ("CompletionPort", w.HANDLE)]
+        _fields_ = [("CompletionKey", P), ("CompletionPort", P)]
 
     class TRUSTEE_W(ctypes.Structure):
-        _fields_ = [("pMultipleTrustee", P), ("MultipleTrusteeOperation", w.DWORD),
-                    ("TrusteeForm", w.DWORD), ("TrusteeType", w.DWORD), ("ptstrName", P)]
+        _fields_ = [("pMultipleTrustee", P), ("MultipleTrusteeOperation", DWORD),
+                    ("TrusteeForm", DWORD), ("TrusteeType", DWORD), ("ptstrName", P)]
 
     class EXPLICIT_ACCESS_W(ctypes.Structure):
-        _fields_ = [("grfAccessPermissions", w.DWORD), ("grfAccessMode", w.DWORD),
-                    ("grfInheritance", w.DWORD), ("Trustee", TRUSTEE_W)]
+        _fields_ = [("grfAccessPermissions", DWORD), ("grfAccessMode", DWORD),
+                    ("grfInheritance", DWORD), ("Trustee", TRUSTEE_W)]
 
     for struct in (SID_AND_ATTRIBUTES, SECURITY_CAPABILITIES, TOKEN_MANDATORY_LABEL,
                    STARTUPINFOW, STARTUPINFOEXW, PROCESS_INFORMATION, SECURITY_ATTRIBUTES,
@@ -690,6 +686,27 @@ def _load() -> Any:
                    JOBOBJECT_EXTENDED_LIMIT_INFORMATION, JOBOBJECT_BASIC_UI_RESTRICTIONS,
                    JOBOBJECT_ASSOCIATE_COMPLETION_PORT, TRUSTEE_W, EXPLICIT_ACCESS_W):
         setattr(ns, struct.__name__, struct)
+    return ns
+
+
+
+_API: Any = None
+
+
+def _load() -> Any:
+    """The DLL functions with their prototypes, and the structures they take (once)."""
+    global _API
+    if _API is not None:
+        return _API
+    if sys.platform != "win32":
+        raise SandboxUnavailable("the Win32 API exists only on Windows")
+    import ctypes
+    from ctypes import wintypes as w
+    k32 = ctypes.WinDLL("kernel32", use_last_error=True)
+    adv = ctypes.WinDLL("advapi32", use_last_error=True)
+    uenv = ctypes.WinDLL("userenv", use_last_error=True)
+    P = ctypes.c_void_p
+    ns = structures()
 
     def proto(dll: Any, name: str, restype: Any, *argtypes: Any) -> None:
         fn = getattr(dll, name)
