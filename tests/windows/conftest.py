@@ -1,6 +1,6 @@
 """Shared set-up for the Windows driver tests (which run on any OS).
 
-The helper module beside these tests (`win_fakes`) is imported through this
+The module beside these tests (`win_fakes`) is imported through this
 directory on sys.path, as the macOS tests do.
 """
 

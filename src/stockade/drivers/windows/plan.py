@@ -66,7 +66,7 @@ def candidate_tiers(mode: str, network: NetworkPolicy, *, pinned: str = AUTO,
                     allow_open_network: bool = False) -> tuple[tuple[str, ...], dict[str, str]]:
     """(tiers to try in order, {tier: why it is not tried}).
 
-    The seed's chain degrades AppContainer -> restricted token -> job object.
+    The specified chain degrades AppContainer -> restricted token -> job object.
     A degrade that drops a boundary the run asked for is the harness that
     "silently drops the sandbox", worse than one that never had it: a tier
     is tried only if it enforces everything asked, or the config waived the

@@ -183,7 +183,7 @@ class CtypesWin32(Win32):
         self._api: Any = _load()
         self._ports: dict[int, int] = {}
 
-    # -- helpers
+    # -- shared pieces
     def _check(self, ok: object, function: str) -> None:
         if not ok:
             import ctypes
