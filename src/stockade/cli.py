@@ -341,10 +341,6 @@ def _run_passthrough(sandbox: object, cmd: object, quiet: bool) -> int:
             value = sandbox._ask(effect)  # type: ignore[attr-defined]
         else:
             value = _supervise_inherited(effect, core)
-    if out.exit_code == 1 and out.backend == "bubblewrap":
-        # bwrap's own setup errors went straight to the terminal; if the
-        # machine cannot build a sandbox at all, say why.
-        core.driver(True, ws.cwd).diagnose()
     if out.denial_hint and not quiet:
         print(f"stockade: {out.denial_hint}", file=sys.stderr)
     return out.returncode  # type: ignore[no-any-return]
@@ -357,15 +353,12 @@ def _supervise_inherited(run: object, core: object) -> object:
     the pipeline cannot tell "Read-only file system" from any other failure,
     and the person sees the command's error with no word on which rule did it.
     """
-    from .process import Process
-
     launch = run.launch  # type: ignore[attr-defined]
     read_end, write_end = os.pipe()
     tail = _StderrTail(read_end)
     try:
         try:
-            proc = Process(launch.argv, launch.env, stdin=0, capture=False,
-                           extra_fds={**launch.extra_fds, 2: write_end})
+            proc = launch.start(stdin=0, capture=False, stdio={2: write_end})
         finally:
             os.close(write_end)
         tail.start()
@@ -375,12 +368,10 @@ def _supervise_inherited(run: object, core: object) -> object:
     finally:
         tail.finish()
         launch.cleanup()
-    from .sync import check_launcher_failure
-
-    # bwrap's own refusal is the sandbox failing (125), not the command's exit 1;
-    # it is the first thing on stderr, so only a tail that still holds the start counts.
-    if tail.whole:
-        check_launcher_failure(outcome.returncode, outcome.stderr)
+    # A driver's own refusal to start (bwrap's, exit 125 here, not the
+    # command's 1) is the first thing on stderr: only a tail that still
+    # holds the start may be read for it.
+    outcome.diagnostic = outcome.stderr if tail.whole else b""
     return outcome
 
 

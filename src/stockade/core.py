@@ -30,10 +30,11 @@ from .capabilities import (
 )
 from .command import FORBID, SandboxOutput
 from .denial import denial_hint, likely_sandbox_denied, proxy_hint
-from .drivers import should_sandbox
+from .drivers import MEMORY, PIDS, should_sandbox
 from .errors import CapabilityDenied, CommandTimeout, InvalidCommand, SandboxUnavailable
 from .hooks import run_before_hooks
 from .ledger import DENIED, ERROR, RAN, TIMED_OUT, Ledger
+from .process import Outcome
 from .profile import HOST, STRICT, build_profile
 
 TYPE_CHECKING = False
@@ -46,7 +47,6 @@ if TYPE_CHECKING:
     from .config import SandboxConfig
     from .drivers import Driver, Launch
     from .hooks import BeforeHook
-    from .process import Outcome
     from .profile import Profile
     from .proxy import ProxyDecision, ProxyThread
 
@@ -346,31 +346,45 @@ class SandboxCore:
             self._audit(cmd, ws, mode, caps, backend, "started", started,
                         detail={"warnings": list(warnings)} if warnings else None)
             return result
-        out: Outcome = result  # type: ignore[assignment]
-        if "limits-not-started" in launch.events:
+        assert isinstance(result, Outcome)
+        out = result
+        report = launch.report
+        why = driver.explain_failure(out.returncode, out.diagnostic)
+        if why:
+            # The boundary never came up, so the command never ran: its exit
+            # status would tell the agent something about its own command.
+            error = SandboxUnavailable(why)
+            self._audit(cmd, ws, mode, caps, backend, ERROR, started,
+                        detail={"error": str(error)})
+            raise error
+        if not report.limits_started:
             # systemd refused the scope, so the command never ran; its
             # stderr holds systemd-run's reason, not the command's.
-            why = out.stderr.decode(errors="replace").strip().splitlines()
+            lines = out.stderr.decode(errors="replace").strip().splitlines()
             error = SandboxUnavailable(
                 "the command did not run: systemd-run could not start its scope"
-                + (f" ({why[-1]})" if why else ""))
+                + (f" ({lines[-1]})" if lines else ""))
             self._audit(cmd, ws, mode, caps, backend, ERROR, started,
                         detail={"error": str(error)})
             raise error
         kind = likely_sandbox_denied(out.exit_code, out.signal, out.stderr,
                                      sandboxed=sandboxed)
-        hint = denial_hint(kind, out.stderr, mode, workspace=ws.cwd, cwd=cwd) if kind else None
+        hint = None
+        if kind:
+            # The backend's own words first: it knows which of its rules refused.
+            hint = (driver.explain_run(launch, out.stderr)
+                    or denial_hint(kind, out.stderr, mode, workspace=ws.cwd, cwd=cwd))
         refused = self._proxy_refusals.pop(endpoint[2], None) if endpoint else None
         if refused and not kind:
             # The proxy saw it first: the client's own error ("403", "tunnel
             # failed") rarely reads as a denial, and it names no rule.
             kind = "proxy"
             hint = proxy_hint(*refused)
-        limit = "memory" if "oom" in launch.events else "pids" if "pids" in launch.events else None
-        if limit == "memory":
+        limit = report.limit_exceeded
+        if limit == MEMORY:
             hint = (f"killed by the sandbox: out of memory (limit {caps.max_memory_mb} MiB; "
                     "ask for a larger max_memory_mb)")
-        elif limit == "pids":
+        elif limit == PIDS:
             hint = "the sandbox refused more processes: the process limit (max_pids) was reached"
         output = SandboxOutput(
             out.exit_code, out.signal, out.stdout, out.stderr,
@@ -378,14 +392,14 @@ class SandboxCore:
             likely_sandbox_denied=kind is not None or limit is not None,
             denial_hint=hint, backend=backend, limit_exceeded=limit, timed_out=out.timed_out,
         )
-        detail: dict[str, object] = dict(launch.audit)
+        detail: dict[str, object] = dict(report.audit)
         if limit:
             detail["limit_exceeded"] = limit
-        if launch.neutralised:
+        if report.neutralised:
             # Reported where the caller looks: the model learns why its file
             # is gone, the person where to find it.
-            detail["neutralised"] = [n.to_json() for n in launch.neutralised]
-            done = neutralised_hint(launch.neutralised)
+            detail["neutralised"] = [n.to_json() for n in report.neutralised]
+            done = neutralised_hint(report.neutralised)
             output.denial_hint = f"{output.denial_hint}; {done}" if output.denial_hint else done
             output.likely_sandbox_denied = True
         if warnings:

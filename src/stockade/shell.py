@@ -143,8 +143,7 @@ def run_on_pty(run: Run, timeout: float | None = None, *, stdin: int = 0,
     import signal
     import time
 
-    from .process import Outcome, Process
-    from .sync import check_launcher_failure
+    from .process import Outcome
 
     launch = run.launch
     master, slave = os.openpty()
@@ -157,8 +156,7 @@ def run_on_pty(run: Run, timeout: float | None = None, *, stdin: int = 0,
         # The driver's own descriptors too: under the Landlock backend one is
         # the reaper's pipe, whose end-of-file tells cleanup that every
         # process the shell left behind is dead.
-        proc = Process(launch.argv, launch.env, stdin=slave, capture=False,
-                       extra_fds={**launch.extra_fds, 1: slave, 2: slave})
+        proc = launch.start(stdin=slave, capture=False, stdio={1: slave, 2: slave})
         os.close(slave)
         slave = -1
         # Ctrl-C belongs to the sandboxed job. With a raw terminal it arrives
@@ -190,8 +188,10 @@ def run_on_pty(run: Run, timeout: float | None = None, *, stdin: int = 0,
             os.close(slave)
         os.close(master)
         launch.cleanup()
-    check_launcher_failure(code, tail)
-    return Outcome(code, b"", b"", False, timed_out, (time.monotonic() - start) * 1000.0)
+    # The pty carried stderr to the person; what it showed of the start is
+    # what the driver reads to tell its own failure from the shell's.
+    return Outcome(code, b"", b"", False, timed_out, (time.monotonic() - start) * 1000.0,
+                   diagnostic=tail)
 
 
 def _relay(proc: object, master: int, stdin: int, stdout: int, timeout: float | None

@@ -25,27 +25,13 @@ if TYPE_CHECKING:
 
 def perform_run(run: Run) -> Outcome:
     """Run a prepared launch to completion, then undo what the driver prepared."""
-    from .process import spawn_launch
-
     launch = run.launch
     try:
-        proc = spawn_launch(launch)
+        proc = launch.start()
         outcome = proc.communicate(run.stdin, timeout=run.timeout, max_output=run.max_output)
     finally:
         launch.cleanup()
-    check_launcher_failure(outcome.returncode, outcome.stderr)
     return outcome
-
-
-def check_launcher_failure(returncode: int, stderr: bytes) -> None:
-    """bwrap's own setup errors are the sandbox failing, not the command."""
-    if returncode == 1 and stderr.startswith(b"bwrap: "):
-        from .drivers.linux.bwrap import userns_diagnosis
-
-        why = userns_diagnosis(stderr.decode("utf-8", "replace"))
-        if not why.startswith("bwrap could not"):
-            why = "bubblewrap could not create a user namespace: " + why
-        raise SandboxUnavailable(why)
 
 
 def perform_start(run: Run, core: SandboxCore, ws: SessionWorkspace) -> BackgroundProcess:
@@ -57,8 +43,12 @@ def perform_start(run: Run, core: SandboxCore, ws: SessionWorkspace) -> Backgrou
         core.untrack(ws, proc)
         launch.cleanup()
 
-    proc = BackgroundProcess(launch.argv, launch.env, stdin=run.stdin, window=run.max_output,
-                             on_exit=on_exit, extra_fds=launch.extra_fds)
+    try:
+        started = launch.start()
+    except BaseException:
+        launch.cleanup()
+        raise
+    proc = BackgroundProcess(started, stdin=run.stdin, window=run.max_output, on_exit=on_exit)
     core.track(ws, proc)
     return proc
 

@@ -14,7 +14,7 @@ from .approval import DENIED, TIMEOUT
 from .context import current_session
 from .core import Approve, Run, SandboxCore, SessionWorkspace, make_core
 from .errors import InvalidCommand, SandboxDisabled
-from .sync import check_launcher_failure, perform_start
+from .sync import perform_start
 
 if TYPE_CHECKING:
     from collections.abc import Generator
@@ -108,11 +108,9 @@ class WorkspaceSandbox:
 
 
 async def _run_async(run: Run) -> Outcome:
-    from .process import spawn_launch
-
     launch = run.launch
     try:
-        proc = spawn_launch(launch)
+        proc = launch.start()
         cancelled = False
         task = asyncio.ensure_future(asyncio.to_thread(
             proc.communicate, run.stdin, timeout=run.timeout, max_output=run.max_output,
@@ -126,7 +124,6 @@ async def _run_async(run: Run) -> Outcome:
             raise
     finally:
         launch.cleanup()
-    check_launcher_failure(outcome.returncode, outcome.stderr)
     return outcome
 
 

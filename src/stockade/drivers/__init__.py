@@ -13,39 +13,25 @@ import sys
 from ..capabilities import FULL_ACCESS
 from ..command import FORBID, REQUIRE
 from ..errors import ConfigError
+from .base import (
+    MEMORY,
+    PIDS,
+    Driver,
+    DriverOption,
+    Launch,
+    LaunchReport,
+    ProcessHandle,
+)
 
 TYPE_CHECKING = False
 
 if TYPE_CHECKING:
     from collections.abc import Callable
-    from typing import Any, Protocol
+    from typing import Any
 
-    from ..profile import Profile
-
-    class Launch(Protocol):
-        argv: list[str]
-        env: dict[str, str]
-        cwd: str
-        extra_fds: dict[int, int]
-        events: list[str]
-        neutralised: list[Any]
-        audit: dict[str, object]
-
-        def also(self, undo: Callable[[], None]) -> None: ...
-
-        def cleanup(self) -> None: ...
-
-    class Driver(Protocol):
-        """The seam between the pipeline and the operating system."""
-
-        name: str
-
-        def available(self) -> None:
-            """Raise `SandboxUnavailable` naming the missing piece and its fix."""
-
-        def prepare(self, argv: list[str], profile: Profile) -> Launch:
-            """The confined argv, environment and cwd; `cleanup()` after the process ends."""
-
+__all__ = ["MEMORY", "PIDS", "Driver", "DriverOption", "Launch", "LaunchReport",
+           "PreparedLaunch", "ProcessHandle", "select_driver",
+           "should_sandbox"]
 
 # Backend names.
 AUTO = "auto"
@@ -55,52 +41,8 @@ SEATBELT = "seatbelt"
 NONE = "none"
 BACKENDS = (AUTO, BUBBLEWRAP, LANDLOCK, SEATBELT, NONE)
 
-
-class PreparedLaunch:
-    """A concrete launch: what to exec, with which environment, and what to undo after.
-
-    `extra_fds` maps a child fd number to a parent fd to place there (the
-    Linux drivers keep each at its own number, so a caller that can only
-    pass descriptors through unchanged, like `subprocess.Popen(pass_fds=)`,
-    can run their launches too);
-    `audit` is what the driver wants in the execution's audit record (the
-    Landlock ABI in force, the limit mechanism); `cleanup()` runs once the
-    process is gone and may leave `events` ("oom", "pids") and
-    `neutralised` (what the metadata guard made inert or put back).
-    """
-
-    __slots__ = ("_cleanup", "argv", "audit", "cwd", "env", "events", "extra_fds",
-                 "neutralised")
-
-    def __init__(self, argv: list[str], env: dict[str, str], cwd: str, *,
-                 extra_fds: dict[int, int] | None = None,
-                 cleanup: Callable[[PreparedLaunch], None] | None = None) -> None:
-        self.argv = argv
-        self.env = env
-        self.cwd = cwd
-        self.extra_fds = extra_fds or {}
-        self.events: list[str] = []
-        self.neutralised: list[Any] = []
-        self.audit: dict[str, object] = {}
-        self._cleanup = cleanup
-
-    def also(self, undo: Callable[[], None]) -> None:
-        """Run `undo` after the driver's own cleanup (the pipeline's resources)."""
-        first = self._cleanup
-
-        def both(launch: PreparedLaunch) -> None:
-            try:
-                if first is not None:
-                    first(launch)
-            finally:
-                undo()
-
-        self._cleanup = both
-
-    def cleanup(self) -> None:
-        cleanup, self._cleanup = self._cleanup, None
-        if cleanup is not None:
-            cleanup(self)
+#: The name drivers used before the contract lived in `base`.
+PreparedLaunch = Launch
 
 
 def should_sandbox(mode: str, preference: str) -> bool:

@@ -16,8 +16,15 @@ import sys
 from ...capabilities import NetworkPolicy, is_under
 from ...errors import SandboxUnavailable
 from ...profile import DIR, FILE, HOLD, PIN, STRICT
-from .. import PreparedLaunch
-from .limits import ExecCgroup, exec_cgroup, mechanism, nproc_limit, prime_migration
+from ..base import Driver, Launch
+from .limits import (
+    ExecCgroup,
+    exec_cgroup,
+    mechanism,
+    nproc_limit,
+    prime_migration,
+    read_limits,
+)
 
 SYS_READ_PATHS = ("/sys/devices/system/cpu", "/sys/devices/system/node", "/sys/fs/cgroup",
                   "/sys/kernel/mm/transparent_hugepage")
@@ -259,7 +266,7 @@ def build_bwrap_args(profile: Profile, bwrap: str, *, inner: list[str] | None = 
     return a
 
 
-class BubblewrapDriver:
+class BubblewrapDriver(Driver):
     """bwrap with a user, pid, ipc, uts, cgroup and (unless granted) network namespace."""
 
     name = "bubblewrap"
@@ -296,7 +303,7 @@ class BubblewrapDriver:
         else:
             self.bwrap  # noqa: B018 - locating it is the check that remains
 
-    def prepare(self, argv: list[str], profile: Profile) -> PreparedLaunch:
+    def prepare(self, argv: list[str], profile: Profile) -> Launch:
         from .guard import MetadataGuard
         from .layers import init_launch
 
@@ -305,7 +312,7 @@ class BubblewrapDriver:
         guard = (MetadataGuard(profile, self._state_dir, restore_content=False)
                  if profile.protected else None)
         # The child gets the read end under the same number (see
-        # PreparedLaunch.extra_fds); the write end is stockade's alone.
+        # Launch.extra_fds); the write end is stockade's alone.
         lifeline = os.pipe2(os.O_CLOEXEC)
         try:
             # Behind bwrap's namespaces, the init adds no_new_privs, Landlock
@@ -328,39 +335,48 @@ class BubblewrapDriver:
         audit = {"landlock_abi": landlock.abi, "seccomp": init.config["seccomp"]}
         if landlock.dropped:
             audit["landlock_dropped"] = list(landlock.dropped)
-        def release(launch: PreparedLaunch) -> None:
+        def release(launch: Launch) -> None:
             for fd in lifeline:
                 os.close(fd)
             if guard is not None:
-                launch.neutralised += guard.release()
+                launch.report.neutralised += guard.release()
 
         fds = {lifeline[0]: lifeline[0]}
         if cgroup is None:
-            launch = PreparedLaunch(args, init.env, profile.cwd, extra_fds=fds, cleanup=release)
-            launch.audit.update(audit, limits=mechanism()[0])
+            launch = Launch(args, init.env, profile.cwd, extra_fds=fds, cleanup=release)
+            launch.report.audit.update(audit, limits=mechanism()[0])
             return launch
 
-        def cleanup(launch: PreparedLaunch) -> None:
+        def cleanup(launch: Launch) -> None:
             try:
-                if not cgroup.started():
-                    launch.events.append("limits-not-started")
-                if cgroup.oom_killed():
-                    launch.events.append("oom")
-                if cgroup.pids_exhausted():
-                    launch.events.append("pids")
+                read_limits(cgroup, launch.report)
                 cgroup.kill()
                 cgroup.remove()
             finally:
                 release(launch)
 
-        launch = PreparedLaunch(cgroup.enter_argv(args, init.env), init.env, profile.cwd,
-                                extra_fds=fds, cleanup=cleanup)
-        launch.audit.update(audit, limits=cgroup.kind)
+        launch = Launch(cgroup.enter_argv(args, init.env), init.env, profile.cwd,
+                        extra_fds=fds, cleanup=cleanup)
+        launch.report.audit.update(audit, limits=cgroup.kind)
         return launch
 
     def diagnose(self) -> None:
         """After a failed start: raise with the machine's reason if bwrap cannot work here."""
         probe_userns(self.bwrap, cache_dir=self._state_dir, fresh=True)
+
+    def explain_failure(self, returncode: int, stderr: bytes) -> str | None:
+        """bwrap's own setup errors are the sandbox failing, not the command.
+
+        bwrap exits 1 with "bwrap: ..." first on stderr when it cannot build
+        the namespaces; an agent reading that as its command's exit 1 would
+        retry forever what this machine cannot do.
+        """
+        if returncode != 1 or not stderr.startswith(b"bwrap: "):
+            return None
+        why = userns_diagnosis(stderr.decode("utf-8", "replace"))
+        if not why.startswith("bwrap could not"):
+            why = "bubblewrap could not create a user namespace: " + why
+        return why
 
     def probe(self) -> None:
         """The probe `auto` selection runs, cached per boot in the state directory."""

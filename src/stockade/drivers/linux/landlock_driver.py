@@ -29,7 +29,7 @@ import sys
 from ...capabilities import NetworkPolicy, is_under
 from ...errors import SandboxUnavailable
 from ...profile import DIR, LINK, MISSING, STRICT, path_kind
-from .. import PreparedLaunch
+from ..base import Driver, Launch
 from .fstree import remove_tree
 from .guard import MetadataGuard
 from .landlock import LandlockRules, unavailable_reason
@@ -40,6 +40,7 @@ from .limits import (
     mechanism,
     nproc_limit,
     prime_migration,
+    read_limits,
 )
 from .seccomp import NO_UNIX, TCP_ONLY, UNIX_NO_CONNECT, native_arch
 
@@ -300,7 +301,7 @@ def _default_state_dir(env: Mapping[str, str]) -> str:
     return os.path.join(base, "stockade")
 
 
-class LandlockDriver:
+class LandlockDriver(Driver):
     """The init's layers with no namespace: Landlock is the filesystem boundary."""
 
     name = "landlock"
@@ -335,7 +336,7 @@ class LandlockDriver:
         check_landlock(self.abi, self._min_abi)
         prime_migration()
 
-    def prepare(self, argv: list[str], profile: Profile) -> PreparedLaunch:
+    def prepare(self, argv: list[str], profile: Profile) -> Launch:
         from .layers import init_argv, init_config, init_python, launch_env
 
         abi = self.abi
@@ -385,10 +386,10 @@ class LandlockDriver:
             audit["landlock_dropped"] = list(report.dropped)
         if undo.cgroup is not None:
             args = undo.cgroup.enter_argv(args, env)
-        launch = PreparedLaunch(args, launch_env(env), profile.cwd, extra_fds=extra_fds,
-                                cleanup=undo.run)
-        launch.audit.update(audit, limits=undo.cgroup.kind if undo.cgroup is not None
-                            else mechanism()[0])
+        launch = Launch(args, launch_env(env), profile.cwd, extra_fds=extra_fds,
+                        cleanup=undo.run)
+        launch.report.audit.update(audit, limits=undo.cgroup.kind if undo.cgroup is not None
+                                   else mechanism()[0])
         return launch
 
     def _tmpdir(self, profile: Profile) -> tuple[str, str]:
@@ -434,7 +435,7 @@ class _Undo:
         self.guard: MetadataGuard | None = None
         self.tmpdir = ""
 
-    def run(self, launch: PreparedLaunch | None) -> None:
+    def run(self, launch: Launch | None) -> None:
         try:
             if self.reaper_w >= 0:
                 os.close(self.reaper_w)
@@ -442,18 +443,14 @@ class _Undo:
                 if launch is not None:
                     _wait_eof(self.reaper_r, REAPER_WAIT)
             if self.cgroup is not None:
-                if launch is not None and not self.cgroup.started():
-                    launch.events.append("limits-not-started")
-                if launch is not None and self.cgroup.oom_killed():
-                    launch.events.append("oom")
-                if launch is not None and self.cgroup.pids_exhausted():
-                    launch.events.append("pids")
+                if launch is not None:
+                    read_limits(self.cgroup, launch.report)
                 self.cgroup.kill()
                 self.cgroup.remove()
             if self.guard is not None:
                 done = self.guard.release()
                 if launch is not None:
-                    launch.neutralised += done
+                    launch.report.neutralised += done
         finally:
             if self.reaper_r >= 0:
                 os.close(self.reaper_r)

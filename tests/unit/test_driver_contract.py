@@ -1,0 +1,69 @@
+"""The driver contract at run time: what crosses the seam is typed, and every driver
+explains its own failures (drivers/base.py, and the pipeline that reads it)."""
+
+import sqlite3
+
+import pytest
+
+from stockade import SandboxCommand, SandboxConfig, SyncWorkspaceSandbox
+from stockade.drivers import MEMORY, Driver, Launch, LaunchReport, ProcessHandle
+from stockade.drivers.linux.bwrap import BubblewrapDriver
+from stockade.drivers.none import NoneDriver
+from stockade.errors import SandboxUnavailable
+from stockade.process import Process
+from stockade.testing import FakeDriver
+
+
+def test_the_seam_exists_at_run_time() -> None:
+    assert issubclass(Process, ProcessHandle)
+    for cls in (BubblewrapDriver, NoneDriver, FakeDriver):
+        assert issubclass(cls, Driver)
+    launch = Launch(["/bin/sh", "-c", "echo hi; echo err >&2"], {"PATH": "/bin"}, "/")
+    proc = launch.start()
+    assert isinstance(proc, ProcessHandle)
+    out = proc.communicate(timeout=10)
+    assert (out.returncode, out.stdout, out.stderr) == (0, b"hi\n", b"err\n")
+    assert isinstance(launch.report, LaunchReport) and launch.report.limit_exceeded is None
+
+
+def test_cleanup_fills_the_report_once_then_the_pipelines_undo() -> None:
+    calls: list[str] = []
+
+    def driver_cleanup(launch: Launch) -> None:
+        calls.append("driver")
+        launch.report.limit_exceeded = MEMORY
+
+    launch = Launch(["true"], {}, "/", cleanup=driver_cleanup)
+    launch.also(lambda: calls.append("pipeline"))
+    launch.cleanup()
+    launch.cleanup()
+    assert calls == ["driver", "pipeline"] and launch.report.limit_exceeded == MEMORY
+
+
+def test_bubblewraps_setup_error_is_its_own_failure_not_the_commands() -> None:
+    driver = BubblewrapDriver(env={}, probe=False)
+    why = driver.explain_failure(1, b"bwrap: No permissions to creating new namespace\n")
+    assert why  # the machine's reason, whichever it is
+    assert driver.explain_failure(1, b"grep: no such file\n") is None
+    assert driver.explain_failure(0, b"bwrap: looks like it but the command ran\n") is None
+
+
+class _RefusingDriver(FakeDriver):
+    def explain_failure(self, returncode: int, stderr: bytes) -> str | None:
+        return "the fake boundary could not start" if b"NOSTART" in stderr else None
+
+
+def test_the_pipeline_asks_every_driver_and_raises_not_returns(tmp_path) -> None:
+    env = {"HOME": str(tmp_path), "PATH": "/usr/bin:/bin"}
+    config = SandboxConfig(mode="workspace-write", ledger=str(tmp_path / "l.db"),
+                           workspace_root=str(tmp_path / "wsr"))
+    with SyncWorkspaceSandbox(config, env=env, driver=_RefusingDriver(), hooks=[]) as box:
+        with pytest.raises(SandboxUnavailable, match="fake boundary"):
+            box.execute(SandboxCommand("/bin/sh", ["-c", "echo NOSTART >&2; exit 1"],
+                                       session_id="s"))
+        out = box.execute(SandboxCommand("/bin/sh", ["-c", "echo fine >&2; exit 1"],
+                                         session_id="s"))
+        assert out.exit_code == 1
+    conn = sqlite3.connect(tmp_path / "l.db")
+    outcomes = [r[0] for r in conn.execute("SELECT outcome FROM executions ORDER BY id")]
+    assert outcomes == ["error", "ran"]
