@@ -11,6 +11,8 @@ from __future__ import annotations
 import os
 import sys
 
+from .drivers import registry as _backends
+
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -53,7 +55,7 @@ RUN_OPTIONS: dict[str, tuple[bool, bool, str]] = {
     "--no-subprocess": (False, False, "the command may start no process of its own (seccomp)"),
     "--timeout": (True, False, "seconds before the whole process tree is killed (default 60)"),
     "--max-output": (True, False, "capture output and stop past BYTES (split stdout/stderr)"),
-    "--backend": (True, False, "auto | bubblewrap | landlock | none (default: auto)"),
+    "--backend": (True, False, _backends.choices_help()),
     "--config": (True, False, "read this TOML file instead of the usual ones"),
     "--json": (False, False, "capture output and print one JSON result"),
     "--yes": (False, False, "approve the requested capabilities without asking"),
@@ -66,7 +68,7 @@ SHORT = {"-h": "--help", "-q": "--quiet"}
 CHOICES: dict[str, tuple[str, ...]] = {
     "--mode": ("read-only", "workspace-write", "full-access"),
     "--network": ("none", "proxy", "all"),
-    "--backend": ("auto", "bubblewrap", "landlock", "none"),
+    "--backend": _backends.choices(),
 }
 RUN_USAGE = "usage: stockade run [options] -- CMD [ARGS...]"
 

@@ -38,8 +38,6 @@ _FIELDS: dict[str, tuple[str, object]] = {
     "commands_per_minute": ("int", 300),
     "ledger": ("path-or-false", ""),
     "approval_timeout_seconds": ("number", 120.0),
-    "bwrap": ("path", ""),
-    "max_pids": ("int", 200),
     "max_memory_mb": ("int-or-none", None),
     "tmp_size_mb": ("int", 1024),
     # A default, so one runaway file cannot fill the filesystem holding your
@@ -47,11 +45,18 @@ _FIELDS: dict[str, tuple[str, object]] = {
     "max_file_size_mb": ("int-or-none", 4096),
     "allow_hosts": (_STR_LIST, []),
     "deny_hosts": (_STR_LIST, []),
-    "cpu_quota_percent": ("int-or-none", None),
-    # The landlock backend (and `auto` falling back to it) needs at least this ABI.
-    "landlock_min_abi": ("int", 3),
-    "require_landlock": ("bool", False),
 }
+
+
+def _backend_fields() -> dict[str, tuple[str, object]]:
+    """The keys the backends read, declared with each driver (see `drivers.registry`)."""
+    from .drivers.registry import config_options
+
+    kinds = {"str": "str", "int?": "int-or-none"}
+    return {o.key: (kinds.get(o.kind, o.kind), o.default) for o in config_options().values()}
+
+
+_FIELDS.update(_backend_fields())
 _TABLES = ("command_policy",)
 #: Where a file was found: the user's own config, or inside the project (the
 #: workspace), which the agent may have written.
@@ -147,7 +152,9 @@ def _validate(values: dict[str, object], source: str) -> None:
                     "paths-or-none":
                     "a list of paths or \"none\""}.get(kind, f"a {kind}")
             raise ConfigError(f"{source}: [sandbox] {key} must be {want}, got {value!r}")
-    for key, allowed in (("backend", ("auto", "bubblewrap", "landlock", "seatbelt", "none")),
+    from .drivers.registry import names
+
+    for key, allowed in (("backend", names()),
                          ("mode", ("read-only", "workspace-write", "full-access")),
                          ("read_scope", ("auto", "host", "strict"))):
         if key in values and values[key] not in allowed:

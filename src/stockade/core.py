@@ -138,39 +138,18 @@ class SandboxCore:
     # -- the driver ------------------------------------------------------------
 
     def driver(self, sandboxed: bool, workspace: str) -> Driver:
-        from .drivers import select_driver
-
+        """The session's driver: `config.backend` built by the registry, once."""
         if not sandboxed:
             if self._none_driver is None:
-                self._none_driver = select_driver("none")
+                from .drivers.none import NoneDriver
+
+                self._none_driver = NoneDriver()
             return self._none_driver
         if self._driver is None:
-            options: dict[str, Any] = {"env": self.env, "workspace": workspace,
-                                          **self.driver_options}
-            from .drivers import BUBBLEWRAP, LANDLOCK, platform_backend
+            from .drivers.registry import from_config
 
-            backend = self.config.backend
-            # `auto` on Linux may become either backend: both get their options,
-            # and select_driver hands each only the ones it takes.
-            if (platform_backend() if backend == "auto" else backend) in (BUBBLEWRAP, LANDLOCK):
-                options.setdefault("max_pids", self.config.max_pids)
-                options.setdefault("cpu_percent", self.config.cpu_quota_percent)
-                options.setdefault("min_abi", self.config.landlock_min_abi)
-                if self.config.require_landlock:
-                    # A kernel without Landlock is reported, not fatal, while
-                    # bwrap stands -- unless the user said it must hold.
-                    options.setdefault("require_landlock", True)
-                # stockade's own files, which the Landlock backend keeps out of
-                # the host read scope (bubblewrap ignores these).
-                options.setdefault("ledger", self.config.ledger_path(self.env))
-                options.setdefault("workspace_root",
-                                   self.config.resolved_workspace_root(self.env))
-                options.setdefault("state_dir", self._state_dir())
-            else:
-                options.pop("probe", None)
-            if self.config.bwrap:
-                options["bwrap_path"] = self.config.bwrap
-            self._driver = select_driver(self.config.backend, **options)
+            self._driver = from_config(self.config, env=self.env, workspace=workspace,
+                                       state_dir=self._state_dir(), **self.driver_options)
         return self._driver
 
     # -- step 1: session ---------------------------------------------------------

@@ -118,7 +118,7 @@ def landlock_status(min_abi: int | None = None) -> dict[str, object]:
 
             min_abi = load_config().landlock_min_abi
         except Exception:  # doctor reports; a broken config is run's error to raise
-            from .drivers.linux.landlock_driver import DEFAULT_MIN_ABI
+            from .drivers.linux.options import DEFAULT_MIN_ABI
 
             min_abi = DEFAULT_MIN_ABI
     entry: dict[str, object] = {"min_abi": min_abi}

@@ -729,7 +729,9 @@ def _parser() -> argparse.ArgumentParser:
                    help="pre-approve network access to HOST (repeatable; reached through "
                         "stockade's network proxy)")
     p.add_argument("--config", help="read this TOML file instead of the usual ones")
-    p.add_argument("--backend", choices=("auto", "bubblewrap", "landlock", "none"))
+    from .drivers import registry
+
+    p.add_argument("--backend", choices=registry.choices(), help=registry.choices_help())
     p.add_argument("--session", help="session id for the audit ledger (default: generated)")
     p.add_argument("--timeout", type=float, help="default per-command timeout in seconds")
     p.add_argument("--log-level", default="WARNING",

@@ -67,3 +67,72 @@ def test_the_pipeline_asks_every_driver_and_raises_not_returns(tmp_path) -> None
     conn = sqlite3.connect(tmp_path / "l.db")
     outcomes = [r[0] for r in conn.execute("SELECT outcome FROM executions ORDER BY id")]
     assert outcomes == ["error", "ran"]
+
+
+# -- one registry of backends -----------------------------------------------------------------
+
+
+def test_every_surface_offers_the_registrys_backends() -> None:
+    from stockade import cli, mcp_server
+    from stockade.drivers import registry
+
+    here = registry.choices("linux")
+    assert here == ("auto", "bubblewrap", "landlock", "none")
+    assert registry.choices("darwin") == ("auto", "seatbelt", "none")
+    assert cli.CHOICES["--backend"] == registry.choices()
+    assert " | ".join(registry.choices()) in cli.RUN_OPTIONS["--backend"][2]
+    action = next(a for a in mcp_server._parser()._actions if "--backend" in a.option_strings)
+    assert tuple(action.choices or ()) == registry.choices()
+
+
+def test_config_accepts_every_registered_backend_and_its_options() -> None:
+    from stockade.drivers import registry
+    from stockade.errors import ConfigError
+
+    for name in registry.names():
+        assert SandboxConfig(backend=name).backend == name
+    for key, option in registry.config_options().items():
+        assert getattr(SandboxConfig(), key) == option.default
+    with pytest.raises(ConfigError, match="backend = 'bogus' is not one of auto, bubblewrap"):
+        SandboxConfig(backend="bogus")
+
+
+def test_a_registered_backend_is_accepted_and_built_from_config(tmp_path) -> None:
+    from stockade.drivers import registry
+    from stockade.drivers.base import DriverOption
+
+    class Toy(FakeDriver):
+        name = "toy"
+        options = (DriverOption("toy_level", "int", 1, "how toy"),)
+
+    import sys
+    import types
+
+    module = types.ModuleType("toy_backend")
+    module.Toy = Toy  # type: ignore[attr-defined]
+    sys.modules["toy_backend"] = module
+    registry.register(registry.Backend("toy", "toy_backend:Toy", "a test backend"))
+    try:
+        assert "toy" in registry.names() and "toy" in registry.choices()
+        assert registry.config_options()["toy_level"].default == 1
+        driver = registry.from_config(SandboxConfig(backend="none"), env={}, workspace="/",
+                                      state_dir=str(tmp_path))
+        assert driver.name == "none"
+
+        class Cfg:
+            backend = "toy"
+
+        built = registry.from_config(Cfg(), env={}, workspace="/", state_dir=str(tmp_path))
+        assert isinstance(built, Toy)
+    finally:
+        del registry.REGISTRY["toy"]
+        del sys.modules["toy_backend"]
+
+
+def test_seatbelt_takes_a_linux_config_without_deleting_anything() -> None:
+    from stockade.drivers.macos.seatbelt import SeatbeltDriver
+
+    config = SandboxConfig(backend="seatbelt", bwrap="/usr/bin/bwrap", max_pids=50)
+    driver = SeatbeltDriver.from_config(config, env={"HOME": "/h"}, workspace="/w",
+                                        state_dir="/s", probe=False)
+    assert isinstance(driver, SeatbeltDriver) and config.bwrap == "/usr/bin/bwrap"

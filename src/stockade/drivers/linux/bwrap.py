@@ -25,6 +25,7 @@ from .limits import (
     prime_migration,
     read_limits,
 )
+from .options import BUBBLEWRAP_OPTIONS
 
 SYS_READ_PATHS = ("/sys/devices/system/cpu", "/sys/devices/system/node", "/sys/fs/cgroup",
                   "/sys/kernel/mm/transparent_hugepage")
@@ -34,6 +35,7 @@ TYPE_CHECKING = False
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
+    from typing import Any
 
     from ...profile import Profile
 
@@ -270,6 +272,22 @@ class BubblewrapDriver(Driver):
     """bwrap with a user, pid, ipc, uts, cgroup and (unless granted) network namespace."""
 
     name = "bubblewrap"
+    options = BUBBLEWRAP_OPTIONS
+
+    @classmethod
+    def from_config(cls, config: Any, *, env: Mapping[str, str], workspace: str,
+                    state_dir: str, **overrides: Any) -> BubblewrapDriver:
+        from ..registry import accepted
+
+        kwargs: dict[str, Any] = {
+            "env": env, "workspace": workspace, "state_dir": state_dir,
+            "bwrap_path": config.bwrap, "max_pids": config.max_pids,
+            "cpu_percent": config.cpu_quota_percent,
+            # A kernel without Landlock is reported, not fatal, while bwrap
+            # stands -- unless the user said it must hold.
+            "require_landlock": bool(config.require_landlock)}
+        kwargs.update(accepted(cls, overrides))
+        return cls(**kwargs)
 
     def __init__(self, *, env: Mapping[str, str] | None = None, workspace: str = "",
                  bwrap_path: str = "", state_dir: str = "", probe: bool = True,

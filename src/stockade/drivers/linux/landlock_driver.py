@@ -42,19 +42,17 @@ from .limits import (
     prime_migration,
     read_limits,
 )
+from .options import DEFAULT_MIN_ABI, LANDLOCK_OPTIONS
 from .seccomp import NO_UNIX, TCP_ONLY, UNIX_NO_CONNECT, native_arch
 
 TYPE_CHECKING = False
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Mapping, Sequence
+    from typing import Any
 
     from ...profile import Profile
 
-#: The lowest Landlock ABI the backend accepts unless `landlock_min_abi`
-#: says otherwise: ABI 3 is the first that can refuse truncate(2), without
-#: which a read-only file can still be emptied.
-DEFAULT_MIN_ABI = 3
 #: Landlock ABI of TCP port rules (network hosts needs them) and of signal
 #: and abstract-socket scoping (the reaper needs them).
 TCP_ABI, SCOPE_ABI = 4, 6
@@ -305,6 +303,23 @@ class LandlockDriver(Driver):
     """The init's layers with no namespace: Landlock is the filesystem boundary."""
 
     name = "landlock"
+    options = LANDLOCK_OPTIONS
+
+    @classmethod
+    def from_config(cls, config: Any, *, env: Mapping[str, str], workspace: str,
+                    state_dir: str, **overrides: Any) -> LandlockDriver:
+        from ..registry import accepted
+
+        kwargs: dict[str, Any] = {
+            "env": env, "workspace": workspace, "state_dir": state_dir,
+            "max_pids": config.max_pids, "cpu_percent": config.cpu_quota_percent,
+            "min_abi": config.landlock_min_abi,
+            # stockade's own files, kept out of the host read scope: without
+            # a mount namespace nothing else hides them.
+            "ledger": config.ledger_path(env),
+            "workspace_root": config.resolved_workspace_root(env)}
+        kwargs.update(accepted(cls, overrides))
+        return cls(**kwargs)
 
     def __init__(self, *, env: Mapping[str, str] | None = None, workspace: str = "",
                  state_dir: str = "", max_pids: int | None = 200,

@@ -35,6 +35,7 @@ TYPE_CHECKING = False
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Mapping
+    from typing import Any
 
     from ...profile import Profile
 
@@ -559,11 +560,18 @@ class SeatbeltDriver(Driver):
 
     name = "seatbelt"
 
+    @classmethod
+    def from_config(cls, config: Any, *, env: Mapping[str, str], workspace: str,
+                    state_dir: str, **overrides: Any) -> SeatbeltDriver:
+        # Reads no Linux key: one configuration file serves a team's Linux
+        # and macOS machines alike, and the registry accepts every
+        # backend's keys on every platform.
+        from ..registry import accepted
+
+        return cls(env=env, workspace=workspace, **accepted(cls, overrides))
+
     def __init__(self, *, env: Mapping[str, str] | None = None, workspace: str = "",
-                 proxy_ports: Iterable[int] = (), bwrap_path: str = "") -> None:
-        # bwrap_path is accepted and unused so that one configuration file
-        # serves a team's Linux and macOS machines alike.
-        del bwrap_path
+                 proxy_ports: Iterable[int] = ()) -> None:
         self._env = dict(env) if env is not None else dict(os.environ)
         self._workspace = workspace
         self._proxy_ports = _check_ports(proxy_ports)
