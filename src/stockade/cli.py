@@ -18,8 +18,10 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
     from .capabilities import SandboxCapabilities
-    from .core import SessionWorkspace
+    from .command import SandboxCommand
+    from .core import Run, SandboxCore, SessionWorkspace
     from .errors import SandboxError
+    from .process import Outcome
     from .sync import SyncWorkspaceSandbox
 
 
@@ -300,18 +302,20 @@ class _AutoApprove:
         return "approved-once"
 
 
-def _run_captured(sandbox: object, cmd: object, as_json: bool, quiet: bool) -> int:
+def _run_captured(sandbox: SyncWorkspaceSandbox, cmd: SandboxCommand, as_json: bool,
+                  quiet: bool) -> int:
     from .errors import CommandTimeout
 
     try:
-        out = sandbox.execute(cmd)  # type: ignore[attr-defined]
+        out = sandbox.execute(cmd)
     except CommandTimeout as exc:
-        out = exc.output
-        if not as_json:
+        if not as_json or exc.output is None:
             raise
         import json
 
-        print(json.dumps(out.to_json()))  # type: ignore[attr-defined]
+        from .core import output
+
+        print(json.dumps(output(exc.output).to_json()))
         return exc.exit_status
     if as_json:
         import json
@@ -322,40 +326,30 @@ def _run_captured(sandbox: object, cmd: object, as_json: bool, quiet: bool) -> i
         sys.stderr.buffer.write(out.stderr)
     if out.denial_hint and not quiet:
         print(f"stockade: {out.denial_hint}", file=sys.stderr)
-    return out.returncode  # type: ignore[no-any-return]
+    return out.returncode
 
 
-def _run_passthrough(sandbox: object, cmd: object, quiet: bool) -> int:
+def _run_passthrough(sandbox: SyncWorkspaceSandbox, cmd: SandboxCommand, quiet: bool) -> int:
     """stdin, stdout and stderr are the terminal's; stockade only supervises."""
-    from .core import Approve
+    from .core import Performers, output
 
-    core = sandbox.core  # type: ignore[attr-defined]
-    ws = sandbox.session(cmd.session_id)  # type: ignore[attr-defined]
-    gen = core.pipeline(cmd, ws)
-    value: object = None
-    while True:
-        try:
-            effect = gen.send(value)
-        except StopIteration as stop:
-            out = stop.value
-            break
-        if isinstance(effect, Approve):
-            value = sandbox._ask(effect)  # type: ignore[attr-defined]
-        else:
-            value = _supervise_inherited(effect, core)
+    core = sandbox.core
+    ws = sandbox.session(cmd.session_id)
+    out = output(core.drive(core.pipeline(cmd, ws),
+                            Performers(core.ask, lambda run: _supervise_inherited(run, core))))
     if out.denial_hint and not quiet:
         print(f"stockade: {out.denial_hint}", file=sys.stderr)
-    return out.returncode  # type: ignore[no-any-return]
+    return out.returncode
 
 
-def _supervise_inherited(run: object, core: object) -> object:
+def _supervise_inherited(run: Run, core: SandboxCore) -> Outcome:
     """Run with the terminal's stdin and stdout; stderr goes through a pipe we copy on.
 
     Copied rather than inherited so its tail is there afterwards: without it
     the pipeline cannot tell "Read-only file system" from any other failure,
     and the person sees the command's error with no word on which rule did it.
     """
-    launch = run.launch  # type: ignore[attr-defined]
+    launch = run.launch
     read_end, write_end = os.pipe()
     tail = _StderrTail(read_end)
     try:
@@ -364,8 +358,8 @@ def _supervise_inherited(run: object, core: object) -> object:
         finally:
             os.close(write_end)
         tail.start()
-        core.ledger.warm()  # type: ignore[attr-defined]  # while the command runs
-        outcome = proc.communicate(timeout=run.timeout)  # type: ignore[attr-defined]
+        core.ledger.warm()  # while the command runs
+        outcome = proc.communicate(timeout=run.timeout)
         outcome.stderr = tail.finish()
     finally:
         tail.finish()

@@ -47,6 +47,7 @@ if TYPE_CHECKING:
     from .config import SandboxConfig
     from .drivers import Driver, Launch
     from .hooks import BeforeHook
+    from .process import BackgroundProcess
     from .profile import Profile
     from .proxy import ProxyDecision, ProxyThread
 
@@ -70,7 +71,7 @@ class SessionWorkspace:
         self.provisioned = provisioned
         self.tmp_dir = tmp_dir
         self.read_scope = read_scope
-        self.processes: set[object] = set()
+        self.processes: set[BackgroundProcess] = set()
         self.mode: str | None = None  # set by a mode change approved for this session
 
 
@@ -96,6 +97,23 @@ class Run:
         self.stdin = stdin
         self.timeout = timeout
         self.max_output = max_output
+
+
+class Performers:
+    """How a shell performs the pipeline's effects: ask a person, run a launch.
+
+    The loop that sends results back into the pipeline exists once
+    (`SandboxCore.drive`); a shell differs only in these two callables (a
+    pipe, the terminal, a pty; blocking or awaited). `run` returns an
+    `Outcome`, or for a background start the started handle.
+    """
+
+    __slots__ = ("approve", "run")
+
+    def __init__(self, approve: Callable[[Approve], object],
+                 run: Callable[[Run], object]) -> None:
+        self.approve = approve
+        self.run = run
 
 
 class SandboxCore:
@@ -143,14 +161,77 @@ class SandboxCore:
             if self._none_driver is None:
                 from .drivers.none import NoneDriver
 
-                self._none_driver = NoneDriver()
+                self._none_driver = self._opened(NoneDriver())
             return self._none_driver
         if self._driver is None:
             from .drivers.registry import from_config
 
-            self._driver = from_config(self.config, env=self.env, workspace=workspace,
-                                       state_dir=self._state_dir(), **self.driver_options)
+            self._driver = self._opened(from_config(
+                self.config, env=self.env, workspace=workspace, state_dir=self._state_dir(),
+                **self.driver_options))
         return self._driver
+
+    def _opened(self, driver: Driver) -> Driver:
+        """A driver built after sessions began learns of them: its hooks see every
+        session it may run for, whenever it was built (drivers are built lazily)."""
+        for ws in list(self.sessions.values()):
+            driver.open_session(ws.session_id, ws.cwd)
+        return driver
+
+    def _drivers(self) -> list[Driver]:
+        return [d for d in (self._driver, self._none_driver) if d is not None]
+
+    # -- the effect loop ---------------------------------------------------------
+
+    def drive(self, gen: Generator[Approve | Run, object, object],
+              performers: Performers) -> object:
+        """Run the pipeline to its end, performing each effect; its return value."""
+        value: object = None
+        while True:
+            try:
+                effect = gen.send(value)
+            except StopIteration as stop:
+                return stop.value
+            value = (performers.approve(effect) if isinstance(effect, Approve)
+                     else performers.run(effect))
+
+    async def adrive(self, gen: Generator[Approve | Run, object, object],
+                     performers: Performers) -> object:
+        """`drive` for an async shell: a performer may return an awaitable."""
+        value: object = None
+        while True:
+            try:
+                effect = gen.send(value)
+            except StopIteration as stop:
+                return stop.value
+            value = (performers.approve(effect) if isinstance(effect, Approve)
+                     else performers.run(effect))
+            if hasattr(value, "__await__"):
+                value = await value
+
+    def ask(self, effect: Approve) -> str:
+        """Perform an `Approve` effect by blocking on the gate's requester."""
+        requester = self.gate.requester
+        assert requester is not None  # the pipeline yields Approve only with one
+        result = requester.request(effect.request)
+        if not isinstance(result, str):
+            raise SandboxUnavailable("an async approval requester needs WorkspaceSandbox (async)")
+        return result or ap.DENIED
+
+    async def aask(self, effect: Approve) -> str:
+        """Perform an `Approve` effect by awaiting the requester, within the gate's timeout."""
+        import asyncio
+
+        requester = self.gate.requester
+        assert requester is not None
+        try:
+            async with asyncio.timeout(self.gate.timeout_secs):
+                result = requester.request(effect.request)
+                if not isinstance(result, str):
+                    result = await result
+        except TimeoutError:
+            return ap.TIMEOUT
+        return result or ap.DENIED
 
     # -- step 1: session ---------------------------------------------------------
 
@@ -186,6 +267,8 @@ class SandboxCore:
         ws = SessionWorkspace(session_id, cwd, provisioned=provisioned, tmp_dir=tmp_dir,
                               read_scope=scope)
         self.sessions[session_id] = ws
+        for driver in self._drivers():
+            driver.open_session(session_id, cwd)
         return ws
 
     def _state_dir(self) -> str:
@@ -202,18 +285,28 @@ class SandboxCore:
         with self._proc_lock:
             procs = list(ws.processes)
             ws.processes.clear()
-        for proc in procs:
-            proc.stop()  # type: ignore[attr-defined]
-        if ws.tmp_dir:
-            import shutil
+        try:
+            for proc in procs:
+                proc.stop()
+        finally:
+            # After its processes: what a backend keeps per session may be
+            # what they were still using.
+            for driver in self._drivers():
+                driver.close_session(session_id)
+            if ws.tmp_dir:
+                import shutil
 
-            shutil.rmtree(ws.tmp_dir, ignore_errors=True)
+                shutil.rmtree(ws.tmp_dir, ignore_errors=True)
 
     def close(self) -> None:
         """Close every session, then the proxy and the ledger."""
         _OPEN_CORES.discard(self)
-        for sid in list(self.sessions):
-            self.close_session(sid)
+        try:
+            for sid in list(self.sessions):
+                self.close_session(sid)
+        finally:
+            for driver in self._drivers():
+                driver.close()
         if self._proxy is not None:
             self._proxy.close()
             self._proxy = None
@@ -310,19 +403,19 @@ class SandboxCore:
             timeout = cmd.timeout or caps.timeout_secs or self.default_timeout
             result = yield Run(launch, profile, cmd.stdin, timeout, self.max_output)
         except CapabilityDenied as exc:
-            self._audit(cmd, ws, mode, caps, backend, DENIED, started, denied=True,
+            self.audit(cmd, ws, mode, caps, backend, DENIED, started, denied=True,
                         detail={"reason": exc.reason})
             raise
         except InvalidCommand as exc:
-            self._audit(cmd, ws, mode, caps, backend, ERROR, started,
+            self.audit(cmd, ws, mode, caps, backend, ERROR, started,
                         detail={"error": str(exc)})
             raise
         except SandboxUnavailable as exc:
-            self._audit(cmd, ws, mode, caps, backend, ERROR, started,
+            self.audit(cmd, ws, mode, caps, backend, ERROR, started,
                         detail={"error": str(exc)})
             raise
         if background:
-            self._audit(cmd, ws, mode, caps, backend, "started", started,
+            self.audit(cmd, ws, mode, caps, backend, "started", started,
                         detail={"warnings": list(warnings)} if warnings else None)
             return result
         assert isinstance(result, Outcome)
@@ -333,7 +426,7 @@ class SandboxCore:
             # The boundary never came up, so the command never ran: its exit
             # status would tell the agent something about its own command.
             error = SandboxUnavailable(why)
-            self._audit(cmd, ws, mode, caps, backend, ERROR, started,
+            self.audit(cmd, ws, mode, caps, backend, ERROR, started,
                         detail={"error": str(error)})
             raise error
         if not report.limits_started:
@@ -343,7 +436,7 @@ class SandboxCore:
             error = SandboxUnavailable(
                 "the command did not run: systemd-run could not start its scope"
                 + (f" ({lines[-1]})" if lines else ""))
-            self._audit(cmd, ws, mode, caps, backend, ERROR, started,
+            self.audit(cmd, ws, mode, caps, backend, ERROR, started,
                         detail={"error": str(error)})
             raise error
         kind = likely_sandbox_denied(out.exit_code, out.signal, out.stderr,
@@ -387,7 +480,7 @@ class SandboxCore:
             detail["truncated"] = True
         if output.denial_hint:
             detail["hint"] = output.denial_hint
-        self._audit(cmd, ws, mode, caps, backend, TIMED_OUT if out.timed_out else RAN, started,
+        self.audit(cmd, ws, mode, caps, backend, TIMED_OUT if out.timed_out else RAN, started,
                     exit_code=out.exit_code, signal=out.signal, denied=kind is not None,
                     detail=detail or None, cwd=cwd)
         if out.timed_out:
@@ -493,11 +586,13 @@ class SandboxCore:
             else _default_secrets(), session_tmp=ws.tmp_dir, backend=backend,
         )
 
-    def _audit(self, cmd: SandboxCommand, ws: SessionWorkspace, mode: str,
+    def audit(self, cmd: SandboxCommand, ws: SessionWorkspace, mode: str,
                caps: SandboxCapabilities | None, backend: str, outcome: str, started: float,
                *, exit_code: int | None = None, signal: int | None = None,
                denied: bool = False, detail: dict[str, object] | None = None,
                cwd: str | None = None) -> None:
+        """One ledger record for a command: the pipeline's, and a persistent
+        shell's for the commands it gates outside the pipeline."""
         self.ledger.record(
             session=ws.session_id, program=cmd.program, argv=cmd.argv, cwd=cwd or ws.cwd,
             mode=mode, capabilities=caps.to_json() if caps else None, backend=backend,
@@ -506,12 +601,12 @@ class SandboxCore:
             outcome=outcome, detail=detail,
         )
 
-    def track(self, ws: SessionWorkspace, proc: object) -> None:
+    def track(self, ws: SessionWorkspace, proc: BackgroundProcess) -> None:
         with self._proc_lock:
             ws.processes.add(proc)
         _close_at_exit(self)
 
-    def untrack(self, ws: SessionWorkspace, proc: object) -> None:
+    def untrack(self, ws: SessionWorkspace, proc: BackgroundProcess) -> None:
         with self._proc_lock:
             ws.processes.discard(proc)
 
@@ -540,6 +635,12 @@ def _close_all() -> None:
 
 # Separates a session id from the command number in a proxy key.
 _PROXY_KEY_SEP = "\x1f"
+
+
+def output(value: object) -> SandboxOutput:
+    """A foreground pipeline's result, typed (what `drive` returns for it)."""
+    assert isinstance(value, SandboxOutput), value
+    return value
 
 
 def neutralised_hint(done: list[Any]) -> str:
@@ -590,7 +691,7 @@ def default_hooks(config: SandboxConfig) -> list[BeforeHook]:
     return hooks
 
 
-def make_core(config: SandboxConfig | None = None, **options: object) -> SandboxCore:
+def make_core(config: SandboxConfig | None = None, **options: Any) -> SandboxCore:
     """A core from a config (loaded from the usual files when None) and shell options."""
     if config is None:
         from .config import load_config
@@ -604,4 +705,4 @@ def make_core(config: SandboxConfig | None = None, **options: object) -> Sandbox
             "sandbox disabled: [sandbox] enabled = false; stockade will not run commands "
             "without a boundary. Use NoopSandbox in tests, or set enabled = true"
         )
-    return SandboxCore(config, **options)  # type: ignore[arg-type]
+    return SandboxCore(config, **options)

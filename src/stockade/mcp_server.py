@@ -203,10 +203,9 @@ class Session:
         if self.closed:
             return
         self.closed = True
-        core = self.sandbox.core
-        for sid in list(core.sessions):
-            core.close_session(sid)
-        core.ledger.close()
+        # Sessions (their processes, then the driver's per-session state), the
+        # driver, the proxy and the ledger, in the core's one order.
+        self.sandbox.core.close()
 
 
 class _Call:

@@ -39,9 +39,11 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
-    from .command import SandboxOutput
-    from .core import Run
+    from .command import SandboxCommand, SandboxOutput
+    from .core import Run, SessionWorkspace
+    from .drivers import ProcessHandle
     from .process import Outcome
+    from .sync import SyncWorkspaceSandbox
 
 SHELL_OPTIONS = {k: v for k, v in RUN_OPTIONS.items()
                  if k not in ("--json", "--max-output", "--no-subprocess", "--quiet")}
@@ -117,20 +119,14 @@ def main(argv: list[str]) -> int:
     return out.returncode
 
 
-def _drive(sandbox: object, cmd: object, ws: object, timeout: float | None) -> SandboxOutput:
+def _drive(sandbox: SyncWorkspaceSandbox, cmd: SandboxCommand, ws: SessionWorkspace,
+           timeout: float | None) -> SandboxOutput:
     """The pipeline, with the Run effect performed on a pty."""
-    from .core import Approve
+    from .core import Performers, output
 
-    core = sandbox.core  # type: ignore[attr-defined]
-    gen = core.pipeline(cmd, ws)
-    value: object = None
-    while True:
-        try:
-            effect = gen.send(value)
-        except StopIteration as stop:
-            return stop.value  # type: ignore[no-any-return]
-        value = (sandbox._ask(effect)  # type: ignore[attr-defined]
-                 if isinstance(effect, Approve) else run_on_pty(effect, timeout))
+    core = sandbox.core
+    return output(core.drive(core.pipeline(cmd, ws),
+                             Performers(core.ask, lambda run: run_on_pty(run, timeout))))
 
 
 def run_on_pty(run: Run, timeout: float | None = None, *, stdin: int = 0,
@@ -194,7 +190,7 @@ def run_on_pty(run: Run, timeout: float | None = None, *, stdin: int = 0,
                    diagnostic=tail)
 
 
-def _relay(proc: object, master: int, stdin: int, stdout: int, timeout: float | None
+def _relay(proc: ProcessHandle, master: int, stdin: int, stdout: int, timeout: float | None
            ) -> tuple[bool, bytes]:
     """Copy bytes both ways until the pty closes; (timed out, last output seen)."""
     import select
@@ -236,7 +232,7 @@ def _relay(proc: object, master: int, stdin: int, stdout: int, timeout: float | 
             else:
                 poller.unregister(stdin)
                 _write_all(master, b"\x04")
-        if proc.poll() is not None:  # type: ignore[attr-defined]
+        if proc.poll() is not None:
             # The shell is gone. Something it left (only possible without a
             # PID namespace) may still hold the pty open, so do not wait for
             # the pty to close: show what is buffered, then stop.

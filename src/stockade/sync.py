@@ -7,15 +7,13 @@ from __future__ import annotations
 
 import _thread
 
-from .approval import DENIED
 from .context import current_session
-from .core import Approve, Run, SandboxCore, SessionWorkspace, make_core
-from .errors import InvalidCommand, SandboxUnavailable
+from .core import Performers, Run, SandboxCore, SessionWorkspace, make_core, output
+from .errors import InvalidCommand
 
 TYPE_CHECKING = False
 
 if TYPE_CHECKING:
-    from collections.abc import Generator
     from typing import Any
 
     from .command import SandboxCommand, SandboxOutput
@@ -80,36 +78,20 @@ class SyncWorkspaceSandbox:
                 ws = self.core.new_session(sid, workspace, ephemeral_tmp=ephemeral_tmp)
             return ws
 
-    def _drive(self, gen: Generator[Approve | Run, object, object], ws: SessionWorkspace,
-               background: bool) -> object:
-        value: object = None
-        while True:
-            try:
-                effect = gen.send(value)
-            except StopIteration as stop:
-                return stop.value
-            if isinstance(effect, Approve):
-                value = self._ask(effect)
-            elif background:
-                value = perform_start(effect, self.core, ws)
-            else:
-                value = perform_run(effect)
-
-    def _ask(self, effect: Approve) -> str:
-        requester = self.core.gate.requester
-        assert requester is not None
-        result = requester.request(effect.request)
-        if not isinstance(result, str):
-            raise SandboxUnavailable("an async approval requester needs WorkspaceSandbox (async)")
-        return result or DENIED
-
     def execute(self, command: SandboxCommand) -> SandboxOutput:
         ws = self.session(command.session_id)
-        return self._drive(self.core.pipeline(command, ws), ws, False)  # type: ignore[return-value]
+        core = self.core
+        return output(core.drive(core.pipeline(command, ws), Performers(core.ask, perform_run)))
 
     def start(self, command: SandboxCommand) -> BackgroundProcess:
+        from .process import BackgroundProcess
+
         ws = self.session(command.session_id)
-        return self._drive(self.core.pipeline(command, ws, background=True), ws, True)  # type: ignore[return-value]
+        core = self.core
+        proc = core.drive(core.pipeline(command, ws, background=True),
+                          Performers(core.ask, lambda run: perform_start(run, core, ws)))
+        assert isinstance(proc, BackgroundProcess)
+        return proc
 
     def close_session(self, session_id: str) -> None:
         self.core.close_session(session_id)

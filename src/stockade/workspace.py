@@ -10,15 +10,12 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING, Any, Protocol
 
-from .approval import DENIED, TIMEOUT
 from .context import current_session
-from .core import Approve, Run, SandboxCore, SessionWorkspace, make_core
+from .core import Performers, Run, SandboxCore, SessionWorkspace, make_core, output
 from .errors import InvalidCommand, SandboxDisabled
 from .sync import perform_start
 
 if TYPE_CHECKING:
-    from collections.abc import Generator
-
     from .command import SandboxCommand, SandboxOutput
     from .config import SandboxConfig
     from .process import BackgroundProcess, Outcome
@@ -58,41 +55,22 @@ class WorkspaceSandbox:
         """Bind a session to an existing directory (or provision one when None)."""
         return await self.for_session(session_id, workspace)
 
-    async def _drive(self, gen: Generator[Approve | Run, object, object], ws: SessionWorkspace,
-                     background: bool) -> object:
-        value: object = None
-        while True:
-            try:
-                effect = gen.send(value)
-            except StopIteration as stop:
-                return stop.value
-            if isinstance(effect, Approve):
-                value = await self._ask(effect)
-            elif background:
-                value = perform_start(effect, self.core, ws)
-            else:
-                value = await _run_async(effect)
-
-    async def _ask(self, effect: Approve) -> str:
-        requester = self.core.gate.requester
-        assert requester is not None
-        try:
-            async with asyncio.timeout(self.core.gate.timeout_secs):
-                result = requester.request(effect.request)
-                if not isinstance(result, str):
-                    result = await result
-        except TimeoutError:
-            return TIMEOUT
-        return result or DENIED
-
     async def execute(self, command: SandboxCommand) -> SandboxOutput:
         ws = await self.for_session(command.session_id)
-        return await self._drive(self.core.pipeline(command, ws), ws, False)  # type: ignore[return-value]
+        core = self.core
+        return output(await core.adrive(core.pipeline(command, ws),
+                                        Performers(core.aask, _run_async)))
 
     async def start(self, command: SandboxCommand) -> BackgroundProcess:
         """Start a command that outlives this call; the session stops it when it closes."""
+        from .process import BackgroundProcess
+
         ws = await self.for_session(command.session_id)
-        return await self._drive(self.core.pipeline(command, ws, background=True), ws, True)  # type: ignore[return-value]
+        core = self.core
+        proc = await core.adrive(core.pipeline(command, ws, background=True),
+                                 Performers(core.aask, lambda run: perform_start(run, core, ws)))
+        assert isinstance(proc, BackgroundProcess)
+        return proc
 
     async def close_session(self, session_id: str) -> None:
         await asyncio.to_thread(self.core.close_session, session_id)

@@ -136,3 +136,47 @@ def test_seatbelt_takes_a_linux_config_without_deleting_anything() -> None:
     driver = SeatbeltDriver.from_config(config, env={"HOME": "/h"}, workspace="/w",
                                         state_dir="/s", probe=False)
     assert isinstance(driver, SeatbeltDriver) and config.bwrap == "/usr/bin/bwrap"
+
+
+# -- session hooks --------------------------------------------------------------------------
+
+
+class _SessionDriver(FakeDriver):
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls: list[tuple[str, ...]] = []
+
+    def open_session(self, session_id: str, workspace: str) -> None:
+        self.calls.append(("open", session_id))
+
+    def close_session(self, session_id: str) -> None:
+        self.calls.append(("close", session_id))
+
+    def close(self) -> None:
+        self.calls.append(("close-all",))
+
+
+def test_the_core_tells_the_driver_when_sessions_begin_and_end(tmp_path) -> None:
+    env = {"HOME": str(tmp_path), "PATH": "/usr/bin:/bin"}
+    config = SandboxConfig(mode="workspace-write", ledger=False,
+                           workspace_root=str(tmp_path / "wsr"))
+    driver = _SessionDriver()
+    box = SyncWorkspaceSandbox(config, env=env, driver=driver, hooks=[])
+    box.execute(SandboxCommand("true", session_id="a"))
+    box.session("b")
+    box.close_session("a")
+    box.close()
+    assert driver.calls == [("open", "a"), ("open", "b"), ("close", "a"), ("close", "b"),
+                            ("close-all",)]
+
+
+def test_a_driver_built_after_sessions_began_still_hears_of_them(tmp_path) -> None:
+    from stockade.core import SandboxCore
+    from stockade.ledger import Ledger
+
+    env = {"HOME": str(tmp_path), "PATH": "/usr/bin:/bin"}
+    core = SandboxCore(SandboxConfig(ledger=False, workspace_root=str(tmp_path / "w")),
+                       env=env, ledger=Ledger(None), hooks=[])
+    core.new_session("early", str(tmp_path))
+    driver = _SessionDriver()
+    assert core._opened(driver) is driver and driver.calls == [("open", "early")]
