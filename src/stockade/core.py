@@ -34,6 +34,7 @@ from .drivers import MEMORY, PIDS, should_sandbox
 from .errors import CapabilityDenied, CommandTimeout, InvalidCommand, SandboxUnavailable
 from .hooks import run_before_hooks
 from .ledger import DENIED, ERROR, RAN, TIMED_OUT, Ledger
+from .paths import session_key, state_dir
 from .process import Outcome
 from .profile import HOST, STRICT, build_profile
 
@@ -50,15 +51,6 @@ if TYPE_CHECKING:
     from .process import BackgroundProcess
     from .profile import Profile
     from .proxy import ProxyDecision, ProxyThread
-
-
-def session_key(session_id: str) -> str:
-    """32 hex chars of SHA-256 over the JSON-encoded id: short, and safe as a file name
-    whatever characters the id carries."""
-    import hashlib
-    import json
-
-    return hashlib.sha256(json.dumps(session_id).encode()).hexdigest()[:32]
 
 
 class SessionWorkspace:
@@ -146,6 +138,8 @@ class SandboxCore:
         # First refusal per proxy key, for the hint of the command that owns it.
         self._proxy_refusals: dict[str, tuple[str, int | None, str]] = {}
         self.ledger = ledger if ledger is not None else Ledger(config.ledger_path(self.env))
+        #: stockade's state directory, from the injected env, once.
+        self.state_dir = state_dir(self.env)
         self.sessions: dict[str, SessionWorkspace] = {}
         self._driver = driver
         self._none_driver: Driver | None = None
@@ -167,7 +161,7 @@ class SandboxCore:
             from .drivers.registry import from_config
 
             self._driver = self._opened(from_config(
-                self.config, env=self.env, workspace=workspace, state_dir=self._state_dir(),
+                self.config, env=self.env, workspace=workspace, state_dir=self.state_dir,
                 **self.driver_options))
         return self._driver
 
@@ -261,7 +255,7 @@ class SandboxCore:
         if not ephemeral_tmp:
             import tempfile
 
-            base = os.path.join(self._state_dir(), "tmp")
+            base = os.path.join(self.state_dir, "tmp")
             os.makedirs(base, mode=0o700, exist_ok=True)
             tmp_dir = tempfile.mkdtemp(prefix=session_key(session_id)[:12] + "-", dir=base)
         ws = SessionWorkspace(session_id, cwd, provisioned=provisioned, tmp_dir=tmp_dir,
@@ -270,11 +264,6 @@ class SandboxCore:
         for driver in self._drivers():
             driver.open_session(session_id, cwd)
         return ws
-
-    def _state_dir(self) -> str:
-        base = self.env.get("XDG_STATE_HOME") or os.path.join(
-            self.env.get("HOME") or "/tmp", ".local", "state")
-        return os.path.join(base, "stockade")
 
     def close_session(self, session_id: str) -> None:
         """Stop every process the session started, drop its grants, remove its /tmp."""
@@ -530,7 +519,7 @@ class SandboxCore:
 
         if self._proxy is None:
             options = dict(self.proxy_options)
-            sockets = os.path.join(self._state_dir(), "proxy")
+            sockets = os.path.join(self.state_dir, "proxy")
             os.makedirs(sockets, mode=0o700, exist_ok=True)
             options.setdefault("socket_dir", sockets)
             proxy = ProxyThread(on_decision=self._proxy_decision, **options)
@@ -571,7 +560,7 @@ class SandboxCore:
                      endpoint: tuple[str, int, str, str | None] | None = None) -> Profile:
         c = self.config
         ledger = self.ledger.path
-        private = [self._state_dir(), c.resolved_workspace_root(self.env)]
+        private = [self.state_dir, c.resolved_workspace_root(self.env)]
         if ledger:
             private += [ledger, ledger + "-wal", ledger + "-shm"]
         return build_profile(

@@ -55,7 +55,12 @@ def backend_status() -> dict[str, dict[str, object]]:
 
     out: dict[str, dict[str, object]] = {}
     if sys.platform.startswith("linux"):
-        from .drivers.linux.bwrap import bundled_bwrap, find_bwrap, locate_bwrap, probe_userns
+        from .drivers.linux.bwrap_binary import (
+            bundled_bwrap,
+            find_bwrap,
+            locate_bwrap,
+            probe_userns,
+        )
 
         entry: dict[str, object] = {}
         try:

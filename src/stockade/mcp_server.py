@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextvars
-import hashlib
 import logging
 import os
 import stat
@@ -573,7 +572,9 @@ def _question(request: ap.ApprovalRequest, reason: str, session: Session) -> str
 
 
 def _digest(message: str) -> str:
-    return hashlib.sha256(message.encode()).hexdigest()[:32]
+    from .paths import sha256_hex
+
+    return sha256_hex(message.encode())[:32]
 
 
 def _elicitation_supported(ctx: Context[Any, Any]) -> bool:

@@ -78,7 +78,7 @@ def fake_machine(monkeypatch: pytest.MonkeyPatch):  # type: ignore[no-untyped-de
 
     monkeypatch.setattr(bwrap_mod, "probe_userns", probe)
     monkeypatch.setattr(bwrap_mod, "locate_bwrap", lambda env, ws, configured="": "/fake/bwrap")
-    monkeypatch.setattr(layers, "host_landlock_abi", lambda: state["abi"])
+    monkeypatch.setattr(layers, "host_landlock_abi", lambda cache_dir="": state["abi"])
     return state
 
 

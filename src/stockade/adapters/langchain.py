@@ -228,6 +228,6 @@ def _cleanup_after_exit(pid: int, cleanup: Any) -> threading.Event:
 
 
 def _short_hash(text: str) -> str:
-    import hashlib
+    from ..paths import sha256_hex
 
-    return hashlib.sha256(text.encode()).hexdigest()[:12]
+    return sha256_hex(text.encode())[:12]

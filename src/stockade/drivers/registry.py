@@ -146,7 +146,8 @@ def resolve_auto(make: Callable[[str], Driver], *, min_abi: int,
 
         bwrap = make(backend)
         assert isinstance(bwrap, BubblewrapDriver)
-        backend = choose_linux_backend(bwrap.probe, host_landlock_abi, min_abi)
+        cache = bwrap.state_dir
+        backend = choose_linux_backend(bwrap.probe, lambda: host_landlock_abi(cache), min_abi)
         if backend == "bubblewrap":
             return bwrap
     if not backend:
