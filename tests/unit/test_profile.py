@@ -78,3 +78,12 @@ def test_a_profile_refuses_a_field_it_does_not_have(home) -> None:
     assert Profile(**fields).workspace == p.workspace
     with pytest.raises(TypeError, match="bogus"):
         Profile(**fields, bogus=1)
+
+
+def test_a_profile_is_a_value_changed_only_by_replace(home) -> None:
+    p = profile(home)
+    with pytest.raises(AttributeError, match="frozen"):
+        p.cwd = "/elsewhere"  # type: ignore[misc]
+    moved = p.replace(cwd="/elsewhere")
+    assert (moved.cwd, p.cwd) == ("/elsewhere", p.workspace)
+    assert moved.hidden == p.hidden
