@@ -64,7 +64,7 @@ def test_unreadable_accepts_none_string_or_list(tmp_path):
 
 def test_settings_are_keywords_and_an_unknown_one_is_a_config_error() -> None:
     """`SandboxConfig(mode="yolo", bogus=1)` is refused by mypy (no such keyword) and here."""
-    with pytest.raises(ConfigError, match="unknown sandbox setting.*bogus"):
+    with pytest.raises(ConfigError, match=r"unknown sandbox setting.*bogus"):
         SandboxConfig(mode="read-only", bogus=1)  # type: ignore[call-arg]
     with pytest.raises(ConfigError, match="mode = 'yolo' is not one of"):
         SandboxConfig(mode="yolo")
