@@ -8,8 +8,6 @@ place a backend name becomes a driver.
 
 from __future__ import annotations
 
-from ..capabilities import FULL_ACCESS
-from ..command import FORBID, REQUIRE
 from .base import (
     MEMORY,
     PIDS,
@@ -48,6 +46,9 @@ def should_sandbox(mode: str, preference: str) -> bool:
     full-access under Auto runs without a boundary: wrapping a process in a
     sandbox that allows everything costs time and promises nothing.
     """
+    from ..capabilities import FULL_ACCESS
+    from ..command import FORBID, REQUIRE
+
     if preference == FORBID:
         return False
     if preference == REQUIRE:
