@@ -202,7 +202,8 @@ class BubblewrapDriver(Driver):
         self._state_dir = state_dir or state_dir_of(self._env)
         self._bwrap: str | None = None
         # The probe costs one extra sandbox; a one-shot CLI skips it and
-        # diagnoses after a failed start instead (see `diagnose_failed_start`).
+        # reads bwrap's own refusal after a failed start instead (see
+        # `explain_failure`).
         self._probe = probe
 
     @property
@@ -279,10 +280,6 @@ class BubblewrapDriver(Driver):
                         extra_fds=fds, cleanup=cleanup)
         launch.report.audit.update(audit, limits=cgroup.kind)
         return launch
-
-    def diagnose(self) -> None:
-        """After a failed start: raise with the machine's reason if bwrap cannot work here."""
-        probe_userns(self.bwrap, cache_dir=self._state_dir, fresh=True)
 
     def explain_failure(self, returncode: int, stderr: bytes) -> str | None:
         """bwrap's own setup errors are the sandbox failing, not the command.
