@@ -180,7 +180,8 @@ class Profile:
 
     __slots__ = (
         "cwd", "env", "granted_sockets", "hidden", "home", "mask_other_homes",
-        "max_file_size_mb", "max_memory_mb", "mode", "network", "protected", "proxy_port",
+        "max_file_size_mb", "max_memory_mb", "mode", "network", "private_around",
+        "protected", "proxy_port",
         "proxy_secret", "proxy_socket", "read_extra", "read_roots", "read_scope", "runtime_dir",
         "session_tmp", "sockets", "spawn_subprocess", "system_links", "tmp_size_mb", "workspace",
         "workspace_writable", "write_roots",
@@ -215,6 +216,7 @@ class Profile:
         tmp_size_mb: int | None = None,
         max_file_size_mb: int | None = None,
         spawn_subprocess: bool = True,
+        private_around: tuple[str, ...] = (),
     ) -> None:
         for name, value in locals().items():
             if name != "self":
@@ -241,6 +243,9 @@ class Profile:
     system_links: tuple[tuple[str, str], ...]
     write_roots: tuple[str, ...]
     hidden: tuple[tuple[str, str], ...]
+    #: stockade's own directories that hold the workspace (a provisioned
+    #: session's): hidden whole, with the workspace shown inside.
+    private_around: tuple[str, ...]
     sockets: tuple[str, ...]
     granted_sockets: tuple[str, ...]
     protected: tuple[Protected, ...]
@@ -643,13 +648,21 @@ def build_profile(
         if host_env.get(var, "").startswith("/") and kind(os.path.realpath(host_env[var]))
         in (FILE, DIR)}))
     hidden: list[tuple[str, str]] = []
+    around: list[str] = []
     for p in private:
         # stockade's own records: the ledger holds every earlier command's
         # argv, the state directory every other session's /tmp. A private
-        # path that holds this workspace stays visible (the workspace wins).
+        # directory that holds this workspace is hidden around it: left
+        # visible for the workspace's sake, it showed every other session's
+        # workspace beside it.
         real = os.path.realpath(p)
         k = kind(real)
-        if k != MISSING and not is_under(workspace, real):
+        if k == MISSING:
+            continue
+        if is_under(workspace, real):
+            if k == DIR and real != workspace:
+                around.append(real)
+        else:
             hidden.append((real, DIR if k == DIR else FILE))
     for p in hostpaths.unreadable(unreadable, host_env, granted, listdir):
         real = os.path.realpath(p)
@@ -707,6 +720,7 @@ def build_profile(
         system_links=links,
         write_roots=tuple(write_roots),
         hidden=tuple(sorted(set(hidden))),
+        private_around=tuple(sorted(set(around), key=lambda q: (q.count("/"), q))),
         sockets=tuple(sorted(set(sockets))),
         granted_sockets=tuple(g for g in granted if kind(g) == SOCKET),
         protected=tuple(dict.fromkeys(protected)),

@@ -18,11 +18,13 @@ import pytest
 
 from .conftest import (
     HIDDEN_DECOYS,
+    SH_TRY,
     SSH_KEY,
     SYSTEM_PYTHON,
     VISIBLE_DECOY,
     Box,
     Listener,
+    attempts,
     text,
     unix_listener,
 )
@@ -366,3 +368,43 @@ def test_session_keyring_secrets_unreadable(box: Box) -> None:
 def test_control_keyring_secret_readable_unconfined(box: Box) -> None:
     out = _keyring_run(box, [SYSTEM_PYTHON, "-I", "-c", KEYRING, "read"])
     assert "READ <MARKER>" in out, out
+
+
+# A workspace inside stockade's own workspace root (a provisioned session's,
+# or one an adapter made there): its neighbours are other sessions' workspaces.
+NEIGHBOURS = SH_TRY + r"""
+try sibling-read   cat "$1/other/secret.txt"
+try sibling-list   sh -c 'ls "$0" | grep -qx other' "$1"
+try own-write      sh -c 'echo mine > own.txt'
+"""
+
+
+def _neighbours(box: Box) -> tuple[Path, Path]:
+    root = box.state / "data" / "stockade" / "workspaces"
+    mine, other = box.mkdir(str((root / "mine").relative_to(box.root))), root / "other"
+    box.mkdir(str(other.relative_to(box.root)))
+    box.write(other / "secret.txt", "OTHER-SESSION-SECRET\n")
+    return root, mine
+
+
+def test_a_workspace_in_stockades_root_does_not_show_its_neighbours(
+        box: Box, names_hidden: bool = True) -> None:
+    """`names_hidden`: False where only contents can be hidden (Landlock's READ_DIR
+    on a directory reaches every directory beneath it)."""
+    root, mine = _neighbours(box)
+    res = box.sh(NEIGHBOURS, str(root), mode="workspace-write", cwd=mine)
+    out = text(res)
+    assert "OTHER-SESSION-SECRET" not in out
+    seen = attempts(res)
+    assert seen.get("own-write") is True, out
+    assert seen.get("sibling-read") is False, out
+    assert seen.get("sibling-list") is not names_hidden, out
+    assert (mine / "own.txt").read_text() == "mine\n"
+    assert (root / "other" / "secret.txt").read_text() == "OTHER-SESSION-SECRET\n"
+
+
+def test_control_the_neighbours_are_there_without_the_sandbox(box: Box) -> None:
+    root, mine = _neighbours(box)
+    res = box.host(["/bin/sh", "-c", NEIGHBOURS, "sh", str(root)], cwd=mine)
+    seen = attempts(res)
+    assert seen.get("sibling-read") is True and seen.get("sibling-list") is True, text(res)

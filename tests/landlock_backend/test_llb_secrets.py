@@ -117,3 +117,9 @@ def test_other_users_homes_and_stockade_state_unreadable(box: Box) -> None:
     # Control: unconfined, the ledger is read (the test could fail).
     res = box.sh(script, mode="full-access")
     assert int(res.stdout.decode().split()[0]) > 0, text(res)
+
+
+def test_a_workspace_in_stockades_root_does_not_show_its_neighbours(box: Box) -> None:
+    # Their names show (READ_DIR on a split directory reaches beneath it, as
+    # the backend's documentation says); their contents do not.
+    iso.test_a_workspace_in_stockades_root_does_not_show_its_neighbours(box, names_hidden=False)

@@ -124,6 +124,13 @@ def build_bwrap_args(profile: Profile, bwrap: str, *, inner: list[str] | None = 
     if profile.read_scope != STRICT:
         for path in profile.read_extra:
             a += ["--ro-bind-try", path, path]
+    # stockade's directory that holds a provisioned workspace goes under an
+    #    empty tmpfs first, shallowest first, so that only the workspace bound
+    #    next shows inside it -- not the other sessions' workspaces, not one
+    #    created while this command runs.
+    for path in profile.private_around:
+        a += ["--tmpfs", path]
+        remount.append(path)
     ws = profile.workspace
     a += ["--bind" if profile.workspace_writable else "--ro-bind", ws, ws]
 
