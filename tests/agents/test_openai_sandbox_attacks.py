@@ -9,6 +9,7 @@ process. Every effect is checked from the host.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import shutil
@@ -31,6 +32,7 @@ from stockade.adapters.openai_sandbox import (
     StockadeSandboxClientOptions,
 )
 from stockade.config import SandboxConfig
+from stockade.errors import CapabilityDenied
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -81,8 +83,14 @@ def test_a_stored_state_cannot_make_delete_remove_a_named_directory(base: Path) 
         payload = await _stored_state(client, base / "ws")
         payload["manifest"]["root"] = str(victim)
         payload["workspace_root_owned"] = True
-        session = await client.resume(client.deserialize_session_state(payload))
-        await client.delete(session)
+        with contextlib.suppress(CapabilityDenied):  # refusing to resume is fine
+            session = await client.resume(client.deserialize_session_state(payload))
+            await client.delete(session)
+        # A client that does resume into that directory (it was told to)
+        # still does not own it because the state says so.
+        named = _client(base, options=StockadeSandboxClientOptions(), root=victim)
+        session = await named.resume(named.deserialize_session_state(payload))
+        await named.delete(session)
 
     asyncio.run(main())
     assert (victim / "precious").exists()
@@ -99,8 +107,8 @@ def test_a_stored_state_cannot_copy_hidden_host_files_into_the_workspace(
         payload = await _stored_state(client, base / "ws")
         payload["manifest"]["entries"] = {"loot": {"type": "local_file",
                                                    "src": ".aws/credentials"}}
-        session = await client.resume(client.deserialize_session_state(payload))
-        try:
+        try:  # refusing to resume (or to start) is fine; copying the file in is not
+            session = await client.resume(client.deserialize_session_state(payload))
             await session.start()
         except Exception:
             return ""
@@ -121,8 +129,8 @@ def test_a_stored_state_cannot_restore_a_hidden_host_archive(base: Path) -> None
         client = _client(base, options=StockadeSandboxClientOptions())
         payload = await _stored_state(client, base / "ws")
         payload["snapshot"] = {"type": "local", "id": "backup", "base_path": str(vault)}
-        session = await client.resume(client.deserialize_session_state(payload))
-        try:
+        try:  # refusing to resume (or to start) is fine; unpacking the archive is not
+            session = await client.resume(client.deserialize_session_state(payload))
             await session.start()
         except Exception:
             return ""
