@@ -191,7 +191,7 @@ def test_default_root_sessions_cannot_read_each_other(base: Path) -> None:
 
 
 def test_a_background_commands_unread_output_is_bounded_on_the_host(base: Path) -> None:
-    async def main() -> int:
+    async def main() -> tuple[int, bytes]:
         client = _client(base)
         session = await client.create(manifest=Manifest(root=str(base / "ws")))
         await session.start()
@@ -200,12 +200,16 @@ def test_a_background_commands_unread_output_is_bounded_on_the_host(base: Path) 
             assert update.process_id is not None
             await asyncio.sleep(3)
             inner: Any = session._inner
-            return sum(len(c) for e in inner._background.values() for c in e.chunks)
+            entry = inner._background[update.process_id]
+            async with entry.lock:
+                return sum(len(c) for c in entry.chunks), entry.chunks[0]
         finally:
             await session.aclose()
 
-    queued = asyncio.run(main())
+    queued, output = asyncio.run(main())
     assert queued <= 2 * (1 << 20), f"{queued} bytes held by the host process"
+    # What the model reads next says its output was cut: no silent gap.
+    assert b"bytes of output were dropped unread" in output, output[:200]
 
 
 def test_a_stored_state_cannot_widen_the_mode_of_a_client_without_options(base: Path) -> None:

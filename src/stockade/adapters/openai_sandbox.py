@@ -34,7 +34,17 @@ A command still running when the shell tool stops waiting goes on as a
 stockade background command the session owns (its ledger record says
 `started`); the model polls it with `write_stdin` and empty input, and
 closing the session ends its whole tree. Background commands run on pipes:
-there is no terminal (`tty=true` is refused) and no stdin to write to.
+there is no terminal (`tty=true` is refused) and no stdin to write to. At
+most `max_output_bytes` of a command's output waits to be polled; older
+bytes are dropped, and the next read says how many.
+
+A stored session state comes back through the model's own run, so
+`resume()` lets it narrow the boundary and nothing more: a wider mode or
+grant than the client's is refused, and the root, its ownership, the
+snapshot and any manifest entry read from the host's disk are the ones
+the client created the session with (a state from elsewhere needs
+`StockadeSandboxClient(root=...)`). A root the manifest named is never
+cleared for a snapshot restore: it is the live project.
 
 Not supported, and refused with the reason rather than run outside the
 boundary: `run_as` users, manifest users and groups, and
