@@ -922,8 +922,10 @@ class StockadeSandboxClient(BaseSandboxClient[StockadeSandboxClientOptions | Non
             raise CapabilityDenied(
                 "the stored session state adds manifest entries the host would copy in from its "
                 f"own filesystem ({', '.join(extra)}); this client did not create it with them")
-        if (made is None and not isinstance(state.snapshot, NoopSnapshot)
-                and state.snapshot.model_dump() != snapshot.model_dump()):
+        # A snapshot's location is a host path: restore read ~/.aws/backup.tar
+        # into the workspace, and stop() wrote <any directory>/<id>.tar.
+        if (not isinstance(state.snapshot, NoopSnapshot)
+                and state.snapshot.model_dump(mode="json") != snapshot.model_dump(mode="json")):
             raise CapabilityDenied(
                 "the stored session state names a snapshot this client did not create it with: "
                 "a snapshot is restored and written by the host process, so it is resumed only "
