@@ -491,9 +491,17 @@ def test_a_client_with_its_own_options_does_not_take_them_from_stored_state(box:
         async with resumed:
             return (await resumed.exec(f"echo x > {box.home}/planted")).exit_code
 
-    strict = StockadeSandboxClient(options=StockadeSandboxClientOptions(mode="read-only"))
-    assert asyncio.run(resume_with(strict)) != 0
+    from stockade.errors import CapabilityDenied
+
+    # Wider than the client: refused, whether the client has options of its
+    # own or only the default ones.
+    strict = StockadeSandboxClient(options=StockadeSandboxClientOptions(mode="read-only"),
+                                   root=box.ws)
+    with pytest.raises(CapabilityDenied, match="mode full-access"):
+        asyncio.run(resume_with(strict))
+    with pytest.raises(CapabilityDenied, match="mode full-access"):
+        asyncio.run(resume_with(StockadeSandboxClient(root=box.ws)))
     assert not (box.home / "planted").exists()
-    # Control: a client without options of its own takes the state's word.
+    # Control: the client that created the session full-access resumes it so.
     assert asyncio.run(resume_with(wide)) == 0
     assert (box.home / "planted").exists()

@@ -34,7 +34,17 @@ A command still running when the shell tool stops waiting goes on as a
 stockade background command the session owns (its ledger record says
 `started`); the model polls it with `write_stdin` and empty input, and
 closing the session ends its whole tree. Background commands run on pipes:
-there is no terminal (`tty=true` is refused) and no stdin to write to.
+there is no terminal (`tty=true` is refused) and no stdin to write to. At
+most `max_output_bytes` of a command's output waits to be polled; older
+bytes are dropped, and the next read says how many.
+
+A stored session state comes back through the model's own run, so
+`resume()` lets it narrow the boundary and nothing more: a wider mode or
+grant than the client's is refused, and the root, its ownership, the
+snapshot and any manifest entry read from the host's disk are the ones
+the client created the session with (a state from elsewhere needs
+`StockadeSandboxClient(root=...)`). A root the manifest named is never
+cleared for a snapshot restore: it is the live project.
 
 Not supported, and refused with the reason rather than run outside the
 boundary: `run_as` users, manifest users and groups, and
@@ -48,7 +58,9 @@ from __future__ import annotations
 import asyncio
 import collections
 import copy
+import dataclasses
 import io
+import logging
 import os
 import tarfile
 import tempfile
@@ -82,7 +94,12 @@ try:
     )
     from agents.sandbox.session.sandbox_client import BaseSandboxClient, BaseSandboxClientOptions
     from agents.sandbox.session.workspace_payloads import coerce_write_payload
-    from agents.sandbox.snapshot import SnapshotBase, SnapshotSpec, resolve_snapshot
+    from agents.sandbox.snapshot import (
+        NoopSnapshot,
+        SnapshotBase,
+        SnapshotSpec,
+        resolve_snapshot,
+    )
     from agents.sandbox.types import ExecResult, User
     from agents.sandbox.util.parse_utils import parse_ls_la
     from agents.sandbox.util.tar_utils import UnsafeTarMemberError, validate_tarfile
@@ -94,7 +111,7 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
     ) from exc
 
 from ..command import SandboxCommand
-from ..errors import CommandTimeout, SandboxError
+from ..errors import CapabilityDenied, CommandTimeout, SandboxError
 
 __all__ = ["StockadeSandboxClient", "StockadeSandboxClientOptions",
            "StockadeSandboxSession", "StockadeSandboxSessionState"]
@@ -182,6 +199,27 @@ if [ "$3" = 0 ] && { [ -L "$1" ] || [ -L "$2" ]; }; then exit 1; fi
 _LS = _PRELUDE + r"""
 inside "$1"
 exec ls -la -- "$1"
+"""
+
+# What an operation left behind, read when its output carries a hint: under
+# Landlock the guard restores protected metadata when ANY command of the
+# workspace ends, so a hint on a write may be another command's restore
+# while this write landed, or this write's own undoing.
+_HOLDS_FILE = _PRELUDE + r"""
+[ -f "$1" ] && [ ! -L "$1" ] && exec cmp -s -- "$1" -
+exit 1
+"""
+
+_HOLDS_DIR = _PRELUDE + r"""
+[ -d "$1" ]
+"""
+
+_GONE = _PRELUDE + r"""
+[ ! -e "$1" ] && [ ! -L "$1" ]
+"""
+
+_MOVED = _PRELUDE + r"""
+{ [ -e "$2" ] || [ -L "$2" ]; } && [ ! -e "$1" ] && [ ! -L "$1" ]
 """
 
 _PERSIST = _PRELUDE + r"""
@@ -392,7 +430,7 @@ class StockadeSandboxSession(BaseSandboxSession):
         except SandboxError as e:
             return PtyExecUpdate(process_id=None, output=_line(e).encode() + b"\n",
                                  exit_code=e.exit_status, original_token_count=None)
-        entry = _Background(proc)
+        entry = _Background(proc, int(sandbox.core.config.max_output_bytes))
         entry.pump = asyncio.create_task(entry.run())
         process_id = allocate_pty_process_id(set(self._background))
         self._background[process_id] = entry
@@ -514,7 +552,7 @@ class StockadeSandboxSession(BaseSandboxSession):
         payload = _payload(path, data)
         out = await self._checked(self._file_op(_WRITE, str(target), stdin=payload),
                                   path, write=True)
-        if out.returncode != 0 or out.likely_sandbox_denied:
+        if not await self._landed(out, _HOLDS_FILE, str(target), stdin=payload):
             raise _write_error(path, out)
 
     async def _write_new_file(self, path: Path, data: io.IOBase, *,
@@ -527,7 +565,7 @@ class StockadeSandboxSession(BaseSandboxSession):
                                   path, write=True)
         if out.returncode == _EXISTS:
             raise FileExistsError(str(path))
-        if out.returncode != 0 or out.likely_sandbox_denied:
+        if not await self._landed(out, _HOLDS_FILE, str(target), stdin=payload):
             raise _write_error(path, out)
 
     async def mkdir(self, path: Path | str, *, parents: bool = False,
@@ -536,7 +574,7 @@ class StockadeSandboxSession(BaseSandboxSession):
         target = self.normalize_path(path, for_write=True)
         out = await self._checked(self._file_op(_MKDIR, str(target), "1" if parents else "0"),
                                   path, write=True)
-        if out.returncode != 0 or out.likely_sandbox_denied:
+        if not await self._landed(out, _HOLDS_DIR, str(target)):
             raise _write_error(path, out)
 
     async def rm(self, path: Path | str, *, recursive: bool = False,
@@ -545,7 +583,7 @@ class StockadeSandboxSession(BaseSandboxSession):
         target = self.normalize_path(path, for_write=True)
         out = await self._checked(self._file_op(_RM, str(target), "1" if recursive else "0"),
                                   path, write=True)
-        if out.returncode != 0 or out.likely_sandbox_denied:
+        if not await self._landed(out, _GONE, str(target)):
             raise ExecNonZeroError(_exec_result(out), command=("rm", str(target)))
 
     async def mv(self, source: Path | str, destination: Path | str, *,
@@ -554,7 +592,7 @@ class StockadeSandboxSession(BaseSandboxSession):
         src = self.normalize_path(source, for_write=True)
         dst = self.normalize_path(destination, for_write=True)
         out = await self._checked(self._file_op(_MV, str(src), str(dst)), source, write=True)
-        if out.returncode != 0 or out.likely_sandbox_denied:
+        if not await self._landed(out, _MOVED, str(src), str(dst)):
             raise ExecNonZeroError(_exec_result(out), command=("mv", str(src), str(dst)))
 
     async def same_file(self, left: Path | str, right: Path | str, *,
@@ -608,6 +646,40 @@ class StockadeSandboxSession(BaseSandboxSession):
         if out.returncode != 0 or out.likely_sandbox_denied:
             raise _write_error(root, out)
 
+    async def _landed(self, out: Any, check: str, *args: str, stdin: bytes | None = None) -> bool:
+        """Whether a file operation did what it was asked, judged by its own effect.
+
+        A hint on its output alone is not its failure: a successful write
+        was reported failed when another command's guard restore happened
+        during it. So the effect is read back, and a hint that was not about
+        this operation is logged, not raised.
+        """
+        if out.returncode != 0:
+            return False
+        if not out.likely_sandbox_denied:
+            return True
+        check_out = await self._file_op(check, *args, stdin=stdin)
+        if check_out.returncode != 0:
+            return False
+        logging.getLogger("stockade.openai_sandbox").warning(
+            "stockade: %s", out.denial_hint or "the sandbox reported a denial")
+        return True
+
+    async def _restore_snapshot_into_workspace_on_resume(self) -> None:
+        # A root the manifest named is the person's project, live on this
+        # machine: clearing it for the snapshot deleted its .git history and
+        # whatever was written there after the run. It is already the
+        # newest copy, so it is kept as it is and never cleared.
+        if not self.state.workspace_root_owned:
+            return
+        await super()._restore_snapshot_into_workspace_on_resume()
+
+    async def _clear_workspace_root_on_resume(self) -> None:
+        if not self.state.workspace_root_owned:
+            raise WorkspaceStartError(path=Path(self.state.manifest.root), context={
+                "reason": "stockade never clears a workspace root the manifest named"})
+        await super()._clear_workspace_root_on_resume()
+
     async def _checked(self, op: Any, path: Path | str, *, write: bool) -> Any:
         """Await a file operation; a stockade refusal or an escape becomes the SDK's error."""
         try:
@@ -625,32 +697,73 @@ class StockadeSandboxSession(BaseSandboxSession):
 
 
 class _Background:
-    """A started command's output, moved into the queue the SDK's PTY reader drains."""
+    """A started command's output, moved into the queue the SDK's PTY reader drains.
 
-    def __init__(self, proc: Any) -> None:
+    At most `limit` bytes wait there: `yes` left unpolled grew the host
+    process by 1.4 GB a minute when every byte was kept. The oldest go, and
+    a line at the front of what is left says how many.
+    """
+
+    def __init__(self, proc: Any, limit: int) -> None:
         self.proc = proc
+        self.limit = max(limit, 1)
         self.chunks: collections.deque[bytes] = collections.deque()
         self.lock = asyncio.Lock()
         self.notify = asyncio.Event()
         self.done = asyncio.Event()
         self.pump: asyncio.Task[None] | None = None
         self._offsets = {"stdout": 0, "stderr": 0}
+        self._notice: bytes | None = None
+        self._dropped = 0
 
     def _take(self) -> bool:
         got = False
+        lost = 0
         for stream in ("stdout", "stderr"):
-            data, self._offsets[stream] = self.proc.output(stream, self._offsets[stream])
+            asked = self._offsets[stream]
+            data, self._offsets[stream] = self.proc.output(stream, asked)
+            # stockade's own window moved past what was asked for.
+            lost += max(self._offsets[stream] - len(data) - asked, 0)
             if data:
                 self.chunks.append(data)
                 got = True
+        if got or lost:
+            self._bound(lost)
         return got
+
+    def _bound(self, lost: int) -> None:
+        if self._notice is not None and self.chunks and self.chunks[0] is self._notice:
+            self.chunks.popleft()
+        else:
+            self._dropped = 0  # the reader has taken the last notice
+        self._dropped += lost
+        if len(self.chunks) > 64:
+            joined = b"".join(self.chunks)
+            self.chunks.clear()
+            self.chunks.append(joined)
+        excess = sum(len(c) for c in self.chunks) - self.limit
+        while excess > 0 and self.chunks:
+            first = self.chunks.popleft()
+            cut = min(len(first), excess)
+            if cut < len(first):
+                self.chunks.appendleft(first[cut:])
+            self._dropped += cut
+            excess -= cut
+        self._notice = None
+        if self._dropped:
+            self._notice = (f"[stockade: {self._dropped} earlier bytes of output were dropped "
+                            f"unread; at most max_output_bytes ({self.limit}) are kept "
+                            "between polls]\n").encode()
+            self.chunks.appendleft(self._notice)
 
     async def run(self) -> None:
         while True:
             # Read the state before the output: what arrives before the end
             # is read after it, never lost between the two.
             ended = not self.proc.running()
-            if self._take():
+            async with self.lock:
+                got = self._take()
+            if got:
                 self.notify.set()
             if ended:
                 self.done.set()
@@ -674,7 +787,9 @@ class StockadeSandboxClient(BaseSandboxClient[StockadeSandboxClientOptions | Non
     (its mode is replaced by the options'); other keyword options go to each
     session's `WorkspaceSandbox` (`approval=` an `ApprovalGate`, `hooks=`,
     `ledger=`, ...). `options` are the defaults for `create()` without any,
-    and on `resume()` they replace the options the stored state carries.
+    and the most a resumed state may ask for. `root` is the project a state
+    this client did not create may be resumed into (a state names its own
+    root, but it is not the state's to choose).
     """
 
     backend_id = "stockade"
@@ -682,13 +797,19 @@ class StockadeSandboxClient(BaseSandboxClient[StockadeSandboxClientOptions | Non
 
     def __init__(self, *, config: Any = None,
                  options: StockadeSandboxClientOptions | None = None,
+                 root: str | os.PathLike[str] | None = None,
                  instrumentation: Instrumentation | None = None,
                  dependencies: Dependencies | None = None, **sandbox_options: Any) -> None:
         self._config = config
         self._default_options = options
+        self._root = os.path.realpath(root) if root is not None else None
         self._instrumentation = instrumentation or Instrumentation()
         self._dependencies = dependencies
         self._sandbox_options = sandbox_options
+        # What each session was created with, kept in the host process:
+        # the stored state round-trips through the model's runtime, so on
+        # resume it is checked against this, never believed.
+        self._made: dict[uuid.UUID, _Made] = {}
 
     async def create(self, *, snapshot: SnapshotSpec | SnapshotBase | None = None,
                      manifest: Manifest | None = None,
@@ -705,7 +826,7 @@ class StockadeSandboxClient(BaseSandboxClient[StockadeSandboxClientOptions | Non
             # Not under /tmp: the sandbox has a /tmp of its own there.
             base = self._workspace_base()
             os.makedirs(base, mode=0o700, exist_ok=True)
-            root = tempfile.mkdtemp(prefix="openai-sandbox-", dir=base)
+            root = tempfile.mkdtemp(prefix=_OWNED_PREFIX, dir=base)
             manifest = manifest.model_copy(update={"root": root}, deep=True)
             owned = True
         session_id = uuid.uuid4()
@@ -713,6 +834,10 @@ class StockadeSandboxClient(BaseSandboxClient[StockadeSandboxClientOptions | Non
             session_id=session_id, manifest=manifest,
             snapshot=resolve_snapshot(snapshot, str(session_id)),
             workspace_root_owned=owned, options=resolved)
+        self._made[session_id] = _Made(
+            root=os.path.realpath(manifest.root), owned=owned, options=resolved,
+            host_entries=_host_entries(manifest),
+            snapshot=state.snapshot.model_copy(deep=True))
         return self._wrap(state)
 
     def _workspace_base(self) -> str:
@@ -726,30 +851,163 @@ class StockadeSandboxClient(BaseSandboxClient[StockadeSandboxClientOptions | Non
                                        sandbox_options=self._sandbox_options)
         return self._wrap_session(inner, instrumentation=self._instrumentation)
 
+    def _is_own_root(self, root: str) -> bool:
+        """True for a directory this client's `create()` makes: its base's child, no link."""
+        base = os.path.realpath(self._workspace_base())
+        name = os.path.basename(root)
+        if os.path.dirname(root) != base or not name.startswith(_OWNED_PREFIX):
+            return False
+        try:
+            st = os.lstat(root)
+        except OSError:
+            return False
+        import stat
+
+        return stat.S_ISDIR(st.st_mode) and st.st_uid == os.getuid()
+
     async def delete(self, session: SandboxSession) -> SandboxSession:
         """Remove the workspace if this client made it (never one the manifest named)."""
         inner = session._inner
         if not isinstance(inner, StockadeSandboxSession):
             raise TypeError("StockadeSandboxClient.delete expects a StockadeSandboxSession")
         await inner._close_stockade()
-        if inner.state.workspace_root_owned:
+        made = self._made.get(inner.state.session_id)
+        # Never the state's word: a stored `workspace_root_owned` aimed at a
+        # person's project made this an rmtree of it. Checked again here, as
+        # the directory may have been swapped for a link since.
+        root = made.root if made is not None else os.path.realpath(inner.state.manifest.root)
+        if (made is None or made.owned) and self._is_own_root(root):
             import shutil
 
-            shutil.rmtree(inner.state.manifest.root, ignore_errors=True)
+            shutil.rmtree(root, ignore_errors=True)
         return session
 
     async def resume(self, state: SandboxSessionState) -> SandboxSession:
+        """A session from a stored state, held to what this client would create.
+
+        The state may narrow the options (a read-only session stays read-only)
+        but not widen them past the client's; its root, its snapshot and any
+        manifest entry the host process would read from its own filesystem
+        must be the ones this client created the session with (or, for a
+        state from elsewhere, `root=`/a root under the client's own base, no
+        snapshot and no such entries). Anything else is refused.
+        """
         if not isinstance(state, StockadeSandboxSessionState):
             raise TypeError("StockadeSandboxClient.resume expects a StockadeSandboxSessionState")
         _check_manifest(state.manifest)
-        if self._default_options is not None:
-            # Stored state is data, possibly kept where others can write it;
-            # a boundary the client was built with is not for it to widen.
-            state = state.model_copy(update={"options": self._default_options})
+        made = self._made.get(state.session_id)
+        claimed = os.path.realpath(state.manifest.root)
+        if made is not None:
+            root, owned, pinned = made.root, made.owned, made.options
+            host_entries, snapshot = made.host_entries, made.snapshot
+        else:
+            pinned = self._default_options or StockadeSandboxClientOptions()
+            host_entries, snapshot = {}, NoopSnapshot(id=str(state.session_id))
+            owned = self._root is None and self._is_own_root(claimed)
+            root = self._root if self._root is not None else (claimed if owned else "")
+        if claimed != root:
+            raise CapabilityDenied(
+                f"the stored session state names the workspace {state.manifest.root}, not "
+                + (f"{root}, the one this session was created with" if root else
+                   "one this client may resume into: build StockadeSandboxClient(root=...) "
+                   "with the project to resume it there"))
+        wider = _widening(state.options, pinned)
+        if wider:
+            raise CapabilityDenied(
+                f"the stored session state asks for {'; '.join(wider)}, more than this client "
+                "gives: build StockadeSandboxClient(options=...) with it to resume it")
+        extra = sorted(k for k, v in _host_entries(state.manifest).items()
+                       if host_entries.get(k) != v)
+        if extra:
+            raise CapabilityDenied(
+                "the stored session state adds manifest entries the host would copy in from its "
+                f"own filesystem ({', '.join(extra)}); this client did not create it with them")
+        # A snapshot's location is a host path: restore read ~/.aws/backup.tar
+        # into the workspace, and stop() wrote <any directory>/<id>.tar.
+        if (not isinstance(state.snapshot, NoopSnapshot)
+                and state.snapshot.model_dump(mode="json") != snapshot.model_dump(mode="json")):
+            raise CapabilityDenied(
+                "the stored session state names a snapshot this client did not create it with: "
+                "a snapshot is restored and written by the host process, so it is resumed only "
+                "by the client that created the session")
+        state = state.model_copy(update={
+            "manifest": state.manifest.model_copy(update={"root": root}),
+            "snapshot": snapshot.model_copy(deep=True), "workspace_root_owned": owned})
         return self._wrap(state)
 
     def deserialize_session_state(self, payload: dict[str, object]) -> SandboxSessionState:
         return self._deserialize_session_state_payload(payload, StockadeSandboxSessionState)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Made:
+    root: str
+    owned: bool
+    options: StockadeSandboxClientOptions
+    host_entries: dict[str, Any]
+    snapshot: SnapshotBase
+
+
+_OWNED_PREFIX = "openai-sandbox-"
+
+#: Entries whose content is in the manifest itself. Every other kind has the
+#: host process read its own filesystem (a `local_file` of ~/.ssh/id_ed25519)
+#: or reach out with its credentials (a mount, a repository).
+_DATA_ENTRIES = ("file", "dir")
+
+
+def _host_entries(manifest: Manifest) -> dict[str, Any]:
+    """Each entry not made of the manifest's own data, by path, as its JSON."""
+    found: dict[str, Any] = {}
+
+    def walk(prefix: str, entries: dict[Any, Any]) -> None:
+        for name, entry in entries.items():
+            path = f"{prefix}{Path(str(name)).as_posix()}"
+            dumped = entry.model_dump(mode="json")
+            if dumped.get("type") in _DATA_ENTRIES:
+                walk(path + "/", getattr(entry, "children", {}) or {})
+            else:
+                found[path] = dumped
+
+    walk("", manifest.entries)
+    return found
+
+
+#: How far each network setting reaches; None is the mode's own (the config's
+#: `allow_hosts`, or nothing), which "proxy" extends.
+_NETWORK_RANK = {"none": 0, None: 1, "proxy": 2, "all": 3}
+
+
+def _widening(asked: StockadeSandboxClientOptions,
+              pinned: StockadeSandboxClientOptions) -> list[str]:
+    """What `asked` reaches that `pinned` does not; empty when it only narrows."""
+    from ..capabilities import MODES
+
+    def under_any(path: str, roots: tuple[str, ...]) -> bool:
+        p = os.path.abspath(path)
+        return any(p == r or p.startswith(r.rstrip("/") + "/")
+                   for r in (os.path.abspath(x) for x in roots))
+
+    wider: list[str] = []
+    if MODES.index(asked.mode) > MODES.index(pinned.mode):
+        wider.append(f"mode {asked.mode} (this client: {pinned.mode})")
+    wider += [f"allow_read {p}" for p in asked.allow_read
+              if not under_any(p, pinned.allow_read + pinned.allow_write)]
+    wider += [f"allow_write {p}" for p in asked.allow_write
+              if not under_any(p, pinned.allow_write)]
+
+    def network(o: StockadeSandboxClientOptions) -> str | None:
+        return o.network or ("proxy" if o.allow_hosts else None)
+
+    if _NETWORK_RANK[network(asked)] > _NETWORK_RANK[network(pinned)]:
+        wider.append(f"network {network(asked)} (this client: {network(pinned)})")
+    elif network(pinned) != "all":
+        wider += [f"allow_hosts {h}" for h in asked.allow_hosts if h not in pinned.allow_hosts]
+    if pinned.max_memory_mb is not None and (asked.max_memory_mb is None
+                                             or asked.max_memory_mb > pinned.max_memory_mb):
+        wider.append(f"max_memory_mb {asked.max_memory_mb} (this client: "
+                     f"{pinned.max_memory_mb})")
+    return wider
 
 
 def _check_manifest(manifest: Manifest) -> None:
