@@ -89,15 +89,16 @@ class SandboxPool:
         approvals = approval is not None and approval.requester is not None
         timeout = approval.timeout_secs if approval is not None else float(
             config.approval_timeout_seconds)
-        remote = ray.remote(NodeActor)
-        pending = []
-        for info in ray.nodes():
+        remote: Any = ray.remote(NodeActor)
+        pending: list[tuple[NodeSlot, Any, Any]] = []
+        nodes: list[dict[str, Any]] = ray.nodes()  # type: ignore[no-untyped-call]
+        for info in nodes:
             if not info.get("Alive"):
                 continue
             node_id = str(info["NodeID"])
             cpus = int(info.get("Resources", {}).get("CPU", 1) or 1)
             limit = max_concurrent_per_node or cpus
-            actor = remote.options(  # type: ignore[attr-defined]
+            actor = remote.options(
                 num_cpus=0, max_restarts=0, max_task_retries=0,
                 max_concurrency=limit + _CONTROL_CALLS,
                 scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False),
@@ -116,6 +117,11 @@ class SandboxPool:
                 self.nodes[slot.node_id] = _Node(slot, actor, report)
             else:
                 self.unusable[slot.node_id] = str(report.get("why"))
+                # Its root and probe state go too: a refused node keeps nothing of ours.
+                try:
+                    ray.get(actor.shutdown.remote(), timeout=30)
+                except Exception:  # an actor that never started made nothing
+                    pass
                 self._end_actor(actor)
         if not self.nodes:
             reasons = "; ".join(f"node {n}: {why}" for n, why in self.unusable.items())
@@ -210,23 +216,26 @@ class SandboxPool:
 
     # -- commands ----------------------------------------------------------------
 
-    def execute(self, command: SandboxCommand) -> SandboxOutput:
-        return self._exchange(command, False, None)  # type: ignore[return-value]
+    def execute(self, command: SandboxCommand,
+                _submit: Callable[[Any], Any] | None = None) -> SandboxOutput:
+        return self._exchange(command, False, _submit)  # type: ignore[return-value]
 
-    def start(self, command: SandboxCommand) -> RemoteProcess:
+    def start(self, command: SandboxCommand,
+              _submit: Callable[[Any], Any] | None = None) -> RemoteProcess:
         """A background process on the session's node; closing the session stops it."""
-        return self._exchange(command, True, None)  # type: ignore[return-value]
+        return self._exchange(command, True, _submit)  # type: ignore[return-value]
 
     async def aexecute(self, command: SandboxCommand) -> SandboxOutput:
+        """`execute` off the event loop; an async requester's awaitable runs on this loop."""
         import asyncio
 
-        return await asyncio.to_thread(self._exchange, command, False,  # type: ignore[return-value]
+        return await asyncio.to_thread(self.execute, command,
                                        _submitter(asyncio.get_running_loop()))
 
     async def astart(self, command: SandboxCommand) -> RemoteProcess:
         import asyncio
 
-        return await asyncio.to_thread(self._exchange, command, True,  # type: ignore[return-value]
+        return await asyncio.to_thread(self.start, command,
                                        _submitter(asyncio.get_running_loop()))
 
     def _exchange(self, command: SandboxCommand, background: bool,
