@@ -44,6 +44,36 @@ def run(execute, sessions: int, commands: int, tag: str) -> tuple[float, float]:
     return commands / elapsed, statistics.median(latencies)
 
 
+def timed_ms(fn) -> float:
+    start = time.perf_counter()
+    fn()
+    return (time.perf_counter() - start) * 1000.0
+
+
+def paired_latency(pool, config: SandboxConfig, pairs: int) -> tuple[float, float, float]:
+    """Local and pool commands alternated in one session each, so the machine's load
+    drifts the same way under both: the differences are the pool's own cost."""
+    local = SyncWorkspaceSandbox(config)
+    try:
+        def loc() -> None:
+            local.execute(SandboxCommand("/bin/true", session_id="paired"))
+
+        def rem() -> None:
+            pool.execute(SandboxCommand("/bin/true", session_id="paired"))
+
+        loc()
+        rem()
+        a = []
+        b = []
+        for _ in range(pairs):
+            a.append(timed_ms(loc))
+            b.append(timed_ms(rem))
+    finally:
+        local.close()
+    return (statistics.median(a), statistics.median(b),
+            statistics.median(y - x for x, y in zip(a, b, strict=True)))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--commands", type=int, default=200)
@@ -90,6 +120,10 @@ def main() -> None:
             for n in (1, 4, 16):
                 rows.append((f"SandboxPool ({nodes} nodes)", n,
                              *run(pool.execute, n, args.commands, "pool")))
+            paired = paired_latency(pool, config, args.commands)
+            node = next(iter(pool.nodes.values()))
+            trip = [timed_ms(lambda n=node: ray.get(n.actor.census.remote()))
+                    for _ in range(args.commands)]
     finally:
         ray.shutdown()
         if cluster is not None:
@@ -103,9 +137,12 @@ def main() -> None:
     print("|---|---|---|---|")
     for name, n, rate, median in rows:
         print(f"| {name} | {n} | {rate:.1f} | {median:.1f} |")
-    local1 = next(r for r in rows if r[0].startswith("local") and r[1] == 1)
-    pool1 = next(r for r in rows if r[0].startswith("SandboxPool") and r[1] == 1)
-    print(f"\nadded latency per command (median, 1 session): {pool1[3] - local1[3]:.1f} ms")
+    local_ms, pool_ms, diff_ms = paired
+    print(f"\none session, local and pool commands alternated ({args.commands} pairs): "
+          f"local median {local_ms:.1f} ms, pool median {pool_ms:.1f} ms, "
+          f"median of the pairwise differences (the added latency) {diff_ms:.1f} ms")
+    print(f"Ray round trip to a node actor, no command (median): "
+          f"{statistics.median(trip):.2f} ms")
 
 
 if __name__ == "__main__":
