@@ -34,6 +34,7 @@ def config(ledger: str) -> SandboxConfig:
     return SandboxConfig(mode="workspace-write", ledger=ledger, commands_per_minute=100000)
 
 
+@pytest.mark.timeout(300)  # a node is started for it, and Ray must declare it dead
 def test_node_lost_mid_command(ray_cluster: RayCluster, ledger_path: str) -> None:
     victim = ray_cluster.add_node("stockade-victim")
     victim_id = victim.node_id  # type: ignore[attr-defined]
@@ -85,6 +86,7 @@ def test_node_lost_mid_command(ray_cluster: RayCluster, ledger_path: str) -> Non
             shutil.rmtree(str(root), ignore_errors=True)
 
 
+@pytest.mark.timeout(400)  # 500 sandboxes on two loaded cores
 def test_500_commands_over_16_sessions_leave_nothing(ray_cluster: RayCluster,
                                                      ledger_path: str) -> None:
     tag = secrets.token_hex(4)

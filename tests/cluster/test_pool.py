@@ -362,3 +362,26 @@ def test_a_node_that_cannot_build_a_boundary_is_never_used(ray_cluster: RayClust
     assert "no node in the Ray cluster can build a boundary" in message
     assert ray_cluster.head_id in message and ray_cluster.worker_id in message
     assert "stockade doctor" in message
+
+
+def test_command_policy_applies_on_the_node_as_locally(ray_cluster: RayCluster,
+                                                       world: World) -> None:
+    from stockade import SyncWorkspaceSandbox
+
+    rule = {"name": "no-sneaky", "regex": "sneaky-[0-9]+", "action": "block",
+            "description": "a rule only this test has"}
+    cfg = make_config(world, command_policy={"custom_rules": [rule]},
+                      workspace_root=str(world.root / "local-ws"))
+    cmd = SandboxCommand("/bin/echo", ["sneaky-42"], session_id="policy")
+    with SyncWorkspaceSandbox(cfg) as local, pytest.raises(CapabilityDenied) as here:
+        local.execute(cmd)
+    with SandboxPool(cfg) as p:
+        for node in p.nodes:
+            sid = f"policy-{node[:6]}"
+            p.open_session(sid, node=node)
+            with pytest.raises(CapabilityDenied) as there:
+                p.execute(SandboxCommand("/bin/echo", ["sneaky-42"], session_id=sid))
+            assert str(there.value) == str(here.value)
+            assert "no-sneaky" in str(there.value)
+            assert p.execute(SandboxCommand("/bin/echo", ["fine"], session_id=sid)
+                             ).stdout == b"fine\n"
