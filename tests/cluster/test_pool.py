@@ -317,7 +317,7 @@ def test_background_process_through_the_pool(pool: SandboxPool) -> None:
     other = pool.start(sh("bg", f"exec sleep 61.{marker[3:5]}"))
     wait_until(lambda: procs_with(f"sleep 61.{marker[3:5]}"), 30, "the second process")
     pool.close_session("bg")
-    assert wait_gone(f"sleep 61.{marker[3:5]}", 10) == []
+    assert wait_gone(f"sleep 61.{marker[3:5]}", 30) == []
     with pytest.raises(SandboxUnavailable, match="session was closed"):
         other.running()
 

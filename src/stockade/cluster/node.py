@@ -92,7 +92,9 @@ class NodeActor:
         report: dict[str, object] = {"node_id": self.node_id, "pid": os.getpid(),
                                      "root": self.root}
         try:
-            report["backend"] = _local.probe_boundary(self.sandbox, "stockade-node-probe")
+            # A name no caller's session can have: the probe closes what it opens.
+            probe = f"stockade-node-probe-{os.urandom(8).hex()}"
+            report["backend"] = _local.probe_boundary(self.sandbox, probe)
             report["ok"] = True
         except _local.SandboxError as exc:
             report["ok"] = False
@@ -163,7 +165,7 @@ class NodeActor:
             try:
                 if background:
                     proc = self.sandbox.start(command)
-                    key = f"{ticket_id}"
+                    key = ticket_id
                     with self.lock:
                         self.procs[key] = (command.session_id, proc)
                     result: object = {"key": key, "pid": proc.pid}
