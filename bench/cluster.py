@@ -103,6 +103,7 @@ def main() -> None:
         raytmp = tempfile.mkdtemp(prefix="sray-", dir="/tmp")
         os.makedirs(os.path.join(raytmp, "ray"))
         os.environ["RAY_TMPDIR"] = raytmp
+        os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
         cluster = Cluster(initialize_head=True, head_node_args={
             "num_cpus": 2, "include_dashboard": False})
         cluster.add_node(num_cpus=2, include_dashboard=False)

@@ -70,8 +70,10 @@ def ray_cluster() -> Iterator[RayCluster]:
     # Short: a raylet's socket path must fit in sun_path (108 bytes).
     tmp = Path(tempfile.mkdtemp(prefix="sray-", dir="/tmp"))
     (tmp / "ray").mkdir()
-    saved = os.environ.get("RAY_TMPDIR")
+    saved = {k: os.environ.get(k) for k in ("RAY_TMPDIR", "RAY_USAGE_STATS_ENABLED")}
     os.environ["RAY_TMPDIR"] = str(tmp)
+    # A test run reports nothing anywhere; CI has no route out in any case.
+    os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
     cluster = Cluster(initialize_head=True, head_node_args={
         **NODE_ARGS, "resources": {"stockade-a": 1}, "_system_config": FAST_HEALTH})
     try:
@@ -82,10 +84,11 @@ def ray_cluster() -> Iterator[RayCluster]:
     finally:
         ray.shutdown()
         cluster.shutdown()
-        if saved is None:
-            os.environ.pop("RAY_TMPDIR", None)
-        else:
-            os.environ["RAY_TMPDIR"] = saved
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
         survivors = wait_gone(str(tmp), 30)
         shutil.rmtree(tmp, ignore_errors=True)
         assert not survivors, f"Ray left processes behind: {survivors}"

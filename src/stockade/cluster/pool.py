@@ -293,6 +293,13 @@ class SandboxPool:
 
         try:
             return ray.get(ref)
+        except ray.exceptions.RayTaskError as exc:
+            # stockade's own error raised on the node: the caller gets it as raised
+            # there, not wrapped in Ray's remote traceback.
+            cause = getattr(exc, "cause", None)
+            if isinstance(cause, _local.SandboxError):
+                raise cause from None
+            raise
         except (ray.exceptions.RayActorError, ray.exceptions.ObjectLostError,
                 ray.exceptions.OwnerDiedError) as exc:
             slot = node.slot
