@@ -168,9 +168,14 @@ class NodeActor:
                     key = ticket_id
                     with self.lock:
                         self.procs[key] = (command.session_id, proc)
-                    result: object = {"key": key, "pid": proc.pid}
-                else:
-                    result = self.sandbox.execute(command)
+                    ticket.outbox.put((DONE, {"key": key, "pid": proc.pid}))
+                    # This thread lives as long as the process: bubblewrap's
+                    # die-with-parent follows the thread that spawned it, so a
+                    # thread that returned here would kill the outer bwrap and
+                    # leave the sandbox inside running where stop() cannot reach.
+                    proc.wait()
+                    return
+                result: object = self.sandbox.execute(command)
                 ticket.outbox.put((DONE, result))
             except _local.SandboxError as exc:
                 ticket.outbox.put((ERROR, exc))
