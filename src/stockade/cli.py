@@ -508,7 +508,11 @@ def cmd_audit(argv: list[str]) -> int:
             else:
                 status = ""
             why = f"  ({row['reason']})" if row["reason"] else ""
-            print(escape(f"{when} {row['session']} {row['mode']} {row['backend']} "
+            detail = row.get("detail")
+            # A pool's records come from many machines: say which one ran it.
+            node = (f" node={str(detail['node'])[:12]}"
+                    if isinstance(detail, dict) and detail.get("node") else "")
+            print(escape(f"{when} {row['session']} {row['mode']} {row['backend']}{node} "
                          f"{row['verdict']}{status} {row['duration_ms']}ms  {argv_text}{why}"))
     return 0
 
