@@ -13,9 +13,11 @@ Without a namespace (full-access) the process group is the reach of `stop`.
 
 from __future__ import annotations
 
+import _thread
 import errno
 import os
 import select
+import sys
 import time
 
 # The `signal` module wraps every number in an IntEnum, and importing `enum`
@@ -29,6 +31,9 @@ TYPE_CHECKING = False
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
+    from typing import Any
+
+_SPAWNER_LOCK = _thread.allocate_lock()
 
 DEFAULT_MAX_OUTPUT = 1 << 20
 _CHUNK = 1 << 16
@@ -67,6 +72,70 @@ def _resolve(program: str, env: Mapping[str, str]) -> str:
         if os.path.isfile(candidate) and os.access(candidate, os.X_OK):
             return candidate
     return program
+
+
+def _posix_spawn(path: str, argv: list[str], env: dict[str, str],
+                 actions: list[tuple[int, ...]], new_session: bool) -> int:
+    return os.posix_spawn(path, argv, env, file_actions=actions, setsid=new_session,
+                          setsigdef=(SIGPIPE, SIGINT, SIGTERM, SIGQUIT))
+
+
+_spawner: _Spawner | None = None
+
+
+def spawn(path: str, argv: list[str], env: dict[str, str], actions: list[tuple[int, ...]],
+          new_session: bool) -> int:
+    """posix_spawn, from a thread that lives as long as this process.
+
+    A parent-death signal (bwrap's --die-with-parent, the Landlock init's
+    watch on its parent) fires when the *thread* that spawned the child
+    exits, not the process: a background command started from a worker
+    thread (asyncio.to_thread, a thread pool, an agent framework's tool
+    thread) was killed the moment that thread ended -- or, when only the
+    outer bwrap died, left running where `stop()` could no longer reach it.
+    The main thread lives as long as the process, so it spawns directly;
+    any other thread hands the spawn to one long-lived daemon thread.
+    """
+    threading = sys.modules.get("threading")
+    if threading is None or threading.current_thread() is threading.main_thread():
+        return _posix_spawn(path, argv, env, actions, new_session)
+    global _spawner
+    if _spawner is None:
+        with _SPAWNER_LOCK:
+            if _spawner is None:
+                _spawner = _Spawner(threading)
+    return _spawner.spawn(path, argv, env, actions, new_session)
+
+
+class _Spawner:
+    """One daemon thread that performs spawns asked of it, one at a time."""
+
+    def __init__(self, threading: Any) -> None:
+        import queue
+
+        self._requests: queue.SimpleQueue[tuple[Any, ...]] = queue.SimpleQueue()
+        threading.Thread(target=self._serve, name="stockade-spawner", daemon=True).start()
+        self._event = threading.Event
+
+    def spawn(self, *args: Any) -> int:
+        done = self._event()
+        box: list[object] = []
+        self._requests.put((args, box, done))
+        done.wait()
+        result = box[0]
+        if isinstance(result, BaseException):
+            raise result
+        assert isinstance(result, int)
+        return result
+
+    def _serve(self) -> None:
+        while True:
+            args, box, done = self._requests.get()
+            try:
+                box.append(_posix_spawn(*args))
+            except BaseException as exc:  # handed to the caller, which raises it
+                box.append(exc)
+            done.set()
 
 
 class Process(ProcessHandle):
@@ -116,11 +185,7 @@ class Process(ProcessHandle):
                 actions.append((os.POSIX_SPAWN_DUP2, high, child_fd))
         _close_inherited_fds()
         try:
-            self.pid = os.posix_spawn(
-                _resolve(argv[0], env), argv, dict(env), file_actions=actions,
-                setsid=new_session,
-                setsigdef=(SIGPIPE, SIGINT, SIGTERM, SIGQUIT),
-            )
+            self.pid = spawn(_resolve(argv[0], env), argv, dict(env), actions, new_session)
         except OSError as exc:
             for fd in (*close_after, self.stdin_w, self.stdout_r, self.stderr_r):
                 if fd >= 0:

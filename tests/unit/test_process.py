@@ -94,3 +94,98 @@ def test_outcome_reads_signals_and_exit_codes() -> None:
     assert Outcome(-9, b"", b"", False, False, 1.0).exit_code is None
     assert Outcome(2, b"", b"e", False, False, 1.0).diagnostic == b"e"
     assert Outcome(2, b"", b"", False, False, 1.0, diagnostic=b"tail").diagnostic == b"tail"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def _started_from_a_thread_that_ends(start):  # type: ignore[no-untyped-def]
+    import threading
+
+    box: list[object] = []
+
+    def run() -> None:
+        try:
+            box.append(start())
+        except BaseException as exc:
+            box.append(exc)
+
+    t = threading.Thread(target=run)
+    t.start()
+    t.join()
+    if isinstance(box[0], BaseException):
+        raise box[0]
+    return box[0]
+
+
+# Arms a parent-death signal, says so on fd 3, then waits to be killed.
+ARMED = ("import ctypes, os, time; ctypes.CDLL(None).prctl(1, 9); os.write(3, b'x'); "
+         "time.sleep(30)")
+
+
+def _armed(spawn):  # type: ignore[no-untyped-def]
+    """Spawn ARMED and return only once its signal is armed, so that the
+    thread's end -- right after -- is what the child sees."""
+    r, w = os.pipe()
+    try:
+        child = spawn(w)
+        assert os.read(r, 1) == b"x"
+        return child
+    finally:
+        os.close(r)
+        os.close(w)
+
+
+def test_a_child_outlives_the_thread_that_spawned_it() -> None:
+    # prctl's own contract first, without stockade: the signal follows the
+    # spawning *thread*, so a child of a thread that ends is killed.
+    def raw(w: int) -> int:
+        return os.posix_spawn("/usr/bin/python3", ["python3", "-c", ARMED], dict(os.environ),
+                              file_actions=[(os.POSIX_SPAWN_DUP2, w, 3)])
+
+    pid = _started_from_a_thread_that_ends(lambda: _armed(raw))
+    start = time.monotonic()
+    os.waitpid(pid, 0)
+    assert time.monotonic() - start < 10, "the control child was not killed"
+
+    def ours(w: int) -> Process:
+        return Process(["/usr/bin/python3", "-c", ARMED], dict(os.environ), extra_fds={3: w})
+
+    proc = _started_from_a_thread_that_ends(lambda: _armed(ours))
+    try:
+        time.sleep(0.5)
+        assert _alive(proc.pid), "the child died with the thread that started it"
+    finally:
+        proc.kill()
+        proc.wait()
+        proc.close()
+
+
+def test_a_sandboxed_background_command_outlives_the_thread_that_started_it() -> None:
+    import shutil
+    import tempfile
+
+    from stockade import SandboxCommand, SandboxConfig, SyncWorkspaceSandbox
+
+    # Under /var/tmp: the sandbox has a /tmp of its own.
+    top = tempfile.mkdtemp(prefix="stockade-thread-", dir="/var/tmp")
+    try:
+        for backend in ("bubblewrap", "landlock"):
+            env = {**os.environ, "XDG_STATE_HOME": f"{top}/state", "XDG_DATA_HOME": f"{top}/data"}
+            with SyncWorkspaceSandbox(SandboxConfig(mode="workspace-write", backend=backend),
+                                      env=env) as sb:
+                os.makedirs(f"{top}/ws", exist_ok=True)
+                sb.open_session("s", f"{top}/ws")
+                proc = _started_from_a_thread_that_ends(lambda sb=sb: sb.start(SandboxCommand(
+                    "/bin/sh", ["-c", "sleep 30"], session_id="s")))
+                time.sleep(1.0)  # a parent-death signal would have arrived by now
+                assert proc.running(), f"{backend}: ended with the thread that started it"
+                assert proc.stop() is not None
+                assert not proc.running()
+    finally:
+        shutil.rmtree(top, ignore_errors=True)

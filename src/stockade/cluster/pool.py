@@ -91,7 +91,7 @@ class SandboxPool:
             config.approval_timeout_seconds)
         remote: Any = ray.remote(NodeActor)
         pending: list[tuple[NodeSlot, Any, Any]] = []
-        nodes: list[dict[str, Any]] = ray.nodes()  # type: ignore[no-untyped-call]
+        nodes: list[dict[str, Any]] = ray.nodes()  # type: ignore[no-untyped-call,unused-ignore]
         for info in nodes:
             if not info.get("Alive"):
                 continue
