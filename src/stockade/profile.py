@@ -594,6 +594,15 @@ def interpreter_prefixes() -> tuple[str, ...]:
                          (sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix)}))
 
 
+def _outermost(hidden: list[tuple[str, str]]) -> tuple[tuple[str, str], ...]:
+    """The hidden paths without those inside a hidden directory: the directory's
+    mask covers them already, and bwrap cannot place a mount inside it once
+    it is read-only (the ledger under stockade's hidden data directory)."""
+    dirs = [p for p, k in hidden if k == DIR]
+    return tuple(sorted({(p, k) for p, k in hidden
+                         if not any(p != d and is_under(p, d) for d in dirs)}))
+
+
 def build_profile(
     *,
     mode: str,
@@ -719,7 +728,7 @@ def build_profile(
                          if p != "/"),
         system_links=links,
         write_roots=tuple(write_roots),
-        hidden=tuple(sorted(set(hidden))),
+        hidden=_outermost(hidden),
         private_around=tuple(sorted(set(around), key=lambda q: (q.count("/"), q))),
         sockets=tuple(sorted(set(sockets))),
         granted_sockets=tuple(g for g in granted if kind(g) == SOCKET),

@@ -54,9 +54,13 @@ class LaunchReport:
     Landlock ABI in force, the limit mechanism, the tier that ran).
     """
 
-    __slots__ = ("audit", "limit_exceeded", "limits_started", "neutralised", "removed")
+    __slots__ = ("audit", "limit_exceeded", "limits_started", "neutralised", "removed",
+                 "sandbox_started")
 
     def __init__(self) -> None:
+        #: True once the driver knows the boundary came up (its init said so),
+        #: False when it knows it did not, None when it cannot tell.
+        self.sandbox_started: bool | None = None
         self.limit_exceeded: str | None = None
         self.limits_started = True
         self.removed: list[str] = []

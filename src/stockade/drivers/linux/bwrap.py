@@ -237,16 +237,25 @@ class BubblewrapDriver(Driver):
         # the command creates where one was missing.
         guard = (MetadataGuard(profile, self._state_dir, restore_content=False)
                  if profile.protected else None)
+        stale = (MetadataGuard.sweep_stale(profile.workspace, self._state_dir,
+                                           restore_content=False) if guard is None else [])
+        if guard is not None and guard.stale:
+            # The sweep of a killed run's leftovers just moved away names the
+            # profile found existing: bwrap would fail to find their sources.
+            profile = profile.replace(protected=tuple(
+                p for p in profile.protected
+                if p.kind not in (DIR, FILE, PIN, HOLD) or os.path.lexists(p.path)))
         # The child gets the read end under the same number (see
         # Launch.extra_fds); the write end is stockade's alone.
         lifeline = os.pipe2(os.O_CLOEXEC)
+        ready = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
         try:
             # Behind bwrap's namespaces, the init adds no_new_privs, Landlock
             # and seccomp before it execs the command: a hole in one wall is
             # not an escape.
             init = init_launch(profile, list(argv), require_landlock=self._require_landlock,
                                nproc=nproc_limit(self._max_pids, own_user_namespace=True),
-                               lifeline_fd=lifeline[0])
+                               lifeline_fd=lifeline[0], ready_fd=ready[1])
             tmp_cap = profile.tmp_size_mb if bwrap_has_size(self.bwrap, self._state_dir) else None
             args = build_bwrap_args(profile, self.bwrap, inner=init.argv,
                                     extra_mounts=init.mounts, tmp_size_mb=tmp_cap)
@@ -254,7 +263,7 @@ class BubblewrapDriver(Driver):
         except BaseException:
             if guard is not None:
                 guard.release()
-            for fd in lifeline:
+            for fd in (*lifeline, *ready):
                 os.close(fd)
             raise
         from .layers import host_landlock_abi
@@ -264,15 +273,20 @@ class BubblewrapDriver(Driver):
         if landlock.dropped:
             audit["landlock_dropped"] = list(landlock.dropped)
         def release(launch: Launch) -> None:
-            for fd in lifeline:
+            try:
+                launch.report.sandbox_started = os.read(ready[0], 1) == b"R"
+            except BlockingIOError:
+                launch.report.sandbox_started = False
+            for fd in (*lifeline, *ready):
                 os.close(fd)
             if guard is not None:
                 launch.report.neutralised += guard.release()
 
-        fds = {lifeline[0]: lifeline[0]}
+        fds = {lifeline[0]: lifeline[0], ready[1]: ready[1]}
         if cgroup is None:
             launch = Launch(args, init.env, profile.cwd, extra_fds=fds, cleanup=release)
             launch.report.audit.update(audit, limits=mechanism()[0])
+            launch.report.neutralised += stale
             return launch
 
         def cleanup(launch: Launch) -> None:
@@ -286,6 +300,7 @@ class BubblewrapDriver(Driver):
         launch = Launch(cgroup.enter_argv(args, init.env), init.env, profile.cwd,
                         extra_fds=fds, cleanup=cleanup)
         launch.report.audit.update(audit, limits=cgroup.kind)
+        launch.report.neutralised += stale
         return launch
 
     def explain_failure(self, returncode: int, stderr: bytes) -> str | None:

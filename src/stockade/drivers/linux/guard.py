@@ -130,6 +130,47 @@ class MetadataGuard:
                 os.unlink(self._alive)
                 raise
 
+    @classmethod
+    def sweep_stale(cls, workspace: str, state_dir: str, *,
+                    restore_content: bool) -> list[Neutralised]:
+        """For a run that protects nothing (read-only): sweep a baseline left by
+        guards that all died with stockade, then drop it.
+
+        Without this only a writable run swept: a killed command's hook
+        stayed live on the host through any number of read-only runs, and
+        the person's next `git commit` ran it. One stat when there is none.
+        """
+        from ...paths import sha256_hex
+
+        key = sha256_hex(workspace.encode())[:32]
+        base = os.path.join(state_dir, "guard")
+        if not os.path.isdir(os.path.join(base, key)):
+            return []
+        import fcntl
+
+        guard = cls.__new__(cls)
+        # The baseline's paths are the workspace's; its roots are what they
+        # were opened from when it was recorded.
+        guard.roots, guard.content, guard.links = [workspace], restore_content, set()
+        guard.paths, guard.gitdirs, guard.stale = [], [], []
+        guard.dir = os.path.join(base, key)
+        guard.quarantine = os.path.join(state_dir, "quarantine", key)
+        guard._snap_lock = os.path.join(base, key + ".lock")
+        guard._alive = os.path.join(base, f"{key}.alive.{os.getpid()}.{os.urandom(6).hex()}")
+        done: list[Neutralised] = []
+        with _FileLock(guard._snap_lock):
+            guard.alive_fd = os.open(guard._alive, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+            try:
+                fcntl.flock(guard.alive_fd, fcntl.LOCK_EX)
+                if not guard._others_alive() and os.path.isdir(guard.dir):
+                    done = guard._sweep(guard._recorded())
+                    remove_tree(guard.dir)
+            finally:
+                os.close(guard.alive_fd)
+                guard.alive_fd = -1
+                os.unlink(guard._alive)
+        return done
+
     # -- the baseline ----------------------------------------------------------------
 
     def _others_alive(self) -> bool:

@@ -358,6 +358,15 @@ def main(argv: list[str]) -> int:
         if len(argv) < 4 or argv[2] != "--":
             raise Refusal("usage: init.py CONFIG -- COMMAND [ARG...]")
         config = parse_config(argv[1])
+        ready = config.get("ready_fd")
+        if type(ready) is int:
+            # bwrap got as far as running this init: the sandbox is up. Said on
+            # a descriptor closed before the command exists, so a command's own
+            # "bwrap: ..." on stderr cannot pass for a failed start.
+            try:
+                posix.write(ready, b"R")
+            finally:
+                posix.close(ready)
         command = argv[3:]
         cwd = config.get("cwd")
         if cwd is not None:

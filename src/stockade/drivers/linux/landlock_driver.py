@@ -165,6 +165,7 @@ class LandlockDriver(Driver):
         python = init_python()
         reaper = abi >= SCOPE_ABI
         undo = _Undo()
+        stale: list[object] = []
         try:
             tmpdir, made = self._tmpdir(profile)
             undo.tmpdir = made
@@ -194,6 +195,9 @@ class LandlockDriver(Driver):
                 # No mount namespace: protected names stay writable during
                 # the run, so the guard keeps copies and puts them back.
                 undo.guard = MetadataGuard(profile, self._state_dir, restore_content=True)
+            else:
+                stale += MetadataGuard.sweep_stale(profile.workspace, self._state_dir,
+                                                   restore_content=True)
             _ensure_bytecode()
             args = init_argv(python, _init_path(), config, argv)
         except BaseException:
@@ -210,6 +214,7 @@ class LandlockDriver(Driver):
                         cleanup=undo.run)
         launch.report.audit.update(audit, limits=undo.cgroup.kind if undo.cgroup is not None
                                    else mechanism()[0])
+        launch.report.neutralised += stale
         return launch
 
     def _tmpdir(self, profile: Profile) -> tuple[str, str]:

@@ -422,7 +422,11 @@ class WindowsDriver(Driver):
                            .split(";") if p.strip()],
             "scratch_base": ntpath.join(state_dir, "tmp") if state_dir else "",
         }
-        values.update(overrides)
+        # Seams meant for another backend (the CLI's probe=False is bubblewrap's)
+        # are not this one's business.
+        from ..registry import accepted
+
+        values.update(accepted(cls, overrides))
         return cls(**values)
 
     @property
