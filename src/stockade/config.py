@@ -51,6 +51,10 @@ _FIELDS: dict[str, tuple[str, object]] = {
     # The landlock backend (and `auto` falling back to it) needs at least this ABI.
     "landlock_min_abi": ("int", 3),
     "require_landlock": ("bool", False),
+    # Sandboxes built ahead of need, per session (see docs/warm.md); 0: every
+    # command starts cold.
+    "warm_sandboxes": ("int", 1),
+    "warm_idle_seconds": ("number", 300.0),
 }
 _TABLES = ("command_policy",)
 #: Where a file was found: the user's own config, or inside the project (the
@@ -87,6 +91,8 @@ class SandboxConfig:
     cpu_quota_percent: int | None
     landlock_min_abi: int
     require_landlock: bool
+    warm_sandboxes: int
+    warm_idle_seconds: float
     command_policy: dict[str, object]
     sources: list[str]
     #: The files in `sources` found in the project rather than the user's config.

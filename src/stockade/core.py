@@ -166,6 +166,12 @@ class SandboxCore:
                 options.setdefault("workspace_root",
                                    self.config.resolved_workspace_root(self.env))
                 options.setdefault("state_dir", self._state_dir())
+                options.setdefault("warm_sandboxes", self.config.warm_sandboxes)
+                options.setdefault("warm_idle_seconds", self.config.warm_idle_seconds)
+                from .config import config_paths
+
+                # The user's config file: the project's is watched per workspace.
+                options.setdefault("warm_watch", tuple(config_paths(self.env, "/")[:1]))
             else:
                 options.pop("probe", None)
             if self.config.bwrap:
@@ -225,6 +231,9 @@ class SandboxCore:
             ws.processes.clear()
         for proc in procs:
             proc.stop()  # type: ignore[attr-defined]
+        discard = getattr(self._driver, "discard_parked", None)
+        if discard is not None:
+            discard(ws.cwd, ws.tmp_dir)
         if ws.tmp_dir:
             import shutil
 
@@ -235,6 +244,9 @@ class SandboxCore:
         _OPEN_CORES.discard(self)
         for sid in list(self.sessions):
             self.close_session(sid)
+        close = getattr(self._driver, "close", None)
+        if close is not None:
+            close()
         if self._proxy is not None:
             self._proxy.close()
             self._proxy = None

