@@ -48,6 +48,13 @@ IS_ROOT = os.geteuid() == 0
 # Unprivileged runs need root to switch user; without root the suite runs as
 # whoever started it and says so in the header.
 RUNNER_NAMES = ["root", "user"] if IS_ROOT else ["self"]
+# The same attacks again through a parked sandbox, in the suites that attack the
+# filesystem, the secrets and the trust boundary (a warm runner's `run` parks the
+# command's sandbox ahead of it and fails the test if it was not served warm).
+WARM = "-warm"
+WARM_SUITES = ("test_iso_fs.py", "test_iso_secrets.py", "test_iso_trust.py")
+RUNNER_PARAMS = [*RUNNER_NAMES, *(name + WARM for name in RUNNER_NAMES)]
+WARM_PRELUDE = (Path(__file__).with_name("warm_prelude.py").read_text() + "\n")
 
 # Every wait in the suite is bounded by one of these.
 RUN_TIMEOUT = 30.0
@@ -113,6 +120,7 @@ class Runner:
     gid: int
     python: str
     site: str
+    warm: bool = False
 
     @property
     def switches_user(self) -> bool:
@@ -124,7 +132,10 @@ class Runner:
         return {"user": self.uid, "group": self.gid, "extra_groups": []}
 
     def cli_argv(self, args: Sequence[str], *, ctty: bool = False) -> list[str]:
-        code = _BOOT.format(site=self.site, prelude=CTTY_PRELUDE if ctty else "")
+        prelude = CTTY_PRELUDE if ctty else ""
+        if self.warm and args[:1] == ["run"]:
+            prelude = "\n" + WARM_PRELUDE + prelude
+        code = _BOOT.format(site=self.site, prelude=prelude)
         return [self.python, "-I", "-c", code, *args]
 
     def cli(self, args: Sequence[str], *, cwd: str | Path, env: dict[str, str],
@@ -207,21 +218,36 @@ def iso_root() -> Iterator[Path]:
 _WORKS: dict[str, str] = {}
 
 
-@pytest.fixture(scope="session", params=RUNNER_NAMES)
+@pytest.fixture(scope="session", params=RUNNER_PARAMS)
 def runner(request: pytest.FixtureRequest, iso_root: Path) -> Runner:
     return make_runner(request, iso_root)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Warm runners only for WARM_SUITES: elsewhere they are not collected at all."""
+    keep, drop = [], []
+    for item in items:
+        callspec = getattr(item, "callspec", None)
+        param = callspec.params.get("runner") if callspec is not None else None
+        warm = isinstance(param, str) and param.endswith(WARM)
+        (drop if warm and item.path.name not in WARM_SUITES else keep).append(item)
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+        items[:] = keep
 
 
 def make_runner(request: pytest.FixtureRequest, iso_root: Path, *,
                 backend_args: Sequence[str] = (), backend: str = "bubblewrap") -> Runner:
     """The runner `request.param` names, proven to run `backend` as its own uid."""
     name = request.param
+    warm = name.endswith(WARM)
+    name = name.removesuffix(WARM)
     if name == "user":
         pw = _ensure_user()
         site = request.getfixturevalue("unpriv_site")
-        r = Runner(name, pw.pw_uid, pw.pw_gid, SYSTEM_PYTHON, site)
+        r = Runner(name, pw.pw_uid, pw.pw_gid, SYSTEM_PYTHON, site, warm)
     else:
-        r = Runner(name, os.geteuid(), os.getegid(), sys.executable, str(SRC))
+        r = Runner(name, os.geteuid(), os.getegid(), sys.executable, str(SRC), warm)
     _require_working_sandbox(r, iso_root, backend_args, backend)
     return r
 

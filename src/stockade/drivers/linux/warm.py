@@ -253,6 +253,9 @@ class WarmPool:
         self._skips: dict[str, int] = {}
         self._closed = False
         self._thread: threading.Thread | None = None
+        #: Dispatches served by a parked sandbox, and parked ones found unfit.
+        self.hits = 0
+        self.misses = 0
 
     # -- the pipeline's side --------------------------------------------------
 
@@ -274,9 +277,11 @@ class WarmPool:
         with _LOCK:
             _PARKED.discard(parked)
         if not good:
+            self.misses += 1
             self._misses[tok] = self._misses.get(tok, 0) + 1
             self._retire(parked)
             return None
+        self.hits += 1
         self._misses[tok] = 0
         return parked
 
