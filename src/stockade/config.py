@@ -53,7 +53,7 @@ _FIELDS: dict[str, tuple[str, object]] = {
     "require_landlock": ("bool", False),
     # Sandboxes built ahead of need, per session (see docs/warm.md); 0: every
     # command starts cold.
-    "warm_sandboxes": ("int", 1),
+    "warm_sandboxes": ("count", 1),
     "warm_idle_seconds": ("number", 300.0),
 }
 _TABLES = ("command_policy",)
@@ -137,6 +137,7 @@ def _validate(values: dict[str, object], source: str) -> None:
             "number": isinstance(value, int | float) and not isinstance(value, bool)
             and value > 0,
             "int": isinstance(value, int) and not isinstance(value, bool) and value > 0,
+            "count": isinstance(value, int) and not isinstance(value, bool) and value >= 0,
             "str": isinstance(value, str),
             "path": isinstance(value, str) and "\x00" not in value,
             "int-or-none": value is None or (isinstance(value, int)
@@ -149,6 +150,7 @@ def _validate(values: dict[str, object], source: str) -> None:
         }[kind]
         if not ok:
             want = {"number": "a positive number", "int": "a positive integer",
+                    "count": "0 or a positive integer",
                     "path-or-false": "a path or false", "int-or-none": "a positive integer",
                     "paths-or-none":
                     "a list of paths or \"none\""}.get(kind, f"a {kind}")

@@ -23,9 +23,7 @@ def _run_warm(sandbox, cmd, quiet):
         pool = getattr(sandbox.core._driver, "_warm", None)
         if pool is None:
             return None
-        entries = [p for group in list(pool._parked.values()) for p in group]
-        for entry in entries:
-            entry.built.wait(30)
+        pool.settle(30)
         return pool
 
     # Twice: the first command creates the audit ledger, whose files the

@@ -213,19 +213,18 @@ class Parked:
         if self.sock is not None:
             self.sock.close()  # the init reads end-of-file and refuses
             self.sock = None
-        proc = self.proc
-        if proc is not None:
-            proc.kill()
-        launch = self.launch
-        self.launch = None
+        proc, self.proc = self.proc, None
+        launch, self.launch = self.launch, None
         try:
-            if launch is not None:
-                launch.cleanup()
-        finally:
             if proc is not None:
+                # Reaped before the cgroup goes: a zombie still counts as a
+                # member, and rmdir would refuse until stockade gave up on it.
+                proc.kill()
                 proc.wait()
                 proc.close()
-            self.proc = None
+        finally:
+            if launch is not None:
+                launch.cleanup()
 
 
 class WarmPool:
@@ -253,6 +252,7 @@ class WarmPool:
         self._skips: dict[str, int] = {}
         self._closed = False
         self._thread: threading.Thread | None = None
+        self._building = 0
         #: Dispatches served by a parked sandbox, and parked ones found unfit.
         self.hits = 0
         self.misses = 0
@@ -335,6 +335,22 @@ class WarmPool:
         if thread is not None and thread is not threading.current_thread():
             thread.join(timeout=READY_WAIT)
 
+    def settle(self, timeout: float) -> bool:
+        """Wait until nothing is being built and every parked sandbox is ready.
+
+        For benchmarks and tests that must know the next command can be
+        served warm; the pipeline never waits here.
+        """
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            while self._building or self._ready_wants():
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                self._cond.wait(left)
+            entries = [p for group in self._parked.values() for p in group]
+        return all(p.wait_ready(max(0.001, deadline - time.monotonic())) for p in entries)
+
     def parked_count(self) -> int:
         with self._cond:
             return sum(len(v) for v in self._parked.values())
@@ -374,10 +390,16 @@ class WarmPool:
                 wants = self._ready_wants()
                 for tok in wants:
                     del self._wanted[tok]
+                self._building += len(wants)
             for parked in [*doomed, *expired]:
                 parked.discard()
             for tok, profile in wants.items():
-                self._park(tok, profile)
+                try:
+                    self._park(tok, profile)
+                finally:
+                    with self._cond:
+                        self._building -= 1
+                        self._cond.notify_all()
 
     def _ready_wants(self) -> dict[str, Profile]:
         """Wanted sandboxes that can be built now: room left, and no writer in their workspace."""
