@@ -21,10 +21,17 @@ $(VENV)/.dev-installed: pyproject.toml | $(BIN)/python
 demo: $(VENV)/.installed
 	@$(BIN)/python examples/demo.py
 
+# The second pass runs the core attack suites again with a distribution bwrap
+# forced by config (tests/isolation/system_bwrap.py says which it found).
+ISOLATION_CORE := tests/isolation/test_iso_fs.py tests/isolation/test_iso_secrets.py \
+	tests/isolation/test_iso_proc.py tests/isolation/test_iso_trust.py tests/isolation/test_iso_git.py
+
 test: $(VENV)/.dev-installed
 	$(BIN)/ruff check src tests bench
 	$(BIN)/mypy
 	$(BIN)/python -m pytest
+	STOCKADE_TEST_BWRAP="$$($(BIN)/python tests/isolation/system_bwrap.py)" \
+		$(BIN)/python -m pytest -q $(ISOLATION_CORE)
 
 bench: $(VENV)/.installed
 	$(BIN)/python bench/exec_overhead.py

@@ -464,9 +464,12 @@ def cmd_doctor(argv: list[str]) -> int:
         print("usage: stockade doctor [--json]\n\nReport each backend's availability and why, "
               "kernel features, and the bwrap in use.")
         return 0
+    from .config import load_config
     from .doctor import report
 
-    return report(as_json=bool(values.get("json")))
+    # The bwrap `run` would use from here, configured or found.
+    config = load_config(os.environ, os.getcwd())
+    return report(as_json=bool(values.get("json")), configured_bwrap=config.bwrap)
 
 
 AUDIT_OPTIONS: dict[str, tuple[bool, bool, str]] = {

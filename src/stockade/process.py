@@ -22,6 +22,7 @@ import time
 # is a measurable part of the CLI's start-up; the raw numbers are all we need.
 from _signal import SIGINT, SIGKILL, SIGPIPE, SIGQUIT, SIGTERM
 
+from .drivers.base import ProcessHandle
 from .errors import SandboxUnavailable
 
 TYPE_CHECKING = False
@@ -71,7 +72,7 @@ def _resolve(program: str, env: Mapping[str, str]) -> str:
     return program
 
 
-class Process:
+class Process(ProcessHandle):
     """A spawned process with its pipes. `communicate` bounds it; `kill` ends its tree."""
 
     def __init__(
@@ -195,8 +196,12 @@ class Process:
         timeout: float | None = None,
         max_output: int = DEFAULT_MAX_OUTPUT,
         cancelled: object = None,
+        meter: OutputMeter | None = None,
     ) -> Outcome:
         """Feed stdin, collect output within budget, and stop at the deadline.
+
+        `meter`, when given, counts the bytes read so far, for a caller on
+        another thread that reports progress while this one blocks.
 
         The budget is split between stdout and stderr. Over it, or past the
         deadline, the process tree is killed: a 10 GB flood costs a bounded
@@ -277,6 +282,8 @@ class Process:
                     poller.unregister(fd)
                     open_reads -= 1
                     continue
+                if meter is not None:
+                    meter.bytes += len(data)
                 buf = bufs[fd]
                 room = cap - len(buf)
                 if len(data) > room:
@@ -319,6 +326,15 @@ def spawn_launch(launch: Launch, **options: Any) -> Process:
         # process it already started).
         return start(**options)  # type: ignore[no-any-return]
     return Process(launch.argv, launch.env, extra_fds=launch.extra_fds, **options)
+
+
+class OutputMeter:
+    """Bytes of output a running command has produced, read from another thread."""
+
+    __slots__ = ("bytes",)
+
+    def __init__(self) -> None:
+        self.bytes = 0
 
 
 class Outcome:

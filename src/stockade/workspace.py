@@ -8,6 +8,7 @@ returns, so cancellation never leaves a sandboxed process running.
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import TYPE_CHECKING, Any, Protocol
 
 from .approval import DENIED, TIMEOUT
@@ -17,11 +18,14 @@ from .errors import InvalidCommand, SandboxDisabled
 from .sync import check_launcher_failure, perform_start
 
 if TYPE_CHECKING:
-    from collections.abc import Generator
+    from collections.abc import Awaitable, Callable, Generator
 
     from .command import SandboxCommand, SandboxOutput
     from .config import SandboxConfig
     from .process import BackgroundProcess, Outcome
+
+    #: `progress(elapsed_seconds, output_bytes)`, awaited while a command runs.
+    Progress = Callable[[float, int], Awaitable[None]]
 
 
 class Sandbox(Protocol):
@@ -59,7 +63,7 @@ class WorkspaceSandbox:
         return await self.for_session(session_id, workspace)
 
     async def _drive(self, gen: Generator[Approve | Run, object, object], ws: SessionWorkspace,
-                     background: bool) -> object:
+                     background: bool, progress: Progress | None = None) -> object:
         value: object = None
         while True:
             try:
@@ -71,7 +75,7 @@ class WorkspaceSandbox:
             elif background:
                 value = perform_start(effect, self.core, ws)
             else:
-                value = await _run_async(effect)
+                value = await _run_async(effect, progress)
 
     async def _ask(self, effect: Approve) -> str:
         requester = self.core.gate.requester
@@ -85,9 +89,13 @@ class WorkspaceSandbox:
             return TIMEOUT
         return result or DENIED
 
-    async def execute(self, command: SandboxCommand) -> SandboxOutput:
+    async def execute(self, command: SandboxCommand, *, progress: Progress | None = None
+                      ) -> SandboxOutput:
+        """Run `command` to completion. `progress(elapsed_s, output_bytes)` is awaited
+        about once a second while it runs, so a caller can show that a long
+        command is alive; cancelling the awaiting task ends its whole tree."""
         ws = await self.for_session(command.session_id)
-        return await self._drive(self.core.pipeline(command, ws), ws, False)  # type: ignore[return-value]
+        return await self._drive(self.core.pipeline(command, ws), ws, False, progress)  # type: ignore[return-value]
 
     async def start(self, command: SandboxCommand) -> BackgroundProcess:
         """Start a command that outlives this call; the session stops it when it closes."""
@@ -107,17 +115,32 @@ class WorkspaceSandbox:
         await self.aclose()
 
 
-async def _run_async(run: Run) -> Outcome:
-    from .process import spawn_launch
+#: Seconds between two progress reports of a running command.
+PROGRESS_INTERVAL = 1.0
+
+
+async def _run_async(run: Run, progress: Progress | None = None) -> Outcome:
+    from .process import OutputMeter, spawn_launch
 
     launch = run.launch
     try:
         proc = spawn_launch(launch)
         cancelled = False
+        meter = OutputMeter()
+        started = time.monotonic()
         task = asyncio.ensure_future(asyncio.to_thread(
             proc.communicate, run.stdin, timeout=run.timeout, max_output=run.max_output,
-            cancelled=lambda: cancelled))
+            cancelled=lambda: cancelled, meter=meter))
         try:
+            while progress is not None and not task.done():
+                await asyncio.wait([task], timeout=PROGRESS_INTERVAL)
+                if not task.done():
+                    try:
+                        await progress(time.monotonic() - started, meter.bytes)
+                    except Exception:
+                        # A reporter that fails (a client gone mid-call) must
+                        # not leave the command unsupervised: stop reporting.
+                        progress = None
             outcome = await asyncio.shield(task)
         except asyncio.CancelledError:
             cancelled = True

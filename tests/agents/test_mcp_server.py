@@ -203,6 +203,58 @@ def test_timeout_kills_the_tree_and_reports_it(tmp_path: Path) -> None:
     run(go())
 
 
+def test_a_long_command_reports_progress(tmp_path: Path) -> None:
+    seen: list[tuple[float, float | None, str | None]] = []
+
+    async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+        seen.append((progress, total, message))
+
+    async def go() -> None:
+        async with serve(tmp_path, "--mode", "workspace-write") as c:
+            r = await c.call_tool("run_command", {"command": "printf abc; sleep 3.5; echo done"},
+                                  progress_callback=on_progress)
+            assert r.structured_content["stdout"] == "abcdone\n"
+            # A quick command sends none: progress is for the long ones.
+            before = len(seen)
+            await c.call_tool("run_command", {"command": "true"}, progress_callback=on_progress)
+            assert len(seen) == before
+    run(go())
+    assert len(seen) >= 2, seen
+    values = [p for p, _, _ in seen]
+    assert values == sorted(values) and len(set(values)) == len(values), values
+    assert all(total is None for _, total, _ in seen)
+    # The bytes reach the pipe before the sleep; by the last report they are counted.
+    assert "3 bytes of output" in (seen[-1][2] or ""), seen
+
+
+@pytest.mark.parametrize("mode", ["workspace-write", "full-access"])
+def test_cancelling_a_call_ends_the_whole_tree(tmp_path: Path, mode: str) -> None:
+    marker = f"{uuid.uuid4().int % 10**6}.5"
+    # A child, a grandchild in its own session (which escapes a process group,
+    # not a PID namespace) and the command's own sleep.
+    daemon = "" if mode == "full-access" else f"setsid sleep {marker} & "
+    command = f"{daemon}sh -c 'sleep {marker}' & sleep {marker}"
+    want = 2 if mode == "full-access" else 3
+
+    async def go() -> None:
+        async with serve(tmp_path, "--mode", mode) as c:
+            call_task = asyncio.ensure_future(c.call_tool("run_command", {"command": command,
+                                                                          "timeout": 600}))
+            deadline = time.monotonic() + 20
+            while len(_processes_with(f"sleep\0{marker}")) < want:
+                assert time.monotonic() < deadline, "the command never started"
+                assert not call_task.done()
+                await asyncio.sleep(0.05)
+            call_task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await call_task
+            # Ended from the server's side: the client is still connected.
+            assert await asyncio.to_thread(_wait_gone, f"sleep\0{marker}") == []
+            r = await call(c, "run_command", command="echo still-serving")
+            assert r.structured_content["stdout"] == "still-serving\n"
+    run(go())
+
+
 def test_allow_host_surfaces_what_the_sandbox_says(tmp_path: Path) -> None:
     async def go() -> None:
         async with serve(tmp_path, "--allow-host", "pypi.org") as c:

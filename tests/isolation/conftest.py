@@ -44,6 +44,9 @@ SRC = REPO / "src"
 TEST_USER = "stockade-test"
 SYSTEM_PYTHON = "/usr/bin/python3"
 MINIMAL_PATH = "/usr/local/bin:/usr/bin:/bin"
+#: A bwrap forced by config for every sandbox in this run (`make test`'s second
+#: pass, see system_bwrap.py); empty: whichever stockade chooses.
+FORCED_BWRAP = os.environ.get("STOCKADE_TEST_BWRAP", "")
 IS_ROOT = os.geteuid() == 0
 # Unprivileged runs need root to switch user; without root the suite runs as
 # whoever started it and says so in the header.
@@ -94,10 +97,12 @@ CTTY_PRELUDE = "import fcntl, termios; fcntl.ioctl(0, termios.TIOCSCTTY, 0); "
 
 
 def pytest_report_header(config: pytest.Config) -> str:
+    bwrap = f"; every sandbox uses the bwrap at {FORCED_BWRAP}" if FORCED_BWRAP else ""
     if IS_ROOT:
-        return f"isolation: runs every test as root and as unprivileged user {TEST_USER!r}"
+        return (f"isolation: runs every test as root and as unprivileged user {TEST_USER!r}"
+                + bwrap)
     return (f"isolation: NOT root, so only the current user (uid {os.geteuid()}) is tested; "
-            "the root and unprivileged-user matrix needs a root run")
+            "the root and unprivileged-user matrix needs a root run" + bwrap)
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
@@ -264,6 +269,16 @@ def _require_working_sandbox(r: Runner, iso_root: Path, backend_args: Sequence[s
     os.chmod(probe, 0o755)
     r.own(probe)
     env = {"HOME": str(probe), "PATH": MINIMAL_PATH}
+    force_bwrap(probe / ".config")
+    if FORCED_BWRAP and backend == "bubblewrap":
+        import json
+
+        doc = r.cli(["doctor", "--json"], cwd=probe, env=env)
+        used = json.loads(doc.stdout or b"{}").get("backends", {}).get("bubblewrap", {})
+        if used.get("path") != FORCED_BWRAP or not used.get("available"):
+            _WORKS[key] = (f"STOCKADE_TEST_BWRAP={FORCED_BWRAP} is not the bwrap in use as "
+                           f"{r.name}: doctor reports {used!r}")
+            pytest.fail(_WORKS[key], pytrace=False)
     res = r.cli(["run", *backend_args, "--", "/bin/sh", "-c", "echo $STOCKADE_SANDBOX $(id -u)"],
                 cwd=probe, env=env)
     out = res.stdout.decode(errors="replace").strip()
@@ -276,6 +291,18 @@ def _require_working_sandbox(r: Runner, iso_root: Path, backend_args: Sequence[s
         )
         pytest.fail(_WORKS[key], pytrace=False)
     _WORKS[key] = ""
+
+
+def force_bwrap(config_home: Path) -> None:
+    """Point stockade's user config under `config_home` at FORCED_BWRAP, if one is set."""
+    if not FORCED_BWRAP:
+        return
+    conf = config_home / "stockade"
+    conf.mkdir(parents=True, exist_ok=True)
+    for d in (config_home, conf):
+        os.chmod(d, 0o755)
+    (conf / "config.toml").write_text(f'[sandbox]\nbwrap = "{FORCED_BWRAP}"\n')
+    os.chmod(conf / "config.toml", 0o644)
 
 
 # -- a test's world ------------------------------------------------------------------
@@ -363,6 +390,7 @@ def populate(kind: type[B], runner: Runner, iso_root: Path) -> B:
         d.mkdir()
         os.chmod(d, 0o755)
         runner.own(d)
+    force_bwrap(b.state / "config")
     tag = secrets.token_hex(6)
     for rel in (*HIDDEN_DECOYS, SSH_KEY, VISIBLE_DECOY):
         marker = f"DECOY-{rel.strip('.').replace('/', '_')}-{tag}"

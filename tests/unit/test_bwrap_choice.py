@@ -105,3 +105,19 @@ def test_doctor_says_what_an_old_bwrap_drops(tmp_path, env, monkeypatch, capsys)
     doctor.report()
     out = capsys.readouterr().out
     assert f"bubblewrap {system} (0.8.0)" in out and "drops the /tmp size cap" in out
+
+
+def test_doctor_reports_the_configured_bwrap_not_the_one_path_gives(
+        tmp_path, env, monkeypatch, capsys):
+    # `run` uses the config's bwrap; a doctor that showed PATH's would send a
+    # person debugging a binary that never ran.
+    fake_bwrap(tmp_path / "sys", "0.11.0")
+    configured = fake_bwrap(tmp_path / "cfg", "0.8.0")
+    bundled(monkeypatch, fake_bwrap(tmp_path / "wheel", "0.11.0"))
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.setattr(bwrap_mod, "probe_userns", lambda path, **kw: None)
+    entry = doctor.backend_status(configured)["bubblewrap"]
+    assert entry["path"] == configured and entry["version"] == "0.8.0"
+    assert entry["source"] == "configured (bwrap in config)"
+    assert "passed_over" not in entry and entry["drops"]

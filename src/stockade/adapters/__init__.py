@@ -5,6 +5,9 @@ adapter itself is imported, so `import stockade` never pays for them:
 
 - `stockade.adapters.openai_agents` -- a `ShellTool` executor for the OpenAI
   Agents SDK (`pip install 'stockade[openai-agents]'`).
+- `stockade.adapters.openai_sandbox` -- a sandbox client for the same SDK's
+  `SandboxAgent`, whose sessions run every command and file operation in
+  stockade (same extra).
 - `stockade.adapters.langchain` -- an execution policy for LangChain's
   `ShellToolMiddleware` (`pip install 'stockade[langchain]'`).
 """

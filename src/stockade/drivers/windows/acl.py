@@ -1,0 +1,338 @@
+"""The ACL plan: which SID gets which rights on which path, and how each is undone.
+
+Pure. `appcontainer_plan` grants the run's AppContainer SID exactly what the
+profile allows and denies it the protected metadata; `low_integrity_plan`
+does the same with mandatory labels for the restricted-token tier. Both are
+plain lists the driver applies in order and undoes in reverse, so the tests
+read the whole boundary as data.
+
+Paths are Windows paths and compared as NTFS compares them: case-folded.
+"""
+
+from __future__ import annotations
+
+import ntpath
+
+from ...errors import SandboxUnavailable
+from ...profile import DIR, FILE, HOLD, KEEP_LINK, PIN, WATCH
+from .plan import LOW_INTEGRITY, MEDIUM_INTEGRITY
+
+TYPE_CHECKING = False
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterable
+
+    from ...profile import Profile
+
+# -- rights and flags (winnt.h) ------------------------------------------------------
+
+FILE_READ_DATA = 0x0001  # FILE_LIST_DIRECTORY on a directory
+FILE_WRITE_DATA = 0x0002  # FILE_ADD_FILE
+FILE_APPEND_DATA = 0x0004  # FILE_ADD_SUBDIRECTORY
+FILE_READ_EA = 0x0008
+FILE_WRITE_EA = 0x0010
+FILE_EXECUTE = 0x0020  # FILE_TRAVERSE
+FILE_DELETE_CHILD = 0x0040
+FILE_READ_ATTRIBUTES = 0x0080
+FILE_WRITE_ATTRIBUTES = 0x0100
+DELETE = 0x00010000
+READ_CONTROL = 0x00020000
+WRITE_DAC = 0x00040000
+WRITE_OWNER = 0x00080000
+SYNCHRONIZE = 0x00100000
+FILE_ALL_ACCESS = 0x001F01FF
+
+READ_EXECUTE = (FILE_READ_DATA | FILE_READ_EA | FILE_EXECUTE | FILE_READ_ATTRIBUTES
+                | READ_CONTROL | SYNCHRONIZE)
+#: Write rights without DELETE. Never FILE_DELETE_CHILD anywhere: it lets a
+#: directory's children be deleted (and renamed) whatever their own DACL
+#: says, so a single grant of it would undo every deny below it.
+WRITE = FILE_WRITE_DATA | FILE_APPEND_DATA | FILE_WRITE_EA | FILE_WRITE_ATTRIBUTES
+MODIFY = READ_EXECUTE | WRITE | DELETE
+#: What a protected path denies: every way to change it, its name, or its ACL.
+DENY_CHANGE = WRITE | DELETE | FILE_DELETE_CHILD | WRITE_DAC | WRITE_OWNER
+
+OBJECT_INHERIT_ACE = 0x1
+CONTAINER_INHERIT_ACE = 0x2
+INHERIT_ONLY_ACE = 0x8
+SUBTREE = OBJECT_INHERIT_ACE | CONTAINER_INHERIT_ACE
+
+SYSTEM_MANDATORY_LABEL_NO_WRITE_UP = 0x1
+SYSTEM_MANDATORY_LABEL_NO_READ_UP = 0x2
+SYSTEM_MANDATORY_LABEL_NO_EXECUTE_UP = 0x4
+
+ALLOW = "allow"
+DENY = "deny"
+
+
+def norm(path: str) -> str:
+    """The comparison form of a Windows path: normalised, case-folded, no trailing slash."""
+    out = ntpath.normcase(ntpath.normpath(path))
+    return out.rstrip("\\") if len(out) > 3 else out
+
+
+def win_under(path: str, root: str) -> bool:
+    """True when `path` is `root` or inside it; `C:\\a\\bc` is not under `C:\\a\\b`."""
+    p, r = norm(path), norm(root)
+    return p == r or p.startswith(r.rstrip("\\") + "\\")
+
+
+# -- the plan ---------------------------------------------------------------------
+
+
+class Ace:
+    """One explicit ACE the run adds to a path's DACL."""
+
+    __slots__ = ("access", "inherit", "mask", "path", "sid")
+
+    def __init__(self, path: str, sid: str, access: str, mask: int, inherit: int) -> None:
+        self.path = path
+        self.sid = sid
+        self.access = access
+        self.mask = mask
+        self.inherit = inherit
+
+    def key(self) -> tuple[str, str, str, int, int]:
+        return (self.path, self.sid, self.access, self.mask, self.inherit)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Ace) and self.key() == other.key()
+
+    def __hash__(self) -> int:
+        return hash(self.key())
+
+    def __repr__(self) -> str:
+        return (f"Ace({self.path!r}, {self.sid!r}, {self.access}, {self.mask:#x}, "
+                f"{self.inherit:#x})")
+
+
+class Label:
+    """A mandatory label the run puts on a path (replacing the one there, restored after)."""
+
+    __slots__ = ("inherit", "level", "path", "policy")
+
+    def __init__(self, path: str, level: str, policy: int, inherit: int) -> None:
+        self.path = path
+        self.level = level
+        self.policy = policy
+        self.inherit = inherit
+
+    def key(self) -> tuple[str, str, int, int]:
+        return (self.path, self.level, self.policy, self.inherit)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Label) and self.key() == other.key()
+
+    def __hash__(self) -> int:
+        return hash(self.key())
+
+    def __repr__(self) -> str:
+        return f"Label({self.path!r}, {self.level!r}, {self.policy:#x}, {self.inherit:#x})"
+
+
+class AclPlan:
+    """Stub directories to create, then labels and ACEs to apply, in this order.
+
+    `undo()` is the exact reverse. ACEs are removed by revoking the run's
+    SID on each path it touched: the SID is unique to this run, so that
+    removes precisely what was added and nothing another run added.
+    """
+
+    __slots__ = ("aces", "labels", "stubs")
+
+    def __init__(self, stubs: list[str] | None = None, labels: list[Label] | None = None,
+                 aces: list[Ace] | None = None) -> None:
+        self.stubs = stubs or []
+        self.labels = labels or []
+        self.aces = aces or []
+
+    def steps(self) -> list[tuple[str, object]]:
+        """("stub", path), ("label", Label), ("ace", Ace): what to apply, in order.
+
+        Denies before grants: at no moment does a path hold a grant whose
+        matching deny is still missing.
+        """
+        out: list[tuple[str, object]] = [("stub", s) for s in self.stubs]
+        out += [("label", label) for label in self.labels]
+        out += [("ace", a) for a in self.aces if a.access == DENY]
+        out += [("ace", a) for a in self.aces if a.access == ALLOW]
+        return out
+
+    def undo(self) -> list[tuple[str, str, str]]:
+        """("revoke", path, sid), ("unlabel", path, ""), ("unstub", path, ""), reversed."""
+        out: list[tuple[str, str, str]] = []
+        for kind, item in self.steps():
+            if kind == "stub":
+                out.append(("unstub", str(item), ""))
+            elif isinstance(item, Label):
+                out.append(("unlabel", item.path, ""))
+            elif isinstance(item, Ace) and ("revoke", item.path, item.sid) not in out:
+                out.append(("revoke", item.path, item.sid))
+        return list(reversed(out))
+
+
+def _protected_items(profile: Profile) -> list[tuple[str, str]]:
+    return [(p.path, p.kind) for p in profile.protected]
+
+
+def _writable(profile: Profile, scratch: str) -> list[str]:
+    out = [profile.workspace] if profile.workspace_writable else []
+    out += list(profile.write_roots)
+    if scratch:
+        out.append(scratch)
+    return list(dict.fromkeys(out))
+
+
+def _readable(profile: Profile, read_paths: Iterable[str]) -> list[str]:
+    out = [profile.workspace, *profile.read_extra, *read_paths]
+    return [p for p in dict.fromkeys(out) if p and p not in ("/", "\\")]
+
+
+def appcontainer_plan(profile: Profile, sid: str, *, scratch: str = "",
+                      read_paths: Iterable[str] = ()) -> AclPlan:
+    """The ACEs for one AppContainer run (pure).
+
+    An AppContainer passes an access check only where its own SID (or ALL
+    APPLICATION PACKAGES, which system directories grant) is allowed, on top
+    of the user's own rights. So reads are the workspace, the granted read
+    paths and the tool paths (`read_paths`); writes are the workspace in
+    workspace-write, granted write roots and the run's TEMP.
+
+    A writable root grants write on itself without DELETE (the workspace
+    cannot be renamed away under the host) and MODIFY, DELETE included, to
+    what it contains. Protected metadata gets explicit denies, which Windows
+    orders before every inherited grant.
+    """
+    plan = AclPlan()
+    writable = _writable(profile, scratch)
+    for path in _readable(profile, read_paths):
+        if not any(win_under(path, w) for w in writable):
+            plan.aces.append(Ace(path, sid, ALLOW, READ_EXECUTE, SUBTREE))
+    for path in writable:
+        plan.aces.append(Ace(path, sid, ALLOW, READ_EXECUTE | WRITE, 0))
+        plan.aces.append(Ace(path, sid, ALLOW, MODIFY, SUBTREE | INHERIT_ONLY_ACE))
+    _protect(plan, profile, sid, writable)
+    for path, kind in profile.hidden:
+        # Denied even where nothing grants it: a hidden store under a granted
+        # read path (a ~/.aws inside a workspace of ~) must stay unreadable.
+        plan.aces.append(Ace(path, sid, DENY, FILE_ALL_ACCESS, SUBTREE if kind == DIR else 0))
+    return plan
+
+
+def _protect(plan: AclPlan, profile: Profile, sid: str, writable: list[str]) -> None:
+    for path, kind in _protected_items(profile):
+        if not any(win_under(path, w) for w in writable):
+            continue
+        if kind == DIR:
+            plan.aces.append(Ace(path, sid, DENY, DENY_CHANGE, SUBTREE))
+        elif kind == FILE:
+            plan.aces.append(Ace(path, sid, DENY, DENY_CHANGE, 0))
+        elif kind == WATCH:
+            # NTFS cannot deny "create a child named .git" by name: a stub
+            # directory holds the name, and its deny keeps it empty and in place.
+            plan.stubs.append(path)
+            plan.aces.append(Ace(path, sid, DENY, DENY_CHANGE, SUBTREE))
+        elif kind in (PIN, HOLD):
+            # Writable inside, but its own name fixed: without DELETE on it and
+            # with FILE_DELETE_CHILD granted nowhere, it cannot be renamed
+            # aside and rebuilt (`move .git .old && mkdir .git`).
+            plan.aces.append(Ace(path, sid, DENY, DELETE | WRITE_DAC | WRITE_OWNER, 0))
+        elif kind == KEEP_LINK:
+            raise SandboxUnavailable(
+                f"{path} is a symbolic link or junction; stockade cannot keep it read-only in "
+                "a writable workspace on Windows. Replace the link, or run in read-only mode")
+
+
+def low_integrity_plan(profile: Profile, *, scratch: str = "") -> AclPlan:
+    """The mandatory labels for one restricted-token run (pure).
+
+    A Low-integrity process cannot write what is labelled above Low, and an
+    unlabelled object counts as Medium: so the writable roots get a Low label
+    and everything else stays as it is. Protected metadata inside them gets an
+    explicit Medium label. Pinned and held directories are labelled Medium
+    whole: a label is one per object and inherits as a whole, so "writable
+    inside, not renameable" cannot be said with labels, and the stricter
+    reading holds (git cannot commit on this tier; the AppContainer tier
+    keeps .git writable). Hidden credential stores get Medium with no-read-up,
+    since a Low process can otherwise read everything the user can.
+    """
+    plan = AclPlan()
+    writable = _writable(profile, scratch)
+    for path in writable:
+        plan.labels.append(Label(path, LOW_INTEGRITY, SYSTEM_MANDATORY_LABEL_NO_WRITE_UP,
+                                 SUBTREE))
+    for path, kind in _protected_items(profile):
+        if not any(win_under(path, w) for w in writable):
+            continue
+        if kind == KEEP_LINK:
+            raise SandboxUnavailable(
+                f"{path} is a symbolic link or junction; stockade cannot keep it read-only in "
+                "a writable workspace on Windows. Replace the link, or run in read-only mode")
+        if kind == WATCH:
+            plan.stubs.append(path)
+        inherit = 0 if kind == FILE else SUBTREE
+        plan.labels.append(Label(path, MEDIUM_INTEGRITY, SYSTEM_MANDATORY_LABEL_NO_WRITE_UP,
+                                 inherit))
+    for path, kind in profile.hidden:
+        plan.labels.append(Label(path, MEDIUM_INTEGRITY, SYSTEM_MANDATORY_LABEL_NO_WRITE_UP
+                                 | SYSTEM_MANDATORY_LABEL_NO_READ_UP
+                                 | SYSTEM_MANDATORY_LABEL_NO_EXECUTE_UP,
+                                 SUBTREE if kind == DIR else 0))
+    return plan
+
+
+# -- links on the way ----------------------------------------------------------------
+
+
+def first_writable_symlink_component(path: str, writable: Iterable[str],
+                                     is_link: Callable[[str], bool]) -> str | None:
+    """The first symlink or junction between a writable root and `path`, or None.
+
+    An ACE set through a link lands on the link's target. A command that may
+    write the workspace can turn `.git` (or a directory above it) into a
+    junction to somewhere else, so that the deny meant for `.git\\hooks`
+    protects a decoy while the real hooks sit behind an inherited grant.
+    Only components inside a writable root matter: the command cannot
+    replace the others. `is_link` is lstat's answer (any reparse point).
+    """
+    roots = [r for r in writable if win_under(path, r)]
+    if not roots:
+        return None
+    root = max(roots, key=lambda r: len(norm(r)))
+    rel = ntpath.relpath(path, root) if norm(path) != norm(root) else ""
+    current = root
+    for part in [p for p in rel.split("\\") if p and p != "."]:
+        current = ntpath.join(current, part)
+        if is_link(current):
+            return current
+    return None
+
+
+def check_links(profile: Profile, writable: Iterable[str],
+                is_link: Callable[[str], bool]) -> None:
+    """Refuse the run if any protected or hidden path has a link on its way."""
+    roots = list(writable)
+    targets = [p.path for p in profile.protected] + [h for h, _ in profile.hidden]
+    for target in targets:
+        link = first_writable_symlink_component(target, roots, is_link)
+        if link is not None:
+            raise SandboxUnavailable(
+                f"{link} is a symbolic link or junction on the way to {target}, inside a "
+                "writable root; an ACE set through it would protect the link's target "
+                "instead. Replace the link with a real directory, or run in read-only mode")
+
+
+FILE_ATTRIBUTE_REPARSE_POINT = 0x400
+
+
+def lstat_is_link(path: str) -> bool:
+    """Whether `path` is a symlink, a junction or any other reparse point (never follows)."""
+    import os
+    import stat
+
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return False
+    attributes = getattr(st, "st_file_attributes", 0)
+    return bool(attributes & FILE_ATTRIBUTE_REPARSE_POINT) or stat.S_ISLNK(st.st_mode)

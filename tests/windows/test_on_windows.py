@@ -1,0 +1,138 @@
+"""Real escapes on a real Windows host: run the attack under the driver, check from outside.
+
+Skipped anywhere but Windows. Each attack also runs unconfined first, as
+the control that shows it works without stockade; a test whose control
+fails proves nothing and fails too.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from stockade.capabilities import NetworkPolicy
+from stockade.profile import Profile, Protected
+
+pytestmark = [
+    pytest.mark.windows,
+    pytest.mark.skipif(sys.platform != "win32",
+                       reason="needs a real Windows host (AppContainer, job objects, NTFS ACLs)"),
+]
+
+CMD = os.path.join(os.environ.get("SYSTEMROOT", "C:\\Windows"), "System32", "cmd.exe")
+
+
+def _profile(ws: str, mode: str, *, hidden: tuple[tuple[str, str], ...] = (),
+             network: NetworkPolicy | None = None) -> Profile:
+    return Profile(
+        mode=mode, workspace=ws, workspace_writable=mode != "read-only", cwd=ws,
+        read_scope="host", read_roots=("/",), read_extra=(), system_links=(), write_roots=(),
+        hidden=hidden, sockets=(), granted_sockets=(),
+        protected=(Protected(os.path.join(ws, ".git"), "pin"),
+                   Protected(os.path.join(ws, ".git", "hooks"), "dir"),
+                   Protected(os.path.join(ws, ".stockade"), "watch")) if mode != "read-only"
+        else (),
+        mask_other_homes=True, runtime_dir="", home=os.path.expanduser("~"),
+        network=network or NetworkPolicy.none(), session_tmp=None, max_memory_mb=None,
+        env=dict(os.environ))
+
+
+def _run(profile: Profile, command: str, **options: object) -> tuple[int, bytes, bytes]:
+    from stockade.drivers.windows.driver import WindowsDriver
+
+    driver = WindowsDriver(**options)  # type: ignore[arg-type]
+    launch = driver.prepare([CMD, "/c", command], profile)
+    try:
+        out = launch.start().communicate(timeout=30)
+    finally:
+        launch.cleanup()
+    assert launch.report.audit["windows_tier"]
+    return out.returncode, out.stdout, out.stderr
+
+
+def _control(command: str) -> None:
+    assert subprocess.run([CMD, "/d", "/s", "/c", command], check=False).returncode == 0
+
+
+@pytest.fixture
+def workspace(tmp_path: object) -> str:
+    ws = os.path.join(str(tmp_path), "ws")
+    os.makedirs(os.path.join(ws, ".git", "hooks"))
+    return ws
+
+
+def test_write_outside_the_workspace_is_refused(workspace: str, tmp_path: object) -> None:
+    outside = os.path.join(str(tmp_path), "outside.txt")
+    _control(f'echo control> "{outside}"')
+    os.remove(outside)
+    _run(_profile(workspace, "workspace-write"), f'echo pwned> "{outside}"')
+    assert not os.path.exists(outside)
+
+
+def test_read_only_cannot_write_the_workspace(workspace: str) -> None:
+    target = os.path.join(workspace, "x.txt")
+    _run(_profile(workspace, "read-only"), f'echo pwned> "{target}"')
+    assert not os.path.exists(target)
+
+
+def test_workspace_write_writes_the_workspace(workspace: str) -> None:
+    target = os.path.join(workspace, "ok.txt")
+    code, _, err = _run(_profile(workspace, "workspace-write"), f'echo ok> "{target}"')
+    assert code == 0, err
+    assert os.path.exists(target)
+
+
+def test_hooks_stay_unwritable_and_the_git_dir_cannot_be_renamed(workspace: str) -> None:
+    hook = os.path.join(workspace, ".git", "hooks", "pre-commit")
+    _run(_profile(workspace, "workspace-write"),
+         f'echo pwned> "{hook}" & move "{os.path.join(workspace, ".git")}" '
+         f'"{os.path.join(workspace, "old")}"')
+    assert not os.path.exists(hook)
+    assert os.path.isdir(os.path.join(workspace, ".git"))
+
+
+def test_a_missing_protected_name_cannot_be_created_and_its_stub_is_gone(workspace: str) -> None:
+    _run(_profile(workspace, "workspace-write"),
+         f'mkdir "{os.path.join(workspace, ".stockade", "x")}"')
+    assert not os.path.exists(os.path.join(workspace, ".stockade"))
+
+
+def test_a_hidden_store_is_unreadable(workspace: str, tmp_path: object) -> None:
+    secret_dir = os.path.join(str(tmp_path), "aws")
+    os.makedirs(secret_dir)
+    with open(os.path.join(secret_dir, "credentials"), "w") as fh:
+        fh.write("SECRET-VALUE")
+    _control(f'type "{os.path.join(secret_dir, "credentials")}"')
+    _, out, _ = _run(_profile(workspace, "read-only", hidden=((secret_dir, "dir"),)),
+                     f'type "{os.path.join(secret_dir, "credentials")}"')
+    assert b"SECRET-VALUE" not in out
+
+
+def test_network_none_cannot_connect(workspace: str) -> None:
+    command = ("powershell -NoProfile -Command \"(New-Object Net.Sockets.TcpClient)"
+               ".Connect('1.1.1.1', 443); 'CONNECTED'\"")
+    _, out, _ = _run(_profile(workspace, "read-only"), command)
+    assert b"CONNECTED" not in out
+
+
+def test_a_detached_child_does_not_outlive_the_run(workspace: str) -> None:
+    marker = os.path.join(workspace, "late.txt")
+    _run(_profile(workspace, "workspace-write"),
+         f'start /b cmd /c "ping -n 4 127.0.0.1 >nul & echo late> "{marker}""')
+    import time
+
+    time.sleep(5)
+    assert not os.path.exists(marker)
+
+
+def test_every_ace_is_gone_afterwards(workspace: str) -> None:
+    def acl(path: str) -> str:
+        return subprocess.run(["icacls", path], capture_output=True, text=True,
+                              check=False).stdout
+
+    before = acl(workspace)
+    _run(_profile(workspace, "workspace-write"), "ver")
+    assert acl(workspace) == before

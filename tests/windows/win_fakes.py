@@ -1,0 +1,227 @@
+"""A Windows machine described, not built: profiles with Windows paths, and a recording seam.
+
+`FakeWin32` implements the driver's `Win32` seam. It records every call in
+order (`calls`), keeps the DACL and label state per path so a test can check
+that a run leaves every path as it found it, and can be told to fail any
+call. With `run` set, `create_process` starts a real local process whose
+pipes the driver reads, so timeouts and output budgets are exercised for
+real; `terminate_job` then kills that process's whole group.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+
+from stockade.capabilities import NetworkPolicy
+from stockade.drivers.windows import plan
+from stockade.drivers.windows.win32 import Started, Win32, Win32Error
+from stockade.profile import Profile, Protected
+
+WS = "C:\\Users\\dev\\work\\proj"
+HOME = "C:\\Users\\dev"
+STATE = "C:\\Users\\dev\\AppData\\Local\\stockade"
+CMD = "C:\\Windows\\System32\\cmd.exe"
+PYEXE = "C:\\Tools\\Python\\python.exe"
+ENV = {"PATH": "C:\\Windows\\System32;C:\\Tools\\Python", "PATHEXT": ".COM;.EXE;.BAT;.CMD",
+       "SystemRoot": "C:\\Windows", "USERPROFILE": HOME, "STOCKADE_SANDBOX": "windows",
+       "TMPDIR": "/tmp"}
+
+
+def win_profile(mode: str = "workspace-write", *, network: NetworkPolicy | None = None,
+                protected: tuple[Protected, ...] | None = None,
+                hidden: tuple[tuple[str, str], ...] = ((f"{HOME}\\.aws", "dir"),),
+                read_extra: tuple[str, ...] = (), write_roots: tuple[str, ...] = (),
+                max_memory_mb: int | None = None, session_tmp: str | None = None,
+                env: dict[str, str] | None = None) -> Profile:
+    if protected is None:
+        protected = (Protected(f"{WS}\\.git", "pin"), Protected(f"{WS}\\.git\\hooks", "dir"),
+                     Protected(f"{WS}\\.git\\config", "file"),
+                     Protected(f"{WS}\\.stockade", "watch"),
+                     Protected(f"{WS}\\.vscode", "dir"))
+    return Profile(
+        mode=mode, workspace=WS, workspace_writable=mode != "read-only", cwd=WS,
+        read_scope="host", read_roots=("/",), read_extra=read_extra, system_links=(),
+        write_roots=write_roots, hidden=hidden, sockets=(), granted_sockets=(),
+        protected=protected if mode != "read-only" else (), mask_other_homes=True,
+        runtime_dir="", home=HOME, network=network or NetworkPolicy.none(),
+        session_tmp=session_tmp, max_memory_mb=max_memory_mb,
+        env=dict(ENV if env is None else env))
+
+
+class FakeWin32(Win32):
+    def __init__(self, *, files: tuple[str, ...] = (CMD, PYEXE), links: tuple[str, ...] = (),
+                 run: list[str] | None = None) -> None:
+        self.calls: list[tuple[object, ...]] = []
+        self.fail: dict[str, Win32Error] = {}
+        self.files = {f.lower() for f in files}
+        self.links = {p.lower() for p in links}
+        self.dirs: set[str] = set()
+        self.dacl: dict[str, list[tuple[str, str, int, int]]] = {}
+        self.labels: dict[str, str] = {}
+        self.profiles: set[str] = set()
+        self.handles: set[int] = set()
+        self.run = run
+        self.procs: dict[int, subprocess.Popen[bytes]] = {}
+        self.job_of: dict[int, int] = {}
+        self.messages: dict[int, list[int]] = {}
+        self.exit_code = 0
+        self._next = 100
+
+    def _call(self, name: str, *args: object) -> None:
+        self.calls.append((name, *args))
+        if name in self.fail:
+            raise self.fail[name]
+
+    def _handle(self) -> int:
+        self._next += 1
+        self.handles.add(self._next)
+        return self._next
+
+    def names(self) -> list[str]:
+        return [str(c[0]) for c in self.calls]
+
+    # -- AppContainer and tokens
+    def create_appcontainer_profile(self, name: str, capabilities: tuple[str, ...]) -> str:
+        self._call("create_appcontainer_profile", name, capabilities)
+        self.profiles.add(name)
+        return plan.appcontainer_sid(name)
+
+    def delete_appcontainer_profile(self, name: str) -> None:
+        self._call("delete_appcontainer_profile", name)
+        self.profiles.discard(name)
+
+    def derive_appcontainer_sid(self, name: str) -> str:
+        self._call("derive_appcontainer_sid", name)
+        return plan.appcontainer_sid(name)
+
+    def create_restricted_token(self) -> int:
+        self._call("create_restricted_token")
+        return self._handle()
+
+    # -- files
+    def add_aces(self, path: str, aces: list) -> None:  # type: ignore[type-arg]
+        self._call("add_aces", path, tuple(aces))
+        self.dacl.setdefault(path.lower(), []).extend(
+            (a.sid, a.access, a.mask, a.inherit) for a in aces)
+
+    def revoke_sid(self, path: str, sid: str) -> None:
+        self._call("revoke_sid", path, sid)
+        entries = self.dacl.get(path.lower(), [])
+        self.dacl[path.lower()] = [e for e in entries if e[0] != sid]
+        if not self.dacl[path.lower()]:
+            del self.dacl[path.lower()]
+
+    def get_label(self, path: str) -> str:
+        self._call("get_label", path)
+        return self.labels.get(path.lower(), "")
+
+    def set_label(self, path: str, label: object) -> None:
+        self._call("set_label", path, label)
+        self.labels[path.lower()] = repr(label)
+
+    def restore_label(self, path: str, saved: str) -> None:
+        self._call("restore_label", path, saved)
+        if saved:
+            self.labels[path.lower()] = saved
+        else:
+            self.labels.pop(path.lower(), None)
+
+    def make_directory(self, path: str) -> None:
+        self._call("make_directory", path)
+        if path.lower() in self.dirs:
+            raise Win32Error("CreateDirectoryW", 183)
+        self.dirs.add(path.lower())
+
+    def remove_directory(self, path: str) -> bool:
+        self._call("remove_directory", path)
+        if path.lower() not in self.dirs:
+            return False
+        self.dirs.discard(path.lower())
+        return True
+
+    def remove_tree(self, path: str) -> None:
+        self._call("remove_tree", path)
+        self.dirs = {d for d in self.dirs if not (d == path.lower()
+                                                  or d.startswith(path.lower() + "\\"))}
+
+    def is_link(self, path: str) -> bool:
+        return path.lower() in self.links
+
+    def is_file(self, path: str) -> bool:
+        return path.lower() in self.files
+
+    # -- jobs and processes
+    def create_job(self, limits: plan.JobLimits) -> int:
+        self._call("create_job", limits.limit_flags, limits.active_processes,
+                   limits.process_memory, limits.ui_restrictions)
+        job = self._handle()
+        self.messages[job] = []
+        return job
+
+    def create_process(self, application: str, command_line: str, environment: str,
+                       cwd: str, *, token: int | None, appcontainer_sid: str | None,
+                       capabilities: tuple[str, ...], stdin: int | None,
+                       capture: bool) -> Started:
+        self._call("create_process", application, command_line, environment, cwd, token,
+                   appcontainer_sid, capabilities)
+        process, thread = self._handle(), self._handle()
+        if self.run is None:
+            return Started(4242, process, thread)
+        proc = subprocess.Popen(self.run, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, start_new_session=True)
+        self.procs[process] = proc
+        assert proc.stdin and proc.stdout and proc.stderr
+        # The driver owns the only copies, as it owns the pipe handles on Windows.
+        fds = {name: os.dup(getattr(proc, name[:-2]).fileno())
+               for name in ("stdin_w", "stdout_r", "stderr_r")}
+        for stream in (proc.stdin, proc.stdout, proc.stderr):
+            stream.close()
+        return Started(proc.pid, process, thread, **fds)
+
+    def assign_to_job(self, job: int, process: int) -> None:
+        self._call("assign_to_job", job, process)
+        self.job_of[process] = job
+
+    def resume_thread(self, thread: int) -> None:
+        self._call("resume_thread", thread)
+
+    def wait_process(self, process: int, timeout: float | None) -> int | None:
+        proc = self.procs.get(process)
+        if proc is None:
+            if ("wait_process", process) not in self.calls:
+                self.calls.append(("wait_process", process))
+            return self.exit_code
+        try:
+            code = proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            return None
+        if ("wait_process", process) not in self.calls:
+            self.calls.append(("wait_process", process))
+        return code & 0xFFFFFFFF
+
+    def terminate_job(self, job: int, exit_code: int) -> None:
+        self._call("terminate_job", job, exit_code)
+        for process, owner in self.job_of.items():
+            proc = self.procs.get(process)
+            if owner == job and proc is not None and proc.poll() is None:
+                try:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+
+    def job_messages(self, job: int) -> list[int]:
+        self._call("job_messages", job)
+        return self.messages.pop(job, [])
+
+    def close_handle(self, handle: int) -> None:
+        self._call("close_handle", handle)
+        self.handles.discard(handle)
+        if handle in self.messages or handle in self.job_of.values():
+            # Kill-on-job-close: what is still in the job ends with it.
+            for process, owner in self.job_of.items():
+                running = self.procs.get(process)
+                if owner == handle and running is not None and running.poll() is None:
+                    os.killpg(running.pid, signal.SIGKILL)
+        self.procs.pop(handle, None)
