@@ -58,6 +58,8 @@ DEFAULT_IDLE = 300.0
 #: How long a dispatch waits for a sandbox still being built: past this a
 #: cold start would not have been faster either.
 READY_WAIT = 10.0
+#: How long a discarded sandbox gets to exit by itself before it is killed.
+EXIT_WAIT = 2.0
 #: The argv a parked init is started with; the real one arrives on its socket.
 PLACEHOLDER = ["stockade-parked"]
 #: After this many parked sandboxes in a row went unused (their profile
@@ -217,8 +219,14 @@ class Parked:
         launch, self.launch = self.launch, None
         try:
             if proc is not None:
-                # Reaped before the cgroup goes: a zombie still counts as a
-                # member, and rmdir would refuse until stockade gave up on it.
+                # The init exits by itself on the socket's end-of-file, and
+                # bwrap then reaps its own children. Killed from outside,
+                # bwrap's PID-1 helper would be orphaned to the host's PID 1,
+                # and a zombie still counts as a cgroup member: rmdir would
+                # refuse until stockade gave up on it.
+                deadline = time.monotonic() + EXIT_WAIT
+                while proc.poll() is None and time.monotonic() < deadline:
+                    time.sleep(0.002)
                 proc.kill()
                 proc.wait()
                 proc.close()
@@ -387,15 +395,25 @@ class WarmPool:
                 expired = self._expired()
                 for parked in expired:
                     self._parked.get(parked.token, []).remove(parked)
-                wants = self._ready_wants()
-                for tok in wants:
+                building = []
+                for tok, profile in self._ready_wants().items():
                     del self._wanted[tok]
-                self._building += len(wants)
+                    # Listed while it is built, in the same step that takes
+                    # it off the wanted list: a command arriving now waits
+                    # for it rather than starting a second sandbox beside
+                    # it, and a session closing now finds it to discard.
+                    parked = Parked(profile, profile_key(profile),
+                                    mount_identity(profile, self.watch))
+                    with _LOCK:
+                        _PARKED.add(parked)
+                    self._parked.setdefault(tok, []).append(parked)
+                    building.append((parked, profile))
+                self._building += len(building)
             for parked in [*doomed, *expired]:
                 parked.discard()
-            for tok, profile in wants.items():
+            for parked, profile in building:
                 try:
-                    self._park(tok, profile)
+                    self._park(parked, profile)
                 finally:
                     with self._cond:
                         self._building -= 1
@@ -423,15 +441,8 @@ class WarmPool:
             return None
         return max(0.0, min(created) + self.idle_timeout - time.monotonic())
 
-    def _park(self, tok: str, profile: Profile) -> None:
-        parked = Parked(profile, profile_key(profile), mount_identity(profile, self.watch))
-        with _LOCK:
-            _PARKED.add(parked)
-        with self._cond:
-            # Listed while it is built: a command arriving now waits for it
-            # (it is further along than a cold start would be) instead of
-            # starting a second sandbox beside it.
-            self._parked.setdefault(tok, []).append(parked)
+    def _park(self, parked: Parked, profile: Profile) -> None:
+        tok = parked.token
         mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             from ...process import Process
@@ -445,7 +456,7 @@ class WarmPool:
             with _LOCK:
                 parked.proc = proc
                 parked.sock = mine
-                gone = parked.discarded
+                gone = parked.discarded or self._closed
         except Exception:
             # A sandbox that cannot park is no error: the command goes cold,
             # and a cold start reports whatever is really wrong.
