@@ -355,11 +355,18 @@ def test_nothing_left_running_after_stockade_is_killed(world: World) -> None:
         os.kill(child.pid, signal.SIGKILL)
         child.wait()
         assert not wait_gone(world.marker), "a parked sandbox outlived stockade"
-        # The kernel cannot remove a cgroup for a dead process; what is left
-        # is empty, and the next stockade to start a command removes it.
+        # Nobody is left to remove a dead stockade's cgroups; what is left
+        # holds nothing alive (a zombie waits for the host's PID 1), and the
+        # next stockade to start a command removes it.
         for group in groups:
             if os.path.isdir(group):
-                assert not Path(group, "cgroup.procs").read_text().strip(), group
+                members = Path(group, "cgroup.procs").read_text().split()
+                assert all(zombie(m) for m in members), (group, members)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and any(
+                zombie(m) and os.path.exists(f"/proc/{m}") for g in groups if os.path.isdir(g)
+                for m in Path(g, "cgroup.procs").read_text().split()):
+            time.sleep(0.05)
         next_one = subprocess.run(
             [sys.executable, "-c", NEXT_STOCKADE.format(src=str(REPO / "src")), str(world.ws),
              str(world.root), world.backend], env=world.env, capture_output=True, timeout=60)
