@@ -229,13 +229,23 @@ def runner(request: pytest.FixtureRequest, iso_root: Path) -> Runner:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Warm runners only for WARM_SUITES: elsewhere they are not collected at all."""
+    deselect_warm(config, items, Path(__file__).parent, WARM_SUITES)
+
+
+def deselect_warm(config: pytest.Config, items: list[pytest.Item], directory: Path,
+                  suites: Sequence[str]) -> None:
+    """Warm runners only for `suites` of `directory`: elsewhere they are not collected.
+
+    A conftest's collection hook sees every item of the session, not only
+    its directory's, so each suite's hook touches its own items alone.
+    """
     keep, drop = [], []
     for item in items:
         callspec = getattr(item, "callspec", None)
         param = callspec.params.get("runner") if callspec is not None else None
         warm = isinstance(param, str) and param.endswith(WARM)
-        (drop if warm and item.path.name not in WARM_SUITES else keep).append(item)
+        mine = item.path.parent == directory
+        (drop if warm and mine and item.path.name not in suites else keep).append(item)
     if drop:
         config.hook.pytest_deselected(items=drop)
         items[:] = keep
