@@ -70,7 +70,8 @@ def measure(workspace: str, runs: int, label: str) -> list[str]:
                             read_scope="host", host_env=env)
     # The same namespaces and mounts stockade uses, minus protected-name
     # placeholders, which need the driver's host-side step.
-    profile.protected = tuple(p for p in profile.protected if not p.kind.startswith("missing"))
+    profile = profile.replace(
+        protected=tuple(p for p in profile.protected if not p.kind.startswith("missing")))
     raw = build_bwrap_args(profile, bwrap, inner=["/bin/true"])
     ledger = os.path.join(tempfile.mkdtemp(), "ledger.db")
     config = SandboxConfig(mode="workspace-write", ledger=ledger)

@@ -78,7 +78,8 @@ def main() -> None:
                             capabilities=capabilities_for_mode("workspace-write", ws),
                             read_scope="host", host_env=env)
     # Placeholders for missing protected names need the driver's host-side step.
-    profile.protected = tuple(p for p in profile.protected if not p.kind.startswith("missing"))
+    profile = profile.replace(
+        protected=tuple(p for p in profile.protected if not p.kind.startswith("missing")))
 
     def wrapped(inner: list[str]) -> list[str]:
         argv = build_bwrap_args(profile, bwrap, inner=inner)

@@ -11,13 +11,17 @@ from __future__ import annotations
 import os
 import sys
 
+from .drivers import registry as _backends
+
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable
 
     from .capabilities import SandboxCapabilities
-    from .core import SessionWorkspace
+    from .command import SandboxCommand
+    from .core import Run, SandboxCore, SessionWorkspace
     from .errors import SandboxError
+    from .process import Outcome
     from .sync import SyncWorkspaceSandbox
 
 
@@ -53,7 +57,7 @@ RUN_OPTIONS: dict[str, tuple[bool, bool, str]] = {
     "--no-subprocess": (False, False, "the command may start no process of its own (seccomp)"),
     "--timeout": (True, False, "seconds before the whole process tree is killed (default 60)"),
     "--max-output": (True, False, "capture output and stop past BYTES (split stdout/stderr)"),
-    "--backend": (True, False, "auto | bubblewrap | landlock | none (default: auto)"),
+    "--backend": (True, False, _backends.choices_help()),
     "--config": (True, False, "read this TOML file instead of the usual ones"),
     "--json": (False, False, "capture output and print one JSON result"),
     "--yes": (False, False, "approve the requested capabilities without asking"),
@@ -66,7 +70,7 @@ SHORT = {"-h": "--help", "-q": "--quiet"}
 CHOICES: dict[str, tuple[str, ...]] = {
     "--mode": ("read-only", "workspace-write", "full-access"),
     "--network": ("none", "proxy", "all"),
-    "--backend": ("auto", "bubblewrap", "landlock", "none"),
+    "--backend": _backends.choices(),
 }
 RUN_USAGE = "usage: stockade run [options] -- CMD [ARGS...]"
 
@@ -301,18 +305,20 @@ class _AutoApprove:
         return "approved-once"
 
 
-def _run_captured(sandbox: object, cmd: object, as_json: bool, quiet: bool) -> int:
+def _run_captured(sandbox: SyncWorkspaceSandbox, cmd: SandboxCommand, as_json: bool,
+                  quiet: bool) -> int:
     from .errors import CommandTimeout
 
     try:
-        out = sandbox.execute(cmd)  # type: ignore[attr-defined]
+        out = sandbox.execute(cmd)
     except CommandTimeout as exc:
-        out = exc.output
-        if not as_json:
+        if not as_json or exc.output is None:
             raise
         import json
 
-        print(json.dumps(out.to_json()))  # type: ignore[attr-defined]
+        from .core import output
+
+        print(json.dumps(output(exc.output).to_json()))
         return exc.exit_status
     if as_json:
         import json
@@ -323,67 +329,48 @@ def _run_captured(sandbox: object, cmd: object, as_json: bool, quiet: bool) -> i
         sys.stderr.buffer.write(out.stderr)
     if out.denial_hint and not quiet:
         print(f"stockade: {out.denial_hint}", file=sys.stderr)
-    return out.returncode  # type: ignore[no-any-return]
+    return out.returncode
 
 
-def _run_passthrough(sandbox: object, cmd: object, quiet: bool) -> int:
+def _run_passthrough(sandbox: SyncWorkspaceSandbox, cmd: SandboxCommand, quiet: bool) -> int:
     """stdin, stdout and stderr are the terminal's; stockade only supervises."""
-    from .core import Approve
+    from .core import Performers, output
 
-    core = sandbox.core  # type: ignore[attr-defined]
-    ws = sandbox.session(cmd.session_id)  # type: ignore[attr-defined]
-    gen = core.pipeline(cmd, ws)
-    value: object = None
-    while True:
-        try:
-            effect = gen.send(value)
-        except StopIteration as stop:
-            out = stop.value
-            break
-        if isinstance(effect, Approve):
-            value = sandbox._ask(effect)  # type: ignore[attr-defined]
-        else:
-            value = _supervise_inherited(effect, core)
-    if out.exit_code == 1 and out.backend == "bubblewrap":
-        # bwrap's own setup errors went straight to the terminal; if the
-        # machine cannot build a sandbox at all, say why.
-        core.driver(True, ws.cwd).diagnose()
+    core = sandbox.core
+    ws = sandbox.session(cmd.session_id)
+    out = output(core.drive(core.pipeline(cmd, ws),
+                            Performers(core.ask, lambda run: _supervise_inherited(run, core))))
     if out.denial_hint and not quiet:
         print(f"stockade: {out.denial_hint}", file=sys.stderr)
-    return out.returncode  # type: ignore[no-any-return]
+    return out.returncode
 
 
-def _supervise_inherited(run: object, core: object) -> object:
+def _supervise_inherited(run: Run, core: SandboxCore) -> Outcome:
     """Run with the terminal's stdin and stdout; stderr goes through a pipe we copy on.
 
     Copied rather than inherited so its tail is there afterwards: without it
     the pipeline cannot tell "Read-only file system" from any other failure,
     and the person sees the command's error with no word on which rule did it.
     """
-    from .process import Process
-
-    launch = run.launch  # type: ignore[attr-defined]
+    launch = run.launch
     read_end, write_end = os.pipe()
     tail = _StderrTail(read_end)
     try:
         try:
-            proc = Process(launch.argv, launch.env, stdin=0, capture=False,
-                           extra_fds={**launch.extra_fds, 2: write_end})
+            proc = launch.start(stdin=0, capture=False, stdio={2: write_end})
         finally:
             os.close(write_end)
         tail.start()
-        core.ledger.warm()  # type: ignore[attr-defined]  # while the command runs
-        outcome = proc.communicate(timeout=run.timeout)  # type: ignore[attr-defined]
+        core.ledger.warm()  # while the command runs
+        outcome = proc.communicate(timeout=run.timeout)
         outcome.stderr = tail.finish()
     finally:
         tail.finish()
         launch.cleanup()
-    from .sync import check_launcher_failure
-
-    # bwrap's own refusal is the sandbox failing (125), not the command's exit 1;
-    # it is the first thing on stderr, so only a tail that still holds the start counts.
-    if tail.whole:
-        check_launcher_failure(outcome.returncode, outcome.stderr)
+    # A driver's own refusal to start (bwrap's, exit 125 here, not the
+    # command's 1) is the first thing on stderr: only a tail that still
+    # holds the start may be read for it.
+    outcome.diagnostic = outcome.stderr if tail.whole else b""
     return outcome
 
 
@@ -469,7 +456,7 @@ def cmd_doctor(argv: list[str]) -> int:
 
     # The bwrap `run` would use from here, configured or found.
     config = load_config(os.environ, os.getcwd())
-    return report(as_json=bool(values.get("json")), configured_bwrap=config.bwrap)
+    return report(as_json=bool(values.get("json")), configured_bwrap=config.bwrap, config=config)
 
 
 AUDIT_OPTIONS: dict[str, tuple[bool, bool, str]] = {

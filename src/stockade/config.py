@@ -17,7 +17,11 @@ from .errors import ConfigError
 TYPE_CHECKING = False
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
+    from collections.abc import Callable, Mapping, Sequence
+    from typing import Any, ParamSpec, TypeVar
+
+    P = ParamSpec("P")
+    R = TypeVar("R")
 
 _STR_LIST = "list of strings"
 
@@ -38,8 +42,6 @@ _FIELDS: dict[str, tuple[str, object]] = {
     "commands_per_minute": ("int", 300),
     "ledger": ("path-or-false", ""),
     "approval_timeout_seconds": ("number", 120.0),
-    "bwrap": ("path", ""),
-    "max_pids": ("int", 200),
     "max_memory_mb": ("int-or-none", None),
     "tmp_size_mb": ("int", 1024),
     # A default, so one runaway file cannot fill the filesystem holding your
@@ -47,15 +49,18 @@ _FIELDS: dict[str, tuple[str, object]] = {
     "max_file_size_mb": ("int-or-none", 4096),
     "allow_hosts": (_STR_LIST, []),
     "deny_hosts": (_STR_LIST, []),
-    "cpu_quota_percent": ("int-or-none", None),
-    # The landlock backend (and `auto` falling back to it) needs at least this ABI.
-    "landlock_min_abi": ("int", 3),
-    "require_landlock": ("bool", False),
-    # Sandboxes built ahead of need, per session (see docs/warm.md); 0: every
-    # command starts cold.
-    "warm_sandboxes": ("count", 1),
-    "warm_idle_seconds": ("number", 300.0),
 }
+
+
+def _backend_fields() -> dict[str, tuple[str, object]]:
+    """The keys the backends read, declared with each driver (see `drivers.registry`)."""
+    from .drivers.registry import config_options
+
+    kinds = {"str": "str", "int?": "int-or-none"}
+    return {o.key: (kinds.get(o.kind, o.kind), o.default) for o in config_options().values()}
+
+
+_FIELDS.update(_backend_fields())
 _TABLES = ("command_policy",)
 #: Where a file was found: the user's own config, or inside the project (the
 #: workspace), which the agent may have written.
@@ -63,52 +68,125 @@ USER = "user"
 PROJECT = "project"
 
 
+def _only_known_settings(init: Callable[P, R]) -> Callable[P, R]:
+    """A keyword no setting has is a `ConfigError` naming it, not Python's TypeError:
+    the same error a config file's unknown key gets."""
+    code = init.__code__
+    known = frozenset(code.co_varnames[1:code.co_argcount + code.co_kwonlyargcount])
+    _KEYWORDS_OF[init.__qualname__] = known
+
+    def checked(*args: P.args, **kwargs: P.kwargs) -> R:
+        unknown = sorted(k for k in kwargs if k not in known)
+        if unknown:
+            raise ConfigError(f"unknown sandbox setting(s): {', '.join(unknown)}")
+        return init(*args, **kwargs)
+
+    checked.__doc__ = init.__doc__
+    return checked
+
+
+_KEYWORDS_OF: dict[str, frozenset[str]] = {}
+
+
 class SandboxConfig:
-    """The settings in force. Construct with keywords, or `load_config()`."""
+    """The settings in force. Construct with keywords, or `load_config()`.
 
-    enabled: bool
-    workspace_root: str
-    default_timeout_seconds: float
-    max_output_bytes: int
-    backend: str
-    mode: str
-    read_scope: str
-    unreadable: str | list[str] | None
-    writable: list[str]
-    granted_sockets: list[str]
-    scratch: bool
-    secret_env: list[str] | None
-    commands_per_minute: int
-    ledger: str | bool
-    approval_timeout_seconds: float
-    bwrap: str
-    max_pids: int
-    max_memory_mb: int | None
-    tmp_size_mb: int
-    max_file_size_mb: int | None
-    allow_hosts: list[str]
-    deny_hosts: list[str]
-    cpu_quota_percent: int | None
-    landlock_min_abi: int
-    require_landlock: bool
-    warm_sandboxes: int
-    warm_idle_seconds: float
-    command_policy: dict[str, object]
-    sources: list[str]
-    #: The files in `sources` found in the project rather than the user's config.
-    project_sources: list[str]
+    Every setting is a keyword with its type and default, so a type checker
+    and an IDE know them; a key no setting has is a `ConfigError` at run
+    time too, naming the key (a misspelt `unreadable` that silently did
+    nothing would hide nothing). The keys a backend reads are declared with
+    its driver (`drivers.registry`); `backend_options` carries those of a
+    registered backend that have no keyword here.
+    """
 
-    def __init__(self, **values: object) -> None:
-        for key, (_kind, default) in _FIELDS.items():
-            value = values.pop(key, default)
-            setattr(self, key, list(value) if isinstance(value, list) else value)
-        self.command_policy = dict(values.pop("command_policy", {}) or {})  # type: ignore[call-overload]
-        self.sources = list(values.pop("sources", []) or [])  # type: ignore[call-overload]
-        self.project_sources = list(values.pop("project_sources", [])  # type: ignore[call-overload]
-                                    or [])
-        if values:
-            raise ConfigError(f"unknown sandbox setting(s): {', '.join(sorted(values))}")
-        _validate(self.__dict__, "arguments")
+    @_only_known_settings
+    def __init__(
+        self,
+        *,
+        enabled: bool = True,
+        workspace_root: str = "",
+        default_timeout_seconds: float = 60.0,
+        max_output_bytes: int = 1 << 20,
+        backend: str = "auto",
+        mode: str = "read-only",
+        read_scope: str = "auto",
+        unreadable: str | list[str] | None = None,
+        writable: Sequence[str] = (),
+        granted_sockets: Sequence[str] = (),
+        scratch: bool = True,
+        secret_env: Sequence[str] | None = None,
+        commands_per_minute: int = 300,
+        ledger: str | bool = "",
+        approval_timeout_seconds: float = 120.0,
+        max_memory_mb: int | None = None,
+        tmp_size_mb: int = 1024,
+        # A default, so one runaway file cannot fill the filesystem holding your
+        # home (RLIMIT_FSIZE: the write that passes it fails with EFBIG).
+        max_file_size_mb: int | None = 4096,
+        allow_hosts: Sequence[str] = (),
+        deny_hosts: Sequence[str] = (),
+        # The Linux backends' keys (declared in drivers/linux/options.py).
+        bwrap: str = "",
+        max_pids: int = 200,
+        cpu_quota_percent: int | None = None,
+        landlock_min_abi: int = 3,
+        require_landlock: bool = False,
+        warm_sandboxes: int = 1,
+        warm_idle_seconds: float = 300.0,
+        command_policy: Mapping[str, object] | None = None,
+        backend_options: Mapping[str, object] | None = None,
+        sources: Sequence[str] = (),
+        project_sources: Sequence[str] = (),
+    ) -> None:
+        given = {k: v for k, v in locals().items() if k != "self"}
+        _validate(given, "arguments")
+        _check_backend_options(dict(backend_options or {}), "arguments")
+        self.enabled = enabled
+        self.workspace_root = workspace_root
+        self.default_timeout_seconds = default_timeout_seconds
+        self.max_output_bytes = max_output_bytes
+        self.backend = backend
+        self.mode = mode
+        self.read_scope = read_scope
+        self.unreadable = (list(unreadable) if isinstance(unreadable, list | tuple)
+                           else unreadable)
+        self.writable = list(writable or ())
+        self.granted_sockets = list(granted_sockets or ())
+        self.scratch = scratch
+        self.secret_env = list(secret_env) if secret_env is not None else None
+        self.commands_per_minute = commands_per_minute
+        self.ledger = ledger
+        self.approval_timeout_seconds = approval_timeout_seconds
+        self.max_memory_mb = max_memory_mb
+        self.tmp_size_mb = tmp_size_mb
+        self.max_file_size_mb = max_file_size_mb
+        self.allow_hosts = list(allow_hosts or ())
+        self.deny_hosts = list(deny_hosts or ())
+        self.bwrap = bwrap
+        self.max_pids = max_pids
+        self.cpu_quota_percent = cpu_quota_percent
+        self.landlock_min_abi = landlock_min_abi
+        self.require_landlock = require_landlock
+        self.warm_sandboxes = warm_sandboxes
+        self.warm_idle_seconds = warm_idle_seconds
+        self.command_policy: dict[str, object] = dict(command_policy or {})
+        #: Keys of registered backends that have no keyword above.
+        self.backend_options: dict[str, object] = dict(backend_options or {})
+        self.sources = list(sources or ())
+        #: The files in `sources` found in the project rather than the user's config.
+        self.project_sources = list(project_sources or ())
+
+    def option(self, key: str) -> object:
+        """A backend's setting by its key: a keyword above, or one of `backend_options`
+        (its registry default when unset)."""
+        if key in _KEYWORDS:
+            return getattr(self, key)
+        if key in self.backend_options:
+            return self.backend_options[key]
+        option = _FIELDS.get(key)
+        if option is None:
+            raise ConfigError(f"no backend declares the setting {key!r}")
+        return option[1]
 
     def resolved_workspace_root(self, env: Mapping[str, str]) -> str:
         if self.workspace_root:
@@ -127,7 +205,20 @@ class SandboxConfig:
         return default_ledger_path(env)
 
 
-def _validate(values: dict[str, object], source: str) -> None:
+#: The settings that are keywords of `SandboxConfig` (the rest of a backend's
+#: keys travel in `backend_options`).
+_KEYWORDS = _KEYWORDS_OF["SandboxConfig.__init__"]
+
+
+def _check_backend_options(values: Mapping[str, object], source: str) -> None:
+    unknown = sorted(k for k in values if k not in _FIELDS or k in _KEYWORDS)
+    if unknown:
+        raise ConfigError(
+            f"{source}: backend_options may hold only keys a backend declares that have no "
+            f"setting of their own: {', '.join(unknown)}")
+
+
+def _validate(values: Mapping[str, object], source: str) -> None:
     for key, value in values.items():
         if key not in _FIELDS:
             continue
@@ -143,10 +234,10 @@ def _validate(values: dict[str, object], source: str) -> None:
             "int-or-none": value is None or (isinstance(value, int)
                                              and not isinstance(value, bool) and value > 0),
             "path-or-false": value is False or (isinstance(value, str) and "\x00" not in value),
-            _STR_LIST: value is None or (isinstance(value, list)
+            _STR_LIST: value is None or (isinstance(value, list | tuple)
                                          and all(isinstance(v, str) for v in value)),
             "paths-or-none": value is None or isinstance(value, str)
-            or (isinstance(value, list) and all(isinstance(v, str) for v in value)),
+            or (isinstance(value, list | tuple) and all(isinstance(v, str) for v in value)),
         }[kind]
         if not ok:
             want = {"number": "a positive number", "int": "a positive integer",
@@ -155,7 +246,9 @@ def _validate(values: dict[str, object], source: str) -> None:
                     "paths-or-none":
                     "a list of paths or \"none\""}.get(kind, f"a {kind}")
             raise ConfigError(f"{source}: [sandbox] {key} must be {want}, got {value!r}")
-    for key, allowed in (("backend", ("auto", "bubblewrap", "landlock", "seatbelt", "none")),
+    from .drivers.registry import names
+
+    for key, allowed in (("backend", names()),
                          ("mode", ("read-only", "workspace-write", "full-access")),
                          ("read_scope", ("auto", "host", "strict"))):
         if key in values and values[key] not in allowed:
@@ -241,7 +334,17 @@ def load_config(env: Mapping[str, str] | None = None, cwd: str | None = None,
     merged.update(given)
     merged["sources"] = used
     merged["project_sources"] = project
-    return SandboxConfig(**merged)
+    return SandboxConfig(**_as_keywords(merged))
+
+
+def _as_keywords(values: dict[str, Any]) -> dict[str, Any]:
+    """A file's keys as `SandboxConfig` keywords: a backend's key without a keyword
+    of its own goes into `backend_options`."""
+    out = {k: v for k, v in values.items() if k in _KEYWORDS}
+    extra = {k: v for k, v in values.items() if k not in _KEYWORDS}
+    if extra:
+        out["backend_options"] = {**dict(out.get("backend_options") or {}), **extra}
+    return out
 
 
 def allowed_settings(env: Mapping[str, str], **overrides: object) -> dict[str, object]:

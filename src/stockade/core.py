@@ -30,10 +30,12 @@ from .capabilities import (
 )
 from .command import FORBID, SandboxOutput
 from .denial import denial_hint, likely_sandbox_denied, proxy_hint
-from .drivers import should_sandbox
+from .drivers import MEMORY, PIDS, should_sandbox
 from .errors import CapabilityDenied, CommandTimeout, InvalidCommand, SandboxUnavailable
 from .hooks import run_before_hooks
 from .ledger import DENIED, ERROR, RAN, TIMED_OUT, Ledger
+from .paths import session_key, state_dir
+from .process import Outcome
 from .profile import HOST, STRICT, build_profile
 
 TYPE_CHECKING = False
@@ -46,18 +48,9 @@ if TYPE_CHECKING:
     from .config import SandboxConfig
     from .drivers import Driver, Launch
     from .hooks import BeforeHook
-    from .process import Outcome
+    from .process import BackgroundProcess
     from .profile import Profile
     from .proxy import ProxyDecision, ProxyThread
-
-
-def session_key(session_id: str) -> str:
-    """32 hex chars of SHA-256 over the JSON-encoded id: short, and safe as a file name
-    whatever characters the id carries."""
-    import hashlib
-    import json
-
-    return hashlib.sha256(json.dumps(session_id).encode()).hexdigest()[:32]
 
 
 class SessionWorkspace:
@@ -70,7 +63,7 @@ class SessionWorkspace:
         self.provisioned = provisioned
         self.tmp_dir = tmp_dir
         self.read_scope = read_scope
-        self.processes: set[object] = set()
+        self.processes: set[BackgroundProcess] = set()
         self.mode: str | None = None  # set by a mode change approved for this session
 
 
@@ -96,6 +89,23 @@ class Run:
         self.stdin = stdin
         self.timeout = timeout
         self.max_output = max_output
+
+
+class Performers:
+    """How a shell performs the pipeline's effects: ask a person, run a launch.
+
+    The loop that sends results back into the pipeline exists once
+    (`SandboxCore.drive`); a shell differs only in these two callables (a
+    pipe, the terminal, a pty; blocking or awaited). `run` returns an
+    `Outcome`, or for a background start the started handle.
+    """
+
+    __slots__ = ("approve", "run")
+
+    def __init__(self, approve: Callable[[Approve], object],
+                 run: Callable[[Run], object]) -> None:
+        self.approve = approve
+        self.run = run
 
 
 class SandboxCore:
@@ -128,6 +138,8 @@ class SandboxCore:
         # First refusal per proxy key, for the hint of the command that owns it.
         self._proxy_refusals: dict[str, tuple[str, int | None, str]] = {}
         self.ledger = ledger if ledger is not None else Ledger(config.ledger_path(self.env))
+        #: stockade's state directory, from the injected env, once.
+        self.state_dir = state_dir(self.env)
         self.sessions: dict[str, SessionWorkspace] = {}
         self._driver = driver
         self._none_driver: Driver | None = None
@@ -138,46 +150,82 @@ class SandboxCore:
     # -- the driver ------------------------------------------------------------
 
     def driver(self, sandboxed: bool, workspace: str) -> Driver:
-        from .drivers import select_driver
-
+        """The session's driver: `config.backend` built by the registry, once."""
         if not sandboxed:
             if self._none_driver is None:
-                self._none_driver = select_driver("none")
+                from .drivers.none import NoneDriver
+
+                self._none_driver = self._opened(NoneDriver())
             return self._none_driver
         if self._driver is None:
-            options: dict[str, Any] = {"env": self.env, "workspace": workspace,
-                                          **self.driver_options}
-            from .drivers import BUBBLEWRAP, LANDLOCK, platform_backend
+            from .drivers.registry import from_config
 
-            backend = self.config.backend
-            # `auto` on Linux may become either backend: both get their options,
-            # and select_driver hands each only the ones it takes.
-            if (platform_backend() if backend == "auto" else backend) in (BUBBLEWRAP, LANDLOCK):
-                options.setdefault("max_pids", self.config.max_pids)
-                options.setdefault("cpu_percent", self.config.cpu_quota_percent)
-                options.setdefault("min_abi", self.config.landlock_min_abi)
-                if self.config.require_landlock:
-                    # A kernel without Landlock is reported, not fatal, while
-                    # bwrap stands -- unless the user said it must hold.
-                    options.setdefault("require_landlock", True)
-                # stockade's own files, which the Landlock backend keeps out of
-                # the host read scope (bubblewrap ignores these).
-                options.setdefault("ledger", self.config.ledger_path(self.env))
-                options.setdefault("workspace_root",
-                                   self.config.resolved_workspace_root(self.env))
-                options.setdefault("state_dir", self._state_dir())
-                options.setdefault("warm_sandboxes", self.config.warm_sandboxes)
-                options.setdefault("warm_idle_seconds", self.config.warm_idle_seconds)
-                from .config import config_paths
-
-                # The user's config file: the project's is watched per workspace.
-                options.setdefault("warm_watch", tuple(config_paths(self.env, "/")[:1]))
-            else:
-                options.pop("probe", None)
-            if self.config.bwrap:
-                options["bwrap_path"] = self.config.bwrap
-            self._driver = select_driver(self.config.backend, **options)
+            self._driver = self._opened(from_config(
+                self.config, env=self.env, workspace=workspace, state_dir=self.state_dir,
+                **self.driver_options))
         return self._driver
+
+    def _opened(self, driver: Driver) -> Driver:
+        """A driver built after sessions began learns of them: its hooks see every
+        session it may run for, whenever it was built (drivers are built lazily)."""
+        for ws in list(self.sessions.values()):
+            driver.open_session(ws.session_id, ws.cwd)
+        return driver
+
+    def _drivers(self) -> list[Driver]:
+        return [d for d in (self._driver, self._none_driver) if d is not None]
+
+    # -- the effect loop ---------------------------------------------------------
+
+    def drive(self, gen: Generator[Approve | Run, object, object],
+              performers: Performers) -> object:
+        """Run the pipeline to its end, performing each effect; its return value."""
+        value: object = None
+        while True:
+            try:
+                effect = gen.send(value)
+            except StopIteration as stop:
+                return stop.value
+            value = (performers.approve(effect) if isinstance(effect, Approve)
+                     else performers.run(effect))
+
+    async def adrive(self, gen: Generator[Approve | Run, object, object],
+                     performers: Performers) -> object:
+        """`drive` for an async shell: a performer may return an awaitable."""
+        value: object = None
+        while True:
+            try:
+                effect = gen.send(value)
+            except StopIteration as stop:
+                return stop.value
+            value = (performers.approve(effect) if isinstance(effect, Approve)
+                     else performers.run(effect))
+            if hasattr(value, "__await__"):
+                value = await value
+
+    def ask(self, effect: Approve) -> str:
+        """Perform an `Approve` effect by blocking on the gate's requester."""
+        requester = self.gate.requester
+        assert requester is not None  # the pipeline yields Approve only with one
+        result = requester.request(effect.request)
+        if not isinstance(result, str):
+            raise SandboxUnavailable("an async approval requester needs WorkspaceSandbox (async)")
+        return result or ap.DENIED
+
+    async def aask(self, effect: Approve) -> str:
+        """Perform an `Approve` effect by awaiting the requester, within the gate's timeout."""
+        import asyncio
+
+        requester = self.gate.requester
+        assert requester is not None
+        try:
+            async with asyncio.timeout(self.gate.timeout_secs):
+                result = requester.request(effect.request)
+                if not isinstance(result, str):
+                    result = await result
+        except TimeoutError:
+            return ap.TIMEOUT
+        return result or ap.DENIED
 
     # -- step 1: session ---------------------------------------------------------
 
@@ -207,18 +255,15 @@ class SandboxCore:
         if not ephemeral_tmp:
             import tempfile
 
-            base = os.path.join(self._state_dir(), "tmp")
+            base = os.path.join(self.state_dir, "tmp")
             os.makedirs(base, mode=0o700, exist_ok=True)
             tmp_dir = tempfile.mkdtemp(prefix=session_key(session_id)[:12] + "-", dir=base)
         ws = SessionWorkspace(session_id, cwd, provisioned=provisioned, tmp_dir=tmp_dir,
                               read_scope=scope)
         self.sessions[session_id] = ws
+        for driver in self._drivers():
+            driver.open_session(session_id, cwd)
         return ws
-
-    def _state_dir(self) -> str:
-        base = self.env.get("XDG_STATE_HOME") or os.path.join(
-            self.env.get("HOME") or "/tmp", ".local", "state")
-        return os.path.join(base, "stockade")
 
     def close_session(self, session_id: str) -> None:
         """Stop every process the session started, drop its grants, remove its /tmp."""
@@ -229,24 +274,28 @@ class SandboxCore:
         with self._proc_lock:
             procs = list(ws.processes)
             ws.processes.clear()
-        for proc in procs:
-            proc.stop()  # type: ignore[attr-defined]
-        discard = getattr(self._driver, "discard_parked", None)
-        if discard is not None:
-            discard(ws.cwd, ws.tmp_dir)
-        if ws.tmp_dir:
-            import shutil
+        try:
+            for proc in procs:
+                proc.stop()
+        finally:
+            # After its processes: what a backend keeps per session may be
+            # what they were still using.
+            for driver in self._drivers():
+                driver.close_session(session_id)
+            if ws.tmp_dir:
+                import shutil
 
-            shutil.rmtree(ws.tmp_dir, ignore_errors=True)
+                shutil.rmtree(ws.tmp_dir, ignore_errors=True)
 
     def close(self) -> None:
         """Close every session, then the proxy and the ledger."""
         _OPEN_CORES.discard(self)
-        for sid in list(self.sessions):
-            self.close_session(sid)
-        close = getattr(self._driver, "close", None)
-        if close is not None:
-            close()
+        try:
+            for sid in list(self.sessions):
+                self.close_session(sid)
+        finally:
+            for driver in self._drivers():
+                driver.close()
         if self._proxy is not None:
             self._proxy.close()
             self._proxy = None
@@ -343,46 +392,60 @@ class SandboxCore:
             timeout = cmd.timeout or caps.timeout_secs or self.default_timeout
             result = yield Run(launch, profile, cmd.stdin, timeout, self.max_output)
         except CapabilityDenied as exc:
-            self._audit(cmd, ws, mode, caps, backend, DENIED, started, denied=True,
+            self.audit(cmd, ws, mode, caps, backend, DENIED, started, denied=True,
                         detail={"reason": exc.reason})
             raise
         except InvalidCommand as exc:
-            self._audit(cmd, ws, mode, caps, backend, ERROR, started,
+            self.audit(cmd, ws, mode, caps, backend, ERROR, started,
                         detail={"error": str(exc)})
             raise
         except SandboxUnavailable as exc:
-            self._audit(cmd, ws, mode, caps, backend, ERROR, started,
+            self.audit(cmd, ws, mode, caps, backend, ERROR, started,
                         detail={"error": str(exc)})
             raise
         if background:
-            self._audit(cmd, ws, mode, caps, backend, "started", started,
+            self.audit(cmd, ws, mode, caps, backend, "started", started,
                         detail={"warnings": list(warnings)} if warnings else None)
             return result
-        out: Outcome = result  # type: ignore[assignment]
-        if "limits-not-started" in launch.events:
+        assert isinstance(result, Outcome)
+        out = result
+        report = launch.report
+        why = driver.explain_failure(out.returncode, out.diagnostic)
+        if why:
+            # The boundary never came up, so the command never ran: its exit
+            # status would tell the agent something about its own command.
+            error = SandboxUnavailable(why)
+            self.audit(cmd, ws, mode, caps, backend, ERROR, started,
+                        detail={"error": str(error)})
+            raise error
+        if not report.limits_started:
             # systemd refused the scope, so the command never ran; its
             # stderr holds systemd-run's reason, not the command's.
-            why = out.stderr.decode(errors="replace").strip().splitlines()
+            lines = out.stderr.decode(errors="replace").strip().splitlines()
             error = SandboxUnavailable(
                 "the command did not run: systemd-run could not start its scope"
-                + (f" ({why[-1]})" if why else ""))
-            self._audit(cmd, ws, mode, caps, backend, ERROR, started,
+                + (f" ({lines[-1]})" if lines else ""))
+            self.audit(cmd, ws, mode, caps, backend, ERROR, started,
                         detail={"error": str(error)})
             raise error
         kind = likely_sandbox_denied(out.exit_code, out.signal, out.stderr,
                                      sandboxed=sandboxed)
-        hint = denial_hint(kind, out.stderr, mode, workspace=ws.cwd, cwd=cwd) if kind else None
+        hint = None
+        if kind:
+            # The backend's own words first: it knows which of its rules refused.
+            hint = (driver.explain_run(launch, out.stderr)
+                    or denial_hint(kind, out.stderr, mode, workspace=ws.cwd, cwd=cwd))
         refused = self._proxy_refusals.pop(endpoint[2], None) if endpoint else None
         if refused and not kind:
             # The proxy saw it first: the client's own error ("403", "tunnel
             # failed") rarely reads as a denial, and it names no rule.
             kind = "proxy"
             hint = proxy_hint(*refused)
-        limit = "memory" if "oom" in launch.events else "pids" if "pids" in launch.events else None
-        if limit == "memory":
+        limit = report.limit_exceeded
+        if limit == MEMORY:
             hint = (f"killed by the sandbox: out of memory (limit {caps.max_memory_mb} MiB; "
                     "ask for a larger max_memory_mb)")
-        elif limit == "pids":
+        elif limit == PIDS:
             hint = "the sandbox refused more processes: the process limit (max_pids) was reached"
         output = SandboxOutput(
             out.exit_code, out.signal, out.stdout, out.stderr,
@@ -390,14 +453,14 @@ class SandboxCore:
             likely_sandbox_denied=kind is not None or limit is not None,
             denial_hint=hint, backend=backend, limit_exceeded=limit, timed_out=out.timed_out,
         )
-        detail: dict[str, object] = dict(launch.audit)
+        detail: dict[str, object] = dict(report.audit)
         if limit:
             detail["limit_exceeded"] = limit
-        if launch.neutralised:
+        if report.neutralised:
             # Reported where the caller looks: the model learns why its file
             # is gone, the person where to find it.
-            detail["neutralised"] = [n.to_json() for n in launch.neutralised]
-            done = neutralised_hint(launch.neutralised)
+            detail["neutralised"] = [n.to_json() for n in report.neutralised]
+            done = neutralised_hint(report.neutralised)
             output.denial_hint = f"{output.denial_hint}; {done}" if output.denial_hint else done
             output.likely_sandbox_denied = True
         if warnings:
@@ -406,7 +469,7 @@ class SandboxCore:
             detail["truncated"] = True
         if output.denial_hint:
             detail["hint"] = output.denial_hint
-        self._audit(cmd, ws, mode, caps, backend, TIMED_OUT if out.timed_out else RAN, started,
+        self.audit(cmd, ws, mode, caps, backend, TIMED_OUT if out.timed_out else RAN, started,
                     exit_code=out.exit_code, signal=out.signal, denied=kind is not None,
                     detail=detail or None, cwd=cwd)
         if out.timed_out:
@@ -456,7 +519,7 @@ class SandboxCore:
 
         if self._proxy is None:
             options = dict(self.proxy_options)
-            sockets = os.path.join(self._state_dir(), "proxy")
+            sockets = os.path.join(self.state_dir, "proxy")
             os.makedirs(sockets, mode=0o700, exist_ok=True)
             options.setdefault("socket_dir", sockets)
             proxy = ProxyThread(on_decision=self._proxy_decision, **options)
@@ -497,7 +560,7 @@ class SandboxCore:
                      endpoint: tuple[str, int, str, str | None] | None = None) -> Profile:
         c = self.config
         ledger = self.ledger.path
-        private = [self._state_dir(), c.resolved_workspace_root(self.env)]
+        private = [self.state_dir, c.resolved_workspace_root(self.env)]
         if ledger:
             private += [ledger, ledger + "-wal", ledger + "-shm"]
         return build_profile(
@@ -512,11 +575,13 @@ class SandboxCore:
             else _default_secrets(), session_tmp=ws.tmp_dir, backend=backend,
         )
 
-    def _audit(self, cmd: SandboxCommand, ws: SessionWorkspace, mode: str,
+    def audit(self, cmd: SandboxCommand, ws: SessionWorkspace, mode: str,
                caps: SandboxCapabilities | None, backend: str, outcome: str, started: float,
                *, exit_code: int | None = None, signal: int | None = None,
                denied: bool = False, detail: dict[str, object] | None = None,
                cwd: str | None = None) -> None:
+        """One ledger record for a command: the pipeline's, and a persistent
+        shell's for the commands it gates outside the pipeline."""
         self.ledger.record(
             session=ws.session_id, program=cmd.program, argv=cmd.argv, cwd=cwd or ws.cwd,
             mode=mode, capabilities=caps.to_json() if caps else None, backend=backend,
@@ -525,12 +590,12 @@ class SandboxCore:
             outcome=outcome, detail=detail,
         )
 
-    def track(self, ws: SessionWorkspace, proc: object) -> None:
+    def track(self, ws: SessionWorkspace, proc: BackgroundProcess) -> None:
         with self._proc_lock:
             ws.processes.add(proc)
         _close_at_exit(self)
 
-    def untrack(self, ws: SessionWorkspace, proc: object) -> None:
+    def untrack(self, ws: SessionWorkspace, proc: BackgroundProcess) -> None:
         with self._proc_lock:
             ws.processes.discard(proc)
 
@@ -559,6 +624,12 @@ def _close_all() -> None:
 
 # Separates a session id from the command number in a proxy key.
 _PROXY_KEY_SEP = "\x1f"
+
+
+def output(value: object) -> SandboxOutput:
+    """A foreground pipeline's result, typed (what `drive` returns for it)."""
+    assert isinstance(value, SandboxOutput), value
+    return value
 
 
 def neutralised_hint(done: list[Any]) -> str:
@@ -609,7 +680,7 @@ def default_hooks(config: SandboxConfig) -> list[BeforeHook]:
     return hooks
 
 
-def make_core(config: SandboxConfig | None = None, **options: object) -> SandboxCore:
+def make_core(config: SandboxConfig | None = None, **options: Any) -> SandboxCore:
     """A core from a config (loaded from the usual files when None) and shell options."""
     if config is None:
         from .config import load_config
@@ -623,4 +694,4 @@ def make_core(config: SandboxConfig | None = None, **options: object) -> Sandbox
             "sandbox disabled: [sandbox] enabled = false; stockade will not run commands "
             "without a boundary. Use NoopSandbox in tests, or set enabled = true"
         )
-    return SandboxCore(config, **options)  # type: ignore[arg-type]
+    return SandboxCore(config, **options)

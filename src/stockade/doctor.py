@@ -19,6 +19,10 @@ def _read(path: str) -> str:
 
 
 def kernel_facts() -> dict[str, object]:
+    if not hasattr(os, "uname"):  # Windows: the rest is Linux's business
+        import platform
+
+        return {"kernel": platform.platform(), "arch": platform.machine()}
     facts: dict[str, object] = {"kernel": os.uname().release, "arch": os.uname().machine}
     facts["user_namespaces"] = {
         "max_user_namespaces": _read("/proc/sys/user/max_user_namespaces") or "n/a",
@@ -50,7 +54,8 @@ def kernel_facts() -> dict[str, object]:
     return facts
 
 
-def backend_status(configured_bwrap: str = "") -> dict[str, dict[str, object]]:
+def backend_status(configured_bwrap: str = "", config: object = None
+                   ) -> dict[str, dict[str, object]]:
     """Each backend's availability; `configured_bwrap` is the config's `bwrap`, which the
     sandbox uses when set -- reporting the one PATH would give instead sends a person
     debugging the wrong binary."""
@@ -58,7 +63,12 @@ def backend_status(configured_bwrap: str = "") -> dict[str, dict[str, object]]:
 
     out: dict[str, dict[str, object]] = {}
     if sys.platform.startswith("linux"):
-        from .drivers.linux.bwrap import bundled_bwrap, find_bwrap, locate_bwrap, probe_userns
+        from .drivers.linux.bwrap_binary import (
+            bundled_bwrap,
+            find_bwrap,
+            locate_bwrap,
+            probe_userns,
+        )
 
         entry: dict[str, object] = {}
         try:
@@ -92,8 +102,31 @@ def backend_status(configured_bwrap: str = "") -> dict[str, dict[str, object]]:
             out["seatbelt"]["why"] = "/usr/bin/sandbox-exec is missing"
     else:
         out["seatbelt"] = {"available": False, "why": "Seatbelt needs macOS"}
+    out["windows"] = windows_status(config)
     out["none"] = {"available": True, "note": "no boundary; only for full-access, when chosen"}
     return out
+
+
+def windows_status(config: object = None, driver: object = None) -> dict[str, object]:
+    """The Windows driver's own rows: each tier, whether its mechanism starts, and
+    what it would enforce. Available when a tier that confines the filesystem
+    works (the job-object tier alone enforces no filesystem boundary)."""
+    if driver is None:
+        if sys.platform != "win32":
+            return {"available": False, "why": "the windows backend needs Windows"}
+        from .config import SandboxConfig
+        from .drivers.windows.driver import WindowsDriver
+
+        driver = WindowsDriver.from_config(config or SandboxConfig(), env=os.environ,
+                                           workspace="", state_dir="")
+    rows = driver.doctor()  # type: ignore[attr-defined]
+    confining = [name for name, ok, _ in rows
+                 if ok and name.startswith("windows tier") and not name.endswith("job-object")]
+    entry: dict[str, object] = {"available": bool(confining),
+                                "tiers": [{"check": n, "ok": ok, "detail": d} for n, ok, d in rows]}
+    if not confining:
+        entry["why"] = "no tier that confines the filesystem starts here (see tiers)"
+    return entry
 
 
 OLD_BWRAP_DROPS = (
@@ -123,7 +156,7 @@ def landlock_status(min_abi: int | None = None) -> dict[str, object]:
 
             min_abi = load_config().landlock_min_abi
         except Exception:  # doctor reports; a broken config is run's error to raise
-            from .drivers.linux.landlock_driver import DEFAULT_MIN_ABI
+            from .drivers.linux.options import DEFAULT_MIN_ABI
 
             min_abi = DEFAULT_MIN_ABI
     entry: dict[str, object] = {"min_abi": min_abi}
@@ -147,15 +180,17 @@ def auto_choice(backends: dict[str, dict[str, object]]) -> str:
     """What `backend = "auto"` would pick here (never "none")."""
     if sys.platform == "darwin":
         return "seatbelt" if backends.get("seatbelt", {}).get("available") else ""
+    if sys.platform == "win32":
+        return "windows" if backends.get("windows", {}).get("available") else ""
     for name in ("bubblewrap", "landlock"):
         if backends.get(name, {}).get("available"):
             return name
     return ""
 
 
-def report(*, as_json: bool = False, configured_bwrap: str = "") -> int:
+def report(*, as_json: bool = False, configured_bwrap: str = "", config: object = None) -> int:
     facts = kernel_facts()
-    backends = backend_status(configured_bwrap)
+    backends = backend_status(configured_bwrap, config)
     auto = auto_choice(backends)
     if as_json:
         import json
@@ -178,6 +213,8 @@ def report(*, as_json: bool = False, configured_bwrap: str = "") -> int:
                 print(f"       not used: {entry['passed_over']}")
             for line in entry.get("drops") or ():  # type: ignore[attr-defined]
                 print(f"       drops {line}")
+            for row in entry.get("tiers") or ():  # type: ignore[attr-defined]
+                print(f"       {'ok' if row['ok'] else '--'} {row['check']}: {row['detail']}")
             if name == "landlock" and entry.get("weaker_than_bubblewrap"):
                 print("       weaker than bubblewrap (docs/landlock-backend.md):")
                 for line in entry["weaker_than_bubblewrap"]:  # type: ignore[attr-defined]

@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextvars
-import hashlib
 import logging
 import os
 import stat
@@ -203,10 +202,9 @@ class Session:
         if self.closed:
             return
         self.closed = True
-        core = self.sandbox.core
-        for sid in list(core.sessions):
-            core.close_session(sid)
-        core.ledger.close()
+        # Sessions (their processes, then the driver's per-session state), the
+        # driver, the proxy and the ledger, in the core's one order.
+        self.sandbox.core.close()
 
 
 class _Call:
@@ -583,7 +581,9 @@ def _question(request: ap.ApprovalRequest, reason: str, session: Session) -> str
 
 
 def _digest(message: str) -> str:
-    return hashlib.sha256(message.encode()).hexdigest()[:32]
+    from .paths import sha256_hex
+
+    return sha256_hex(message.encode())[:32]
 
 
 def _elicitation_supported(ctx: Context[Any, Any]) -> bool:
@@ -738,7 +738,9 @@ def _parser() -> argparse.ArgumentParser:
                    help="pre-approve network access to HOST (repeatable; reached through "
                         "stockade's network proxy)")
     p.add_argument("--config", help="read this TOML file instead of the usual ones")
-    p.add_argument("--backend", choices=("auto", "bubblewrap", "landlock", "none"))
+    from .drivers import registry
+
+    p.add_argument("--backend", choices=registry.choices(), help=registry.choices_help())
     p.add_argument("--session", help="session id for the audit ledger (default: generated)")
     p.add_argument("--timeout", type=float, help="default per-command timeout in seconds")
     p.add_argument("--log-level", default="WARNING",

@@ -28,10 +28,7 @@ from .errors import SandboxUnavailable
 TYPE_CHECKING = False
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
-    from typing import Any
-
-    from .drivers import Launch
+    from collections.abc import Callable, Mapping
 
 DEFAULT_MAX_OUTPUT = 1 << 20
 _CHUNK = 1 << 16
@@ -73,7 +70,11 @@ def _resolve(program: str, env: Mapping[str, str]) -> str:
 
 
 class Process(ProcessHandle):
-    """A spawned process with its pipes. `communicate` bounds it; `kill` ends its tree."""
+    """A spawned process with its pipes. `communicate` bounds it; `kill` ends its tree.
+
+    The POSIX implementation of `ProcessHandle`, shared by every driver whose
+    confinement travels in an argv.
+    """
 
     def __init__(
         self,
@@ -195,7 +196,7 @@ class Process(ProcessHandle):
         *,
         timeout: float | None = None,
         max_output: int = DEFAULT_MAX_OUTPUT,
-        cancelled: object = None,
+        cancelled: Callable[[], bool] | None = None,
         meter: OutputMeter | None = None,
     ) -> Outcome:
         """Feed stdin, collect output within budget, and stop at the deadline.
@@ -247,7 +248,7 @@ class Process(ProcessHandle):
             if deadline is not None and now >= deadline:
                 timed_out = True
                 break
-            if cancelled is not None and cancelled():  # type: ignore[operator]
+            if cancelled is not None and cancelled():
                 break
             wait = 0.05 if exited_at is not None or self._pidfd < 0 else 0.25
             if deadline is not None:
@@ -318,16 +319,6 @@ class Process(ProcessHandle):
                 pass
 
 
-def spawn_launch(launch: Launch, **options: Any) -> Process:
-    """Start a driver's prepared launch: its argv, env, extra fds and spawn hook."""
-    start = getattr(launch, "start", None)
-    if start is not None:
-        # A launch that owns its spawning (a parked sandbox hands back the
-        # process it already started).
-        return start(**options)  # type: ignore[no-any-return]
-    return Process(launch.argv, launch.env, extra_fds=launch.extra_fds, **options)
-
-
 class OutputMeter:
     """Bytes of output a running command has produced, read from another thread."""
 
@@ -340,16 +331,22 @@ class OutputMeter:
 class Outcome:
     """What `communicate` observed: the raw facts, before any interpretation."""
 
-    __slots__ = ("duration_ms", "returncode", "stderr", "stdout", "timed_out", "truncated")
+    __slots__ = ("diagnostic", "duration_ms", "returncode", "stderr", "stdout", "timed_out",
+                 "truncated")
 
     def __init__(self, returncode: int, stdout: bytes, stderr: bytes, truncated: bool,
-                 timed_out: bool, duration_ms: float) -> None:
+                 timed_out: bool, duration_ms: float, *, diagnostic: bytes | None = None
+                 ) -> None:
         self.returncode = returncode
         self.stdout = stdout
         self.stderr = stderr
         self.truncated = truncated
         self.timed_out = timed_out
         self.duration_ms = duration_ms
+        # What a driver reads to tell its own start failure from the
+        # command's: stderr, unless the caller relayed it elsewhere (a pty,
+        # the terminal) and kept only what it saw of the start.
+        self.diagnostic = stderr if diagnostic is None else diagnostic
 
     @property
     def exit_code(self) -> int | None:
@@ -377,12 +374,13 @@ class BackgroundProcess:
     so a reader can ask "what came after byte N" without the buffer growing.
     """
 
-    def __init__(self, argv: list[str], env: Mapping[str, str], *, stdin: bytes | None = None,
-                 window: int = DEFAULT_MAX_OUTPUT, on_exit: object = None,
-                 extra_fds: Mapping[int, int] | None = None) -> None:
+    def __init__(self, proc: ProcessHandle, *, stdin: bytes | None = None,
+                 window: int = DEFAULT_MAX_OUTPUT,
+                 on_exit: Callable[[BackgroundProcess], None] | None = None) -> None:
+        """`proc`: started by `Launch.start()` with piped stdin, stdout and stderr."""
         import threading
 
-        self._proc = Process(argv, env, extra_fds=extra_fds)
+        self._proc = proc
         self.pid = self._proc.pid
         self._window = window
         self._bufs = {"stdout": bytearray(), "stderr": bytearray()}
@@ -438,7 +436,7 @@ class BackgroundProcess:
         # processes and exits leaves nothing unswept.
         try:
             if self._on_exit is not None:
-                self._on_exit(self)  # type: ignore[operator]
+                self._on_exit(self)
         finally:
             self._done.set()
 

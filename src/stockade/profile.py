@@ -21,7 +21,7 @@ TYPE_CHECKING = False
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
-    from typing import ClassVar
+    from typing import Any
 
     from .capabilities import SandboxCapabilities
 
@@ -186,19 +186,50 @@ class Profile:
         "workspace_writable", "write_roots",
     )
 
-    _OPTIONAL: ClassVar[dict[str, object]] = {"proxy_socket": None, "proxy_port": None,
-                                              "proxy_secret": None,
-                                              "tmp_size_mb": None, "max_file_size_mb": None,
-                                              "spawn_subprocess": True}
+    def __init__(
+        self,
+        *,
+        mode: str,
+        workspace: str,
+        workspace_writable: bool,
+        cwd: str,
+        read_scope: str,
+        read_roots: tuple[str, ...],
+        read_extra: tuple[str, ...],
+        system_links: tuple[tuple[str, str], ...],
+        write_roots: tuple[str, ...],
+        hidden: tuple[tuple[str, str], ...],
+        sockets: tuple[str, ...],
+        granted_sockets: tuple[str, ...],
+        protected: tuple[Protected, ...],
+        mask_other_homes: bool,
+        runtime_dir: str,
+        home: str,
+        network: NetworkPolicy,
+        session_tmp: str | None,
+        max_memory_mb: int | None,
+        env: dict[str, str],
+        proxy_socket: str | None = None,
+        proxy_port: int | None = None,
+        proxy_secret: str | None = None,
+        tmp_size_mb: int | None = None,
+        max_file_size_mb: int | None = None,
+        spawn_subprocess: bool = True,
+    ) -> None:
+        for name, value in locals().items():
+            if name != "self":
+                object.__setattr__(self, name, value)
 
-    def __init__(self, **fields: object) -> None:
-        for name in self.__slots__:
-            if name in self._OPTIONAL and name not in fields:
-                setattr(self, name, self._OPTIONAL[name])
-                continue
-            setattr(self, name, fields.pop(name))
-        if fields:
-            raise TypeError(f"unknown profile fields: {sorted(fields)}")
+    def __setattr__(self, name: str, value: object) -> None:
+        # A value: the driver that reads it must see what the pipeline
+        # decided and audited, not what something changed in between.
+        raise AttributeError(f"Profile is frozen: use replace({name}=...)")
+
+    def replace(self, **changes: Any) -> Profile:
+        """A copy with `changes` (keyword names are the fields)."""
+        fields: dict[str, Any] = {name: getattr(self, name) for name in self.__slots__}
+        fields.update(changes)
+        return Profile(**fields)
 
     mode: str
     workspace: str

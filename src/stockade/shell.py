@@ -39,9 +39,11 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
-    from .command import SandboxOutput
-    from .core import Run
+    from .command import SandboxCommand, SandboxOutput
+    from .core import Run, SessionWorkspace
+    from .drivers import ProcessHandle
     from .process import Outcome
+    from .sync import SyncWorkspaceSandbox
 
 SHELL_OPTIONS = {k: v for k, v in RUN_OPTIONS.items()
                  if k not in ("--json", "--max-output", "--no-subprocess", "--quiet")}
@@ -117,20 +119,14 @@ def main(argv: list[str]) -> int:
     return out.returncode
 
 
-def _drive(sandbox: object, cmd: object, ws: object, timeout: float | None) -> SandboxOutput:
+def _drive(sandbox: SyncWorkspaceSandbox, cmd: SandboxCommand, ws: SessionWorkspace,
+           timeout: float | None) -> SandboxOutput:
     """The pipeline, with the Run effect performed on a pty."""
-    from .core import Approve
+    from .core import Performers, output
 
-    core = sandbox.core  # type: ignore[attr-defined]
-    gen = core.pipeline(cmd, ws)
-    value: object = None
-    while True:
-        try:
-            effect = gen.send(value)
-        except StopIteration as stop:
-            return stop.value  # type: ignore[no-any-return]
-        value = (sandbox._ask(effect)  # type: ignore[attr-defined]
-                 if isinstance(effect, Approve) else run_on_pty(effect, timeout))
+    core = sandbox.core
+    return output(core.drive(core.pipeline(cmd, ws),
+                             Performers(core.ask, lambda run: run_on_pty(run, timeout))))
 
 
 def run_on_pty(run: Run, timeout: float | None = None, *, stdin: int = 0,
@@ -143,8 +139,7 @@ def run_on_pty(run: Run, timeout: float | None = None, *, stdin: int = 0,
     import signal
     import time
 
-    from .process import Outcome, Process
-    from .sync import check_launcher_failure
+    from .process import Outcome
 
     launch = run.launch
     master, slave = os.openpty()
@@ -157,8 +152,7 @@ def run_on_pty(run: Run, timeout: float | None = None, *, stdin: int = 0,
         # The driver's own descriptors too: under the Landlock backend one is
         # the reaper's pipe, whose end-of-file tells cleanup that every
         # process the shell left behind is dead.
-        proc = Process(launch.argv, launch.env, stdin=slave, capture=False,
-                       extra_fds={**launch.extra_fds, 1: slave, 2: slave})
+        proc = launch.start(stdin=slave, capture=False, stdio={1: slave, 2: slave})
         os.close(slave)
         slave = -1
         # Ctrl-C belongs to the sandboxed job. With a raw terminal it arrives
@@ -190,11 +184,13 @@ def run_on_pty(run: Run, timeout: float | None = None, *, stdin: int = 0,
             os.close(slave)
         os.close(master)
         launch.cleanup()
-    check_launcher_failure(code, tail)
-    return Outcome(code, b"", b"", False, timed_out, (time.monotonic() - start) * 1000.0)
+    # The pty carried stderr to the person; what it showed of the start is
+    # what the driver reads to tell its own failure from the shell's.
+    return Outcome(code, b"", b"", False, timed_out, (time.monotonic() - start) * 1000.0,
+                   diagnostic=tail)
 
 
-def _relay(proc: object, master: int, stdin: int, stdout: int, timeout: float | None
+def _relay(proc: ProcessHandle, master: int, stdin: int, stdout: int, timeout: float | None
            ) -> tuple[bool, bytes]:
     """Copy bytes both ways until the pty closes; (timed out, last output seen)."""
     import select
@@ -236,7 +232,7 @@ def _relay(proc: object, master: int, stdin: int, stdout: int, timeout: float | 
             else:
                 poller.unregister(stdin)
                 _write_all(master, b"\x04")
-        if proc.poll() is not None:  # type: ignore[attr-defined]
+        if proc.poll() is not None:
             # The shell is gone. Something it left (only possible without a
             # PID namespace) may still hold the pty open, so do not wait for
             # the pty to close: show what is buffered, then stop.

@@ -7,15 +7,13 @@ from __future__ import annotations
 
 import _thread
 
-from .approval import DENIED
 from .context import current_session
-from .core import Approve, Run, SandboxCore, SessionWorkspace, make_core
-from .errors import InvalidCommand, SandboxUnavailable
+from .core import Performers, Run, SandboxCore, SessionWorkspace, make_core, output
+from .errors import InvalidCommand
 
 TYPE_CHECKING = False
 
 if TYPE_CHECKING:
-    from collections.abc import Generator
     from typing import Any
 
     from .command import SandboxCommand, SandboxOutput
@@ -25,27 +23,13 @@ if TYPE_CHECKING:
 
 def perform_run(run: Run) -> Outcome:
     """Run a prepared launch to completion, then undo what the driver prepared."""
-    from .process import spawn_launch
-
     launch = run.launch
     try:
-        proc = spawn_launch(launch)
+        proc = launch.start()
         outcome = proc.communicate(run.stdin, timeout=run.timeout, max_output=run.max_output)
     finally:
         launch.cleanup()
-    check_launcher_failure(outcome.returncode, outcome.stderr)
     return outcome
-
-
-def check_launcher_failure(returncode: int, stderr: bytes) -> None:
-    """bwrap's own setup errors are the sandbox failing, not the command."""
-    if returncode == 1 and stderr.startswith(b"bwrap: "):
-        from .drivers.linux.bwrap import userns_diagnosis
-
-        why = userns_diagnosis(stderr.decode("utf-8", "replace"))
-        if not why.startswith("bwrap could not"):
-            why = "bubblewrap could not create a user namespace: " + why
-        raise SandboxUnavailable(why)
 
 
 def perform_start(run: Run, core: SandboxCore, ws: SessionWorkspace) -> BackgroundProcess:
@@ -57,8 +41,12 @@ def perform_start(run: Run, core: SandboxCore, ws: SessionWorkspace) -> Backgrou
         core.untrack(ws, proc)
         launch.cleanup()
 
-    proc = BackgroundProcess(launch.argv, launch.env, stdin=run.stdin, window=run.max_output,
-                             on_exit=on_exit, extra_fds=launch.extra_fds)
+    try:
+        started = launch.start()
+    except BaseException:
+        launch.cleanup()
+        raise
+    proc = BackgroundProcess(started, stdin=run.stdin, window=run.max_output, on_exit=on_exit)
     core.track(ws, proc)
     return proc
 
@@ -90,36 +78,20 @@ class SyncWorkspaceSandbox:
                 ws = self.core.new_session(sid, workspace, ephemeral_tmp=ephemeral_tmp)
             return ws
 
-    def _drive(self, gen: Generator[Approve | Run, object, object], ws: SessionWorkspace,
-               background: bool) -> object:
-        value: object = None
-        while True:
-            try:
-                effect = gen.send(value)
-            except StopIteration as stop:
-                return stop.value
-            if isinstance(effect, Approve):
-                value = self._ask(effect)
-            elif background:
-                value = perform_start(effect, self.core, ws)
-            else:
-                value = perform_run(effect)
-
-    def _ask(self, effect: Approve) -> str:
-        requester = self.core.gate.requester
-        assert requester is not None
-        result = requester.request(effect.request)
-        if not isinstance(result, str):
-            raise SandboxUnavailable("an async approval requester needs WorkspaceSandbox (async)")
-        return result or DENIED
-
     def execute(self, command: SandboxCommand) -> SandboxOutput:
         ws = self.session(command.session_id)
-        return self._drive(self.core.pipeline(command, ws), ws, False)  # type: ignore[return-value]
+        core = self.core
+        return output(core.drive(core.pipeline(command, ws), Performers(core.ask, perform_run)))
 
     def start(self, command: SandboxCommand) -> BackgroundProcess:
+        from .process import BackgroundProcess
+
         ws = self.session(command.session_id)
-        return self._drive(self.core.pipeline(command, ws, background=True), ws, True)  # type: ignore[return-value]
+        core = self.core
+        proc = core.drive(core.pipeline(command, ws, background=True),
+                          Performers(core.ask, lambda run: perform_start(run, core, ws)))
+        assert isinstance(proc, BackgroundProcess)
+        return proc
 
     def close_session(self, session_id: str) -> None:
         self.core.close_session(session_id)

@@ -7,7 +7,7 @@ without real subprocesses. Nothing here is used by stockade's product code.
 from __future__ import annotations
 
 from .command import SandboxOutput
-from .drivers import PreparedLaunch
+from .drivers import Driver, Launch
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from .profile import Profile
 
 
-class FakeDriver:
+class FakeDriver(Driver):
     """Records every prepare and runs `argv` as given -- with NO boundary.
 
     Use it only to test decisions (approval, hooks, audit); never to test
@@ -33,11 +33,11 @@ class FakeDriver:
         if self.available_error is not None:
             raise self.available_error
 
-    def prepare(self, argv: list[str], profile: Profile) -> PreparedLaunch:
+    def prepare(self, argv: list[str], profile: Profile) -> Launch:
         from .process import chdir_argv
 
         self.prepared.append((list(argv), profile))
-        return PreparedLaunch(chdir_argv(profile.cwd, list(argv)), dict(profile.env),
+        return Launch(chdir_argv(profile.cwd, list(argv)), dict(profile.env),
                               profile.cwd)
 
     @property

@@ -211,14 +211,17 @@ def shown_path(path: str, cwd: str) -> str:
 
 
 def digest(data: bytes) -> str:
-    import hashlib
+    from .paths import sha256_hex
 
-    return hashlib.sha256(data).hexdigest()
+    return sha256_hex(data)
 
 
 def store_path(env: Mapping[str, str]) -> str:
-    base = env.get("XDG_STATE_HOME") or os.path.join(env.get("HOME") or "/", ".local", "state")
-    return os.path.join(base, "stockade", "trusted.json")
+    from .paths import state_dir
+
+    # No HOME: "/", never a shared /tmp, where another user could plant the
+    # file that says what is trusted.
+    return os.path.join(state_dir(env, no_home="/"), "trusted.json")
 
 
 class TrustStore:

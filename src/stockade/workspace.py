@@ -11,14 +11,13 @@ import asyncio
 import time
 from typing import TYPE_CHECKING, Any, Protocol
 
-from .approval import DENIED, TIMEOUT
 from .context import current_session
-from .core import Approve, Run, SandboxCore, SessionWorkspace, make_core
+from .core import Performers, Run, SandboxCore, SessionWorkspace, make_core, output
 from .errors import InvalidCommand, SandboxDisabled
-from .sync import check_launcher_failure, perform_start
+from .sync import perform_start
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable, Callable, Generator
+    from collections.abc import Awaitable, Callable
 
     from .command import SandboxCommand, SandboxOutput
     from .config import SandboxConfig
@@ -62,45 +61,27 @@ class WorkspaceSandbox:
         """Bind a session to an existing directory (or provision one when None)."""
         return await self.for_session(session_id, workspace)
 
-    async def _drive(self, gen: Generator[Approve | Run, object, object], ws: SessionWorkspace,
-                     background: bool, progress: Progress | None = None) -> object:
-        value: object = None
-        while True:
-            try:
-                effect = gen.send(value)
-            except StopIteration as stop:
-                return stop.value
-            if isinstance(effect, Approve):
-                value = await self._ask(effect)
-            elif background:
-                value = perform_start(effect, self.core, ws)
-            else:
-                value = await _run_async(effect, progress)
-
-    async def _ask(self, effect: Approve) -> str:
-        requester = self.core.gate.requester
-        assert requester is not None
-        try:
-            async with asyncio.timeout(self.core.gate.timeout_secs):
-                result = requester.request(effect.request)
-                if not isinstance(result, str):
-                    result = await result
-        except TimeoutError:
-            return TIMEOUT
-        return result or DENIED
-
     async def execute(self, command: SandboxCommand, *, progress: Progress | None = None
                       ) -> SandboxOutput:
         """Run `command` to completion. `progress(elapsed_s, output_bytes)` is awaited
         about once a second while it runs, so a caller can show that a long
         command is alive; cancelling the awaiting task ends its whole tree."""
         ws = await self.for_session(command.session_id)
-        return await self._drive(self.core.pipeline(command, ws), ws, False, progress)  # type: ignore[return-value]
+        core = self.core
+        return output(await core.adrive(core.pipeline(command, ws),
+                                        Performers(core.aask,
+                                                   lambda run: _run_async(run, progress))))
 
     async def start(self, command: SandboxCommand) -> BackgroundProcess:
         """Start a command that outlives this call; the session stops it when it closes."""
+        from .process import BackgroundProcess
+
         ws = await self.for_session(command.session_id)
-        return await self._drive(self.core.pipeline(command, ws, background=True), ws, True)  # type: ignore[return-value]
+        core = self.core
+        proc = await core.adrive(core.pipeline(command, ws, background=True),
+                                 Performers(core.aask, lambda run: perform_start(run, core, ws)))
+        assert isinstance(proc, BackgroundProcess)
+        return proc
 
     async def close_session(self, session_id: str) -> None:
         await asyncio.to_thread(self.core.close_session, session_id)
@@ -120,11 +101,11 @@ PROGRESS_INTERVAL = 1.0
 
 
 async def _run_async(run: Run, progress: Progress | None = None) -> Outcome:
-    from .process import OutputMeter, spawn_launch
+    from .process import OutputMeter
 
     launch = run.launch
     try:
-        proc = spawn_launch(launch)
+        proc = launch.start()
         cancelled = False
         meter = OutputMeter()
         started = time.monotonic()
@@ -149,7 +130,6 @@ async def _run_async(run: Run, progress: Progress | None = None) -> Outcome:
             raise
     finally:
         launch.cleanup()
-    check_launcher_failure(outcome.returncode, outcome.stderr)
     return outcome
 
 

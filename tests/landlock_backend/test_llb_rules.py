@@ -12,21 +12,18 @@ import pytest
 
 from stockade.capabilities import NetworkPolicy, capabilities_for_mode
 from stockade.drivers.linux.landlock import FS_READ, FS_READ_DIR
-from stockade.drivers.linux.landlock_driver import (
+from stockade.drivers.linux.landlock_driver import check_landlock, check_profile, command_env
+from stockade.drivers.linux.landlock_rules import (
     DEVICES,
-    SECCOMP_MODES,
     SPECIAL_ROOTS,
     TCP_ABI,
     BackendRules,
-    check_landlock,
-    check_profile,
-    command_env,
     landlock_backend_rules,
     other_homes,
     private_paths,
     split_grant,
 )
-from stockade.drivers.linux.seccomp import NO_UNIX, TCP_ONLY, UNIX_NO_CONNECT
+from stockade.drivers.linux.seccomp import NO_UNIX, SECCOMP_MODES, TCP_ONLY, UNIX_NO_CONNECT
 from stockade.errors import SandboxUnavailable
 from stockade.profile import DIR, FILE, LINK, MISSING, SOCKET, build_profile, path_kind
 
@@ -218,7 +215,7 @@ def test_network_none_and_all(network: NetworkPolicy, mode: str, ports: tuple[in
                               tcp: bool) -> None:
     r = rules(profile(network=network))
     assert r.rules.tcp_connect == ports and r.rules.restrict_tcp is tcp
-    assert SECCOMP_MODES[network.kind] == mode
+    assert SECCOMP_MODES["landlock"][network.kind] == mode
 
 
 def test_network_hosts_allows_connect_to_the_proxy_port_only() -> None:
@@ -226,7 +223,7 @@ def test_network_hosts_allows_connect_to_the_proxy_port_only() -> None:
                 proxy_socket="/x.sock")
     r = rules(p)
     assert r.rules.restrict_tcp and r.rules.tcp_connect == (40123,) and r.rules.tcp_bind == ()
-    assert SECCOMP_MODES["hosts"] == TCP_ONLY
+    assert SECCOMP_MODES["landlock"]["hosts"] == TCP_ONLY
     env = command_env(p, TMP)
     assert env["HTTP_PROXY"] == env["https_proxy"] == "http://127.0.0.1:40123"
     assert env["ALL_PROXY"] == "http://127.0.0.1:40123"  # httpx needs socksio for socks5h://

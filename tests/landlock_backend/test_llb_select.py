@@ -78,7 +78,7 @@ def fake_machine(monkeypatch: pytest.MonkeyPatch):  # type: ignore[no-untyped-de
 
     monkeypatch.setattr(bwrap_mod, "probe_userns", probe)
     monkeypatch.setattr(bwrap_mod, "locate_bwrap", lambda env, ws, configured="": "/fake/bwrap")
-    monkeypatch.setattr(layers, "host_landlock_abi", lambda: state["abi"])
+    monkeypatch.setattr(layers, "host_landlock_abi", lambda cache_dir="": state["abi"])
     return state
 
 
@@ -168,7 +168,7 @@ def test_landlock_min_abi_from_a_file(tmp_path: object) -> None:
 
 @pytest.mark.parametrize("backend", ["auto", "landlock"])
 def test_core_passes_landlock_options(backend: str, tmp_path: object,
-                                      monkeypatch: pytest.MonkeyPatch) -> None:
+                                      fake_machine: dict[str, object]) -> None:
     import os
 
     root = str(tmp_path)
@@ -176,20 +176,12 @@ def test_core_passes_landlock_options(backend: str, tmp_path: object,
     config = SandboxConfig(backend=backend, landlock_min_abi=4, ledger=False,
                            workspace_root=os.path.join(root, "wsr"))
     core = SandboxCore(config, env=env, ledger=Ledger(None), hooks=[])
-    seen: dict[str, object] = {}
-    import stockade.drivers as drivers
-
-    real = drivers.select_driver
-
-    def spy(name: str, **options: object) -> object:
-        seen.update(options, backend=name)
-        return real("landlock", **options)
-
-    monkeypatch.setattr(drivers, "select_driver", spy)
-    core.driver(True, root)
-    assert seen["backend"] == backend and seen["min_abi"] == 4
-    assert seen["workspace_root"] == os.path.join(root, "wsr")
-    assert seen["state_dir"] == os.path.join(root, "st", "stockade")
+    fake_machine["bwrap"] = "user namespaces are disabled"  # auto falls back to Landlock
+    driver = core.driver(True, root)
+    assert isinstance(driver, LandlockDriver)
+    assert driver._min_abi == 4
+    assert os.path.realpath(os.path.join(root, "wsr")) in driver._private
+    assert driver._state_dir == os.path.realpath(os.path.join(root, "st", "stockade"))
 
 
 # -- doctor ---------------------------------------------------------------------------------

@@ -23,7 +23,8 @@ import pytest
 
 from stockade.capabilities import NetworkPolicy, capabilities_for_mode
 from stockade.drivers.linux import initcore, landlock, layers, seccomp
-from stockade.drivers.linux.bwrap import build_bwrap_args, locate_bwrap
+from stockade.drivers.linux.bwrap import build_bwrap_args
+from stockade.drivers.linux.bwrap_binary import locate_bwrap
 from stockade.drivers.linux.layers import (
     INIT_DIR,
     INIT_PATH,
@@ -179,7 +180,7 @@ def test_the_init_imports_nothing_slow() -> None:
     done = subprocess.run([HOST_PYTHON, "-I", "-S", "-c", code, INIT_DIR],
                           capture_output=True, text=True, check=True)
     loaded = set(done.stdout.split())
-    assert loaded <= {"initcore", "landlock", "seccomp", "_json", "_ctypes"}
+    assert loaded <= {"initcore", "initschema", "landlock", "seccomp", "_json", "_ctypes"}
 
 
 def test_ensure_bytecode_writes_fresh_caches() -> None:
@@ -592,7 +593,8 @@ def test_the_integration_the_driver_will_do(tmp_path: Path, scope: str) -> None:
     profile = build_profile(mode="workspace-write", workspace=ws, cwd=ws,
                             capabilities=capabilities_for_mode("workspace-write", ws),
                             read_scope=scope, host_env=env)
-    profile.protected = tuple(p for p in profile.protected if not p.kind.startswith("missing"))
+    profile = profile.replace(
+        protected=tuple(p for p in profile.protected if not p.kind.startswith("missing")))
     launch = init_launch(profile, ["/bin/sh", "-c",
                                    "echo ok > out; echo no > /var/tmp/x-$$ || true;"
                                    " grep Seccomp: /proc/self/status"])
@@ -620,3 +622,11 @@ def test_the_lifeline_refuses_once_stockade_is_gone() -> None:
     os.close(write)
     with pytest.raises(Refusal, match="stockade exited"):
         check_lifeline(read)
+
+
+def test_a_key_outside_the_schema_is_refused_on_both_sides() -> None:
+    """A misspelt key the init ignored would be a layer silently not applied."""
+    with pytest.raises(initcore.Refusal, match="does not know: seccmp"):
+        initcore.parse_config('{"v": 1, "seccmp": "unix-only"}')
+    with pytest.raises(ValueError, match="does not know: seccmp"):
+        layers.init_argv("/usr/bin/python3", layers.INIT_PATH, {"v": 1, "seccmp": "x"}, ["true"])

@@ -118,8 +118,7 @@ def test_prepare_runs_the_command_in_its_cwd_under_the_profile(tmp_path) -> None
 def test_prepare_uses_the_session_tmp_and_leaves_it_alone(tmp_path) -> None:
     session_tmp = tmp_path / "session"
     session_tmp.mkdir()
-    prof = mac_profile()
-    prof.session_tmp = str(session_tmp)
+    prof = mac_profile().replace(session_tmp=str(session_tmp))
     launch = SeatbeltDriver(env={"TMPDIR": str(tmp_path)}).prepare(["true"], prof)
     _, params, _ = _split(launch.argv)
     launch.cleanup()
@@ -177,8 +176,7 @@ def test_loader_and_malloc_variables_never_reach_the_command() -> None:
 
 def _with_memory(mb: int | None, argv: list[str], cwd: str) -> list[str]:
     prof = mac_profile(capabilities=SandboxCapabilities(fs_write=(WS,), max_memory_mb=mb))
-    prof.cwd = cwd
-    return command_argv(argv, prof)
+    return command_argv(argv, prof.replace(cwd=cwd))
 
 
 def test_memory_ceiling_is_set_before_the_command_runs(tmp_path) -> None:

@@ -60,3 +60,14 @@ def test_unreadable_accepts_none_string_or_list(tmp_path):
     for value in ('"none"', '["~/.aws"]', '"~/.aws:~/.kube"'):
         path = write(tmp_path, f"[sandbox]\nunreadable = {value}\n")
         load_config({}, str(tmp_path), paths=[path])
+
+
+def test_settings_are_keywords_and_an_unknown_one_is_a_config_error() -> None:
+    """`SandboxConfig(mode="yolo", bogus=1)` is refused by mypy (no such keyword) and here."""
+    with pytest.raises(ConfigError, match=r"unknown sandbox setting.*bogus"):
+        SandboxConfig(mode="read-only", bogus=1)  # type: ignore[call-arg]
+    with pytest.raises(ConfigError, match="mode = 'yolo' is not one of"):
+        SandboxConfig(mode="yolo")
+    with pytest.raises(ConfigError, match="writable must be a list of strings"):
+        SandboxConfig(writable="/tmp")
+    assert SandboxConfig(writable=("/a",)).writable == ["/a"]

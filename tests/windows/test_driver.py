@@ -583,3 +583,21 @@ def test_a_failed_restricted_start_restores_every_label(failing: str) -> None:
     _run(d, win_profile(network=ALL))
     assert fake.labels == {WS.lower(): "S:(ML;OICI;NW;;;ME)"}
     assert d.shared.stubs == {} and d.shared.labels == {}
+
+
+def test_stockade_doctor_shows_the_tiers_and_calls_it_available_only_when_one_confines(
+        ) -> None:
+    from stockade import doctor
+
+    fake = FakeWin32()
+    entry = doctor.windows_status(driver=_driver(fake))
+    assert entry["available"] is True
+    checks = [row["check"] for row in entry["tiers"]]  # type: ignore[attr-defined]
+    assert "windows tier appcontainer" in checks and "windows tier job-object" in checks
+    # Only the job object starts: that is no filesystem boundary, so not available.
+    fake = FakeWin32()
+    fake.fail["create_appcontainer_profile"] = Win32Error("CreateAppContainerProfile", 5)
+    fake.fail["create_restricted_token"] = PRIV
+    entry = doctor.windows_status(driver=_driver(fake))
+    assert entry["available"] is False and "confines the filesystem" in str(entry["why"])
+    assert doctor.windows_status()["available"] is False  # this is Linux

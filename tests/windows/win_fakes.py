@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+from collections.abc import Mapping
 
 from stockade.capabilities import NetworkPolicy
 from stockade.drivers.windows import plan
@@ -163,7 +164,7 @@ class FakeWin32(Win32):
     def create_process(self, application: str, command_line: str, environment: str,
                        cwd: str, *, token: int | None, appcontainer_sid: str | None,
                        capabilities: tuple[str, ...], stdin: int | None,
-                       capture: bool) -> Started:
+                       capture: bool, stdio: Mapping[int, int] | None = None) -> Started:
         self._call("create_process", application, command_line, environment, cwd, token,
                    appcontainer_sid, capabilities)
         process, thread = self._handle(), self._handle()

@@ -65,7 +65,7 @@ class StockadeExecutionPolicy(BaseExecutionPolicy):
 
     def spawn(self, *, workspace: Path, env: Mapping[str, str],
               command: Sequence[str]) -> subprocess.Popen[str]:
-        from ..core import Approve, Run
+        from ..core import Performers, Run
 
         sandbox = self._get_sandbox(str(workspace))
         key = _short_hash(os.path.realpath(workspace))
@@ -85,23 +85,18 @@ class StockadeExecutionPolicy(BaseExecutionPolicy):
         ws = sandbox.session(session_id, str(workspace), ephemeral_tmp=True)
         argv = list(command)
         cmd = SandboxCommand(argv[0], argv[1:], session_id=session_id, env=dict(env))
-        gen = sandbox.core.pipeline(cmd, ws, background=True)
-        value: object = None
+        core = sandbox.core
         backend = "unresolved"
-        while True:
-            try:
-                effect = gen.send(value)
-            except StopIteration as stop:
-                proc: subprocess.Popen[str] = stop.value
-                break
-            if isinstance(effect, Approve):
-                value = sandbox._ask(effect)
-            else:
-                assert isinstance(effect, Run)
-                backend = effect.profile.env.get("STOCKADE_SANDBOX", backend)
-                started, done = _popen(effect)
-                shells.append((started, done))
-                value = started
+
+        def run(effect: Run) -> subprocess.Popen[str]:
+            nonlocal backend
+            backend = effect.profile.env.get("STOCKADE_SANDBOX", backend)
+            started, done = _popen(effect)
+            shells.append((started, done))
+            return started
+
+        proc = core.drive(core.pipeline(cmd, ws, background=True), Performers(core.ask, run))
+        assert isinstance(proc, subprocess.Popen)
         gate = _CommandGate(sandbox, ws, backend, str(workspace))
         proc.stdin = _GatedStdin(proc.stdin, gate)  # type: ignore[assignment]
         return proc
@@ -161,7 +156,7 @@ class _CommandGate:
         if reason:
             hint = ("stockade denied this command before it reached the shell: "
                     f"{reason}. Do not retry it as is; ask the user, or do the task another way.")
-            core._audit(cmd, self._ws, mode, None, self._backend, DENIED, started,
+            core.audit(cmd, self._ws, mode, None, self._backend, DENIED, started,
                         denied=True, detail={"reason": reason, "hint": hint,
                                              "persistent_shell": True})
             return f"printf '%s\\n' {shlex.quote(hint)} >&2; (exit 126)\n"
@@ -169,7 +164,7 @@ class _CommandGate:
         if warnings:
             detail["warnings"] = list(warnings)
         # The exit status goes to the model through the shell, not to the ledger.
-        core._audit(cmd, self._ws, mode, None, self._backend, RAN, started, detail=detail)
+        core.audit(cmd, self._ws, mode, None, self._backend, RAN, started, detail=detail)
         return command
 
 
@@ -233,6 +228,6 @@ def _cleanup_after_exit(pid: int, cleanup: Any) -> threading.Event:
 
 
 def _short_hash(text: str) -> str:
-    import hashlib
+    from ..paths import sha256_hex
 
-    return hashlib.sha256(text.encode()).hexdigest()[:12]
+    return sha256_hex(text.encode())[:12]

@@ -2,105 +2,42 @@
 
 Each platform lives in its own package and is importable on any OS: nothing
 platform-only is imported at module level, so the macOS profile generator is
-tested on Linux and the selection logic everywhere. `select_driver` is the
-one place a backend name becomes a driver.
+tested on Linux and the selection logic everywhere. `registry` is the one
+place a backend name becomes a driver.
 """
 
 from __future__ import annotations
 
-import sys
-
-from ..capabilities import FULL_ACCESS
-from ..command import FORBID, REQUIRE
-from ..errors import ConfigError
+from .base import (
+    MEMORY,
+    PIDS,
+    Driver,
+    DriverOption,
+    Launch,
+    LaunchReport,
+    ProcessHandle,
+)
 
 TYPE_CHECKING = False
 
 if TYPE_CHECKING:
     from collections.abc import Callable
-    from typing import Any, Protocol
+    from typing import Any
 
-    from ..profile import Profile
+__all__ = ["MEMORY", "PIDS", "Driver", "DriverOption", "Launch", "LaunchReport",
+           "PreparedLaunch", "ProcessHandle", "select_driver",
+           "should_sandbox"]
 
-    class Launch(Protocol):
-        argv: list[str]
-        env: dict[str, str]
-        cwd: str
-        extra_fds: dict[int, int]
-        events: list[str]
-        neutralised: list[Any]
-        audit: dict[str, object]
-
-        def also(self, undo: Callable[[], None]) -> None: ...
-
-        def cleanup(self) -> None: ...
-
-    class Driver(Protocol):
-        """The seam between the pipeline and the operating system."""
-
-        name: str
-
-        def available(self) -> None:
-            """Raise `SandboxUnavailable` naming the missing piece and its fix."""
-
-        def prepare(self, argv: list[str], profile: Profile) -> Launch:
-            """The confined argv, environment and cwd; `cleanup()` after the process ends."""
-
-
-# Backend names.
+# Backend names the selection logic itself speaks of; every backend is in
+# `registry.REGISTRY`, and `registry.names()` lists them.
 AUTO = "auto"
 BUBBLEWRAP = "bubblewrap"
 LANDLOCK = "landlock"
 SEATBELT = "seatbelt"
 NONE = "none"
-BACKENDS = (AUTO, BUBBLEWRAP, LANDLOCK, SEATBELT, NONE)
 
-
-class PreparedLaunch:
-    """A concrete launch: what to exec, with which environment, and what to undo after.
-
-    `extra_fds` maps a child fd number to a parent fd to place there (the
-    Linux drivers keep each at its own number, so a caller that can only
-    pass descriptors through unchanged, like `subprocess.Popen(pass_fds=)`,
-    can run their launches too);
-    `audit` is what the driver wants in the execution's audit record (the
-    Landlock ABI in force, the limit mechanism); `cleanup()` runs once the
-    process is gone and may leave `events` ("oom", "pids") and
-    `neutralised` (what the metadata guard made inert or put back).
-    """
-
-    __slots__ = ("_cleanup", "argv", "audit", "cwd", "env", "events", "extra_fds",
-                 "neutralised")
-
-    def __init__(self, argv: list[str], env: dict[str, str], cwd: str, *,
-                 extra_fds: dict[int, int] | None = None,
-                 cleanup: Callable[[PreparedLaunch], None] | None = None) -> None:
-        self.argv = argv
-        self.env = env
-        self.cwd = cwd
-        self.extra_fds = extra_fds or {}
-        self.events: list[str] = []
-        self.neutralised: list[Any] = []
-        self.audit: dict[str, object] = {}
-        self._cleanup = cleanup
-
-    def also(self, undo: Callable[[], None]) -> None:
-        """Run `undo` after the driver's own cleanup (the pipeline's resources)."""
-        first = self._cleanup
-
-        def both(launch: PreparedLaunch) -> None:
-            try:
-                if first is not None:
-                    first(launch)
-            finally:
-                undo()
-
-        self._cleanup = both
-
-    def cleanup(self) -> None:
-        cleanup, self._cleanup = self._cleanup, None
-        if cleanup is not None:
-            cleanup(self)
+#: The name drivers used before the contract lived in `base`.
+PreparedLaunch = Launch
 
 
 def should_sandbox(mode: str, preference: str) -> bool:
@@ -109,6 +46,9 @@ def should_sandbox(mode: str, preference: str) -> bool:
     full-access under Auto runs without a boundary: wrapping a process in a
     sandbox that allows everything costs time and promises nothing.
     """
+    from ..capabilities import FULL_ACCESS
+    from ..command import FORBID, REQUIRE
+
     if preference == FORBID:
         return False
     if preference == REQUIRE:
@@ -117,21 +57,9 @@ def should_sandbox(mode: str, preference: str) -> bool:
 
 
 def platform_backend() -> str:
-    if sys.platform.startswith("linux"):
-        return BUBBLEWRAP
-    if sys.platform == "darwin":
-        return SEATBELT
-    return ""
+    from .registry import platform_backend as native
 
-
-#: Driver options only one Linux backend takes; `select_driver` gives each its own.
-_BWRAP_ONLY = ("bwrap_path", "probe", "require_landlock")
-_LANDLOCK_ONLY = ("min_abi", "ledger", "workspace_root")
-
-
-def _options_for(backend: str, options: dict[str, Any]) -> dict[str, Any]:
-    other = _LANDLOCK_ONLY if backend == BUBBLEWRAP else _BWRAP_ONLY
-    return {k: v for k, v in options.items() if k not in other}
+    return native()
 
 
 def choose_linux_backend(bwrap_check: Callable[[], None], landlock_abi: Callable[[], int],
@@ -158,53 +86,32 @@ def choose_linux_backend(bwrap_check: Callable[[], None], landlock_abi: Callable
 
 
 def select_driver(backend: str, *, sandboxed: bool = True, **options: Any) -> Driver:
-    """The driver for a backend name; `auto` means this platform's native one.
+    """The driver for a backend name, built from keyword arguments; `auto` means this
+    platform's native one (see `registry.resolve_auto`).
 
-    On Linux `auto` is bubblewrap when it can build a sandbox here and the
-    Landlock backend when it cannot (see `choose_linux_backend`): a choice
-    made once, before anything runs, and recorded as the driver's name in
-    every audit record. With a `bwrap` configured, `auto` is bubblewrap.
-    Otherwise never downgrades: a backend that cannot start raises from
-    `available()`, it is not replaced by a weaker one behind the caller's
-    back.
+    Each backend's constructor takes the options it knows and ignores the
+    rest, so one set of options serves whichever backend `auto` becomes.
+    The pipeline builds its driver from config (`registry.from_config`);
+    this is the same selection for callers that hold options, not a config.
+    Never downgrades: a backend that cannot start raises from `available()`,
+    it is not replaced by a weaker one behind the caller's back.
     """
-    if backend not in BACKENDS:
-        raise ConfigError(f"unknown backend {backend!r}: choose one of {', '.join(BACKENDS)}")
+    from .registry import accepted, lookup, resolve_auto
+
+    if backend != AUTO:
+        lookup(backend)  # unknown: ConfigError naming the choices
     if not sandboxed or backend == NONE:
         from .none import NoneDriver
 
         return NoneDriver()
+
+    def make(name: str) -> Driver:
+        cls = lookup(name).load()
+        return cls(**accepted(cls, options))
+
     if backend == AUTO:
-        backend = platform_backend()
-        # A bwrap the user configured by path is a choice, not a preference:
-        # if it cannot start, that is an error to see, not a reason to run
-        # under a weaker backend instead.
-        if backend == BUBBLEWRAP and not options.get("bwrap_path"):
-            from .linux.bwrap import BubblewrapDriver
-            from .linux.landlock_driver import DEFAULT_MIN_ABI
-            from .linux.layers import host_landlock_abi
+        from .linux.options import DEFAULT_MIN_ABI
 
-            bwrap = BubblewrapDriver(**_options_for(BUBBLEWRAP, options))
-            backend = choose_linux_backend(
-                bwrap.probe, host_landlock_abi,
-                int(options.get("min_abi") or DEFAULT_MIN_ABI))
-            if backend == BUBBLEWRAP:
-                return bwrap
-    if backend == BUBBLEWRAP:
-        from .linux.bwrap import BubblewrapDriver
-
-        return BubblewrapDriver(**_options_for(BUBBLEWRAP, options))
-    if backend == LANDLOCK:
-        from .linux.landlock_driver import LandlockDriver
-
-        return LandlockDriver(**_options_for(LANDLOCK, options))
-    if backend == SEATBELT:
-        from .macos.seatbelt import SeatbeltDriver  # type: ignore[import-not-found,unused-ignore]
-
-        return SeatbeltDriver(**options)  # type: ignore[no-any-return,unused-ignore]
-    from ..errors import SandboxUnavailable
-
-    raise SandboxUnavailable(
-        f"backend {backend or 'auto'!r} is not available on {sys.platform}: "
-        "stockade confines commands with bubblewrap or Landlock on Linux and Seatbelt on macOS"
-    )
+        return resolve_auto(make, min_abi=int(options.get("min_abi") or DEFAULT_MIN_ABI),
+                            configured_bwrap=bool(options.get("bwrap_path")))
+    return make(backend)

@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
     from typing import Any, ClassVar
 
-    from ..process import Outcome
+    from ..process import Outcome, OutputMeter
     from ..profile import Profile
 
 #: `LaunchReport.limit_exceeded` values.
@@ -79,7 +79,9 @@ class ProcessHandle:
     returncode: int | None
 
     def communicate(self, stdin: bytes | None = None, *, timeout: float | None = None,
-                    max_output: int = 1 << 20, cancelled: object = None) -> Outcome:
+                    max_output: int = 1 << 20, cancelled: Callable[[], bool] | None = None,
+                    meter: OutputMeter | None = None) -> Outcome:
+        """`meter.bytes` counts the output read so far, for progress reports."""
         raise NotImplementedError
 
     def kill(self) -> None:
@@ -123,11 +125,17 @@ class Launch:
         self._cleanup = cleanup
 
     def start(self, *, stdin: int | None = None, capture: bool = True,
-              new_session: bool = True) -> ProcessHandle:
-        """Spawn the confined process. `stdin`: an fd to inherit, or None for a pipe."""
+              new_session: bool = True, stdio: Mapping[int, int] | None = None
+              ) -> ProcessHandle:
+        """Spawn the confined process. `stdin`: an fd to inherit, or None for a pipe.
+
+        `stdio` places parent fds on the child's 1 and 2 when they are not
+        captured (a terminal, a pty, a pipe the caller copies on).
+        """
         from ..process import Process
 
-        return Process(self.argv, self.env, extra_fds=self.extra_fds, stdin=stdin,
+        fds = {**self.extra_fds, **stdio} if stdio else self.extra_fds
+        return Process(self.argv, self.env, extra_fds=fds, stdin=stdin,
                        capture=capture, new_session=new_session)
 
     def also(self, undo: Callable[[], None]) -> None:
@@ -186,6 +194,12 @@ class Driver:
     def explain_denial(self, stderr: bytes) -> str | None:
         """This backend's own words for a refusal the generic hints would miss."""
         return None
+
+    def explain_run(self, launch: Launch, stderr: bytes) -> str | None:
+        """The hint for one run: `explain_denial`, unless the words depend on what
+        this launch was given (a backend that names the rule reads it from its
+        own `Launch` subclass)."""
+        return self.explain_denial(stderr)
 
     def doctor(self) -> list[tuple[str, bool, str]]:
         """(check, passed, detail) rows for `stockade doctor`."""

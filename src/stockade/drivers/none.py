@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from . import PreparedLaunch
+from .base import Driver, Launch
 
 TYPE_CHECKING = False
 
@@ -10,7 +10,7 @@ if TYPE_CHECKING:
     from ..profile import Profile
 
 
-class NoneDriver:
+class NoneDriver(Driver):
     """Runs the command as it is. The audit record says `backend=none`, so nobody is misled."""
 
     name = "none"
@@ -18,10 +18,10 @@ class NoneDriver:
     def available(self) -> None:
         return None
 
-    def prepare(self, argv: list[str], profile: Profile) -> PreparedLaunch:
+    def prepare(self, argv: list[str], profile: Profile) -> Launch:
         from ..process import chdir_argv
 
         # posix_spawn cannot change directory, and chdir in this process
         # would move every thread; a shell does it in the child.
-        return PreparedLaunch(chdir_argv(profile.cwd, list(argv)), dict(profile.env),
+        return Launch(chdir_argv(profile.cwd, list(argv)), dict(profile.env),
                               profile.cwd)

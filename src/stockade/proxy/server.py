@@ -17,7 +17,6 @@ import asyncio
 import base64
 import contextlib
 import errno
-import hashlib
 import hmac
 import itertools
 import logging
@@ -226,7 +225,9 @@ def _session_file(session_id: str) -> str:
     # Session ids are arbitrary text; a digest is short, fixed-length and safe
     # as a file name, so no id can escape the socket directory, and the name
     # fits in sun_path after /proc/self/fd/N/ (see _bind_unix).
-    return hashlib.sha256(session_id.encode("utf-8")).hexdigest()[:32] + ".sock"
+    from ..paths import sha256_hex
+
+    return sha256_hex(session_id.encode("utf-8"))[:32] + ".sock"
 
 
 def _connect_refusal(host: Host, port: int, address: IPAddress, exc: OSError) -> _Refusal:

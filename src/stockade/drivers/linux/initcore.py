@@ -22,6 +22,11 @@ import sys
 from time import perf_counter
 
 TYPE_CHECKING = False  # typing costs the init 3 ms; mypy treats this name as True
+
+if TYPE_CHECKING or __package__:  # imported as part of the package (tests, the host)
+    from .initschema import config_problem
+else:
+    from initschema import config_problem  # the init: a sibling module
 if TYPE_CHECKING:
     import _socket  # local annotations only: never evaluated at run time
 
@@ -30,7 +35,6 @@ if TYPE_CHECKING:
 
 REFUSED, CANNOT_EXECUTE, NOT_FOUND = 125, 126, 127
 EPERM, ENOENT, ESRCH, ENOEXEC, EACCES, ENOTDIR, EINVAL = 1, 2, 3, 8, 13, 20, 22
-CONFIG_VERSION = 1
 SIGKILL = 9
 PR_SET_PDEATHSIG, PR_CAPBSET_DROP, PR_SET_SECUREBITS, PR_CAP_AMBIENT = 1, 24, 28, 47
 PR_CAP_AMBIENT_CLEAR_ALL = 4
@@ -68,8 +72,9 @@ def parse_config(text: str) -> dict[str, object]:
             end = -1
         if end != len(text):
             raise Refusal("the config is not valid JSON")
-    if not isinstance(value, dict) or value.get("v") != CONFIG_VERSION:
-        raise Refusal(f"the config is not a version {CONFIG_VERSION} stockade-init config")
+    problem = config_problem(value)
+    if problem or not isinstance(value, dict):
+        raise Refusal(problem or "the config is not an object")
     return value
 
 

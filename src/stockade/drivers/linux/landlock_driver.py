@@ -26,13 +26,19 @@ from __future__ import annotations
 import os
 import sys
 
-from ...capabilities import NetworkPolicy, is_under
+from ...capabilities import NetworkPolicy
 from ...errors import SandboxUnavailable
-from ...profile import DIR, LINK, MISSING, STRICT, path_kind
-from .. import PreparedLaunch
+from ...paths import state_dir as state_dir_of
+from ..base import Driver, Launch
 from .fstree import remove_tree
 from .guard import MetadataGuard
-from .landlock import LandlockRules, unavailable_reason
+from .landlock import unavailable_reason
+from .landlock_rules import (
+    SCOPE_ABI,
+    TCP_ABI,
+    landlock_backend_rules,
+    private_paths,
+)
 from .limits import (
     ExecCgroup,
     ScopeCgroup,
@@ -40,36 +46,19 @@ from .limits import (
     mechanism,
     nproc_limit,
     prime_migration,
+    read_limits,
 )
-from .seccomp import NO_UNIX, TCP_ONLY, UNIX_NO_CONNECT, native_arch
+from .options import DEFAULT_MIN_ABI, LANDLOCK_OPTIONS
+from .seccomp import SECCOMP_MODES, native_arch
 
 TYPE_CHECKING = False
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterable, Mapping, Sequence
+    from collections.abc import Callable, Mapping
+    from typing import Any
 
     from ...profile import Profile
-
-#: The lowest Landlock ABI the backend accepts unless `landlock_min_abi`
-#: says otherwise: ABI 3 is the first that can refuse truncate(2), without
-#: which a read-only file can still be emptied.
-DEFAULT_MIN_ABI = 3
-#: Landlock ABI of TCP port rules (network hosts needs them) and of signal
-#: and abstract-socket scoping (the reaper needs them).
-TCP_ABI, SCOPE_ABI = 4, 6
-
-#: The host's /dev holds disks (/dev/sda, /dev/mem for root), terminals of
-#: other sessions (/dev/pts/N of the same uid, whose input could be read)
-#: and shared memory of other programs (/dev/shm): only these come in.
-DEVICES = ("/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom", "/dev/tty")
-#: The parts of /sys tools read (CPU count, cgroup limits, hugepages for
-#: JVMs); the rest lists the host's network interfaces and hardware.
-SYS_READ_PATHS = ("/sys/devices/system/cpu", "/sys/devices/system/node", "/sys/fs/cgroup",
-                  "/sys/kernel/mm/transparent_hugepage")
-#: Never part of the host read scope: /dev and /sys (see above), /proc
-#: (granted read-only on its own), /tmp (the host's, shared with every other
-#: program; the command gets a TMPDIR of its own instead).
-SPECIAL_ROOTS = ("/dev", "/proc", "/sys", "/tmp")
+    from .warm import WarmPool
 
 #: What this backend does not do that bubblewrap does, one line each; shown
 #: by `stockade doctor` and expanded in docs/landlock-backend.md.
@@ -95,185 +84,6 @@ WEAKNESSES = (
 )
 
 
-def split_grant(root: str, excluded: Iterable[str], *,
-                listdir: Callable[[str], list[str]] | None = None,
-                kind: Callable[[str], str] = path_kind) -> tuple[list[str], list[str]]:
-    """(grants, listed): paths that together cover `root` minus every `excluded`
-    subtree, and the directories that had to be split to get there.
-
-    A directory is listed only when an excluded path lies strictly beneath
-    it, so the work is the depth of the exclusions, not the size of the
-    tree. Symbolic links get no rule: a rule follows the link, and a link
-    in $HOME pointing at ~/.aws would grant ~/.aws; the target is granted,
-    or not, where it really lives. An entry that cannot be listed grants
-    nothing beneath it: what cannot be examined is not handed out.
-
-    The split directories themselves get no read grant (it would reach the
-    excluded paths beneath); the caller may let them be listed.
-    """
-    listdir = listdir or _listdir
-    excluded = sorted({os.path.normpath(e) for e in excluded})
-    grants: list[str] = []
-    listed: list[str] = []
-    stack = [os.path.normpath(root)]
-    while stack:
-        path = stack.pop()
-        if any(is_under(path, e) for e in excluded):
-            continue
-        if not any(is_under(e, path) for e in excluded):
-            grants.append(path)
-            continue
-        if kind(path) != DIR:
-            continue
-        listed.append(path)
-        for name in listdir(path):
-            child = os.path.join(path, name)
-            if kind(child) not in (LINK, MISSING):
-                stack.append(child)
-    return sorted(grants), sorted(listed)
-
-
-def _listdir(path: str) -> list[str]:
-    try:
-        return sorted(os.listdir(path))
-    except OSError:
-        return []
-
-
-def other_homes(home: str, *, listdir: Callable[[str], list[str]] | None = None,
-                kind: Callable[[str], str] = path_kind,
-                realpath: Callable[[str], str] = os.path.realpath) -> list[str]:
-    """/home/* except the one holding $HOME, and /root unless $HOME is there.
-
-    Resolved: where /home is a link (/home -> /data/home), the homes are
-    wherever it leads, and that is where the rules are.
-    """
-    listdir = listdir or _listdir
-    home = realpath(home) if home else ""
-    out = []
-    homes = realpath("/home")
-    if kind(homes) == DIR:
-        for name in listdir(homes):
-            path = os.path.join(homes, name)
-            if not (home and is_under(home, path)):
-                out.append(path)
-    root = realpath("/root")
-    if kind(root) == DIR and not (home and is_under(home, root)):
-        out.append(root)
-    return out
-
-
-def private_paths(env: Mapping[str, str], *, state_dir: str = "", ledger: str | None = None,
-                  workspace_root: str = "") -> list[str]:
-    """stockade's own files: its state (locks, session TMPDIRs), ledger and workspaces.
-
-    A command that could read the ledger would read every other session's
-    commands; one that could read the workspace root, other sessions' work.
-    """
-    home = env.get("HOME") or "/tmp"
-    data = env.get("XDG_DATA_HOME") or os.path.join(home, ".local", "share")
-    out = [state_dir or _default_state_dir(env), os.path.join(data, "stockade")]
-    if workspace_root:
-        out.append(workspace_root)
-    if ledger:
-        # SQLite's companions hold the newest records before a checkpoint.
-        out += [ledger + suffix for suffix in ("", "-wal", "-shm", "-journal")]
-    return [os.path.realpath(p) for p in out]
-
-
-class BackendRules:
-    """The Landlock backend's rules: `LandlockRules` plus the directories that may
-    only be listed (READ_DIR alone), which the init adds (see initcore)."""
-
-    __slots__ = ("listed", "rules")
-
-    def __init__(self, rules: LandlockRules, listed: Sequence[str]) -> None:
-        self.rules = rules
-        self.listed = tuple(sorted(set(listed)))
-
-
-def landlock_backend_rules(profile: Profile, *, tmpdir: str, private: Sequence[str] = (),
-                           python_prefix: str = "",
-                           listdir: Callable[[str], list[str]] | None = None,
-                           kind: Callable[[str], str] = path_kind) -> BackendRules:
-    """The whole boundary as Landlock rules (pure given `listdir` and `kind`).
-
-    Host scope: `/` split around the hidden credentials, runtime sockets,
-    other users' homes, $XDG_RUNTIME_DIR, stockade's private paths and
-    SPECIAL_ROOTS. Strict scope: only the read roots. Then, in both, the few
-    devices, /proc, the useful parts of /sys, the interpreter, the
-    workspace, the writable roots and the TMPDIR.
-
-    The directories split on the way ($HOME, /etc, ~/.config, ...) may be
-    listed but not read: without that `ls ~` fails. READ_DIR reaches
-    everything beneath a directory, so the names inside a hidden directory
-    (never their contents) show -- but a directory above the host's /tmp,
-    /dev, /sys, $XDG_RUNTIME_DIR or another user's home (`/`, `/home`,
-    `/run`) stays unlistable: those names are other people's business.
-    """
-    hidden = [p for p, _kind in profile.hidden]
-    reads: list[str] = []
-    listed: list[str] = []
-    unlistable: list[str] = []
-
-    def split(root: str, excluded: Sequence[str]) -> None:
-        grants, dirs = split_grant(root, excluded, listdir=listdir, kind=kind)
-        reads.extend(grants)
-        listed.extend(dirs)
-
-    if profile.read_scope == STRICT:
-        for root in profile.read_roots:
-            split(root, hidden)
-    else:
-        # /run/user holds every user's runtime dir (session bus, keyring,
-        # podman): hidden whole, as bubblewrap masks it.
-        unlistable = [*SPECIAL_ROOTS, "/run/user"]
-        if profile.runtime_dir:
-            unlistable.append(os.path.realpath(profile.runtime_dir))
-        if profile.mask_other_homes:
-            unlistable += other_homes(profile.home, listdir=listdir, kind=kind)
-        split("/", [*unlistable, *hidden, *profile.sockets, *private])
-        for extra in profile.read_extra:
-            split(extra, hidden)
-    reads += [p for p in SYS_READ_PATHS if kind(p) == DIR]
-    reads.append("/proc")
-    if python_prefix:
-        # The init's interpreter may sit under an excluded home
-        # (/root/.pyenv), and the init imports `resource` after Landlock.
-        reads.append(python_prefix)
-
-    writes = [d for d in DEVICES if kind(d) not in (MISSING, LINK)]
-    writes.append(tmpdir)
-    writable = ([profile.workspace] if profile.workspace_writable else []) + list(
-        profile.write_roots)
-    for root in writable:
-        if any(is_under(h, root) for h in hidden):
-            # The profile never hides anything under a writable grant (an
-            # explicit grant wins); if it did, Landlock could not honour it.
-            raise SandboxUnavailable(
-                f"{root} is writable but holds a hidden path; the landlock backend cannot "
-                "hide a path inside a writable directory. Use backend = \"bubblewrap\"")
-        writes.append(root)
-    if not profile.workspace_writable:
-        split(profile.workspace, hidden)
-
-    kind_net = profile.network.kind
-    ports: tuple[int, ...] = ()
-    if kind_net == NetworkPolicy.HOSTS:
-        if not profile.proxy_port:
-            raise SandboxUnavailable(
-                "network hosts needs the managed proxy's TCP port, which was not started")
-        ports = (profile.proxy_port,)
-    rules = LandlockRules(reads, writes, restrict_tcp=kind_net != NetworkPolicy.ALL,
-                          tcp_connect=ports)
-    granted = set(rules.read) | set(rules.write)
-    return BackendRules(rules, [d for d in listed if d not in granted
-                                and not any(is_under(u, d) for u in unlistable)])
-
-
-#: NetworkPolicy kind -> this backend's seccomp socket gate (see seccomp.py).
-SECCOMP_MODES = {NetworkPolicy.NONE: UNIX_NO_CONNECT, NetworkPolicy.HOSTS: TCP_ONLY,
-                 NetworkPolicy.ALL: NO_UNIX}
 
 
 def command_env(profile: Profile, tmpdir: str) -> dict[str, str]:
@@ -295,15 +105,32 @@ def command_env(profile: Profile, tmpdir: str) -> dict[str, str]:
     return env
 
 
-def _default_state_dir(env: Mapping[str, str]) -> str:
-    base = env.get("XDG_STATE_HOME") or os.path.join(env.get("HOME") or "/tmp", ".local", "state")
-    return os.path.join(base, "stockade")
-
-
-class LandlockDriver:
+class LandlockDriver(Driver):
     """The init's layers with no namespace: Landlock is the filesystem boundary."""
 
     name = "landlock"
+    options = LANDLOCK_OPTIONS
+
+    @classmethod
+    def from_config(cls, config: Any, *, env: Mapping[str, str], workspace: str,
+                    state_dir: str, **overrides: Any) -> LandlockDriver:
+        from ...config import config_paths
+        from ..registry import accepted
+
+        kwargs: dict[str, Any] = {
+            "env": env, "workspace": workspace, "state_dir": state_dir,
+            "max_pids": config.max_pids, "cpu_percent": config.cpu_quota_percent,
+            "min_abi": config.landlock_min_abi,
+            # stockade's own files, kept out of the host read scope: without
+            # a mount namespace nothing else hides them.
+            "ledger": config.ledger_path(env),
+            "workspace_root": config.resolved_workspace_root(env),
+            "warm_sandboxes": config.warm_sandboxes,
+            "warm_idle_seconds": config.warm_idle_seconds,
+            # The user's config file; the project's is watched per workspace.
+            "warm_watch": tuple(config_paths(env, "/")[:1]),}
+        kwargs.update(accepted(cls, overrides))
+        return cls(**kwargs)
 
     def __init__(self, *, env: Mapping[str, str] | None = None, workspace: str = "",
                  state_dir: str = "", max_pids: int | None = 200,
@@ -316,13 +143,14 @@ class LandlockDriver:
         answer (tests)."""
         self._env = dict(env) if env is not None else dict(os.environ)
         self._workspace = workspace
-        self._state_dir = os.path.realpath(state_dir or _default_state_dir(self._env))
+        self._state_dir = os.path.realpath(state_dir or state_dir_of(self._env))
         self._max_pids = max_pids
         self._cpu_percent = cpu_percent
         self._min_abi = min_abi
         self._private = private_paths(self._env, state_dir=self._state_dir, ledger=ledger,
                                       workspace_root=workspace_root)
         self._abi = abi
+        self._sessions: dict[str, str] = {}
         self._warm: WarmPool | None = None
         if warm_sandboxes > 0:
             from .warm import WarmPool
@@ -336,21 +164,25 @@ class LandlockDriver:
             return self._abi()
         from .layers import host_landlock_abi
 
-        return host_landlock_abi()
+        return host_landlock_abi(self._state_dir)
 
     def available(self) -> None:
         check_landlock(self.abi, self._min_abi)
         prime_migration()
 
-    def prepare(self, argv: list[str], profile: Profile) -> PreparedLaunch:
+    def prepare(self, argv: list[str], profile: Profile) -> Launch:
         if self._warm is not None:
             return self._warm.launch(argv, profile)
         return self._prepare(argv, profile)
 
-    def discard_parked(self, workspace: str, session_tmp: str | None) -> None:
-        """A session closed: stop what was parked for it."""
-        if self._warm is not None:
-            self._warm.drop(workspace, session_tmp)
+    def open_session(self, session_id: str, workspace: str) -> None:
+        self._sessions[session_id] = workspace
+
+    def close_session(self, session_id: str) -> None:
+        """Stop what was parked for the session now, not at the idle timeout."""
+        workspace = self._sessions.pop(session_id, None)
+        if self._warm is not None and workspace is not None:
+            self._warm.drop(workspace)
 
     def close(self) -> None:
         if self._warm is not None:
@@ -363,7 +195,7 @@ class LandlockDriver:
                 if profile.protected else None)
 
     def _prepare(self, argv: list[str], profile: Profile, *, park_fd: int | None = None,
-                 guard: bool = True) -> PreparedLaunch:
+                 guard: bool = True) -> Launch:
         """The cold launch; `park_fd`: park before exec (warm.py), the guard left to dispatch."""
         from .layers import init_argv, init_config, init_python, launch_env
 
@@ -381,7 +213,7 @@ class LandlockDriver:
                 python_prefix=os.path.dirname(os.path.dirname(python)))
             rules = backend_rules.rules
             env = command_env(profile, tmpdir)
-            mode = SECCOMP_MODES[profile.network.kind]
+            mode = SECCOMP_MODES["landlock"][profile.network.kind]
             config = init_config(profile, env=env, require_landlock=True,
                                  nproc=nproc_limit(self._max_pids, own_user_namespace=False),
                                  park_fd=park_fd)
@@ -413,10 +245,10 @@ class LandlockDriver:
             audit["landlock_dropped"] = list(report.dropped)
         if undo.cgroup is not None:
             args = undo.cgroup.enter_argv(args, env)
-        launch = PreparedLaunch(args, launch_env(env), profile.cwd, extra_fds=extra_fds,
-                                cleanup=undo.run)
-        launch.audit.update(audit, limits=undo.cgroup.kind if undo.cgroup is not None
-                            else mechanism()[0])
+        launch = Launch(args, launch_env(env), profile.cwd, extra_fds=extra_fds,
+                        cleanup=undo.run)
+        launch.report.audit.update(audit, limits=undo.cgroup.kind if undo.cgroup is not None
+                                   else mechanism()[0])
         return launch
 
     def _tmpdir(self, profile: Profile) -> tuple[str, str]:
@@ -462,7 +294,7 @@ class _Undo:
         self.guard: MetadataGuard | None = None
         self.tmpdir = ""
 
-    def run(self, launch: PreparedLaunch | None) -> None:
+    def run(self, launch: Launch | None) -> None:
         try:
             if self.reaper_w >= 0:
                 os.close(self.reaper_w)
@@ -470,18 +302,14 @@ class _Undo:
                 if launch is not None:
                     _wait_eof(self.reaper_r, REAPER_WAIT)
             if self.cgroup is not None:
-                if launch is not None and not self.cgroup.started():
-                    launch.events.append("limits-not-started")
-                if launch is not None and self.cgroup.oom_killed():
-                    launch.events.append("oom")
-                if launch is not None and self.cgroup.pids_exhausted():
-                    launch.events.append("pids")
+                if launch is not None:
+                    read_limits(self.cgroup, launch.report)
                 self.cgroup.kill()
                 self.cgroup.remove()
             if self.guard is not None:
                 done = self.guard.release()
                 if launch is not None:
-                    launch.neutralised += done
+                    launch.report.neutralised += done
         finally:
             if self.reaper_r >= 0:
                 os.close(self.reaper_r)

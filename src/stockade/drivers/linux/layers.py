@@ -20,8 +20,9 @@ import sys
 
 from ...jsontext import to_json
 from ...profile import SYSTEM_READ_PATHS
+from .initschema import CONFIG_VERSION, config_problem
 from .landlock import LandlockReport, LandlockRules, landlock_abi
-from .seccomp import PROXY_ROUTED, UNIX_ONLY, UNRESTRICTED
+from .seccomp import SECCOMP_MODES
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -32,8 +33,7 @@ if TYPE_CHECKING:
 INIT_DIR = os.path.dirname(os.path.abspath(__file__))
 INIT_PATH = os.path.join(INIT_DIR, "init.py")
 #: What the init imports from INIT_DIR, all before the first layer is in place.
-INIT_MODULES = ("initcore", "landlock", "seccomp", "bridge")
-CONFIG_VERSION = 1
+INIT_MODULES = ("initcore", "initschema", "landlock", "seccomp", "bridge")
 
 #: Where the session's proxy socket appears inside the sandbox, and the
 #: loopback ports the bridge listens on there (HTTP and SOCKS5; the proxy
@@ -41,8 +41,6 @@ CONFIG_VERSION = 1
 BRIDGE_SOCKET = "/dev/stockade-proxy.sock"
 BRIDGE_PORTS = (3128, 1080)
 
-#: NetworkPolicy kind -> the seccomp socket gate.
-SECCOMP_MODES = {"none": UNIX_ONLY, "hosts": PROXY_ROUTED, "all": UNRESTRICTED}
 
 # /dev/null, /dev/urandom and the pty devices are opened by nearly every
 # program; /proc by ps, by every runtime that sizes its thread pool, and by
@@ -121,11 +119,11 @@ def init_config(profile: Profile, *, proxy_ports: Sequence[int] = (),
     `park_fd`: a socket the init waits on for the argv, every layer applied (warm.py).
     """
     kind = profile.network.kind
-    if kind not in SECCOMP_MODES:
+    if kind not in SECCOMP_MODES["bubblewrap"]:
         raise ValueError(f"no seccomp socket gate for network policy {kind!r}")
     config: dict[str, object] = {
         "v": CONFIG_VERSION,
-        "seccomp": SECCOMP_MODES[kind],
+        "seccomp": SECCOMP_MODES["bubblewrap"][kind],
         "landlock": landlock_rules(profile, proxy_ports).to_json(),
         "require_landlock": require_landlock,
         "keep_fds": sorted(set(keep_fds)),
@@ -164,6 +162,9 @@ def init_argv(python: str, init_path: str, config: Mapping[str, object],
     """
     if not argv:
         raise ValueError("the init needs a command to run")
+    problem = config_problem(dict(config))
+    if problem:
+        raise ValueError(problem)
     text = to_json(config)
     return [python, "-I", "-S", init_path, text, "--", *argv]
 
@@ -241,7 +242,7 @@ def init_launch(profile: Profile, argv: Sequence[str], *, python: str | None = N
 _ABI: list[int] = []
 
 
-def host_landlock_abi() -> int:
+def host_landlock_abi(cache_dir: str = "") -> int:
     """The kernel's Landlock ABI: asked once per process, and cached per boot.
 
     Asking means a syscall through ctypes, whose import costs a one-shot CLI
@@ -249,15 +250,15 @@ def host_landlock_abi() -> int:
     change until the kernel does, and a new boot has a new boot id.
     """
     if not _ABI:
-        cache = os.path.join(os.environ.get("XDG_STATE_HOME") or os.path.join(
-            os.environ.get("HOME") or "/tmp", ".local", "state"), "stockade", "landlock-abi")
+        # `cache_dir`: stockade's state directory, as the caller's env says.
+        cache = os.path.join(cache_dir, "landlock-abi") if cache_dir else ""
         try:
             with open("/proc/sys/kernel/random/boot_id") as fh:
                 boot = fh.read().strip()
         except OSError:
             boot = ""
         try:
-            with open(cache) as fh:
+            with open(cache or "/nonexistent") as fh:
                 cached_boot, _, value = fh.read().partition(" ")
             if boot and cached_boot == boot and value.strip().isdigit():
                 _ABI.append(int(value))
@@ -265,7 +266,7 @@ def host_landlock_abi() -> int:
             pass
         if not _ABI:
             _ABI.append(landlock_abi())
-            if boot:
+            if boot and cache:
                 try:
                     os.makedirs(os.path.dirname(cache), mode=0o700, exist_ok=True)
                     with open(cache, "w") as fh:

@@ -18,6 +18,8 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
 
+    from ..base import LaunchReport
+
 CGROUP_ROOT = "/sys/fs/cgroup"
 #: The leaf of a delegated v2 cgroup that stockade moves its members into.
 SUPERVISOR = "stockade-supervisor"
@@ -412,6 +414,22 @@ def exec_cgroup(memory_mb: int | None, max_pids: int | None, cpu_percent: int | 
         raise SandboxUnavailable(
             f"cannot create a cgroup for this command ({exc.filename or name}): {exc.strerror}"
         ) from exc
+
+
+def read_limits(cgroup: ExecCgroup, report: LaunchReport) -> None:
+    """After the run: what the cgroup saw, into the launch's report (before `remove`).
+
+    Memory wins over pids when both fired: an allocation storm that also
+    forked is reported as the limit that killed it.
+    """
+    from ..base import MEMORY, PIDS
+
+    if not cgroup.started():
+        report.limits_started = False
+    if cgroup.oom_killed():
+        report.limit_exceeded = MEMORY
+    elif cgroup.pids_exhausted():
+        report.limit_exceeded = PIDS
 
 
 def nproc_limit(max_pids: int | None, *, own_user_namespace: bool) -> int | None:

@@ -48,6 +48,12 @@ UNIX_NO_CONNECT = "unix-no-connect"
 TCP_ONLY = "tcp-only"
 NO_UNIX = "no-unix"
 LANDLOCK_BACKEND_MODES = (UNIX_NO_CONNECT, TCP_ONLY, NO_UNIX)
+
+#: Backend -> network policy kind ("none", "hosts", "all") -> the socket gate.
+SECCOMP_MODES = {
+    "bubblewrap": {"none": UNIX_ONLY, "hosts": PROXY_ROUTED, "all": UNRESTRICTED},
+    "landlock": {"none": UNIX_NO_CONNECT, "hosts": TCP_ONLY, "all": NO_UNIX},
+}
 ALL_MODES = NETWORK_MODES + LANDLOCK_BACKEND_MODES
 
 X86_64 = "x86_64"

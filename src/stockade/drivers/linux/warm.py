@@ -38,18 +38,19 @@ import threading
 import time
 
 from ...capabilities import is_under
-from .. import PreparedLaunch
+from ..base import Launch
 
 TYPE_CHECKING = False
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Sequence
+    from collections.abc import Callable, Mapping, Sequence
 
     from ...process import Process
     from ...profile import Profile
+    from ..base import ProcessHandle
     from .guard import MetadataGuard
 
-    Build = Callable[..., PreparedLaunch]
+    Build = Callable[..., Launch]
 
 #: Parked sandboxes per session (config `warm_sandboxes`); 0 disables parking.
 DEFAULT_SIZE = 1
@@ -169,7 +170,7 @@ class Parked:
         self.identity = identity
         self.roots = (profile.workspace, *writable_roots(profile))
         self.created = time.monotonic()
-        self.launch: PreparedLaunch | None = None
+        self.launch: Launch | None = None
         self.proc: Process | None = None
         self.sock: socket.socket | None = None
         self.ready = False
@@ -296,7 +297,7 @@ class WarmPool:
     def guard(self, profile: Profile) -> MetadataGuard | None:
         return self._guard(profile)
 
-    def build_cold(self, argv: list[str], profile: Profile) -> PreparedLaunch:
+    def build_cold(self, argv: list[str], profile: Profile) -> Launch:
         return self._build(argv, profile)
 
     def request(self, profile: Profile) -> None:
@@ -316,14 +317,17 @@ class WarmPool:
             self._ensure_thread()
             self._cond.notify()
 
-    def drop(self, workspace: str, session_tmp: str | None) -> None:
-        """The session closed: its parked sandboxes go now, not at the idle timeout."""
-        tok = f"{workspace}\0{session_tmp or ''}"
+    def drop(self, workspace: str) -> None:
+        """A session of `workspace` closed: what is parked there goes now, not at the
+        idle timeout (another session on it parks again after its next command)."""
+        doomed: list[Parked] = []
         with self._cond:
-            doomed = self._parked.pop(tok, [])
-            self._wanted.pop(tok, None)
-            self._misses.pop(tok, None)
-            self._skips.pop(tok, None)
+            for tok in [t for t in {*self._parked, *self._wanted}
+                        if t.split("\0", 1)[0] == workspace]:
+                doomed += self._parked.pop(tok, [])
+                self._wanted.pop(tok, None)
+                self._misses.pop(tok, None)
+                self._skips.pop(tok, None)
         for parked in doomed:
             parked.discard()
 
@@ -474,12 +478,12 @@ class WarmPool:
         parked.built.set()
 
 
-class WarmLaunch(PreparedLaunch):
+class WarmLaunch(Launch):
     """A launch that becomes a parked sandbox at `start()` when one fits, else a cold one.
 
     Until then nothing exists. `argv`, `env` and `extra_fds` are the cold
-    launch's: a caller that spawns by hand (a background start, a terminal)
-    gets exactly today's path.
+    launch's: a caller that reads them to spawn by hand gets exactly
+    today's path.
     """
 
     __slots__ = ("_command", "_guard", "_inner", "_pool", "_profile", "_writing")
@@ -488,12 +492,12 @@ class WarmLaunch(PreparedLaunch):
         self._pool = pool
         self._command = list(argv)
         self._profile = profile
-        self._inner: PreparedLaunch | None = None
+        self._inner: Launch | None = None
         self._guard: MetadataGuard | None = None
         self._writing = False
         super().__init__([], {}, profile.cwd, cleanup=_finish)
 
-    # PreparedLaunch.__init__ assigns these; the real values are the inner launch's.
+    # Launch.__init__ assigns these; the real values are the inner launch's.
     @property
     def argv(self) -> list[str]:
         return self._cold().argv
@@ -518,10 +522,10 @@ class WarmLaunch(PreparedLaunch):
     def extra_fds(self, value: dict[int, int]) -> None:
         pass
 
-    def _cold(self) -> PreparedLaunch:
+    def _cold(self) -> Launch:
         if self._inner is None:
             self._inner = self._pool.build_cold(self._command, self._profile)
-            self.audit.update(self._inner.audit, start=START_COLD)
+            self.report.audit.update(self._inner.report.audit, start=START_COLD)
             self._writes()
         return self._inner
 
@@ -530,10 +534,9 @@ class WarmLaunch(PreparedLaunch):
         _writer_starts(id(self), writable_roots(self._profile))
 
     def start(self, *, stdin: int | None = None, capture: bool = True,
-              new_session: bool = True) -> Process:
-        from ...process import Process
-
-        if self._inner is None and stdin is None and capture and new_session:
+              new_session: bool = True, stdio: Mapping[int, int] | None = None
+              ) -> ProcessHandle:
+        if self._inner is None and stdin is None and capture and new_session and not stdio:
             parked = self._pool.take(self._profile)
             if parked is not None:
                 try:
@@ -547,28 +550,31 @@ class WarmLaunch(PreparedLaunch):
                 assert self._inner is not None and proc is not None
                 self._writes()
                 parked.dispatch(self._command)
-                self.audit.update(self._inner.audit, start=START_WARM)
+                self.report.audit.update(self._inner.report.audit, start=START_WARM)
                 return proc
-        inner = self._cold()
-        return Process(inner.argv, inner.env, extra_fds=inner.extra_fds, stdin=stdin,
-                       capture=capture, new_session=new_session)
+        return self._cold().start(stdin=stdin, capture=capture, new_session=new_session,
+                                  stdio=stdio)
 
 
-def _finish(launch: PreparedLaunch) -> None:
+def _finish(launch: Launch) -> None:
     assert isinstance(launch, WarmLaunch)
     inner, launch._inner = launch._inner, None
+    report = launch.report
     try:
         if inner is not None:
             try:
                 inner.cleanup()
             finally:
-                launch.events += inner.events
-                launch.neutralised += inner.neutralised
+                done = inner.report
+                report.limit_exceeded = report.limit_exceeded or done.limit_exceeded
+                report.limits_started = report.limits_started and done.limits_started
+                report.removed += done.removed
+                report.neutralised += done.neutralised
     finally:
         guard, launch._guard = launch._guard, None
         try:
             if guard is not None:
-                launch.neutralised += guard.release()
+                report.neutralised += guard.release()
         finally:
             if launch._writing:
                 launch._writing = False

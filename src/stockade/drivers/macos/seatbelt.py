@@ -21,7 +21,7 @@ from ...capabilities import NetworkPolicy, is_under
 from ...errors import ConfigError, SandboxUnavailable
 from ...process import chdir_argv
 from ...profile import DIR, HOLD, PIN, STRICT
-from .. import PreparedLaunch
+from ..base import Driver, Launch
 from .hardening import scrub_env
 from .sbpl import (
     ancestors,
@@ -35,6 +35,7 @@ TYPE_CHECKING = False
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Mapping
+    from typing import Any
 
     from ...profile import Profile
 
@@ -540,16 +541,37 @@ def _is_executable(path: str) -> bool:
     return os.path.isfile(path) and os.access(path, os.X_OK)
 
 
-class SeatbeltDriver:
+class SeatbeltLaunch(Launch):
+    """A launch that remembers its profile: Seatbelt's refusals name a path or
+    an operation, and only the profile says which rule that was."""
+
+    __slots__ = ("profile", "scratch")
+
+    def __init__(self, argv: list[str], env: dict[str, str], cwd: str, *,
+                 profile: Profile, scratch: str,
+                 cleanup: Callable[[Launch], None] | None = None) -> None:
+        super().__init__(argv, env, cwd, cleanup=cleanup)
+        self.profile = profile
+        self.scratch = scratch
+
+
+class SeatbeltDriver(Driver):
     """Commands confined by a per-command Seatbelt profile."""
 
     name = "seatbelt"
 
+    @classmethod
+    def from_config(cls, config: Any, *, env: Mapping[str, str], workspace: str,
+                    state_dir: str, **overrides: Any) -> SeatbeltDriver:
+        # Reads no Linux key: one configuration file serves a team's Linux
+        # and macOS machines alike, and the registry accepts every
+        # backend's keys on every platform.
+        from ..registry import accepted
+
+        return cls(env=env, workspace=workspace, **accepted(cls, overrides))
+
     def __init__(self, *, env: Mapping[str, str] | None = None, workspace: str = "",
-                 proxy_ports: Iterable[int] = (), bwrap_path: str = "") -> None:
-        # bwrap_path is accepted and unused so that one configuration file
-        # serves a team's Linux and macOS machines alike.
-        del bwrap_path
+                 proxy_ports: Iterable[int] = ()) -> None:
         self._env = dict(env) if env is not None else dict(os.environ)
         self._workspace = workspace
         self._proxy_ports = _check_ports(proxy_ports)
@@ -558,7 +580,7 @@ class SeatbeltDriver:
         check_available(sys.platform, _is_executable)
 
     def prepare(self, argv: list[str], profile: Profile, *,
-                proxy_ports: Iterable[int] | None = None) -> PreparedLaunch:
+                proxy_ports: Iterable[int] | None = None) -> Launch:
         if proxy_ports is None:
             # The session's proxy port, when the pipeline started one for it.
             proxy_ports = (profile.proxy_port,) if profile.proxy_port else self._proxy_ports
@@ -572,12 +594,21 @@ class SeatbeltDriver:
             _remove(created)
             raise
         if not created:
-            return PreparedLaunch(args, env, profile.cwd)
+            return SeatbeltLaunch(args, env, profile.cwd, profile=profile, scratch=scratch)
 
         def cleanup(_launch: object = None) -> None:
             _remove(created)
 
-        return PreparedLaunch(args, env, profile.cwd, cleanup=cleanup)
+        return SeatbeltLaunch(args, env, profile.cwd, cleanup=cleanup, profile=profile,
+                              scratch=scratch)
+
+    def explain_run(self, launch: Launch, stderr: bytes) -> str | None:
+        """The rule that refused, named from the profile this launch was built for."""
+        if not isinstance(launch, SeatbeltLaunch):
+            return self.explain_denial(stderr)
+        from .diagnose import explain_denial
+
+        return explain_denial(launch.profile, stderr, scratch=launch.scratch)
 
     def _scratch(self, profile: Profile) -> tuple[str, str]:
         """The command's TMPDIR, and the directory to remove afterwards ("" for none).

@@ -18,9 +18,10 @@ import threading
 import time
 
 from ...errors import InvalidCommand, SandboxUnavailable
-from ...process import DEFAULT_MAX_OUTPUT, Outcome
-from ..base import Driver, DriverOption, Launch, ProcessHandle
+from ...process import DEFAULT_MAX_OUTPUT, Outcome, OutputMeter
+from ..base import Driver, Launch, ProcessHandle
 from . import acl, cmdline, diagnose, plan
+from .options import WINDOWS_OPTIONS
 from .win32 import Win32Error
 
 TYPE_CHECKING = False
@@ -99,7 +100,8 @@ class JobProcess(ProcessHandle):
         self._started.thread = self._started.process = 0
 
     def communicate(self, stdin: bytes | None = None, *, timeout: float | None = None,
-                    max_output: int = DEFAULT_MAX_OUTPUT, cancelled: object = None) -> Outcome:
+                    max_output: int = DEFAULT_MAX_OUTPUT, cancelled: object = None,
+                    meter: OutputMeter | None = None) -> Outcome:
         """Feed stdin, collect output within budget, end the job at the deadline or overflow."""
         start = time.monotonic()
         deadline = start + timeout if timeout else None
@@ -116,6 +118,8 @@ class JobProcess(ProcessHandle):
                     return
                 if not data:
                     return
+                if meter is not None:
+                    meter.bytes += len(data)
                 room = cap - len(buf)
                 if len(data) > room:
                     buf += data[:max(room, 0)]
@@ -245,14 +249,16 @@ class WindowsLaunch(Launch):
         self.tier = ""
 
     def start(self, *, stdin: int | None = None, capture: bool = True,
-              new_session: bool = True) -> ProcessHandle:
+              new_session: bool = True, stdio: Mapping[int, int] | None = None
+              ) -> ProcessHandle:
         del new_session  # the job is the group
         d = self._driver
         failures: dict[str, str] = {}
         for tier in self._tiers:
             undo = _Undo()
             try:
-                handle, job = self._start_tier(tier, undo, stdin=stdin, capture=capture)
+                handle, job = self._start_tier(tier, undo, stdin=stdin, capture=capture,
+                                               stdio=stdio)
             except Win32Error as exc:
                 undo.run()
                 failures[tier] = str(exc)
@@ -294,7 +300,8 @@ class WindowsLaunch(Launch):
         raise plan.refusal(self._profile.mode, self._profile.network, failures, self._skipped)
 
     def _start_tier(self, tier: str, undo: _Undo, *, stdin: int | None,
-                    capture: bool) -> tuple[ProcessHandle, int]:
+                    capture: bool, stdio: Mapping[int, int] | None = None
+                    ) -> tuple[ProcessHandle, int]:
         d = self._driver
         seam = d.seam
         profile = self._profile
@@ -345,7 +352,7 @@ class WindowsLaunch(Launch):
         started = seam.create_process(
             self.application, self.command_line, cmdline.environment_block(env), profile.cwd,
             token=token, appcontainer_sid=sid, capabilities=capabilities, stdin=stdin,
-            capture=capture)
+            capture=capture, stdio=dict(stdio or {}))
         handle = JobProcess(seam, started, job)
         holder.append(handle)
         undo.push("close process handles", handle.close)
@@ -369,20 +376,7 @@ class WindowsDriver(Driver):
     """Commands confined by AppContainer, else a Low-integrity token, inside a job."""
 
     name = "windows"
-    options = (
-        DriverOption("windows_allow_job_only", "bool", False,
-                     "let read-only and workspace-write commands run on the job-object tier, "
-                     "which enforces no filesystem boundary, when no stronger tier starts"),
-        DriverOption("windows_allow_open_network", "bool", False,
-                     "let commands whose network is none run on the restricted-token or "
-                     "job-object tier, neither of which can close the network"),
-        DriverOption("windows_read_paths", "str", "",
-                     "directories an AppContainer command may read beyond the system's and the "
-                     "workspace (toolchains installed outside Program Files), separated by ';'"),
-        DriverOption("windows_tier", "str", plan.AUTO,
-                     "auto (AppContainer, then restricted token, then job object) or one tier "
-                     "by name, with no fallback"),
-    )
+    options = WINDOWS_OPTIONS
 
     def __init__(self, *, win32: Win32 | None = None, allow_job_only: bool = False,
                  allow_open_network: bool = False, tier: str = plan.AUTO,
@@ -413,12 +407,18 @@ class WindowsDriver(Driver):
     @classmethod
     def from_config(cls, config: Any, *, env: Mapping[str, str], workspace: str,
                     state_dir: str, **overrides: Any) -> Driver:
+        # The backend's own keys have no field on SandboxConfig: they travel
+        # in its backend_options, read through `option()` with their defaults.
+        def option(key: str, default: object) -> object:
+            read = getattr(config, "option", None)
+            return read(key) if read is not None else getattr(config, key, default)
+
         values: dict[str, Any] = {
-            "allow_job_only": bool(getattr(config, "windows_allow_job_only", False)),
-            "allow_open_network": bool(getattr(config, "windows_allow_open_network", False)),
-            "tier": str(getattr(config, "windows_tier", plan.AUTO) or plan.AUTO),
+            "allow_job_only": bool(option("windows_allow_job_only", False)),
+            "allow_open_network": bool(option("windows_allow_open_network", False)),
+            "tier": str(option("windows_tier", plan.AUTO) or plan.AUTO),
             "max_pids": getattr(config, "max_pids", 200),
-            "read_paths": [p for p in str(getattr(config, "windows_read_paths", "") or "")
+            "read_paths": [p for p in str(option("windows_read_paths", "") or "")
                            .split(";") if p.strip()],
             "scratch_base": ntpath.join(state_dir, "tmp") if state_dir else "",
         }

@@ -19,6 +19,7 @@ from ...errors import SandboxUnavailable
 TYPE_CHECKING = False
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
     from typing import Any
 
     from .acl import Ace, Label
@@ -116,7 +117,7 @@ class Win32:
     def create_process(self, application: str, command_line: str, environment: str,
                        cwd: str, *, token: int | None, appcontainer_sid: str | None,
                        capabilities: tuple[str, ...], stdin: int | None,
-                       capture: bool) -> Started:
+                       capture: bool, stdio: Mapping[int, int] | None = None) -> Started:
         """CreateProcessW (or CreateProcessAsUserW with `token`), CREATE_SUSPENDED,
         EXTENDED_STARTUPINFO_PRESENT; with `appcontainer_sid`, the
         PROC_THREAD_ATTRIBUTE_SECURITY_CAPABILITIES attribute. Only the stdio
@@ -458,7 +459,7 @@ class CtypesWin32(Win32):
     def create_process(self, application: str, command_line: str, environment: str,
                        cwd: str, *, token: int | None, appcontainer_sid: str | None,
                        capabilities: tuple[str, ...], stdin: int | None,
-                       capture: bool) -> Started:
+                       capture: bool, stdio: Mapping[int, int] | None = None) -> Started:
         if sys.platform != "win32":
             raise SandboxUnavailable("CreateProcessW exists only on Windows")
         import ctypes
@@ -488,7 +489,12 @@ class CtypesWin32(Win32):
                 h_out, h_err = w1, w2
                 owned += [w1, w2]
             else:
-                h_out, h_err = a.GetStdHandle(-11), a.GetStdHandle(-12)
+                # A caller's terminal or pipe on 1 and 2 (`stdio`), else ours.
+                place = stdio or {}
+                h_out = (msvcrt.get_osfhandle(place[1]) if 1 in place
+                         else a.GetStdHandle(-11))
+                h_err = (msvcrt.get_osfhandle(place[2]) if 2 in place
+                         else a.GetStdHandle(-12))
                 # The handle list admits only inheritable handles.
                 for h in (h_out, h_err):
                     if h:

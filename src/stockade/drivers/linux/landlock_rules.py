@@ -1,0 +1,218 @@
+"""The Landlock backend's rule planning: what a profile becomes as Landlock rules.
+
+Pure functions of the profile and the paths they are handed, apart from
+listing directories (other users' homes, what a grant must leave out), so
+most of their tests run nothing. Without a mount namespace these rules are
+the whole filesystem boundary: what they do not list, the command cannot
+open; what they list, it can, whatever bubblewrap would have masked.
+"""
+
+
+from __future__ import annotations
+
+import os
+
+from ...capabilities import NetworkPolicy, is_under
+from ...errors import SandboxUnavailable
+from ...paths import state_dir as state_dir_of
+from ...profile import DIR, LINK, MISSING, STRICT, path_kind
+from .landlock import LandlockRules
+
+TYPE_CHECKING = False
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterable, Mapping, Sequence
+
+    from ...profile import Profile
+
+#: Landlock ABI of TCP port rules (network hosts needs them) and of signal
+#: and abstract-socket scoping (the reaper needs them).
+TCP_ABI, SCOPE_ABI = 4, 6
+
+#: The host's /dev holds disks (/dev/sda, /dev/mem for root), terminals of
+#: other sessions (/dev/pts/N of the same uid, whose input could be read)
+#: and shared memory of other programs (/dev/shm): only these come in.
+DEVICES = ("/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom", "/dev/tty")
+#: The parts of /sys tools read (CPU count, cgroup limits, hugepages for
+#: JVMs); the rest lists the host's network interfaces and hardware.
+SYS_READ_PATHS = ("/sys/devices/system/cpu", "/sys/devices/system/node", "/sys/fs/cgroup",
+                  "/sys/kernel/mm/transparent_hugepage")
+#: Never part of the host read scope: /dev and /sys (see above), /proc
+#: (granted read-only on its own), /tmp (the host's, shared with every other
+#: program; the command gets a TMPDIR of its own instead).
+SPECIAL_ROOTS = ("/dev", "/proc", "/sys", "/tmp")
+
+def split_grant(root: str, excluded: Iterable[str], *,
+                listdir: Callable[[str], list[str]] | None = None,
+                kind: Callable[[str], str] = path_kind) -> tuple[list[str], list[str]]:
+    """(grants, listed): paths that together cover `root` minus every `excluded`
+    subtree, and the directories that had to be split to get there.
+
+    A directory is listed only when an excluded path lies strictly beneath
+    it, so the work is the depth of the exclusions, not the size of the
+    tree. Symbolic links get no rule: a rule follows the link, and a link
+    in $HOME pointing at ~/.aws would grant ~/.aws; the target is granted,
+    or not, where it really lives. An entry that cannot be listed grants
+    nothing beneath it: what cannot be examined is not handed out.
+
+    The split directories themselves get no read grant (it would reach the
+    excluded paths beneath); the caller may let them be listed.
+    """
+    listdir = listdir or _listdir
+    excluded = sorted({os.path.normpath(e) for e in excluded})
+    grants: list[str] = []
+    listed: list[str] = []
+    stack = [os.path.normpath(root)]
+    while stack:
+        path = stack.pop()
+        if any(is_under(path, e) for e in excluded):
+            continue
+        if not any(is_under(e, path) for e in excluded):
+            grants.append(path)
+            continue
+        if kind(path) != DIR:
+            continue
+        listed.append(path)
+        for name in listdir(path):
+            child = os.path.join(path, name)
+            if kind(child) not in (LINK, MISSING):
+                stack.append(child)
+    return sorted(grants), sorted(listed)
+
+
+def _listdir(path: str) -> list[str]:
+    try:
+        return sorted(os.listdir(path))
+    except OSError:
+        return []
+
+
+def other_homes(home: str, *, listdir: Callable[[str], list[str]] | None = None,
+                kind: Callable[[str], str] = path_kind,
+                realpath: Callable[[str], str] = os.path.realpath) -> list[str]:
+    """/home/* except the one holding $HOME, and /root unless $HOME is there.
+
+    Resolved: where /home is a link (/home -> /data/home), the homes are
+    wherever it leads, and that is where the rules are.
+    """
+    listdir = listdir or _listdir
+    home = realpath(home) if home else ""
+    out = []
+    homes = realpath("/home")
+    if kind(homes) == DIR:
+        for name in listdir(homes):
+            path = os.path.join(homes, name)
+            if not (home and is_under(home, path)):
+                out.append(path)
+    root = realpath("/root")
+    if kind(root) == DIR and not (home and is_under(home, root)):
+        out.append(root)
+    return out
+
+
+def private_paths(env: Mapping[str, str], *, state_dir: str = "", ledger: str | None = None,
+                  workspace_root: str = "") -> list[str]:
+    """stockade's own files: its state (locks, session TMPDIRs), ledger and workspaces.
+
+    A command that could read the ledger would read every other session's
+    commands; one that could read the workspace root, other sessions' work.
+    """
+    home = env.get("HOME") or "/tmp"
+    data = env.get("XDG_DATA_HOME") or os.path.join(home, ".local", "share")
+    out = [state_dir or state_dir_of(env), os.path.join(data, "stockade")]
+    if workspace_root:
+        out.append(workspace_root)
+    if ledger:
+        # SQLite's companions hold the newest records before a checkpoint.
+        out += [ledger + suffix for suffix in ("", "-wal", "-shm", "-journal")]
+    return [os.path.realpath(p) for p in out]
+
+
+class BackendRules:
+    """The Landlock backend's rules: `LandlockRules` plus the directories that may
+    only be listed (READ_DIR alone), which the init adds (see initcore)."""
+
+    __slots__ = ("listed", "rules")
+
+    def __init__(self, rules: LandlockRules, listed: Sequence[str]) -> None:
+        self.rules = rules
+        self.listed = tuple(sorted(set(listed)))
+
+
+def landlock_backend_rules(profile: Profile, *, tmpdir: str, private: Sequence[str] = (),
+                           python_prefix: str = "",
+                           listdir: Callable[[str], list[str]] | None = None,
+                           kind: Callable[[str], str] = path_kind) -> BackendRules:
+    """The whole boundary as Landlock rules (pure given `listdir` and `kind`).
+
+    Host scope: `/` split around the hidden credentials, runtime sockets,
+    other users' homes, $XDG_RUNTIME_DIR, stockade's private paths and
+    SPECIAL_ROOTS. Strict scope: only the read roots. Then, in both, the few
+    devices, /proc, the useful parts of /sys, the interpreter, the
+    workspace, the writable roots and the TMPDIR.
+
+    The directories split on the way ($HOME, /etc, ~/.config, ...) may be
+    listed but not read: without that `ls ~` fails. READ_DIR reaches
+    everything beneath a directory, so the names inside a hidden directory
+    (never their contents) show -- but a directory above the host's /tmp,
+    /dev, /sys, $XDG_RUNTIME_DIR or another user's home (`/`, `/home`,
+    `/run`) stays unlistable: those names are other people's business.
+    """
+    hidden = [p for p, _kind in profile.hidden]
+    reads: list[str] = []
+    listed: list[str] = []
+    unlistable: list[str] = []
+
+    def split(root: str, excluded: Sequence[str]) -> None:
+        grants, dirs = split_grant(root, excluded, listdir=listdir, kind=kind)
+        reads.extend(grants)
+        listed.extend(dirs)
+
+    if profile.read_scope == STRICT:
+        for root in profile.read_roots:
+            split(root, hidden)
+    else:
+        # /run/user holds every user's runtime dir (session bus, keyring,
+        # podman): hidden whole, as bubblewrap masks it.
+        unlistable = [*SPECIAL_ROOTS, "/run/user"]
+        if profile.runtime_dir:
+            unlistable.append(os.path.realpath(profile.runtime_dir))
+        if profile.mask_other_homes:
+            unlistable += other_homes(profile.home, listdir=listdir, kind=kind)
+        split("/", [*unlistable, *hidden, *profile.sockets, *private])
+        for extra in profile.read_extra:
+            split(extra, hidden)
+    reads += [p for p in SYS_READ_PATHS if kind(p) == DIR]
+    reads.append("/proc")
+    if python_prefix:
+        # The init's interpreter may sit under an excluded home
+        # (/root/.pyenv), and the init imports `resource` after Landlock.
+        reads.append(python_prefix)
+
+    writes = [d for d in DEVICES if kind(d) not in (MISSING, LINK)]
+    writes.append(tmpdir)
+    writable = ([profile.workspace] if profile.workspace_writable else []) + list(
+        profile.write_roots)
+    for root in writable:
+        if any(is_under(h, root) for h in hidden):
+            # The profile never hides anything under a writable grant (an
+            # explicit grant wins); if it did, Landlock could not honour it.
+            raise SandboxUnavailable(
+                f"{root} is writable but holds a hidden path; the landlock backend cannot "
+                "hide a path inside a writable directory. Use backend = \"bubblewrap\"")
+        writes.append(root)
+    if not profile.workspace_writable:
+        split(profile.workspace, hidden)
+
+    kind_net = profile.network.kind
+    ports: tuple[int, ...] = ()
+    if kind_net == NetworkPolicy.HOSTS:
+        if not profile.proxy_port:
+            raise SandboxUnavailable(
+                "network hosts needs the managed proxy's TCP port, which was not started")
+        ports = (profile.proxy_port,)
+    rules = LandlockRules(reads, writes, restrict_tcp=kind_net != NetworkPolicy.ALL,
+                          tcp_connect=ports)
+    granted = set(rules.read) | set(rules.write)
+    return BackendRules(rules, [d for d in listed if d not in granted
+                                and not any(is_under(u, d) for u in unlistable)])

@@ -1,0 +1,190 @@
+"""Every backend in one table: its name, its driver class, the config keys it reads.
+
+Config validation, the CLI's and the MCP server's `--backend` choices and
+their help all read this table, so a backend added here is accepted,
+offered and documented everywhere at once; before it, each of them kept a
+list of its own, and one of them (the MCP server's) had lost a backend.
+
+Entries name their driver as `module:Class` and their options as
+`module:NAME`, so reading the table imports no driver: the Linux layers
+cost start-up time a command that ends in a usage error should not pay.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from ..errors import ConfigError, SandboxUnavailable
+from .base import Driver, DriverOption
+
+TYPE_CHECKING = False
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping
+    from typing import Any
+
+AUTO = "auto"
+
+
+class Backend:
+    """One registry entry. `platforms`: `sys.platform` prefixes it runs on (empty: any)."""
+
+    __slots__ = ("_options", "driver", "name", "options_ref", "platforms", "summary")
+
+    def __init__(self, name: str, driver: str, summary: str, *, options: str = "",
+                 platforms: tuple[str, ...] = ()) -> None:
+        self.name = name
+        self.driver = driver
+        self.summary = summary
+        self.options_ref = options
+        self.platforms = platforms
+        self._options: tuple[DriverOption, ...] | None = None
+
+    def load(self) -> type[Driver]:
+        """The driver class (imports its module)."""
+        cls = _resolve(self.driver)
+        assert isinstance(cls, type) and issubclass(cls, Driver), self.driver
+        return cls
+
+    def options(self) -> tuple[DriverOption, ...]:
+        """The config keys it reads; from `options_ref` without importing the driver,
+        or from the driver class itself when the entry names no separate table."""
+        if self._options is None:
+            found = _resolve(self.options_ref) if self.options_ref else self.load().options
+            self._options = tuple(found)  # type: ignore[arg-type]
+        return self._options
+
+    def runs_here(self, platform: str | None = None) -> bool:
+        platform = sys.platform if platform is None else platform
+        return not self.platforms or platform.startswith(self.platforms)
+
+
+def _resolve(ref: str) -> object:
+    module, _, attr = ref.partition(":")
+    __import__(module)
+    return getattr(sys.modules[module], attr)
+
+
+_LINUX = ("linux",)
+
+#: The backends, in the order help lists them.
+REGISTRY: dict[str, Backend] = {b.name: b for b in (
+    Backend("bubblewrap", "stockade.drivers.linux.bwrap:BubblewrapDriver",
+            "Linux: namespaces and mounts, then Landlock, seccomp and a cgroup",
+            options="stockade.drivers.linux.options:BUBBLEWRAP_OPTIONS", platforms=_LINUX),
+    Backend("landlock", "stockade.drivers.linux.landlock_driver:LandlockDriver",
+            "Linux without user namespaces: Landlock, seccomp and a cgroup",
+            options="stockade.drivers.linux.options:LANDLOCK_OPTIONS", platforms=_LINUX),
+    Backend("seatbelt", "stockade.drivers.macos.seatbelt:SeatbeltDriver",
+            "macOS: a Seatbelt profile per command", platforms=("darwin",)),
+    Backend("windows", "stockade.drivers.windows.driver:WindowsDriver",
+            "Windows: an AppContainer (or a Low-integrity restricted token) in a job object",
+            options="stockade.drivers.windows.options:WINDOWS_OPTIONS", platforms=("win32",)),
+    Backend("none", "stockade.drivers.none:NoneDriver",
+            "no boundary: the command runs as it is (the audit says so)"),
+)}
+
+
+def register(backend: Backend) -> None:
+    """Add a backend (a driver shipped outside this package)."""
+    REGISTRY[backend.name] = backend
+
+
+def names() -> tuple[str, ...]:
+    """Every backend name a config may hold, `auto` first."""
+    return (AUTO, *REGISTRY)
+
+
+def choices(platform: str | None = None) -> tuple[str, ...]:
+    """The names a command line offers on this platform, `auto` first."""
+    return (AUTO, *(b.name for b in REGISTRY.values() if b.runs_here(platform)))
+
+
+def choices_help(platform: str | None = None) -> str:
+    return " | ".join(choices(platform)) + " (default: auto)"
+
+
+def config_options() -> dict[str, DriverOption]:
+    """Every backend's config keys, once each: a team's one file serves every
+    machine, so a key another platform's backend reads is not an error here."""
+    out: dict[str, DriverOption] = {}
+    for backend in REGISTRY.values():
+        for option in backend.options():
+            out.setdefault(option.key, option)
+    return out
+
+
+def lookup(name: str) -> Backend:
+    backend = REGISTRY.get(name)
+    if backend is None:
+        raise ConfigError(f"unknown backend {name!r}: choose one of {', '.join(names())}")
+    return backend
+
+
+def platform_backend(platform: str | None = None) -> str:
+    """This platform's native backend (what `auto` starts from), or "" for none."""
+    platform = sys.platform if platform is None else platform
+    for backend in REGISTRY.values():
+        if backend.platforms and backend.runs_here(platform):
+            return backend.name
+    return ""
+
+
+def resolve_auto(make: Callable[[str], Driver], *, min_abi: int,
+                 configured_bwrap: bool) -> Driver:
+    """`auto`: this platform's backend; on Linux bubblewrap if its probe passes,
+    else Landlock (see `choose_linux_backend`).
+
+    A bwrap the user configured by path is a choice, not a preference: if it
+    cannot start, that is an error to see, not a reason to run under a
+    weaker backend instead.
+    """
+    backend = platform_backend()
+    if backend == "bubblewrap" and not configured_bwrap:
+        from . import choose_linux_backend
+        from .linux.bwrap import BubblewrapDriver
+        from .linux.layers import host_landlock_abi
+
+        bwrap = make(backend)
+        assert isinstance(bwrap, BubblewrapDriver)
+        cache = bwrap.state_dir
+        backend = choose_linux_backend(bwrap.probe, lambda: host_landlock_abi(cache), min_abi)
+        if backend == "bubblewrap":
+            return bwrap
+    if not backend:
+        raise SandboxUnavailable(
+            f"backend 'auto' is not available on {sys.platform}: stockade confines commands "
+            "with bubblewrap or Landlock on Linux and Seatbelt on macOS")
+    return make(backend)
+
+
+def from_config(config: Any, *, env: Mapping[str, str], workspace: str, state_dir: str,
+                **overrides: Any) -> Driver:
+    """The driver `config.backend` names, built by its class's `from_config`.
+
+    `overrides` are seams (`probe=False` for a one-shot CLI); each backend
+    takes the ones it knows.
+    """
+    def make(name: str) -> Driver:
+        return lookup(name).load().from_config(config, env=env, workspace=workspace,
+                                               state_dir=state_dir, **overrides)
+
+    if config.backend == AUTO:
+        return resolve_auto(make, min_abi=int(config.landlock_min_abi),
+                            configured_bwrap=bool(config.bwrap))
+    return make(config.backend)
+
+
+def accepted(cls: type, options: Mapping[str, Any]) -> dict[str, Any]:
+    """The keyword arguments of `options` that `cls.__init__` takes.
+
+    Read from the code object rather than `inspect`, whose import costs
+    more than the whole selection.
+    """
+    # The nearest __init__ written in Python (object's has no code object).
+    code = next((c for k in cls.__mro__
+                 if (c := getattr(vars(k).get("__init__"), "__code__", None)) is not None), None)
+    if code is None:
+        return {}
+    takes = code.co_varnames[1:code.co_argcount + code.co_kwonlyargcount]
+    return {k: v for k, v in options.items() if k in takes}

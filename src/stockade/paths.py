@@ -1,0 +1,55 @@
+"""stockade's own places on disk, and the hashes that name things there.
+
+Computed from the environment the caller injected, never from `os.environ`
+behind its back: a library user who passes `env=` (a test, a service
+running for another user) must find the state where that env says, and a
+rule about where state lives is written once, not four times that can
+disagree.
+"""
+
+from __future__ import annotations
+
+import os
+
+TYPE_CHECKING = False
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+
+def state_dir(env: Mapping[str, str], *, no_home: str = "/tmp") -> str:
+    """`$XDG_STATE_HOME/stockade`, else `~/.local/state/stockade`: locks, probe caches,
+    session TMPDIRs, proxy sockets, the guard's copies.
+
+    `no_home` is the home assumed when HOME is unset.
+    """
+    base = env.get("XDG_STATE_HOME") or os.path.join(env.get("HOME") or no_home, ".local",
+                                                     "state")
+    return os.path.join(base, "stockade")
+
+
+def data_dir(env: Mapping[str, str]) -> str:
+    """`$XDG_DATA_HOME/stockade`, else `~/.local/share/stockade`: the ledger, workspaces."""
+    base = env.get("XDG_DATA_HOME") or os.path.join(env.get("HOME") or "/tmp", ".local",
+                                                    "share")
+    return os.path.join(base, "stockade")
+
+
+def sha256_hex(data: bytes) -> str:
+    """SHA-256 without `hashlib`, whose OpenSSL binding costs 3 ms to import."""
+    try:
+        from _sha256 import sha256  # Python 3.11
+    except ImportError:
+        try:
+            from _sha2 import sha256  # type: ignore[import-not-found,no-redef,unused-ignore]
+        except ImportError:  # pragma: no cover
+            from hashlib import sha256  # type: ignore[assignment,unused-ignore]
+    return sha256(data).hexdigest()  # type: ignore[no-any-return,unused-ignore]
+
+
+def session_key(session_id: str) -> str:
+    """32 hex chars of SHA-256 over the JSON-encoded id: short, and safe as a file name
+    whatever characters the id carries."""
+    import json
+
+    return sha256_hex(json.dumps(session_id).encode())[:32]

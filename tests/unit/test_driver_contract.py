@@ -1,0 +1,182 @@
+"""The driver contract at run time: what crosses the seam is typed, and every driver
+explains its own failures (drivers/base.py, and the pipeline that reads it)."""
+
+import sqlite3
+
+import pytest
+
+from stockade import SandboxCommand, SandboxConfig, SyncWorkspaceSandbox
+from stockade.drivers import MEMORY, Driver, Launch, LaunchReport, ProcessHandle
+from stockade.drivers.linux.bwrap import BubblewrapDriver
+from stockade.drivers.none import NoneDriver
+from stockade.errors import SandboxUnavailable
+from stockade.process import Process
+from stockade.testing import FakeDriver
+
+
+def test_the_seam_exists_at_run_time() -> None:
+    assert issubclass(Process, ProcessHandle)
+    for cls in (BubblewrapDriver, NoneDriver, FakeDriver):
+        assert issubclass(cls, Driver)
+    launch = Launch(["/bin/sh", "-c", "echo hi; echo err >&2"], {"PATH": "/bin"}, "/")
+    proc = launch.start()
+    assert isinstance(proc, ProcessHandle)
+    out = proc.communicate(timeout=10)
+    assert (out.returncode, out.stdout, out.stderr) == (0, b"hi\n", b"err\n")
+    assert isinstance(launch.report, LaunchReport) and launch.report.limit_exceeded is None
+
+
+def test_cleanup_fills_the_report_once_then_the_pipelines_undo() -> None:
+    calls: list[str] = []
+
+    def driver_cleanup(launch: Launch) -> None:
+        calls.append("driver")
+        launch.report.limit_exceeded = MEMORY
+
+    launch = Launch(["true"], {}, "/", cleanup=driver_cleanup)
+    launch.also(lambda: calls.append("pipeline"))
+    launch.cleanup()
+    launch.cleanup()
+    assert calls == ["driver", "pipeline"] and launch.report.limit_exceeded == MEMORY
+
+
+def test_bubblewraps_setup_error_is_its_own_failure_not_the_commands() -> None:
+    driver = BubblewrapDriver(env={}, probe=False)
+    why = driver.explain_failure(1, b"bwrap: No permissions to creating new namespace\n")
+    assert why  # the machine's reason, whichever it is
+    assert driver.explain_failure(1, b"grep: no such file\n") is None
+    assert driver.explain_failure(0, b"bwrap: looks like it but the command ran\n") is None
+
+
+class _RefusingDriver(FakeDriver):
+    def explain_failure(self, returncode: int, stderr: bytes) -> str | None:
+        return "the fake boundary could not start" if b"NOSTART" in stderr else None
+
+
+def test_the_pipeline_asks_every_driver_and_raises_not_returns(tmp_path) -> None:
+    env = {"HOME": str(tmp_path), "PATH": "/usr/bin:/bin"}
+    config = SandboxConfig(mode="workspace-write", ledger=str(tmp_path / "l.db"),
+                           workspace_root=str(tmp_path / "wsr"))
+    with SyncWorkspaceSandbox(config, env=env, driver=_RefusingDriver(), hooks=[]) as box:
+        with pytest.raises(SandboxUnavailable, match="fake boundary"):
+            box.execute(SandboxCommand("/bin/sh", ["-c", "echo NOSTART >&2; exit 1"],
+                                       session_id="s"))
+        out = box.execute(SandboxCommand("/bin/sh", ["-c", "echo fine >&2; exit 1"],
+                                         session_id="s"))
+        assert out.exit_code == 1
+    conn = sqlite3.connect(tmp_path / "l.db")
+    outcomes = [r[0] for r in conn.execute("SELECT outcome FROM executions ORDER BY id")]
+    assert outcomes == ["error", "ran"]
+
+
+# -- one registry of backends -----------------------------------------------------------------
+
+
+def test_every_surface_offers_the_registrys_backends() -> None:
+    from stockade import cli, mcp_server
+    from stockade.drivers import registry
+
+    here = registry.choices("linux")
+    assert here == ("auto", "bubblewrap", "landlock", "none")
+    assert registry.choices("darwin") == ("auto", "seatbelt", "none")
+    assert cli.CHOICES["--backend"] == registry.choices()
+    assert " | ".join(registry.choices()) in cli.RUN_OPTIONS["--backend"][2]
+    action = next(a for a in mcp_server._parser()._actions if "--backend" in a.option_strings)
+    assert tuple(action.choices or ()) == registry.choices()
+
+
+def test_config_accepts_every_registered_backend_and_its_options() -> None:
+    from stockade.drivers import registry
+    from stockade.errors import ConfigError
+
+    for name in registry.names():
+        assert SandboxConfig(backend=name).backend == name
+    for key, option in registry.config_options().items():
+        assert SandboxConfig().option(key) == option.default
+    with pytest.raises(ConfigError, match="backend = 'bogus' is not one of auto, bubblewrap"):
+        SandboxConfig(backend="bogus")
+
+
+def test_a_registered_backend_is_accepted_and_built_from_config(tmp_path) -> None:
+    from stockade.drivers import registry
+    from stockade.drivers.base import DriverOption
+
+    class Toy(FakeDriver):
+        name = "toy"
+        options = (DriverOption("toy_level", "int", 1, "how toy"),)
+
+    import sys
+    import types
+
+    module = types.ModuleType("toy_backend")
+    module.Toy = Toy  # type: ignore[attr-defined]
+    sys.modules["toy_backend"] = module
+    registry.register(registry.Backend("toy", "toy_backend:Toy", "a test backend"))
+    try:
+        assert "toy" in registry.names() and "toy" in registry.choices()
+        assert registry.config_options()["toy_level"].default == 1
+        driver = registry.from_config(SandboxConfig(backend="none"), env={}, workspace="/",
+                                      state_dir=str(tmp_path))
+        assert driver.name == "none"
+
+        class Cfg:
+            backend = "toy"
+
+        built = registry.from_config(Cfg(), env={}, workspace="/", state_dir=str(tmp_path))
+        assert isinstance(built, Toy)
+    finally:
+        del registry.REGISTRY["toy"]
+        del sys.modules["toy_backend"]
+
+
+def test_seatbelt_takes_a_linux_config_without_deleting_anything() -> None:
+    from stockade.drivers.macos.seatbelt import SeatbeltDriver
+
+    config = SandboxConfig(backend="seatbelt", bwrap="/usr/bin/bwrap", max_pids=50)
+    driver = SeatbeltDriver.from_config(config, env={"HOME": "/h"}, workspace="/w",
+                                        state_dir="/s", probe=False)
+    assert isinstance(driver, SeatbeltDriver) and config.bwrap == "/usr/bin/bwrap"
+
+
+# -- session hooks --------------------------------------------------------------------------
+
+
+class _SessionDriver(FakeDriver):
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls: list[tuple[str, ...]] = []
+
+    def open_session(self, session_id: str, workspace: str) -> None:
+        self.calls.append(("open", session_id))
+
+    def close_session(self, session_id: str) -> None:
+        self.calls.append(("close", session_id))
+
+    def close(self) -> None:
+        self.calls.append(("close-all",))
+
+
+def test_the_core_tells_the_driver_when_sessions_begin_and_end(tmp_path) -> None:
+    env = {"HOME": str(tmp_path), "PATH": "/usr/bin:/bin"}
+    config = SandboxConfig(mode="workspace-write", ledger=False,
+                           workspace_root=str(tmp_path / "wsr"))
+    driver = _SessionDriver()
+    box = SyncWorkspaceSandbox(config, env=env, driver=driver, hooks=[])
+    box.execute(SandboxCommand("true", session_id="a"))
+    box.session("b")
+    box.close_session("a")
+    box.close()
+    assert driver.calls == [("open", "a"), ("open", "b"), ("close", "a"), ("close", "b"),
+                            ("close-all",)]
+
+
+def test_a_driver_built_after_sessions_began_still_hears_of_them(tmp_path) -> None:
+    from stockade.core import SandboxCore
+    from stockade.ledger import Ledger
+
+    env = {"HOME": str(tmp_path), "PATH": "/usr/bin:/bin"}
+    core = SandboxCore(SandboxConfig(ledger=False, workspace_root=str(tmp_path / "w")),
+                       env=env, ledger=Ledger(None), hooks=[])
+    core.new_session("early", str(tmp_path))
+    driver = _SessionDriver()
+    assert core._opened(driver) is driver and driver.calls == [("open", "early")]

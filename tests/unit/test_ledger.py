@@ -1,0 +1,70 @@
+"""ledger.py: append-only audit records in SQLite, and what a failure to write does."""
+
+import os
+import sqlite3
+
+from stockade.ledger import Ledger, decoded, default_ledger_path
+
+
+def record(ledger: Ledger, **extra: object) -> None:
+    fields: dict[str, object] = dict(
+        session="s", program="ls", argv=["ls", "-l"], cwd="/w", mode="read-only",
+        capabilities={"fs_read": []}, backend="bubblewrap", exit_code=0, outcome="ran",
+        detail={"hint": "h"})
+    fields.update(extra)
+    ledger.record(**fields)
+
+
+def test_records_round_trip_with_their_json_fields(tmp_path) -> None:
+    path = str(tmp_path / "sub" / "ledger.db")
+    ledger = Ledger(path)
+    record(ledger)
+    record(ledger, session="other", outcome="denied", denied=True)
+    rows = ledger.query()
+    assert [r["session"] for r in rows] == ["s", "other"]
+    first = decoded(rows[0])
+    assert first["argv"] == ["ls", "-l"] and first["detail"] == {"hint": "h"}
+    assert [r["outcome"] for r in ledger.query(session="other")] == ["denied"]
+    assert len(ledger.query(last=1)) == 1
+    ledger.close()
+    assert os.stat(os.path.dirname(path)).st_mode & 0o777 == 0o700
+
+
+def test_network_records_have_their_own_table(tmp_path) -> None:
+    ledger = Ledger(str(tmp_path / "l.db"))
+    ledger.record_network(session="s", host="example.com", port=443, allowed=False,
+                          rule="not on the allow list")
+    rows = ledger.query(table="network")
+    assert rows[0]["host"] == "example.com" and rows[0]["allowed"] == 0
+    assert ledger.query() == []
+    ledger.close()
+
+
+def test_a_ledger_that_cannot_be_written_says_so_and_does_not_raise(tmp_path, capsys) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    ledger = Ledger(str(blocker / "ledger.db"))  # a directory under a regular file
+    record(ledger)
+    assert "could not write the audit ledger" in capsys.readouterr().err
+
+
+def test_no_path_keeps_nothing_on_disk(tmp_path) -> None:
+    ledger = Ledger(None)
+    record(ledger)
+    assert ledger.query() == [] and list(tmp_path.iterdir()) == []
+
+
+def test_records_are_appended_by_independent_writers(tmp_path) -> None:
+    path = str(tmp_path / "l.db")
+    a, b = Ledger(path), Ledger(path)
+    record(a, session="a")
+    record(b, session="b")
+    a.close()
+    b.close()
+    conn = sqlite3.connect(path)
+    assert [r[0] for r in conn.execute("SELECT session FROM executions ORDER BY id")] == ["a", "b"]
+
+
+def test_the_default_path_follows_the_injected_env() -> None:
+    assert default_ledger_path({"XDG_DATA_HOME": "/d"}) == "/d/stockade/ledger.db"
+    assert default_ledger_path({"HOME": "/h"}) == "/h/.local/share/stockade/ledger.db"

@@ -1,0 +1,89 @@
+"""profile.py: what a decided `Profile` holds for a mode, a read scope and an env (pure)."""
+
+import os
+
+import pytest
+
+from stockade.capabilities import NetworkPolicy, capabilities_for_mode
+from stockade.profile import DIR, FILE, HOST, STRICT, Profile, build_profile
+
+
+@pytest.fixture
+def home(tmp_path):
+    h = tmp_path / "home"
+    (h / ".ssh").mkdir(parents=True)
+    (h / ".ssh" / "id_ed25519").write_text("key")
+    (h / "ws").mkdir()
+    return h
+
+
+def profile(home, mode="workspace-write", scope=HOST, **kw) -> Profile:
+    ws = str(home / "ws")
+    env = {"HOME": str(home), "PATH": "/usr/bin:/bin", "GITHUB_TOKEN": "t", "LANG": "C.UTF-8"}
+    env.update(kw.pop("env", {}))
+    return build_profile(mode=mode, workspace=ws, cwd=ws,
+                         capabilities=kw.pop("caps", capabilities_for_mode(mode, ws)),
+                         read_scope=scope, host_env=env, **kw)
+
+
+def test_the_workspace_is_writable_only_in_a_writing_mode(home) -> None:
+    assert profile(home).workspace_writable
+    assert not profile(home, mode="read-only").workspace_writable
+    assert profile(home, mode="read-only").write_roots == ()
+
+
+def test_secrets_in_the_environment_are_dropped_and_the_backend_named(home) -> None:
+    env = profile(home, backend="landlock").env
+    assert "GITHUB_TOKEN" not in env and env["LANG"] == "C.UTF-8"
+    assert env["STOCKADE_SANDBOX"] == "landlock"
+    kept = profile(home, secret_env=()).env
+    assert kept["GITHUB_TOKEN"] == "t"
+
+
+def test_credential_stores_are_hidden_unless_granted(home) -> None:
+    ssh = os.path.realpath(home / ".ssh")
+    key = (os.path.join(ssh, "id_ed25519"), FILE)
+    assert key in profile(home).hidden
+    ws = str(home / "ws")
+    caps = capabilities_for_mode("workspace-write", ws).replace(fs_read=(ssh,))
+    assert key not in profile(home, caps=caps).hidden
+
+
+def test_stockades_own_files_are_hidden_but_never_the_workspace(home, tmp_path) -> None:
+    state = tmp_path / "state"
+    state.mkdir()
+    p = profile(home, private=[str(state), str(home)])
+    assert (os.path.realpath(state), DIR) in p.hidden
+    assert all(path != os.path.realpath(home) for path, _ in p.hidden)  # holds the workspace
+
+
+def test_the_strict_scope_reads_only_its_roots(home) -> None:
+    strict = profile(home, scope=STRICT)
+    assert strict.read_scope == STRICT and strict.read_roots
+    assert all(not root.startswith(str(home / ".ssh")) for root in strict.read_roots)
+
+
+def test_network_and_limits_travel_as_given(home) -> None:
+    ws = str(home / "ws")
+    caps = capabilities_for_mode("workspace-write", ws).replace(
+        network=NetworkPolicy.allow_hosts(["example.com"]), max_memory_mb=256)
+    p = profile(home, caps=caps, proxy_port=3128, tmp_size_mb=64)
+    assert p.network.kind == NetworkPolicy.HOSTS and p.max_memory_mb == 256
+    assert (p.proxy_port, p.tmp_size_mb, p.proxy_socket) == (3128, 64, None)
+
+
+def test_a_profile_refuses_a_field_it_does_not_have(home) -> None:
+    p = profile(home)
+    fields = {name: getattr(p, name) for name in Profile.__slots__}
+    assert Profile(**fields).workspace == p.workspace
+    with pytest.raises(TypeError, match="bogus"):
+        Profile(**fields, bogus=1)
+
+
+def test_a_profile_is_a_value_changed_only_by_replace(home) -> None:
+    p = profile(home)
+    with pytest.raises(AttributeError, match="frozen"):
+        p.cwd = "/elsewhere"  # type: ignore[misc]
+    moved = p.replace(cwd="/elsewhere")
+    assert (moved.cwd, p.cwd) == ("/elsewhere", p.workspace)
+    assert moved.hidden == p.hidden
