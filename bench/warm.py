@@ -223,8 +223,8 @@ def main() -> None:
         caps = capabilities_for_mode("workspace-write", ws)
         profile = build_profile(mode="workspace-write", workspace=ws, cwd=ws, capabilities=caps,
                                 read_scope="host", host_env=env)
-        profile.protected = tuple(p for p in profile.protected
-                                  if not p.kind.startswith("missing"))
+        profile = profile.replace(
+            protected=tuple(p for p in profile.protected if not p.kind.startswith("missing")))
         raw = build_bwrap_args(profile, locate_bwrap(env, ws), inner=["/bin/true"])
         pause = args.pause
         lines = [row(f"raw bwrap, same namespaces, {pause * 1000:.0f} ms pauses",

@@ -271,14 +271,25 @@ def test_discarded_when_the_config_file_changes(world: World) -> None:
     assert (pool.hits, pool.misses) == (hits, misses + 1)
 
 
-def test_a_parked_sandbox_built_while_a_writer_ran_is_not_used(world: World) -> None:
-    """A command that can write the workspace can swap what the next sandbox binds."""
+def test_a_writer_starting_beside_a_parked_sandbox_discards_it(world: World) -> None:
+    """A command that can write the workspace can swap what a parked sandbox bound."""
     sb, pool = primed(world)
-    bg = sb.start(SandboxCommand("/bin/sleep", ["1"], session_id="s"))
+    sb.open_session("t", str(world.ws))  # another session, the same workspace
+    bg = sb.start(SandboxCommand("/bin/sleep", ["1"], session_id="t"))
+    hits, misses = pool.hits, pool.misses
+    out = run(sb, "/bin/true")
+    assert out.exit_code == 0  # type: ignore[attr-defined]
+    assert (pool.hits, pool.misses) == (hits, misses + 1), "served by a tainted sandbox"
+    bg.wait(timeout=10)
+
+
+def test_a_background_start_is_served_warm(world: World) -> None:
+    sb, pool = primed(world)
     hits = pool.hits
-    run(sb, "/bin/true")
-    assert pool.hits == hits, "served by a sandbox parked while a writer was running"
-    bg.wait() if hasattr(bg, "wait") else time.sleep(1.5)  # type: ignore[func-returns-value]
+    bg = sb.start(SandboxCommand("/bin/echo", ["bg"], session_id="s"))
+    bg.wait(timeout=10)
+    assert pool.hits == hits + 1
+    assert bg.output("stdout")[0] == b"bg\n"
 
 
 def test_nothing_left_after_close(world: World) -> None:

@@ -64,10 +64,11 @@ EXIT_WAIT = 2.0
 #: The argv a parked init is started with; the real one arrives on its socket.
 PLACEHOLDER = ["stockade-parked"]
 #: After this many parked sandboxes in a row went unused (their profile
-#: changed), a session parks only every BACKOFF-th command: building one
-#: costs a cold start's CPU, which a profile that never repeats only wastes.
+#: changed), a session parks only every 2**misses-th command, up to every
+#: BACKOFF-th: building one costs a cold start's CPU, which a profile that
+#: never repeats only wastes.
 MISSES_BEFORE_BACKOFF = 2
-BACKOFF = 8
+BACKOFF = 64
 
 START_WARM = "warm"
 START_COLD = "cold"
@@ -183,9 +184,9 @@ class Parked:
         deadline = time.monotonic() + timeout
         if not self.built.wait(timeout) or self.discarded:
             return False
-        timeout = max(0.001, deadline - time.monotonic())
         if self.ready:
             return True
+        timeout = max(0.0, deadline - time.monotonic())
         sock = self.sock
         if sock is None:
             return False
@@ -262,6 +263,11 @@ class WarmPool:
         self._closed = False
         self._thread: threading.Thread | None = None
         self._building = 0
+        #: Sessions whose commands come faster than a sandbox parks, when each
+        #: last ended, and how long the last park measured took.
+        self._hurried: set[str] = set()
+        self._ended: dict[str, float] = {}
+        self._build_time = 0.1
         #: Dispatches served by a parked sandbox, and parked ones found unfit.
         self.hits = 0
         self.misses = 0
@@ -269,6 +275,12 @@ class WarmPool:
     # -- the pipeline's side --------------------------------------------------
 
     def launch(self, argv: list[str], profile: Profile) -> WarmLaunch:
+        tok = token(profile)
+        ended = self._ended.get(tok)
+        if tok in self._hurried and ended is not None and (
+                time.monotonic() - ended > 1.5 * self._build_time):
+            # The session slowed down to the model's pace again: park once more.
+            self._hurried.discard(tok)
         return WarmLaunch(self, argv, profile)
 
     def take(self, profile: Profile) -> Parked | None:
@@ -280,9 +292,17 @@ class WarmPool:
         if parked is None:
             return None
         good = (not parked.tainted and parked.key == profile_key(profile)
-                and parked.identity == mount_identity(profile, self.watch)
-                and parked.wait_ready(READY_WAIT) and not parked.tainted
-                and not parked.discarded)
+                and parked.identity == mount_identity(profile, self.watch))
+        if good:
+            was_ready = parked.wait_ready(0.0)
+            good = parked.wait_ready(READY_WAIT) and not parked.tainted and not parked.discarded
+            if good and not was_ready:
+                # Commands come faster than a sandbox parks (back to back): the
+                # next ones start cold, which costs less than a cold start
+                # competing with a park in the background for the same cores
+                # and the same interpreter lock.
+                self._build_time = time.monotonic() - parked.created
+                self._hurried.add(tok)
         with _LOCK:
             _PARKED.discard(parked)
         if not good:
@@ -305,10 +325,13 @@ class WarmPool:
         if self.size <= 0:
             return
         tok = token(profile)
+        self._ended[tok] = time.monotonic()
+        if tok in self._hurried:
+            return
         if self._misses.get(tok, 0) >= MISSES_BEFORE_BACKOFF:
             skips = self._skips.get(tok, 0) + 1
             self._skips[tok] = skips
-            if skips % BACKOFF:
+            if skips % min(BACKOFF, 2 ** self._misses[tok]):
                 return
         with self._cond:
             if self._closed:
