@@ -54,3 +54,19 @@ def test_await_command_refuses_a_malformed_argv() -> None:
     with pytest.raises(initcore.Refusal):
         initcore.await_command(fd)
     mine.close()
+
+
+def test_warm_settings_take_zero_and_refuse_negatives(tmp_path: object) -> None:
+    from stockade.config import SandboxConfig, load_config
+    from stockade.errors import ConfigError
+
+    assert SandboxConfig(warm_sandboxes=0).warm_sandboxes == 0
+    assert SandboxConfig().warm_sandboxes == 1 and SandboxConfig().warm_idle_seconds == 300.0
+    for bad in ({"warm_sandboxes": -1}, {"warm_sandboxes": True}, {"warm_idle_seconds": 0}):
+        with pytest.raises(ConfigError):
+            SandboxConfig(**bad)  # type: ignore[arg-type]
+    path = os.path.join(str(tmp_path), "config.toml")
+    with open(path, "w") as fh:
+        fh.write("[sandbox]\nwarm_sandboxes = 2\nwarm_idle_seconds = 30\n")
+    config = load_config(paths=[path])
+    assert (config.warm_sandboxes, config.warm_idle_seconds) == (2, 30)

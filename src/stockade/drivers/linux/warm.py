@@ -121,13 +121,15 @@ def mount_identity(profile: Profile, watch: Sequence[str]) -> tuple[object, ...]
 
     The identity of every path bwrap mounts that a command could replace:
     the workspace, the cwd, each protected, hidden and granted path, each
-    writable root; and the config files' stamps. A few dozen lstats, never
+    writable root, the session's /tmp; and the config files' stamps. A few dozen lstats, never
     a walk.
     """
     paths = [profile.workspace, profile.cwd, *writable_roots(profile)]
     paths += [p.path for p in profile.protected]
     paths += [path for path, _kind in profile.hidden]
     paths += [*profile.granted_sockets, *profile.sockets]
+    if profile.session_tmp:
+        paths.append(profile.session_tmp)
     files = [*watch, os.path.join(profile.workspace, "stockade.toml")]
     return (tuple(_identity(p) for p in paths), tuple(_file_stamp(f) for f in files))
 
