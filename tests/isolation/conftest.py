@@ -136,9 +136,16 @@ class Runner:
             return {}
         return {"user": self.uid, "group": self.gid, "extra_groups": []}
 
-    def cli_argv(self, args: Sequence[str], *, ctty: bool = False) -> list[str]:
+    def cli_argv(self, args: Sequence[str], *, ctty: bool = False,
+                 warm: bool = False) -> list[str]:
+        """The CLI's command line; `warm` (a warm runner's `run`): through a parked sandbox.
+
+        A test that spawns the CLI itself and reads its output while it runs
+        gets the ordinary `run`: the warm path hands the output back when the
+        command ends.
+        """
         prelude = CTTY_PRELUDE if ctty else ""
-        if self.warm and args[:1] == ["run"]:
+        if warm and self.warm and args[:1] == ["run"]:
             prelude = "\n" + WARM_PRELUDE + prelude
         code = _BOOT.format(site=self.site, prelude=prelude)
         return [self.python, "-I", "-c", code, *args]
@@ -146,7 +153,8 @@ class Runner:
     def cli(self, args: Sequence[str], *, cwd: str | Path, env: dict[str, str],
             timeout: float = RUN_TIMEOUT, **kw: object) -> subprocess.CompletedProcess[bytes]:
         """`stockade ARGS` as this runner; output captured, bounded in time."""
-        return self.host(self.cli_argv(args), cwd=cwd, env=env, timeout=timeout, **kw)
+        return self.host(self.cli_argv(args, warm=True), cwd=cwd, env=env, timeout=timeout,
+                         **kw)
 
     def host(self, argv: Sequence[str], *, cwd: str | Path, env: dict[str, str],
              timeout: float = RUN_TIMEOUT, **kw: object) -> subprocess.CompletedProcess[bytes]:
