@@ -369,10 +369,14 @@ def test_nothing_left_running_after_stockade_is_killed(world: World) -> None:
         # Nobody is left to remove a dead stockade's cgroups; what is left
         # holds nothing alive (a zombie waits for the host's PID 1), and the
         # next stockade to start a command removes it.
-        for group in groups:
-            if os.path.isdir(group):
-                members = Path(group, "cgroup.procs").read_text().split()
-                assert all(zombie(m) for m in members), (group, members)
+        def alive() -> list[str]:
+            return [m for g in groups if os.path.isdir(g)
+                    for m in Path(g, "cgroup.procs").read_text().split() if not zombie(m)]
+
+        deadline = time.monotonic() + 10  # a killed process takes a moment to exit
+        while alive() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not alive(), groups
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline and any(
                 zombie(m) and os.path.exists(f"/proc/{m}") for g in groups if os.path.isdir(g)
