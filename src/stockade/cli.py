@@ -251,7 +251,10 @@ def open_session(values: dict[str, object], *, prefix: str,
     sandbox = SyncWorkspaceSandbox(config, env=env, mode_source=lambda: mode,
                                    approval=ApprovalGate(approver,
                                                          config.approval_timeout_seconds),
-                                   driver_options=None if probe else {"probe": False})
+                                   # One command and exit: a sandbox parked
+                                   # for a next command would only be torn down.
+                                   driver_options=None if probe else {"probe": False,
+                                                                      "warm_sandboxes": 0})
     session = str(values.get("session") or f"{prefix}-{os.getpid()}-{os.urandom(4).hex()}")
     try:
         ws = sandbox.session(session, workspace, ephemeral_tmp=not values.get("session"))

@@ -131,6 +131,8 @@ class SandboxConfig:
         cpu_quota_percent: int | None = None,
         landlock_min_abi: int = 3,
         require_landlock: bool = False,
+        warm_sandboxes: int = 1,
+        warm_idle_seconds: float = 300.0,
         command_policy: Mapping[str, object] | None = None,
         backend_options: Mapping[str, object] | None = None,
         sources: Sequence[str] = (),
@@ -168,6 +170,8 @@ class SandboxConfig:
         self.cpu_quota_percent = cpu_quota_percent
         self.landlock_min_abi = landlock_min_abi
         self.require_landlock = require_landlock
+        self.warm_sandboxes = warm_sandboxes
+        self.warm_idle_seconds = warm_idle_seconds
         self.command_policy: dict[str, object] = dict(command_policy or {})
         #: Keys of registered backends that have no keyword above.
         self.backend_options: dict[str, object] = dict(backend_options or {})
@@ -227,6 +231,7 @@ def _validate(values: Mapping[str, object], source: str) -> None:
             "number": isinstance(value, int | float) and not isinstance(value, bool)
             and value > 0,
             "int": isinstance(value, int) and not isinstance(value, bool) and value > 0,
+            "count": isinstance(value, int) and not isinstance(value, bool) and value >= 0,
             "str": isinstance(value, str),
             "path": isinstance(value, str) and "\x00" not in value,
             "int-or-none": value is None or (isinstance(value, int)
@@ -239,6 +244,7 @@ def _validate(values: Mapping[str, object], source: str) -> None:
         }[kind]
         if not ok:
             want = {"number": "a positive number", "int": "a positive integer",
+                    "count": "0 or a positive integer",
                     "path-or-false": "a path or false", "int-or-none": "a positive integer",
                     "paths-or-none":
                     "a list of paths or \"none\""}.get(kind, f"a {kind}")

@@ -51,6 +51,13 @@ IS_ROOT = os.geteuid() == 0
 # Unprivileged runs need root to switch user; without root the suite runs as
 # whoever started it and says so in the header.
 RUNNER_NAMES = ["root", "user"] if IS_ROOT else ["self"]
+# The same attacks again through a parked sandbox, in the suites that attack the
+# filesystem, the secrets and the trust boundary (a warm runner's `run` parks the
+# command's sandbox ahead of it and fails the test if it was not served warm).
+WARM = "-warm"
+WARM_SUITES = ("test_iso_fs.py", "test_iso_secrets.py", "test_iso_trust.py")
+RUNNER_PARAMS = [*RUNNER_NAMES, *(name + WARM for name in RUNNER_NAMES)]
+WARM_PRELUDE = (Path(__file__).with_name("warm_prelude.py").read_text() + "\n")
 
 # Every wait in the suite is bounded by one of these.
 RUN_TIMEOUT = 30.0
@@ -118,6 +125,7 @@ class Runner:
     gid: int
     python: str
     site: str
+    warm: bool = False
 
     @property
     def switches_user(self) -> bool:
@@ -128,14 +136,25 @@ class Runner:
             return {}
         return {"user": self.uid, "group": self.gid, "extra_groups": []}
 
-    def cli_argv(self, args: Sequence[str], *, ctty: bool = False) -> list[str]:
-        code = _BOOT.format(site=self.site, prelude=CTTY_PRELUDE if ctty else "")
+    def cli_argv(self, args: Sequence[str], *, ctty: bool = False,
+                 warm: bool = False) -> list[str]:
+        """The CLI's command line; `warm` (a warm runner's `run`): through a parked sandbox.
+
+        A test that spawns the CLI itself and reads its output while it runs
+        gets the ordinary `run`: the warm path hands the output back when the
+        command ends.
+        """
+        prelude = CTTY_PRELUDE if ctty else ""
+        if warm and self.warm and args[:1] == ["run"]:
+            prelude = "\n" + WARM_PRELUDE + prelude
+        code = _BOOT.format(site=self.site, prelude=prelude)
         return [self.python, "-I", "-c", code, *args]
 
     def cli(self, args: Sequence[str], *, cwd: str | Path, env: dict[str, str],
             timeout: float = RUN_TIMEOUT, **kw: object) -> subprocess.CompletedProcess[bytes]:
         """`stockade ARGS` as this runner; output captured, bounded in time."""
-        return self.host(self.cli_argv(args), cwd=cwd, env=env, timeout=timeout, **kw)
+        return self.host(self.cli_argv(args, warm=True), cwd=cwd, env=env, timeout=timeout,
+                         **kw)
 
     def host(self, argv: Sequence[str], *, cwd: str | Path, env: dict[str, str],
              timeout: float = RUN_TIMEOUT, **kw: object) -> subprocess.CompletedProcess[bytes]:
@@ -212,21 +231,46 @@ def iso_root() -> Iterator[Path]:
 _WORKS: dict[str, str] = {}
 
 
-@pytest.fixture(scope="session", params=RUNNER_NAMES)
+@pytest.fixture(scope="session", params=RUNNER_PARAMS)
 def runner(request: pytest.FixtureRequest, iso_root: Path) -> Runner:
     return make_runner(request, iso_root)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    deselect_warm(config, items, Path(__file__).parent, WARM_SUITES)
+
+
+def deselect_warm(config: pytest.Config, items: list[pytest.Item], directory: Path,
+                  suites: Sequence[str]) -> None:
+    """Warm runners only for `suites` of `directory`: elsewhere they are not collected.
+
+    A conftest's collection hook sees every item of the session, not only
+    its directory's, so each suite's hook touches its own items alone.
+    """
+    keep, drop = [], []
+    for item in items:
+        callspec = getattr(item, "callspec", None)
+        param = callspec.params.get("runner") if callspec is not None else None
+        warm = isinstance(param, str) and param.endswith(WARM)
+        mine = item.path.parent == directory
+        (drop if warm and mine and item.path.name not in suites else keep).append(item)
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+        items[:] = keep
 
 
 def make_runner(request: pytest.FixtureRequest, iso_root: Path, *,
                 backend_args: Sequence[str] = (), backend: str = "bubblewrap") -> Runner:
     """The runner `request.param` names, proven to run `backend` as its own uid."""
     name = request.param
+    warm = name.endswith(WARM)
+    name = name.removesuffix(WARM)
     if name == "user":
         pw = _ensure_user()
         site = request.getfixturevalue("unpriv_site")
-        r = Runner(name, pw.pw_uid, pw.pw_gid, SYSTEM_PYTHON, site)
+        r = Runner(name, pw.pw_uid, pw.pw_gid, SYSTEM_PYTHON, site, warm)
     else:
-        r = Runner(name, os.geteuid(), os.getegid(), sys.executable, str(SRC))
+        r = Runner(name, os.geteuid(), os.getegid(), sys.executable, str(SRC), warm)
     _require_working_sandbox(r, iso_root, backend_args, backend)
     return r
 

@@ -24,9 +24,10 @@ from pathlib import Path
 import pytest
 
 from isolation.conftest import (
-    RUNNER_NAMES,
+    RUNNER_PARAMS,
     Box,
     Runner,
+    deselect_warm,
     iso_root,
     listeners,
     make_runner,
@@ -55,9 +56,17 @@ class LandlockBox(Box):
                            **kw)  # type: ignore[arg-type]
 
 
-@pytest.fixture(scope="session", params=RUNNER_NAMES)
+#: As in the isolation suite: these also run through a parked sandbox.
+WARM_SUITES = ("test_llb_fs.py", "test_llb_secrets.py", "test_llb_git.py")
+
+
+@pytest.fixture(scope="session", params=RUNNER_PARAMS)
 def runner(request: pytest.FixtureRequest, iso_root: Path) -> Runner:
     return make_runner(request, iso_root, backend_args=BACKEND, backend="landlock")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    deselect_warm(config, items, Path(__file__).parent, WARM_SUITES)
 
 
 @pytest.fixture

@@ -45,6 +45,8 @@ if TYPE_CHECKING:
     from typing import Any
 
     from ...profile import Profile
+    from .guard import MetadataGuard
+    from .warm import WarmPool
 
 # The only directories inside /dev a command gets: bwrap's --dev provides
 # null, zero, full, random, urandom, tty, pts/ptmx and shm, and no disk.
@@ -184,6 +186,7 @@ class BubblewrapDriver(Driver):
     @classmethod
     def from_config(cls, config: Any, *, env: Mapping[str, str], workspace: str,
                     state_dir: str, **overrides: Any) -> BubblewrapDriver:
+        from ...config import config_paths
         from ..registry import accepted
 
         kwargs: dict[str, Any] = {
@@ -192,14 +195,19 @@ class BubblewrapDriver(Driver):
             "cpu_percent": config.cpu_quota_percent,
             # A kernel without Landlock is reported, not fatal, while bwrap
             # stands -- unless the user said it must hold.
-            "require_landlock": bool(config.require_landlock)}
+            "require_landlock": bool(config.require_landlock),
+            "warm_sandboxes": config.warm_sandboxes,
+            "warm_idle_seconds": config.warm_idle_seconds,
+            # The user's config file; the project's is watched per workspace.
+            "warm_watch": tuple(config_paths(env, "/")[:1]),}
         kwargs.update(accepted(cls, overrides))
         return cls(**kwargs)
 
     def __init__(self, *, env: Mapping[str, str] | None = None, workspace: str = "",
                  bwrap_path: str = "", state_dir: str = "", probe: bool = True,
                  max_pids: int | None = 200, cpu_percent: int | None = None,
-                 require_landlock: bool = False) -> None:
+                 require_landlock: bool = False, warm_sandboxes: int = 0,
+                 warm_idle_seconds: float = 300.0, warm_watch: tuple[str, ...] = ()) -> None:
         self._require_landlock = require_landlock
         self._max_pids = max_pids
         self._cpu_percent = cpu_percent
@@ -212,6 +220,13 @@ class BubblewrapDriver(Driver):
         # reads bwrap's own refusal after a failed start instead (see
         # `explain_failure`).
         self._probe = probe
+        self._sessions: dict[str, str] = {}
+        self._warm: WarmPool | None = None
+        if warm_sandboxes > 0:
+            from .warm import WarmPool
+
+            self._warm = WarmPool(self._prepare, self._guard, size=warm_sandboxes,
+                                  idle_timeout=warm_idle_seconds, watch=warm_watch)
 
     @property
     def bwrap(self) -> str:
@@ -230,16 +245,42 @@ class BubblewrapDriver(Driver):
             self.bwrap  # noqa: B018 - locating it is the check that remains
 
     def prepare(self, argv: list[str], profile: Profile) -> Launch:
+        if self._warm is not None:
+            return self._warm.launch(argv, profile)
+        return self._prepare(argv, profile)
+
+    def open_session(self, session_id: str, workspace: str) -> None:
+        self._sessions[session_id] = workspace
+
+    def close_session(self, session_id: str) -> None:
+        """Stop what was parked for the session now, not at the idle timeout."""
+        workspace = self._sessions.pop(session_id, None)
+        if self._warm is not None and workspace is not None:
+            self._warm.drop(workspace)
+
+    def close(self) -> None:
+        if self._warm is not None:
+            self._warm.close()
+
+    def _guard(self, profile: Profile) -> MetadataGuard | None:
         from .guard import MetadataGuard
-        from .layers import init_launch
 
         # Existing protected names are mounts; the guard neutralises what
         # the command creates where one was missing.
-        guard = (MetadataGuard(profile, self._state_dir, restore_content=False)
-                 if profile.protected else None)
+        return (MetadataGuard(profile, self._state_dir, restore_content=False)
+                if profile.protected else None)
+
+    def _prepare(self, argv: list[str], profile: Profile, *, park_fd: int | None = None,
+                 guard: bool = True) -> Launch:
+        """The cold launch; `park_fd`: park before exec (warm.py), the guard left to dispatch."""
+        from .guard import MetadataGuard
+        from .layers import init_launch
+
+        meta = self._guard(profile) if guard else None
         stale = (MetadataGuard.sweep_stale(profile.workspace, self._state_dir,
-                                           restore_content=False) if guard is None else [])
-        if guard is not None and guard.stale:
+                                           restore_content=False)
+                 if guard and meta is None else [])
+        if meta is not None and meta.stale:
             # The sweep of a killed run's leftovers just moved away names the
             # profile found existing: bwrap would fail to find their sources.
             profile = profile.replace(protected=tuple(
@@ -255,14 +296,15 @@ class BubblewrapDriver(Driver):
             # not an escape.
             init = init_launch(profile, list(argv), require_landlock=self._require_landlock,
                                nproc=nproc_limit(self._max_pids, own_user_namespace=True),
-                               lifeline_fd=lifeline[0], ready_fd=ready[1])
+                               lifeline_fd=lifeline[0], ready_fd=ready[1],
+                               park_fd=park_fd)
             tmp_cap = profile.tmp_size_mb if bwrap_has_size(self.bwrap, self._state_dir) else None
             args = build_bwrap_args(profile, self.bwrap, inner=init.argv,
                                     extra_mounts=init.mounts, tmp_size_mb=tmp_cap)
             cgroup = self._cgroup(profile)
         except BaseException:
-            if guard is not None:
-                guard.release()
+            if meta is not None:
+                meta.release()
             for fd in (*lifeline, *ready):
                 os.close(fd)
             raise
@@ -279,8 +321,8 @@ class BubblewrapDriver(Driver):
                 launch.report.sandbox_started = False
             for fd in (*lifeline, *ready):
                 os.close(fd)
-            if guard is not None:
-                launch.report.neutralised += guard.release()
+            if meta is not None:
+                launch.report.neutralised += meta.release()
 
         fds = {lifeline[0]: lifeline[0], ready[1]: ready[1]}
         if cgroup is None:

@@ -289,6 +289,65 @@ def reap(pidfd: int, done_fd: int = -1) -> None:
             pass
 
 
+def await_command(fd: int) -> list[str]:
+    """Park: say ready on `fd`, then block until stockade sends the command's argv.
+
+    Every layer is already in place, so what waits here is as confined as
+    the command it will become; only the argv is new (the profile, and with
+    it the environment and the working directory, matched when stockade
+    chose this sandbox). `fd` is a socket whose other end only stockade
+    holds: its end-of-file means stockade is gone or dropped this sandbox,
+    and the init refuses rather than run anything. It is closed before
+    `verify`, so the command never holds it.
+    """
+    try:
+        posix.write(fd, b"R")
+        chunks = []
+        while True:
+            data = posix.read(fd, 65536)
+            if not data:
+                break
+            chunks.append(data)
+    finally:
+        posix.close(fd)
+    message = b"".join(chunks)
+    if not message:
+        raise Refusal("stockade dropped this parked sandbox")
+    try:
+        value = parse_command(message.decode("utf-8", "surrogateescape"))
+    except UnicodeDecodeError:
+        value = None
+    if not value:
+        raise Refusal("the parked sandbox received no valid command")
+    return value
+
+
+def parse_command(text: str) -> "list[str] | None":
+    """A JSON list of strings (the argv), or None."""
+    try:
+        from _json import make_scanner
+    except ImportError:  # an interpreter built without the accelerator
+        import json
+
+        value: object = json.loads(text)
+        end = len(text)
+    else:
+        class Context:
+            strict = True
+            object_hook = object_pairs_hook = parse_constant = None
+            parse_float, parse_int = float, int
+
+        try:
+            value, end = make_scanner(Context())(text, 0)  # type: ignore[arg-type]
+        except Exception:
+            return None
+    if end != len(text) or not isinstance(value, list):
+        return None
+    if not all(isinstance(arg, str) for arg in value):
+        return None
+    return value
+
+
 def with_listing(rules: dict[str, object], listed: list[str]) -> "LandlockRules":
     """`rules` plus READ_DIR alone on `listed` (the Landlock backend's split directories).
 
@@ -463,6 +522,11 @@ def main(argv: list[str]) -> int:
         lifeline = config.get("lifeline_fd")
         if type(lifeline) is int:
             check_lifeline(lifeline)
+        park = config.get("park_fd")
+        if type(park) is int:
+            mark("parked")
+            command = await_command(park)
+            started = perf_counter()
         if listeners:
             # The bridge stays as the command's parent and relays until the
             # command exits; the command continues below. Both carry every

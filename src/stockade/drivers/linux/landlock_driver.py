@@ -58,6 +58,7 @@ if TYPE_CHECKING:
     from typing import Any
 
     from ...profile import Profile
+    from .warm import WarmPool
 
 #: What this backend does not do that bubblewrap does, one line each; shown
 #: by `stockade doctor` and expanded in docs/landlock-backend.md.
@@ -113,6 +114,7 @@ class LandlockDriver(Driver):
     @classmethod
     def from_config(cls, config: Any, *, env: Mapping[str, str], workspace: str,
                     state_dir: str, **overrides: Any) -> LandlockDriver:
+        from ...config import config_paths
         from ..registry import accepted
 
         kwargs: dict[str, Any] = {
@@ -122,7 +124,11 @@ class LandlockDriver(Driver):
             # stockade's own files, kept out of the host read scope: without
             # a mount namespace nothing else hides them.
             "ledger": config.ledger_path(env),
-            "workspace_root": config.resolved_workspace_root(env)}
+            "workspace_root": config.resolved_workspace_root(env),
+            "warm_sandboxes": config.warm_sandboxes,
+            "warm_idle_seconds": config.warm_idle_seconds,
+            # The user's config file; the project's is watched per workspace.
+            "warm_watch": tuple(config_paths(env, "/")[:1]),}
         kwargs.update(accepted(cls, overrides))
         return cls(**kwargs)
 
@@ -130,7 +136,8 @@ class LandlockDriver(Driver):
                  state_dir: str = "", max_pids: int | None = 200,
                  cpu_percent: int | None = None, min_abi: int = DEFAULT_MIN_ABI,
                  ledger: str | None = None, workspace_root: str = "",
-                 abi: Callable[[], int] | None = None) -> None:
+                 abi: Callable[[], int] | None = None, warm_sandboxes: int = 0,
+                 warm_idle_seconds: float = 300.0, warm_watch: tuple[str, ...] = ()) -> None:
         """`ledger` and `workspace_root`: stockade's own files, kept out of the
         host read scope with its state directory; `abi` replaces the kernel's
         answer (tests)."""
@@ -143,6 +150,13 @@ class LandlockDriver(Driver):
         self._private = private_paths(self._env, state_dir=self._state_dir, ledger=ledger,
                                       workspace_root=workspace_root)
         self._abi = abi
+        self._sessions: dict[str, str] = {}
+        self._warm: WarmPool | None = None
+        if warm_sandboxes > 0:
+            from .warm import WarmPool
+
+            self._warm = WarmPool(self._prepare, self._guard, size=warm_sandboxes,
+                                  idle_timeout=warm_idle_seconds, watch=warm_watch)
 
     @property
     def abi(self) -> int:
@@ -157,6 +171,32 @@ class LandlockDriver(Driver):
         prime_migration()
 
     def prepare(self, argv: list[str], profile: Profile) -> Launch:
+        if self._warm is not None:
+            return self._warm.launch(argv, profile)
+        return self._prepare(argv, profile)
+
+    def open_session(self, session_id: str, workspace: str) -> None:
+        self._sessions[session_id] = workspace
+
+    def close_session(self, session_id: str) -> None:
+        """Stop what was parked for the session now, not at the idle timeout."""
+        workspace = self._sessions.pop(session_id, None)
+        if self._warm is not None and workspace is not None:
+            self._warm.drop(workspace)
+
+    def close(self) -> None:
+        if self._warm is not None:
+            self._warm.close()
+
+    def _guard(self, profile: Profile) -> MetadataGuard | None:
+        # No mount namespace: protected names stay writable during the run,
+        # so the guard keeps copies and puts them back.
+        return (MetadataGuard(profile, self._state_dir, restore_content=True)
+                if profile.protected else None)
+
+    def _prepare(self, argv: list[str], profile: Profile, *, park_fd: int | None = None,
+                 guard: bool = True) -> Launch:
+        """The cold launch; `park_fd`: park before exec (warm.py), the guard left to dispatch."""
         from .layers import init_argv, init_config, init_python, launch_env
 
         abi = self.abi
@@ -176,7 +216,8 @@ class LandlockDriver(Driver):
             env = command_env(profile, tmpdir)
             mode = SECCOMP_MODES["landlock"][profile.network.kind]
             config = init_config(profile, env=env, require_landlock=True,
-                                 nproc=nproc_limit(self._max_pids, own_user_namespace=False))
+                                 nproc=nproc_limit(self._max_pids, own_user_namespace=False),
+                                 park_fd=park_fd)
             config.pop("bridge", None)  # no namespace to bridge into: the proxy is on loopback
             undo.cgroup = self._cgroup(profile)
             scope = isinstance(undo.cgroup, ScopeCgroup)
@@ -191,13 +232,11 @@ class LandlockDriver(Driver):
                 undo.reaper_r, undo.reaper_w = os.pipe2(os.O_CLOEXEC)
                 extra_fds[undo.reaper_w] = undo.reaper_w
                 config["reaper_fd"] = undo.reaper_w
-            if profile.protected:
-                # No mount namespace: protected names stay writable during
-                # the run, so the guard keeps copies and puts them back.
-                undo.guard = MetadataGuard(profile, self._state_dir, restore_content=True)
-            else:
-                stale += MetadataGuard.sweep_stale(profile.workspace, self._state_dir,
-                                                   restore_content=True)
+            if guard:
+                undo.guard = self._guard(profile)
+                if undo.guard is None:
+                    stale += MetadataGuard.sweep_stale(profile.workspace, self._state_dir,
+                                                       restore_content=True)
             _ensure_bytecode()
             args = init_argv(python, _init_path(), config, argv)
         except BaseException:

@@ -108,7 +108,8 @@ def init_config(profile: Profile, *, proxy_ports: Sequence[int] = (),
                 keep_fds: Sequence[int] = (), require_landlock: bool = False,
                 env: Mapping[str, str] | None = None,
                 nproc: int | None = None, lifeline_fd: int | None = None,
-                ready_fd: int | None = None) -> dict[str, object]:
+                ready_fd: int | None = None, park_fd: int | None = None
+                ) -> dict[str, object]:
     """The init's JSON config for `profile` (pure).
 
     `proxy_ports`: loopback ports of the proxy bridge (network "hosts").
@@ -117,6 +118,7 @@ def init_config(profile: Profile, *, proxy_ports: Sequence[int] = (),
     `nproc`: RLIMIT_NPROC, where no cgroup bounds the process count.
     `lifeline_fd`: the read end of a pipe whose write end only stockade holds.
     `ready_fd`: where the init says it started, so the sandbox came up.
+    `park_fd`: a socket the init waits on for the argv, every layer applied (warm.py).
     """
     kind = profile.network.kind
     if kind not in SECCOMP_MODES["bubblewrap"]:
@@ -137,6 +139,8 @@ def init_config(profile: Profile, *, proxy_ports: Sequence[int] = (),
         config["lifeline_fd"] = lifeline_fd
     if ready_fd is not None:
         config["ready_fd"] = ready_fd
+    if park_fd is not None:
+        config["park_fd"] = park_fd
     rlimits: dict[str, int] = {}
     if profile.max_memory_mb:
         # The seed's cap on address space, on every platform; the cgroup's
@@ -213,7 +217,8 @@ class InitLaunch:
 def init_launch(profile: Profile, argv: Sequence[str], *, python: str | None = None,
                 proxy_ports: Sequence[int] = (), keep_fds: Sequence[int] = (),
                 require_landlock: bool = False, nproc: int | None = None,
-                lifeline_fd: int | None = None, ready_fd: int | None = None) -> InitLaunch:
+                lifeline_fd: int | None = None, ready_fd: int | None = None,
+                park_fd: int | None = None) -> InitLaunch:
     """Everything the driver needs to run `argv` behind the init."""
     ensure_bytecode()
     python = python or init_python()
@@ -234,7 +239,7 @@ def init_launch(profile: Profile, argv: Sequence[str], *, python: str | None = N
                              grants=profile.network.hosts))
     config = init_config(profile, proxy_ports=proxy_ports, keep_fds=keep_fds,
                          require_landlock=require_landlock, env=env, nproc=nproc,
-                         lifeline_fd=lifeline_fd, ready_fd=ready_fd)
+                         lifeline_fd=lifeline_fd, ready_fd=ready_fd, park_fd=park_fd)
     return InitLaunch(init_argv(python, INIT_PATH, config, argv), launch_env(env), mounts,
                       config)
 

@@ -30,6 +30,13 @@ LANDLOCK_MIN_ABI = DriverOption(
     "landlock_min_abi", "int", DEFAULT_MIN_ABI,
     "the oldest Landlock ABI the landlock backend (and auto falling back to it) accepts")
 
-BUBBLEWRAP_OPTIONS = (BWRAP, MAX_PIDS, CPU_QUOTA, REQUIRE_LANDLOCK)
+WARM_SANDBOXES = DriverOption(
+    "warm_sandboxes", "count", 1,
+    "sandboxes built ahead of need per session, each serving the next command "
+    "(see docs/warm.md); 0: every command starts cold")
+WARM_IDLE = DriverOption("warm_idle_seconds", "number", 300.0,
+                         "seconds a parked sandbox may wait unused before it is stopped")
+
+BUBBLEWRAP_OPTIONS = (BWRAP, MAX_PIDS, CPU_QUOTA, REQUIRE_LANDLOCK, WARM_SANDBOXES, WARM_IDLE)
 # `auto` may fall back to Landlock, so its minimum is read whichever backend is named.
-LANDLOCK_OPTIONS = (MAX_PIDS, CPU_QUOTA, LANDLOCK_MIN_ABI)
+LANDLOCK_OPTIONS = (MAX_PIDS, CPU_QUOTA, LANDLOCK_MIN_ABI, WARM_SANDBOXES, WARM_IDLE)

@@ -1,0 +1,626 @@
+"""Parked sandboxes: the next command's sandbox, built while the model thinks.
+
+A cold start pays for bwrap's namespaces and mounts, the cgroup, and the
+init's interpreter before the command's first instruction. A parked
+sandbox has paid all of it, and every layer is in force: it is a complete
+cold launch whose init stopped just before `execve`, blocked on a socket
+only stockade holds (`initcore.await_command`). Dispatch sends the argv;
+the init checks its descriptors and execs. One parked sandbox serves one
+command and is gone with it: each command still has its own PID and mount
+namespace and its own cgroup.
+
+What makes a parked sandbox stale, and why each check is enough:
+
+- the profile (mode, capabilities, grants, network policy, environment,
+  cwd, the protected names that exist) is rebuilt for every command anyway;
+  the sandbox is used only when the new one is identical;
+- the mounts bind dentries, not names: a protected directory renamed away
+  and replaced after bwrap bound it would leave the replacement writable.
+  So no sandbox is parked while a command that can write its workspace is
+  running (in this process), one is discarded the moment such a command
+  starts, and at dispatch the identity (device, inode, type) of every path
+  bwrap mounted under a writable root must be what it was when it parked;
+- the config files are compared by identity, size and times.
+
+Anything else -- a different stdio arrangement, a background start, an
+argv that cannot travel -- goes cold, exactly as without parking.
+
+The parked process's spawner is a thread that lives as long as the pool:
+PR_SET_PDEATHSIG (bwrap's --die-with-parent, the Landlock init's own) fires
+when the *thread* that started a process exits, not the process.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+import time
+
+from ...capabilities import is_under
+from ..base import Launch
+
+TYPE_CHECKING = False
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping, Sequence
+
+    from ...process import Process
+    from ...profile import Profile
+    from ..base import ProcessHandle
+    from .guard import MetadataGuard
+
+    Build = Callable[..., Launch]
+
+#: Parked sandboxes per session (config `warm_sandboxes`); 0 disables parking.
+DEFAULT_SIZE = 1
+#: Seconds a parked sandbox may wait unused (config `warm_idle_seconds`).
+DEFAULT_IDLE = 300.0
+#: How long a dispatch waits for a sandbox still being built: past this a
+#: cold start would not have been faster either.
+READY_WAIT = 10.0
+#: How long a discarded sandbox gets to exit by itself before it is killed.
+EXIT_WAIT = 2.0
+#: The argv a parked init is started with; the real one arrives on its socket.
+PLACEHOLDER = ["stockade-parked"]
+#: After this many parked sandboxes in a row went unused (their profile
+#: changed), a session parks only every 2**misses-th command, up to every
+#: BACKOFF-th: building one costs a cold start's CPU, which a profile that
+#: never repeats only wastes.
+MISSES_BEFORE_BACKOFF = 2
+BACKOFF = 64
+
+START_WARM = "warm"
+START_COLD = "cold"
+
+
+def token(profile: Profile) -> str:
+    """The session a profile belongs to: its workspace and its private /tmp."""
+    return f"{profile.workspace}\0{profile.session_tmp or ''}"
+
+
+def writable_roots(profile: Profile) -> tuple[str, ...]:
+    """Where a command under `profile` can rename or replace what bwrap mounts.
+
+    The session's /tmp is left out: it is a mount point itself, which no
+    command can move, and nothing is mounted beneath it.
+    """
+    roots = [profile.workspace] if profile.workspace_writable else []
+    return (*roots, *profile.write_roots)
+
+
+def _overlaps(a: Sequence[str], b: Sequence[str]) -> bool:
+    return any(is_under(x, y) or is_under(y, x) for x in a for y in b)
+
+
+def _identity(path: str) -> tuple[int, int, int] | None:
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return None
+    return (st.st_dev, st.st_ino, st.st_mode & 0o170000)
+
+
+def _file_stamp(path: str) -> tuple[int, ...] | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+
+def profile_key(profile: Profile) -> str:
+    """Everything about a profile the sandbox was built from, as one string."""
+    from ...jsontext import to_json
+
+    return to_json({"profile": profile.to_json(), "env": sorted(profile.env.items())})
+
+
+def mount_identity(profile: Profile, watch: Sequence[str]) -> tuple[object, ...]:
+    """What the sandbox's mounts and the config depend on that the profile does not say.
+
+    The identity of every path bwrap mounts that a command could replace:
+    the workspace, the cwd, each protected, hidden and granted path, each
+    writable root, the session's /tmp; and the config files' stamps. A few dozen lstats, never
+    a walk.
+    """
+    paths = [profile.workspace, profile.cwd, *writable_roots(profile)]
+    paths += [p.path for p in profile.protected]
+    paths += [path for path, _kind in profile.hidden]
+    paths += [*profile.granted_sockets, *profile.sockets]
+    if profile.session_tmp:
+        paths.append(profile.session_tmp)
+    files = [*watch, os.path.join(profile.workspace, "stockade.toml")]
+    return (tuple(_identity(p) for p in paths), tuple(_file_stamp(f) for f in files))
+
+
+# -- what is writing where, across every pool in this process ---------------
+
+_LOCK = threading.Lock()
+#: Writable roots of each command running now, by its launch's id.
+_WRITERS: dict[int, tuple[str, ...]] = {}
+#: Every parked sandbox (built or being built), in any pool.
+_PARKED: set[Parked] = set()
+
+
+def _writer_starts(launch_id: int, roots: tuple[str, ...]) -> None:
+    with _LOCK:
+        _WRITERS[launch_id] = roots
+        for parked in _PARKED:
+            if _overlaps(roots, parked.roots):
+                parked.tainted = True
+
+
+def _writer_ends(launch_id: int) -> None:
+    with _LOCK:
+        _WRITERS.pop(launch_id, None)
+
+
+def _writer_running(roots: tuple[str, ...]) -> bool:
+    with _LOCK:
+        return any(_overlaps(roots, other) for other in _WRITERS.values())
+
+
+class Parked:
+    """One parked sandbox: its launch, its running process, stockade's end of its socket."""
+
+    __slots__ = ("built", "created", "discarded", "identity", "key", "launch", "proc", "ready",
+                 "roots", "sock", "tainted", "token")
+
+    def __init__(self, profile: Profile, key: str, identity: tuple[object, ...]) -> None:
+        self.token = token(profile)
+        self.key = key
+        self.identity = identity
+        self.roots = (profile.workspace, *writable_roots(profile))
+        self.created = time.monotonic()
+        self.launch: Launch | None = None
+        self.proc: Process | None = None
+        self.sock: socket.socket | None = None
+        self.ready = False
+        self.tainted = False
+        self.discarded = False
+        self.built = threading.Event()
+
+    def wait_ready(self, timeout: float) -> bool:
+        """Until the init says it is parked; False if it died or took too long."""
+        deadline = time.monotonic() + timeout
+        if not self.built.wait(timeout) or self.discarded:
+            return False
+        if self.ready:
+            return True
+        timeout = max(0.0, deadline - time.monotonic())
+        sock = self.sock
+        if sock is None:
+            return False
+        try:
+            sock.settimeout(timeout)
+            self.ready = sock.recv(1) == b"R"
+        except OSError:
+            self.ready = False
+        return self.ready
+
+    def dispatch(self, argv: list[str]) -> None:
+        from ...jsontext import to_json
+
+        sock = self.sock
+        assert sock is not None
+        self.sock = None
+        try:
+            sock.settimeout(None)
+            sock.sendall(to_json(list(argv)).encode("utf-8", "surrogatepass"))
+        finally:
+            sock.close()
+
+    def discard(self) -> None:
+        """Stop it and undo its launch: process, cgroup, descriptors, scratch (idempotent)."""
+        with _LOCK:
+            _PARKED.discard(self)
+            self.discarded = True
+        if self.sock is not None:
+            self.sock.close()  # the init reads end-of-file and refuses
+            self.sock = None
+        proc, self.proc = self.proc, None
+        launch, self.launch = self.launch, None
+        try:
+            if proc is not None:
+                # The init exits by itself on the socket's end-of-file, and
+                # bwrap then reaps its own children. Killed from outside,
+                # bwrap's PID-1 helper would be orphaned to the host's PID 1,
+                # and a zombie still counts as a cgroup member: rmdir would
+                # refuse until stockade gave up on it.
+                deadline = time.monotonic() + EXIT_WAIT
+                while proc.poll() is None and time.monotonic() < deadline:
+                    time.sleep(0.002)
+                proc.kill()
+                proc.wait()
+                proc.close()
+        finally:
+            if launch is not None:
+                launch.cleanup()
+
+
+class WarmPool:
+    """Per session, up to `size` parked sandboxes for the profile of its last command.
+
+    `build(argv, profile, park_fd=N, guard=False)` is the driver's own cold
+    preparation; `guard(profile)` takes the metadata guard's baseline, at
+    dispatch, never at park time: a baseline taken while the previous
+    command ran would record what it planted as the way things were.
+    """
+
+    def __init__(self, build: Build, guard: Callable[[Profile], MetadataGuard | None], *,
+                 size: int = DEFAULT_SIZE, idle_timeout: float = DEFAULT_IDLE,
+                 watch: Sequence[str] = ()) -> None:
+        self._build = build
+        self._guard = guard
+        self.size = size
+        self.idle_timeout = idle_timeout
+        self.watch = tuple(watch)
+        self._cond = threading.Condition()
+        self._parked: dict[str, list[Parked]] = {}
+        self._wanted: dict[str, Profile] = {}
+        self._doomed: list[Parked] = []
+        self._misses: dict[str, int] = {}
+        self._skips: dict[str, int] = {}
+        self._closed = False
+        self._thread: threading.Thread | None = None
+        self._building = 0
+        #: Sessions whose commands come faster than a sandbox parks, when each
+        #: last ended, and how long the last park measured took.
+        self._hurried: set[str] = set()
+        self._ended: dict[str, float] = {}
+        self._build_time = 0.1
+        #: Dispatches served by a parked sandbox, and parked ones found unfit.
+        self.hits = 0
+        self.misses = 0
+
+    # -- the pipeline's side --------------------------------------------------
+
+    def launch(self, argv: list[str], profile: Profile) -> WarmLaunch:
+        tok = token(profile)
+        ended = self._ended.get(tok)
+        if tok in self._hurried and ended is not None and (
+                time.monotonic() - ended > 1.5 * self._build_time):
+            # The session slowed down to the model's pace again: park once more.
+            self._hurried.discard(tok)
+        return WarmLaunch(self, argv, profile)
+
+    def take(self, profile: Profile) -> Parked | None:
+        """A parked sandbox built for exactly this profile and view, or None (go cold)."""
+        tok = token(profile)
+        with self._cond:
+            entries = self._parked.get(tok)
+            parked = entries.pop(0) if entries else None
+        if parked is None:
+            return None
+        good = (not parked.tainted and parked.key == profile_key(profile)
+                and parked.identity == mount_identity(profile, self.watch))
+        if good:
+            was_ready = parked.wait_ready(0.0)
+            good = parked.wait_ready(READY_WAIT) and not parked.tainted and not parked.discarded
+            if good and not was_ready:
+                # Commands come faster than a sandbox parks (back to back): the
+                # next ones start cold, which costs less than a cold start
+                # competing with a park in the background for the same cores
+                # and the same interpreter lock.
+                self._build_time = time.monotonic() - parked.created
+                self._hurried.add(tok)
+        with _LOCK:
+            _PARKED.discard(parked)
+        if not good:
+            self.misses += 1
+            self._misses[tok] = self._misses.get(tok, 0) + 1
+            self._retire(parked)
+            return None
+        self.hits += 1
+        self._misses[tok] = 0
+        return parked
+
+    def guard(self, profile: Profile) -> MetadataGuard | None:
+        return self._guard(profile)
+
+    def build_cold(self, argv: list[str], profile: Profile) -> Launch:
+        return self._build(argv, profile)
+
+    def request(self, profile: Profile) -> None:
+        """After a command: park the next one for this session, in the background."""
+        if self.size <= 0:
+            return
+        tok = token(profile)
+        self._ended[tok] = time.monotonic()
+        if tok in self._hurried:
+            return
+        if self._misses.get(tok, 0) >= MISSES_BEFORE_BACKOFF:
+            skips = self._skips.get(tok, 0) + 1
+            self._skips[tok] = skips
+            if skips % min(BACKOFF, 2 ** self._misses[tok]):
+                return
+        with self._cond:
+            if self._closed:
+                return
+            self._wanted[tok] = profile
+            self._ensure_thread()
+            self._cond.notify()
+
+    def drop(self, workspace: str) -> None:
+        """A session of `workspace` closed: what is parked there goes now, not at the
+        idle timeout (another session on it parks again after its next command)."""
+        doomed: list[Parked] = []
+        with self._cond:
+            for tok in [t for t in {*self._parked, *self._wanted}
+                        if t.split("\0", 1)[0] == workspace]:
+                doomed += self._parked.pop(tok, [])
+                self._wanted.pop(tok, None)
+                self._misses.pop(tok, None)
+                self._skips.pop(tok, None)
+        for parked in doomed:
+            parked.discard()
+
+    def close(self) -> None:
+        """Stop every parked sandbox and the spawner (stockade closes or exits)."""
+        with self._cond:
+            self._closed = True
+            doomed = [p for entries in self._parked.values() for p in entries]
+            doomed += self._doomed
+            self._parked.clear()
+            self._wanted.clear()
+            self._doomed = []
+            self._cond.notify()
+            thread = self._thread
+        for parked in doomed:
+            parked.discard()
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout=READY_WAIT)
+
+    def settle(self, timeout: float) -> bool:
+        """Wait until nothing is being built and every parked sandbox is ready.
+
+        For benchmarks and tests that must know the next command can be
+        served warm; the pipeline never waits here.
+        """
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            while self._building or self._ready_wants():
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                self._cond.wait(left)
+            entries = [p for group in self._parked.values() for p in group]
+        return all(p.wait_ready(max(0.001, deadline - time.monotonic())) for p in entries)
+
+    def parked_count(self) -> int:
+        with self._cond:
+            return sum(len(v) for v in self._parked.values())
+
+    # -- the spawner ------------------------------------------------------------
+
+    def _retire(self, parked: Parked) -> None:
+        """Discard on the spawner's thread: a dispatch must not wait for a teardown."""
+        with self._cond:
+            if self._closed or self._thread is None:
+                retire_now = True
+            else:
+                retire_now = False
+                self._doomed.append(parked)
+                self._cond.notify()
+        if retire_now:
+            parked.discard()
+
+    def _ensure_thread(self) -> None:
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="stockade-warm", daemon=True)
+            self._thread.start()
+            _close_at_exit(self)
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while not (self._closed or self._doomed or self._ready_wants()
+                           or self._expired()):
+                    self._cond.wait(self._next_wake())
+                if self._closed:
+                    return
+                doomed, self._doomed = self._doomed, []
+                expired = self._expired()
+                for parked in expired:
+                    self._parked.get(parked.token, []).remove(parked)
+                building = []
+                for tok, profile in self._ready_wants().items():
+                    del self._wanted[tok]
+                    # Listed while it is built, in the same step that takes
+                    # it off the wanted list: a command arriving now waits
+                    # for it rather than starting a second sandbox beside
+                    # it, and a session closing now finds it to discard.
+                    parked = Parked(profile, profile_key(profile),
+                                    mount_identity(profile, self.watch))
+                    with _LOCK:
+                        _PARKED.add(parked)
+                    self._parked.setdefault(tok, []).append(parked)
+                    building.append((parked, profile))
+                self._building += len(building)
+            for parked in [*doomed, *expired]:
+                parked.discard()
+            for parked, profile in building:
+                try:
+                    self._park(parked, profile)
+                finally:
+                    with self._cond:
+                        self._building -= 1
+                        self._cond.notify_all()
+
+    def _ready_wants(self) -> dict[str, Profile]:
+        """Wanted sandboxes that can be built now: room left, and no writer in their workspace."""
+        out = {}
+        for tok, profile in self._wanted.items():
+            if len(self._parked.get(tok, [])) >= self.size:
+                continue
+            if _writer_running((profile.workspace, *writable_roots(profile))):
+                continue  # asked again when that command ends
+            out[tok] = profile
+        return out
+
+    def _expired(self) -> list[Parked]:
+        now = time.monotonic()
+        return [p for entries in self._parked.values() for p in entries
+                if now - p.created >= self.idle_timeout]
+
+    def _next_wake(self) -> float | None:
+        created = [p.created for entries in self._parked.values() for p in entries]
+        if not created:
+            return None
+        return max(0.0, min(created) + self.idle_timeout - time.monotonic())
+
+    def _park(self, parked: Parked, profile: Profile) -> None:
+        tok = parked.token
+        mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            from ...process import Process
+
+            launch = self._build(PLACEHOLDER, profile, park_fd=theirs.fileno(), guard=False)
+            with _LOCK:
+                parked.launch = launch
+            fds = dict(launch.extra_fds)
+            fds[theirs.fileno()] = theirs.fileno()
+            proc = Process(launch.argv, launch.env, extra_fds=fds)
+            with _LOCK:
+                parked.proc = proc
+                parked.sock = mine
+                gone = parked.discarded or self._closed
+        except Exception:
+            # A sandbox that cannot park is no error: the command goes cold,
+            # and a cold start reports whatever is really wrong.
+            mine.close()
+            gone = True
+        finally:
+            theirs.close()
+        if gone:
+            with self._cond:
+                entries = self._parked.get(tok, [])
+                if parked in entries:
+                    entries.remove(parked)
+            parked.discarded = False  # discard() again: what was built after it ran
+            parked.discard()
+        parked.built.set()
+
+
+class WarmLaunch(Launch):
+    """A launch that becomes a parked sandbox at `start()` when one fits, else a cold one.
+
+    Until then nothing exists. `argv`, `env` and `extra_fds` are the cold
+    launch's: a caller that reads them to spawn by hand gets exactly
+    today's path.
+    """
+
+    __slots__ = ("_command", "_guard", "_inner", "_pool", "_profile", "_writing")
+
+    def __init__(self, pool: WarmPool, argv: list[str], profile: Profile) -> None:
+        self._pool = pool
+        self._command = list(argv)
+        self._profile = profile
+        self._inner: Launch | None = None
+        self._guard: MetadataGuard | None = None
+        self._writing = False
+        super().__init__([], {}, profile.cwd, cleanup=_finish)
+
+    # Launch.__init__ assigns these; the real values are the inner launch's.
+    @property
+    def argv(self) -> list[str]:
+        return self._cold().argv
+
+    @argv.setter
+    def argv(self, value: list[str]) -> None:
+        pass
+
+    @property
+    def env(self) -> dict[str, str]:
+        return self._cold().env
+
+    @env.setter
+    def env(self, value: dict[str, str]) -> None:
+        pass
+
+    @property
+    def extra_fds(self) -> dict[int, int]:
+        return self._cold().extra_fds
+
+    @extra_fds.setter
+    def extra_fds(self, value: dict[int, int]) -> None:
+        pass
+
+    def _cold(self) -> Launch:
+        if self._inner is None:
+            self._inner = self._pool.build_cold(self._command, self._profile)
+            self.report.audit.update(self._inner.report.audit, start=START_COLD)
+            self._writes()
+        return self._inner
+
+    def _writes(self) -> None:
+        self._writing = True
+        _writer_starts(id(self), writable_roots(self._profile))
+
+    def start(self, *, stdin: int | None = None, capture: bool = True,
+              new_session: bool = True, stdio: Mapping[int, int] | None = None
+              ) -> ProcessHandle:
+        if self._inner is None and stdin is None and capture and new_session and not stdio:
+            parked = self._pool.take(self._profile)
+            if parked is not None:
+                try:
+                    self._guard = self._pool.guard(self._profile)
+                except BaseException:
+                    self._pool._retire(parked)
+                    raise
+                self._inner = parked.launch
+                parked.launch = None
+                proc = parked.proc
+                assert self._inner is not None and proc is not None
+                self._writes()
+                parked.dispatch(self._command)
+                self.report.audit.update(self._inner.report.audit, start=START_WARM)
+                return proc
+        return self._cold().start(stdin=stdin, capture=capture, new_session=new_session,
+                                  stdio=stdio)
+
+
+def _finish(launch: Launch) -> None:
+    assert isinstance(launch, WarmLaunch)
+    inner, launch._inner = launch._inner, None
+    report = launch.report
+    try:
+        if inner is not None:
+            try:
+                inner.cleanup()
+            finally:
+                done = inner.report
+                report.limit_exceeded = report.limit_exceeded or done.limit_exceeded
+                report.limits_started = report.limits_started and done.limits_started
+                report.removed += done.removed
+                report.neutralised += done.neutralised
+    finally:
+        guard, launch._guard = launch._guard, None
+        try:
+            if guard is not None:
+                report.neutralised += guard.release()
+        finally:
+            if launch._writing:
+                launch._writing = False
+                _writer_ends(id(launch))
+            launch._pool.request(launch._profile)
+
+
+_POOLS: list[WarmPool] = []
+
+
+def _close_at_exit(pool: WarmPool) -> None:
+    if not _POOLS:
+        import atexit
+
+        atexit.register(_close_all)
+    _POOLS.append(pool)
+
+
+def _close_all() -> None:
+    for pool in list(_POOLS):
+        try:
+            pool.close()
+        except Exception:  # exiting: one pool's failure must not keep the rest parked
+            pass

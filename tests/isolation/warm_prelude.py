@@ -1,0 +1,55 @@
+# Run by the isolation harness's warm runners before the CLI (see conftest.WARM_PRELUDE):
+# `stockade run` is cold by nature, so this makes it take the path a session takes --
+# parking enabled, the command's sandbox parked ahead of it by identical commands, and
+# the command served by that parked sandbox, or a loud failure if it was not.
+import stockade.cli as _cli
+import stockade.core as _core
+
+_core_init = _core.SandboxCore.__init__
+
+
+def _warm_core(self, *args, **kwargs):
+    _core_init(self, *args, **kwargs)
+    self.driver_options["warm_sandboxes"] = 1
+
+
+_core.SandboxCore.__init__ = _warm_core
+
+
+def _run_warm(sandbox, cmd, quiet):
+    from stockade.command import SandboxCommand
+
+    def parked():
+        pool = getattr(sandbox.core._driver, "_warm", None)
+        if pool is None:
+            return None
+        pool.settle(30)
+        return pool
+
+    # Twice: the first command creates the audit ledger, whose files the
+    # next profile hides, so only the second parks for the command's view.
+    for _ in range(2):
+        sandbox.execute(SandboxCommand("/bin/true", session_id=cmd.session_id,
+                                       capabilities=cmd.capabilities, cwd=cmd.cwd,
+                                       timeout=cmd.timeout))
+        pool = parked()
+    if sandbox.core._driver is None:
+        # Nothing was sandboxed (full-access: an unconfined control), so
+        # there is nothing to park either.
+        return _cli._run_captured(sandbox, cmd, False, quiet)
+    hits = pool.hits if pool is not None else 0
+    try:
+        return _cli._run_captured(sandbox, cmd, False, quiet)
+    finally:
+        if pool is None or pool.hits != hits + 1:
+            import sys
+
+            sys.stderr.write("stockade-warm-harness: the command did not run in a parked "
+                             "sandbox\n")
+            sys.stderr.flush()
+            import os
+
+            os._exit(97)
+
+
+_cli._run_passthrough = _run_warm

@@ -1,0 +1,72 @@
+"""The init's park mode: ready, then the argv, and a refusal for anything else."""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+
+import pytest
+
+from stockade.drivers.linux import initcore
+
+
+def test_parse_command_takes_a_list_of_strings_only() -> None:
+    assert initcore.parse_command('["/bin/echo", "a b", "\\udcff"]') == [
+        "/bin/echo", "a b", "\udcff"]
+    for bad in ('"x"', "[1]", '["a"] trailing', "{}", "[", ""):
+        assert initcore.parse_command(bad) is None, bad
+
+
+def test_await_command_says_ready_then_returns_the_argv_and_closes() -> None:
+    mine, theirs = socket.socketpair()
+    fd = os.dup(theirs.fileno())
+    theirs.close()
+
+    def stockade() -> None:
+        assert mine.recv(1) == b"R"
+        mine.sendall(b'["/bin/true", "x"]')
+        mine.close()
+
+    t = threading.Thread(target=stockade)
+    t.start()
+    assert initcore.await_command(fd) == ["/bin/true", "x"]
+    t.join()
+    with pytest.raises(OSError):
+        os.fstat(fd)  # closed: the command never holds it
+
+
+def test_await_command_refuses_when_stockade_hangs_up() -> None:
+    mine, theirs = socket.socketpair()
+    fd = os.dup(theirs.fileno())
+    theirs.close()
+    mine.close()
+    with pytest.raises((initcore.Refusal, OSError)):
+        initcore.await_command(fd)
+
+
+def test_await_command_refuses_a_malformed_argv() -> None:
+    mine, theirs = socket.socketpair()
+    fd = os.dup(theirs.fileno())
+    theirs.close()
+    mine.sendall(b'{"not": "argv"}')
+    mine.shutdown(socket.SHUT_WR)
+    with pytest.raises(initcore.Refusal):
+        initcore.await_command(fd)
+    mine.close()
+
+
+def test_warm_settings_take_zero_and_refuse_negatives(tmp_path: object) -> None:
+    from stockade.config import SandboxConfig, load_config
+    from stockade.errors import ConfigError
+
+    assert SandboxConfig(warm_sandboxes=0).warm_sandboxes == 0
+    assert SandboxConfig().warm_sandboxes == 1 and SandboxConfig().warm_idle_seconds == 300.0
+    for bad in ({"warm_sandboxes": -1}, {"warm_sandboxes": True}, {"warm_idle_seconds": 0}):
+        with pytest.raises(ConfigError):
+            SandboxConfig(**bad)  # type: ignore[arg-type]
+    path = os.path.join(str(tmp_path), "config.toml")
+    with open(path, "w") as fh:
+        fh.write("[sandbox]\nwarm_sandboxes = 2\nwarm_idle_seconds = 30\n")
+    config = load_config(paths=[path])
+    assert (config.warm_sandboxes, config.warm_idle_seconds) == (2, 30)

@@ -1,0 +1,425 @@
+"""Parked sandboxes: used only while they match, gone when they must be, out of a command's reach.
+
+Every check of "gone" is made from outside: the host's process table (the
+workspace's unique name is in every bwrap and init command line) and the
+cgroup filesystem, never the pool's own bookkeeping.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from stockade import SandboxCommand, SandboxConfig, SyncWorkspaceSandbox
+from stockade.capabilities import capabilities_for_mode
+from stockade.drivers.linux.warm import WarmPool
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux drivers")
+
+BACKENDS = ["bubblewrap", "landlock"]
+REPO = Path(__file__).resolve().parents[2]
+
+
+def procs_with(marker: str) -> list[int]:
+    """Live host processes whose command line holds `marker` (zombies have none)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == os.getpid():
+            continue
+        try:
+            raw = Path(f"/proc/{entry}/cmdline").read_bytes()
+        except OSError:
+            continue
+        if marker.encode() in raw:
+            found.append(int(entry))
+    return found
+
+
+def wait_gone(marker: str, within: float = 10.0) -> list[int]:
+    deadline = time.monotonic() + within
+    while (left := procs_with(marker)) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return left
+
+
+def cgroups_of(pid: int) -> list[str]:
+    out: list[str] = []
+    for depth in range(5):
+        for prefix in ("stockade", "stockade-ll"):
+            out += glob.glob("/sys/fs/cgroup/" + "*/" * depth + f"{prefix}-{pid}-*")
+    return sorted(set(out))
+
+
+def zombie(pid: str) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except (OSError, IndexError):
+        return True  # gone by now
+
+
+def cgroups_left(pid: int, within: float = 10.0) -> list[str]:
+    """The cgroups of stockade `pid` still there after `within` s, beyond a zombie's wait.
+
+    stockade removes a cgroup once the processes it killed are reaped; a
+    process reparented to PID 1 (the Landlock reaper, bwrap's helper) is
+    reaped by PID 1, which here can take longer than stockade waits, and a
+    zombie still counts as a member. Such a cgroup -- holding zombies only
+    -- is removed here once they are reaped. An empty one left behind, or
+    one holding a live process, is a leak.
+    """
+    deadline = time.monotonic() + within
+    left = cgroups_of(pid)
+    leaked = []
+    for group in left:
+        members = Path(group, "cgroup.procs").read_text().split() if os.path.isdir(group) else []
+        if not os.path.isdir(group):
+            continue
+        if not members or not all(zombie(m) for m in members):
+            leaked.append(f"{group} holds {members or 'nothing'}")
+            continue
+        while time.monotonic() < deadline:
+            try:
+                os.rmdir(group)
+                break
+            except FileNotFoundError:
+                break
+            except OSError:
+                time.sleep(0.05)
+        else:
+            leaked.append(group)
+    return leaked
+
+
+class World:
+    def __init__(self, root: Path, backend: str) -> None:
+        self.root = root
+        self.backend = backend
+        # Unique, and in every command line the sandbox's processes carry.
+        self.ws = root / f"ws-{os.urandom(6).hex()}"
+        self.ws.mkdir()
+        (self.ws / ".git").mkdir()
+        self.home = root / "home"
+        self.home.mkdir()
+        self.config_dir = root / "config"
+        (self.config_dir / "stockade").mkdir(parents=True)
+        self.user_config = self.config_dir / "stockade" / "config.toml"
+        self.user_config.write_text("[sandbox]\n")
+        self.env = {**os.environ, "HOME": str(self.home),
+                    "XDG_STATE_HOME": str(root / "state"),
+                    "XDG_CONFIG_HOME": str(self.config_dir),
+                    "XDG_DATA_HOME": str(root / "data")}
+        self.mode = ["workspace-write"]
+        self.sandboxes: list[SyncWorkspaceSandbox] = []
+
+    @property
+    def marker(self) -> str:
+        return self.ws.name
+
+    def sandbox(self, **config: object) -> SyncWorkspaceSandbox:
+        cfg = SandboxConfig(backend=self.backend, ledger=str(self.root / "ledger.db"), **config)
+        sb = SyncWorkspaceSandbox(cfg, env=self.env, mode_source=lambda: self.mode[0])
+        sb.open_session("s", str(self.ws))
+        self.sandboxes.append(sb)
+        return sb
+
+
+def pool_of(sb: SyncWorkspaceSandbox) -> WarmPool:
+    pool = sb.core.driver(True, str(sb.core.sessions["s"].cwd))._warm  # type: ignore[attr-defined]
+    assert isinstance(pool, WarmPool)
+    return pool
+
+
+def settle(pool: WarmPool, timeout: float = 30.0) -> None:
+    assert pool.settle(timeout), "the pool did not settle"
+
+
+def run(sb: SyncWorkspaceSandbox, *argv: str, **kw: object) -> object:
+    return sb.execute(SandboxCommand(argv[0], argv[1:], session_id="s", **kw))  # type: ignore[arg-type]
+
+
+def primed(world: World, **config: object) -> tuple[SyncWorkspaceSandbox, WarmPool]:
+    """A session whose next command's sandbox is parked (the ledger exists by now)."""
+    sb = world.sandbox(**config)
+    run(sb, "/bin/true")
+    pool = pool_of(sb)
+    settle(pool)
+    run(sb, "/bin/true")
+    settle(pool)
+    from stockade.drivers.linux import warm
+
+    assert pool.parked_count() == 1, (warm._WRITERS, pool._wanted, pool._misses, pool.misses)
+    return sb, pool
+
+
+@pytest.fixture(params=BACKENDS)
+def world(request: pytest.FixtureRequest) -> Iterator[World]:
+    root = Path(tempfile.mkdtemp(prefix="stockade-warm-", dir="/var/tmp"))
+    w = World(root, request.param)
+    try:
+        yield w
+    finally:
+        for sb in w.sandboxes:
+            sb.close()
+        import shutil
+
+        shutil.rmtree(root, ignore_errors=True)
+    # Every test, whatever it checked: closed means nothing of it is left.
+    assert not wait_gone(w.marker), "a sandbox outlived its session"
+    assert not cgroups_left(os.getpid()), "a cgroup outlived its session"
+
+
+def test_the_next_command_is_served_warm_and_the_audit_says_so(world: World) -> None:
+    sb, pool = primed(world)
+    hits = pool.hits
+    out = run(sb, "/bin/sh", "-c", "echo out; echo err >&2; exit 3")
+    assert (out.exit_code, out.stdout, out.stderr) == (3, b"out\n", b"err\n")  # type: ignore[attr-defined]
+    assert pool.hits == hits + 1
+    records = sb.core.ledger.query(session="s", last=3)
+    import json
+
+    starts = [json.loads(str(r["detail"] or "{}")).get("start") for r in records]
+    assert starts[-1] == "warm", records
+    assert "cold" in starts, records
+
+
+def test_the_parked_init_is_as_confined_as_a_cold_one(world: World) -> None:
+    sb, pool = primed(world)
+    hits = pool.hits
+    out = run(sb, "/bin/sh", "-c",
+              "grep -E '^(NoNewPrivs|Seccomp|CapEff):' /proc/self/status; echo FDS; "
+              "ls /proc/self/fd")
+    assert pool.hits == hits + 1
+    text = out.stdout.decode()  # type: ignore[attr-defined]
+    for line in ("NoNewPrivs:\t1", "Seccomp:\t2", "CapEff:\t0000000000000000"):
+        assert line in text, text
+    # 0-2 and the descriptor `ls` reads the directory through; never the park socket.
+    fds = text.split("FDS", 1)[1].split()
+    assert sorted(int(x) for x in fds) == [0, 1, 2, 3], text
+
+
+def test_stdin_timeout_and_duration_count_from_dispatch(world: World) -> None:
+    sb, pool = primed(world)
+    time.sleep(1.5)  # parked for longer than the timeout below
+    hits = pool.hits
+    out = run(sb, "/bin/cat", stdin=b"fed\n", timeout=1.0)
+    assert pool.hits == hits + 1
+    assert out.stdout == b"fed\n" and out.duration_ms < 1000  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("change", ["appears", "disappears"])
+def test_discarded_when_a_protected_name_appears_or_disappears(world: World,
+                                                               change: str) -> None:
+    if change == "disappears":
+        (world.ws / ".envrc").write_text("export A=1\n")
+    sb, pool = primed(world)
+    parked = procs_with(world.marker)
+    assert parked, "nothing parked to discard"
+    if change == "appears":
+        (world.ws / ".envrc").write_text("export A=1\n")
+    else:
+        (world.ws / ".envrc").unlink()
+    hits, misses = pool.hits, pool.misses
+    out = run(sb, "/bin/true")
+    assert out.exit_code == 0  # type: ignore[attr-defined]
+    assert (pool.hits, pool.misses) == (hits, misses + 1)
+    deadline = time.monotonic() + 10
+    while set(parked) & set(procs_with(world.marker)) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not set(parked) & set(procs_with(world.marker)), "the stale sandbox still runs"
+
+
+def test_discarded_when_the_mode_changes(world: World) -> None:
+    sb, pool = primed(world)
+    world.mode[0] = "read-only"
+    hits, misses = pool.hits, pool.misses
+    out = run(sb, "/bin/sh", "-c", "touch written 2>/dev/null; echo $?")
+    assert out.stdout.strip() != b"0"  # type: ignore[attr-defined]
+    assert not (world.ws / "written").exists()
+    assert (pool.hits, pool.misses) == (hits, misses + 1)
+
+
+def test_discarded_when_the_grants_change(world: World) -> None:
+    extra = world.root / "granted"
+    extra.mkdir()
+    sb, pool = primed(world)
+    caps = capabilities_for_mode("workspace-write", str(world.ws))
+    caps = caps.replace(fs_write=(*caps.fs_write, str(extra)))
+    hits, misses = pool.hits, pool.misses
+    sb.core.gate.remember("s", "approved-session", caps)
+    out = run(sb, "/bin/sh", "-c", f"echo x > {extra}/f", capabilities=caps)
+    assert out.exit_code == 0, out.stderr  # type: ignore[attr-defined]
+    assert (pool.hits, pool.misses) == (hits, misses + 1)
+    assert (extra / "f").read_text() == "x\n"
+
+
+def test_discarded_when_the_config_file_changes(world: World) -> None:
+    sb, pool = primed(world)
+    with open(world.user_config, "a") as fh:
+        fh.write("# edited\n")
+    hits, misses = pool.hits, pool.misses
+    run(sb, "/bin/true")
+    assert (pool.hits, pool.misses) == (hits, misses + 1)
+
+
+def test_a_writer_starting_beside_a_parked_sandbox_discards_it(world: World) -> None:
+    """A command that can write the workspace can swap what a parked sandbox bound."""
+    sb, pool = primed(world)
+    sb.open_session("t", str(world.ws))  # another session, the same workspace
+    bg = sb.start(SandboxCommand("/bin/sleep", ["1"], session_id="t"))
+    hits, misses = pool.hits, pool.misses
+    out = run(sb, "/bin/true")
+    assert out.exit_code == 0  # type: ignore[attr-defined]
+    assert (pool.hits, pool.misses) == (hits, misses + 1), "served by a tainted sandbox"
+    bg.wait(timeout=10)
+
+
+def test_a_background_start_is_served_warm(world: World) -> None:
+    sb, pool = primed(world)
+    hits = pool.hits
+    bg = sb.start(SandboxCommand("/bin/echo", ["bg"], session_id="s"))
+    bg.wait(timeout=10)
+    assert pool.hits == hits + 1
+    assert bg.output("stdout")[0] == b"bg\n"
+
+
+def test_nothing_left_after_close(world: World) -> None:
+    sb, _pool = primed(world)
+    assert procs_with(world.marker)
+    assert cgroups_of(os.getpid()) or not _has_cgroups()
+    sb.close()
+    assert not wait_gone(world.marker)
+    assert not cgroups_left(os.getpid())
+
+
+def test_nothing_left_after_the_idle_timeout(world: World) -> None:
+    sb, pool = primed(world, warm_idle_seconds=1.0)
+    assert procs_with(world.marker)
+    time.sleep(1.5)
+    assert not wait_gone(world.marker, 5.0)
+    assert not cgroups_left(os.getpid())
+    hits, misses = pool.hits, pool.misses
+    out = run(sb, "/bin/true")  # cold again, and it still works
+    assert out.exit_code == 0 and (pool.hits, pool.misses) == (hits, misses)  # type: ignore[attr-defined]
+
+
+def test_zero_disables_parking(world: World) -> None:
+    sb = world.sandbox(warm_sandboxes=0)
+    run(sb, "/bin/true")
+    time.sleep(0.3)
+    assert not procs_with(world.marker)
+    assert sb.core.driver(True, str(world.ws))._warm is None  # type: ignore[attr-defined]
+
+
+def _has_cgroups() -> bool:
+    from stockade.drivers.linux.limits import mechanism
+
+    return mechanism()[0] != "rlimit"
+
+
+KILLED_CHILD = textwrap.dedent("""
+    import os, sys, time
+    sys.path.insert(0, {src!r})
+    from stockade import SandboxCommand, SandboxConfig, SyncWorkspaceSandbox
+    ws, root, backend = sys.argv[1:4]
+    sb = SyncWorkspaceSandbox(SandboxConfig(backend=backend, ledger=root + "/ledger.db",
+                                            mode="workspace-write"))
+    sb.open_session("s", ws)
+    for _ in range(2):
+        sb.execute(SandboxCommand("/bin/true", session_id="s"))
+        sb.core._driver._warm.settle(30)
+    print("parked", flush=True)
+    time.sleep(120)
+""")
+
+
+NEXT_STOCKADE = textwrap.dedent("""
+    import sys
+    sys.path.insert(0, {src!r})
+    from stockade import SandboxCommand, SandboxConfig, SyncWorkspaceSandbox
+    ws, root, backend = sys.argv[1:4]
+    with SyncWorkspaceSandbox(SandboxConfig(backend=backend, ledger=root + "/ledger.db",
+                                            mode="workspace-write")) as sb:
+        sb.open_session("s", ws)
+        sys.exit(sb.execute(SandboxCommand("/bin/true", session_id="s")).exit_code)
+""")
+
+
+def test_nothing_left_running_after_stockade_is_killed(world: World) -> None:
+    child = subprocess.Popen(
+        [sys.executable, "-c", KILLED_CHILD.format(src=str(REPO / "src")), str(world.ws),
+         str(world.root), world.backend], env=world.env, stdout=subprocess.PIPE)
+    try:
+        assert child.stdout is not None
+        assert child.stdout.readline() == b"parked\n"
+        assert procs_with(world.marker), "nothing was parked"
+        groups = cgroups_of(child.pid)
+        os.kill(child.pid, signal.SIGKILL)
+        child.wait()
+        assert not wait_gone(world.marker), "a parked sandbox outlived stockade"
+        # Nobody is left to remove a dead stockade's cgroups; what is left
+        # holds nothing alive (a zombie waits for the host's PID 1), and the
+        # next stockade to start a command removes it.
+        def alive() -> list[str]:
+            return [m for g in groups if os.path.isdir(g)
+                    for m in Path(g, "cgroup.procs").read_text().split() if not zombie(m)]
+
+        deadline = time.monotonic() + 10  # a killed process takes a moment to exit
+        while alive() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not alive(), groups
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and any(
+                zombie(m) and os.path.exists(f"/proc/{m}") for g in groups if os.path.isdir(g)
+                for m in Path(g, "cgroup.procs").read_text().split()):
+            time.sleep(0.05)
+        next_one = subprocess.run(
+            [sys.executable, "-c", NEXT_STOCKADE.format(src=str(REPO / "src")), str(world.ws),
+             str(world.root), world.backend], env=world.env, capture_output=True, timeout=60)
+        assert next_one.returncode == 0, next_one.stderr
+        assert not cgroups_of(child.pid)
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+
+
+def test_a_command_cannot_reach_or_signal_the_parked_sandbox(world: World) -> None:
+    """A command running beside a parked sandbox (another session's) cannot touch it."""
+    sb, pool = primed(world)
+    other = world.root / "other"
+    other.mkdir()
+    sb.open_session("t", str(other))
+    host_pids = procs_with(world.marker)
+    assert host_pids
+    script = "; ".join(
+        [f"kill -0 {pid} 2>/dev/null && echo REACHED {pid}" for pid in host_pids]
+        # Listing the numbers is same-uid business; following one is ptrace's.
+        + [f"for f in /proc/{pid}/fd/*; do readlink $f >/dev/null 2>&1 && echo LINK $f; "
+           f"(: >> $f) 2>/dev/null && echo OPENED $f; done" for pid in host_pids]
+        + [f"cat /proc/{pid}/environ >/dev/null 2>&1 && echo ENVIRON {pid}" for pid in host_pids]
+        + [f"kill -9 {pid} 2>/dev/null && echo KILLED {pid}" for pid in host_pids]
+        + ["true"])
+    # Control, without stockade (same user, kill -0 only): every door is open.
+    unconfined = subprocess.run(["/bin/sh", "-c", script.replace("kill -9", "kill -0")],
+                                capture_output=True, timeout=30).stdout.decode()
+    for word in ("REACHED", "LINK", "OPENED", "ENVIRON"):
+        assert word in unconfined, unconfined
+    out = sb.execute(SandboxCommand("/bin/sh", ["-c", script], session_id="t"))
+    text = out.stdout.decode() + out.stderr.decode()
+    for word in ("KILLED", "REACHED", "LINK", "OPENED", "ENVIRON"):
+        assert word not in text, text
+    assert set(host_pids) <= set(procs_with(world.marker))
+    # ... and the sandbox parked for the next command is the one that serves it.
+    hits = pool.hits
+    out = run(sb, "/bin/echo", "next")
+    assert out.stdout == b"next\n" and pool.hits == hits + 1  # type: ignore[attr-defined]
