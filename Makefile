@@ -29,6 +29,7 @@ ISOLATION_CORE := tests/isolation/test_iso_fs.py tests/isolation/test_iso_secret
 test: $(VENV)/.dev-installed
 	$(BIN)/ruff check src tests bench
 	$(BIN)/mypy
+	$(BIN)/mypy --platform win32 src/stockade/drivers/windows
 	$(BIN)/python -m pytest
 	STOCKADE_TEST_BWRAP="$$($(BIN)/python tests/isolation/system_bwrap.py)" \
 		$(BIN)/python -m pytest -q $(ISOLATION_CORE)
