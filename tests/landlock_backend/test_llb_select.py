@@ -208,7 +208,7 @@ def test_doctor_auto_choice_prefers_bubblewrap_then_landlock() -> None:
 
 def test_doctor_report_exits_zero_when_either_works(capsys: pytest.CaptureFixture[str],
                                                     monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(doctor, "backend_status", lambda configured="": {
+    monkeypatch.setattr(doctor, "backend_status", lambda configured="", config=None: {
         "bubblewrap": {"available": False, "why": "userns forbidden"},
         "landlock": {"available": True, "abi": 7, "min_abi": 3,
                      "weaker_than_bubblewrap": ["no PID namespace"]},

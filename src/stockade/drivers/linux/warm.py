@@ -595,6 +595,8 @@ def _finish(launch: Launch) -> None:
                 report.limits_started = report.limits_started and done.limits_started
                 report.removed += done.removed
                 report.neutralised += done.neutralised
+                if report.sandbox_started is None:
+                    report.sandbox_started = done.sandbox_started
     finally:
         guard, launch._guard = launch._guard, None
         try:
