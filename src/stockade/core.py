@@ -34,7 +34,7 @@ from .drivers import MEMORY, PIDS, should_sandbox
 from .errors import CapabilityDenied, CommandTimeout, InvalidCommand, SandboxUnavailable
 from .hooks import run_before_hooks
 from .ledger import DENIED, ERROR, RAN, TIMED_OUT, Ledger
-from .paths import session_key, state_dir
+from .paths import data_dir, private_paths, session_key, state_dir
 from .process import Outcome
 from .profile import HOST, STRICT, build_profile
 
@@ -140,6 +140,12 @@ class SandboxCore:
         self.ledger = ledger if ledger is not None else Ledger(config.ledger_path(self.env))
         #: stockade's state directory, from the injected env, once.
         self.state_dir = state_dir(self.env)
+        # What no command may read, decided once. The data directory is made
+        # now: one that appeared mid-run (a workspace root provisioned by
+        # another session) would not be hidden from a command already running.
+        os.makedirs(data_dir(self.env), mode=0o700, exist_ok=True)
+        self._private = private_paths(self.env, state=self.state_dir, ledger=self.ledger.path,
+                                      workspace_root=config.resolved_workspace_root(self.env))
         self.sessions: dict[str, SessionWorkspace] = {}
         self._driver = driver
         self._none_driver: Driver | None = None
@@ -288,24 +294,24 @@ class SandboxCore:
     def close(self) -> None:
         """Close every session, then the proxy and the ledger."""
         _OPEN_CORES.discard(self)
+        errors: list[Exception] = []
+        for sid in list(self.sessions):
+            # One session that cannot be closed cleanly must not leave the
+            # others' processes running, nor the proxy and the ledger open.
+            try:
+                self.close_session(sid)
+            except Exception as exc:
+                errors.append(exc)
         try:
-            errors: list[BaseException] = []
-            for sid in list(self.sessions):
-                # One session that cannot be closed cleanly must not leave the
-                # others' processes running.
-                try:
-                    self.close_session(sid)
-                except Exception as exc:
-                    errors.append(exc)
-            if errors:
-                raise errors[0]
-        finally:
             for driver in self._drivers():
                 driver.close()
-        if self._proxy is not None:
-            self._proxy.close()
-            self._proxy = None
-        self.ledger.close()
+        finally:
+            if self._proxy is not None:
+                self._proxy.close()
+                self._proxy = None
+            self.ledger.close()
+        if errors:
+            raise errors[0]
 
     def mode_for(self, ws: SessionWorkspace) -> str:
         """Asked once per command: a mode changed mid-session applies to the next one."""
@@ -568,23 +574,8 @@ class SandboxCore:
                      caps: SandboxCapabilities, cwd: str, backend: str,
                      endpoint: tuple[str, int, str, str | None] | None = None) -> Profile:
         c = self.config
-        ledger = self.ledger.path
-        private = [self.state_dir, c.resolved_workspace_root(self.env)]
-        if ledger:
-            private += [ledger, ledger + "-wal", ledger + "-shm"]
-            from .ledger import default_ledger_path
-
-            if ledger == default_ledger_path(self.env):
-                # stockade's data directory, whole and made now if need be: the
-                # ledger's -wal comes and goes with each connection, so a mask
-                # of the files that exist when the profile is built missed the
-                # one another command's records were written to a moment later
-                # (and a workspace root made there mid-run).
-                data = os.path.dirname(ledger)
-                os.makedirs(data, mode=0o700, exist_ok=True)
-                private.append(data)
         return build_profile(
-            private=private, tmp_size_mb=c.tmp_size_mb, max_file_size_mb=c.max_file_size_mb,
+            private=self._private, tmp_size_mb=c.tmp_size_mb, max_file_size_mb=c.max_file_size_mb,
             proxy_socket=endpoint[0] if endpoint else None,
             proxy_port=endpoint[1] if endpoint else None,
             proxy_secret=endpoint[3] if endpoint else None,

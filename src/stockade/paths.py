@@ -35,6 +35,27 @@ def data_dir(env: Mapping[str, str]) -> str:
     return os.path.join(base, "stockade")
 
 
+def private_paths(env: Mapping[str, str], *, state: str = "", ledger: str | None = None,
+                  workspace_root: str = "") -> list[str]:
+    """stockade's own files, which no command may read: its state (locks, session
+    TMPDIRs, proxy sockets), its data directory (the ledger, workspaces), a ledger
+    or workspace root configured elsewhere.
+
+    A command that could read the ledger would read every other session's
+    commands; one that could read the workspace root, other sessions' work.
+    The data directory goes whole: the ledger's -wal comes and goes with each
+    connection, and a mask of the files that existed when a profile was built
+    missed the one another command's records were written to a moment later.
+    """
+    out = [state or state_dir(env), data_dir(env)]
+    if workspace_root:
+        out.append(workspace_root)
+    if ledger:
+        # SQLite's companions hold the newest records before a checkpoint.
+        out += [ledger + suffix for suffix in ("", "-wal", "-shm", "-journal")]
+    return [os.path.realpath(p) for p in out]
+
+
 def sha256_hex(data: bytes) -> str:
     """SHA-256 without `hashlib`, whose OpenSSL binding costs 3 ms to import."""
     try:

@@ -41,14 +41,17 @@ def _run_warm(sandbox, cmd, quiet):
     try:
         return _cli._run_captured(sandbox, cmd, False, quiet)
     finally:
-        if pool is None or pool.hits != hits + 1:
+        import os
+
+        # Overlapping runs on one workspace: a writer running discards what is
+        # parked for its workspace (by design), so being served warm is luck.
+        best_effort = os.environ.get("STOCKADE_TEST_WARM_BEST_EFFORT") == "1"
+        if not best_effort and (pool is None or pool.hits != hits + 1):
             import sys
 
             sys.stderr.write("stockade-warm-harness: the command did not run in a parked "
                              "sandbox\n")
             sys.stderr.flush()
-            import os
-
             os._exit(97)
 
 

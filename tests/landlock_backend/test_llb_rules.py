@@ -20,11 +20,11 @@ from stockade.drivers.linux.landlock_rules import (
     BackendRules,
     landlock_backend_rules,
     other_homes,
-    private_paths,
     split_grant,
 )
 from stockade.drivers.linux.seccomp import NO_UNIX, SECCOMP_MODES, TCP_ONLY, UNIX_NO_CONNECT
 from stockade.errors import SandboxUnavailable
+from stockade.paths import private_paths
 from stockade.profile import DIR, FILE, LINK, MISSING, SOCKET, build_profile, path_kind
 
 HOME = "/home/u"

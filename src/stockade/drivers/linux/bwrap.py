@@ -17,7 +17,7 @@ from ...capabilities import NetworkPolicy, is_under
 from ...errors import SandboxUnavailable
 from ...paths import state_dir as state_dir_of
 from ...profile import DIR, FILE, HOLD, PIN, STRICT
-from ..base import Driver, Launch
+from ..base import Launch
 from .bwrap_binary import (
     bwrap_has_size,
     locate_bwrap,
@@ -33,6 +33,7 @@ from .limits import (
     read_limits,
 )
 from .options import BUBBLEWRAP_OPTIONS
+from .parking import ParkingDriver
 
 SYS_READ_PATHS = ("/sys/devices/system/cpu", "/sys/devices/system/node", "/sys/fs/cgroup",
                   "/sys/kernel/mm/transparent_hugepage")
@@ -45,8 +46,6 @@ if TYPE_CHECKING:
     from typing import Any
 
     from ...profile import Profile
-    from .guard import MetadataGuard
-    from .warm import WarmPool
 
 # The only directories inside /dev a command gets: bwrap's --dev provides
 # null, zero, full, random, urandom, tty, pts/ptmx and shm, and no disk.
@@ -177,11 +176,14 @@ def build_bwrap_args(profile: Profile, bwrap: str, *, inner: list[str] | None = 
     return a
 
 
-class BubblewrapDriver(Driver):
+class BubblewrapDriver(ParkingDriver):
     """bwrap with a user, pid, ipc, uts, cgroup and (unless granted) network namespace."""
 
     name = "bubblewrap"
     options = BUBBLEWRAP_OPTIONS
+    # Existing protected names are read-only mounts; the guard neutralises
+    # what the command creates where one was missing.
+    RESTORE_CONTENT = False
 
     @classmethod
     def from_config(cls, config: Any, *, env: Mapping[str, str], workspace: str,
@@ -220,13 +222,7 @@ class BubblewrapDriver(Driver):
         # reads bwrap's own refusal after a failed start instead (see
         # `explain_failure`).
         self._probe = probe
-        self._sessions: dict[str, str] = {}
-        self._warm: WarmPool | None = None
-        if warm_sandboxes > 0:
-            from .warm import WarmPool
-
-            self._warm = WarmPool(self._prepare, self._guard, size=warm_sandboxes,
-                                  idle_timeout=warm_idle_seconds, watch=warm_watch)
+        self._start_parking(warm_sandboxes, warm_idle_seconds, warm_watch)
 
     @property
     def bwrap(self) -> str:
@@ -244,42 +240,12 @@ class BubblewrapDriver(Driver):
         else:
             self.bwrap  # noqa: B018 - locating it is the check that remains
 
-    def prepare(self, argv: list[str], profile: Profile) -> Launch:
-        if self._warm is not None:
-            return self._warm.launch(argv, profile)
-        return self._prepare(argv, profile)
-
-    def open_session(self, session_id: str, workspace: str) -> None:
-        self._sessions[session_id] = workspace
-
-    def close_session(self, session_id: str) -> None:
-        """Stop what was parked for the session now, not at the idle timeout."""
-        workspace = self._sessions.pop(session_id, None)
-        if self._warm is not None and workspace is not None:
-            self._warm.drop(workspace)
-
-    def close(self) -> None:
-        if self._warm is not None:
-            self._warm.close()
-
-    def _guard(self, profile: Profile) -> MetadataGuard | None:
-        from .guard import MetadataGuard
-
-        # Existing protected names are mounts; the guard neutralises what
-        # the command creates where one was missing.
-        return (MetadataGuard(profile, self._state_dir, restore_content=False)
-                if profile.protected else None)
-
     def _prepare(self, argv: list[str], profile: Profile, *, park_fd: int | None = None,
                  guard: bool = True) -> Launch:
         """The cold launch; `park_fd`: park before exec (warm.py), the guard left to dispatch."""
-        from .guard import MetadataGuard
         from .layers import init_launch
 
         meta = self._guard(profile) if guard else None
-        stale = (MetadataGuard.sweep_stale(profile.workspace, self._state_dir,
-                                           restore_content=False)
-                 if guard and meta is None else [])
         if meta is not None and meta.stale:
             # The sweep of a killed run's leftovers just moved away names the
             # profile found existing: bwrap would fail to find their sources.
@@ -328,7 +294,6 @@ class BubblewrapDriver(Driver):
         if cgroup is None:
             launch = Launch(args, init.env, profile.cwd, extra_fds=fds, cleanup=release)
             launch.report.audit.update(audit, limits=mechanism()[0])
-            launch.report.neutralised += stale
             return launch
 
         def cleanup(launch: Launch) -> None:
@@ -342,7 +307,6 @@ class BubblewrapDriver(Driver):
         launch = Launch(cgroup.enter_argv(args, init.env), init.env, profile.cwd,
                         extra_fds=fds, cleanup=cleanup)
         launch.report.audit.update(audit, limits=cgroup.kind)
-        launch.report.neutralised += stale
         return launch
 
     def explain_failure(self, returncode: int, stderr: bytes) -> str | None:

@@ -96,18 +96,17 @@ class MetadataGuard:
         self.paths = sorted({p.path for p in profile.protected if p.kind not in (PIN, HOLD)})
         self.gitdirs = sorted({p.path for p in profile.protected if p.kind == PIN})
         self.alive_fd = -1
-        self.dir = ""
         self.stale: list[Neutralised] = []
-        if not self.paths:
-            return
-        import fcntl
-
         from ...paths import sha256_hex
 
         key = sha256_hex(profile.workspace.encode())[:32]
         base = os.path.join(state_dir, "guard")
-        os.makedirs(base, mode=0o700, exist_ok=True)
         self.dir = os.path.join(base, key)
+        if not self.paths and not os.path.isdir(self.dir):
+            return  # nothing to guard, nothing a killed run left: one stat
+        import fcntl
+
+        os.makedirs(base, mode=0o700, exist_ok=True)
         self.quarantine = os.path.join(state_dir, "quarantine", key)
         self._snap_lock = os.path.join(base, key + ".lock")
         self._alive = os.path.join(base, f"{key}.alive.{os.getpid()}.{os.urandom(6).hex()}")
@@ -119,57 +118,31 @@ class MetadataGuard:
                     if os.path.isdir(self.dir):
                         # Every guard of this baseline died with its command
                         # (stockade was killed): what they would have
-                        # neutralised is still live on the host.
+                        # neutralised is still live on the host. Swept by
+                        # the next run whatever its mode: when only writable
+                        # runs swept, a hook stayed live through any number
+                        # of read-only ones, and the next `git commit` ran it.
+                        # A read-only run has no writable roots of its own;
+                        # the baseline's paths are reached from the workspace.
+                        roots, self.roots = self.roots, self.roots or [profile.workspace]
                         self.stale = self._sweep(self._recorded())
+                        self.roots = roots
                     remove_tree(self.dir)
+                if not self.paths:
+                    self._leave()
+                    return
                 os.makedirs(self.dir, mode=0o700, exist_ok=True)
                 self._record()
             except BaseException:
-                os.close(self.alive_fd)
-                self.alive_fd = -1
-                os.unlink(self._alive)
+                self._leave()
                 raise
 
-    @classmethod
-    def sweep_stale(cls, workspace: str, state_dir: str, *,
-                    restore_content: bool) -> list[Neutralised]:
-        """For a run that protects nothing (read-only): sweep a baseline left by
-        guards that all died with stockade, then drop it.
-
-        Without this only a writable run swept: a killed command's hook
-        stayed live on the host through any number of read-only runs, and
-        the person's next `git commit` ran it. One stat when there is none.
-        """
-        from ...paths import sha256_hex
-
-        key = sha256_hex(workspace.encode())[:32]
-        base = os.path.join(state_dir, "guard")
-        if not os.path.isdir(os.path.join(base, key)):
-            return []
-        import fcntl
-
-        guard = cls.__new__(cls)
-        # The baseline's paths are the workspace's; its roots are what they
-        # were opened from when it was recorded.
-        guard.roots, guard.content, guard.links = [workspace], restore_content, set()
-        guard.paths, guard.gitdirs, guard.stale = [], [], []
-        guard.dir = os.path.join(base, key)
-        guard.quarantine = os.path.join(state_dir, "quarantine", key)
-        guard._snap_lock = os.path.join(base, key + ".lock")
-        guard._alive = os.path.join(base, f"{key}.alive.{os.getpid()}.{os.urandom(6).hex()}")
-        done: list[Neutralised] = []
-        with _FileLock(guard._snap_lock):
-            guard.alive_fd = os.open(guard._alive, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-            try:
-                fcntl.flock(guard.alive_fd, fcntl.LOCK_EX)
-                if not guard._others_alive() and os.path.isdir(guard.dir):
-                    done = guard._sweep(guard._recorded())
-                    remove_tree(guard.dir)
-            finally:
-                os.close(guard.alive_fd)
-                guard.alive_fd = -1
-                os.unlink(guard._alive)
-        return done
+    def _leave(self) -> None:
+        """Give up this guard's alive file (it guards nothing, or failed to start)."""
+        if self.alive_fd >= 0:
+            os.close(self.alive_fd)
+            self.alive_fd = -1
+            os.unlink(self._alive)
 
     # -- the baseline ----------------------------------------------------------------
 

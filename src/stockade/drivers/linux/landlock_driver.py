@@ -28,8 +28,9 @@ import sys
 
 from ...capabilities import NetworkPolicy
 from ...errors import SandboxUnavailable
+from ...paths import private_paths
 from ...paths import state_dir as state_dir_of
-from ..base import Driver, Launch
+from ..base import Launch
 from .fstree import remove_tree
 from .guard import MetadataGuard
 from .landlock import unavailable_reason
@@ -37,7 +38,6 @@ from .landlock_rules import (
     SCOPE_ABI,
     TCP_ABI,
     landlock_backend_rules,
-    private_paths,
 )
 from .limits import (
     ExecCgroup,
@@ -49,6 +49,7 @@ from .limits import (
     read_limits,
 )
 from .options import DEFAULT_MIN_ABI, LANDLOCK_OPTIONS
+from .parking import ParkingDriver
 from .seccomp import SECCOMP_MODES, native_arch
 
 TYPE_CHECKING = False
@@ -58,7 +59,6 @@ if TYPE_CHECKING:
     from typing import Any
 
     from ...profile import Profile
-    from .warm import WarmPool
 
 #: What this backend does not do that bubblewrap does, one line each; shown
 #: by `stockade doctor` and expanded in docs/landlock-backend.md.
@@ -105,11 +105,14 @@ def command_env(profile: Profile, tmpdir: str) -> dict[str, str]:
     return env
 
 
-class LandlockDriver(Driver):
+class LandlockDriver(ParkingDriver):
     """The init's layers with no namespace: Landlock is the filesystem boundary."""
 
     name = "landlock"
     options = LANDLOCK_OPTIONS
+    # No mount namespace: protected names stay writable during the run, so
+    # the guard keeps copies and puts them back.
+    RESTORE_CONTENT = True
 
     @classmethod
     def from_config(cls, config: Any, *, env: Mapping[str, str], workspace: str,
@@ -147,16 +150,10 @@ class LandlockDriver(Driver):
         self._max_pids = max_pids
         self._cpu_percent = cpu_percent
         self._min_abi = min_abi
-        self._private = private_paths(self._env, state_dir=self._state_dir, ledger=ledger,
+        self._private = private_paths(self._env, state=self._state_dir, ledger=ledger,
                                       workspace_root=workspace_root)
         self._abi = abi
-        self._sessions: dict[str, str] = {}
-        self._warm: WarmPool | None = None
-        if warm_sandboxes > 0:
-            from .warm import WarmPool
-
-            self._warm = WarmPool(self._prepare, self._guard, size=warm_sandboxes,
-                                  idle_timeout=warm_idle_seconds, watch=warm_watch)
+        self._start_parking(warm_sandboxes, warm_idle_seconds, warm_watch)
 
     @property
     def abi(self) -> int:
@@ -170,30 +167,6 @@ class LandlockDriver(Driver):
         check_landlock(self.abi, self._min_abi)
         prime_migration()
 
-    def prepare(self, argv: list[str], profile: Profile) -> Launch:
-        if self._warm is not None:
-            return self._warm.launch(argv, profile)
-        return self._prepare(argv, profile)
-
-    def open_session(self, session_id: str, workspace: str) -> None:
-        self._sessions[session_id] = workspace
-
-    def close_session(self, session_id: str) -> None:
-        """Stop what was parked for the session now, not at the idle timeout."""
-        workspace = self._sessions.pop(session_id, None)
-        if self._warm is not None and workspace is not None:
-            self._warm.drop(workspace)
-
-    def close(self) -> None:
-        if self._warm is not None:
-            self._warm.close()
-
-    def _guard(self, profile: Profile) -> MetadataGuard | None:
-        # No mount namespace: protected names stay writable during the run,
-        # so the guard keeps copies and puts them back.
-        return (MetadataGuard(profile, self._state_dir, restore_content=True)
-                if profile.protected else None)
-
     def _prepare(self, argv: list[str], profile: Profile, *, park_fd: int | None = None,
                  guard: bool = True) -> Launch:
         """The cold launch; `park_fd`: park before exec (warm.py), the guard left to dispatch."""
@@ -205,7 +178,6 @@ class LandlockDriver(Driver):
         python = init_python()
         reaper = abi >= SCOPE_ABI
         undo = _Undo()
-        stale: list[object] = []
         try:
             tmpdir, made = self._tmpdir(profile)
             undo.tmpdir = made
@@ -234,9 +206,6 @@ class LandlockDriver(Driver):
                 config["reaper_fd"] = undo.reaper_w
             if guard:
                 undo.guard = self._guard(profile)
-                if undo.guard is None:
-                    stale += MetadataGuard.sweep_stale(profile.workspace, self._state_dir,
-                                                       restore_content=True)
             _ensure_bytecode()
             args = init_argv(python, _init_path(), config, argv)
         except BaseException:
@@ -253,7 +222,6 @@ class LandlockDriver(Driver):
                         cleanup=undo.run)
         launch.report.audit.update(audit, limits=undo.cgroup.kind if undo.cgroup is not None
                                    else mechanism()[0])
-        launch.report.neutralised += stale
         return launch
 
     def _tmpdir(self, profile: Profile) -> tuple[str, str]:

@@ -14,14 +14,13 @@ import os
 
 from ...capabilities import NetworkPolicy, is_under
 from ...errors import SandboxUnavailable
-from ...paths import state_dir as state_dir_of
 from ...profile import DIR, LINK, MISSING, STRICT, path_kind
 from .landlock import LandlockRules
 
 TYPE_CHECKING = False
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterable, Mapping, Sequence
+    from collections.abc import Callable, Iterable, Sequence
 
     from ...profile import Profile
 
@@ -108,24 +107,6 @@ def other_homes(home: str, *, listdir: Callable[[str], list[str]] | None = None,
     if kind(root) == DIR and not (home and is_under(home, root)):
         out.append(root)
     return out
-
-
-def private_paths(env: Mapping[str, str], *, state_dir: str = "", ledger: str | None = None,
-                  workspace_root: str = "") -> list[str]:
-    """stockade's own files: its state (locks, session TMPDIRs), ledger and workspaces.
-
-    A command that could read the ledger would read every other session's
-    commands; one that could read the workspace root, other sessions' work.
-    """
-    home = env.get("HOME") or "/tmp"
-    data = env.get("XDG_DATA_HOME") or os.path.join(home, ".local", "share")
-    out = [state_dir or state_dir_of(env), os.path.join(data, "stockade")]
-    if workspace_root:
-        out.append(workspace_root)
-    if ledger:
-        # SQLite's companions hold the newest records before a checkpoint.
-        out += [ledger + suffix for suffix in ("", "-wal", "-shm", "-journal")]
-    return [os.path.realpath(p) for p in out]
 
 
 class BackendRules:

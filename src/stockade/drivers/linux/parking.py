@@ -1,0 +1,67 @@
+"""What both Linux drivers share around their own cold launch.
+
+Each driver builds a cold launch its own way (`_prepare`); in front of it
+sits the same per-session pool of parked sandboxes (warm.py), fed the same
+session hooks, and behind it the same metadata guard, which differs only in
+whether it keeps copies to put back (`RESTORE_CONTENT`).
+"""
+
+from __future__ import annotations
+
+from ..base import Driver
+
+TYPE_CHECKING = False
+
+if TYPE_CHECKING:
+    from typing import ClassVar
+
+    from ...profile import Profile
+    from ..base import Launch
+    from .guard import MetadataGuard
+    from .warm import WarmPool
+
+
+class ParkingDriver(Driver):
+    """A Linux driver whose launches may come from a parked sandbox."""
+
+    #: Whether the guard keeps copies of existing protected paths and puts them
+    #: back: needed where nothing holds them read-only during the run.
+    RESTORE_CONTENT: ClassVar[bool] = False
+    _state_dir: str
+
+    def _start_parking(self, size: int, idle_seconds: float, watch: tuple[str, ...]) -> None:
+        self._sessions: dict[str, str] = {}
+        self._warm: WarmPool | None = None
+        if size > 0:
+            from .warm import WarmPool
+
+            self._warm = WarmPool(self._prepare, self._guard, size=size,
+                                  idle_timeout=idle_seconds, watch=watch)
+
+    def prepare(self, argv: list[str], profile: Profile) -> Launch:
+        if self._warm is not None:
+            return self._warm.launch(argv, profile)
+        return self._prepare(argv, profile)
+
+    def open_session(self, session_id: str, workspace: str) -> None:
+        self._sessions[session_id] = workspace
+
+    def close_session(self, session_id: str) -> None:
+        """Stop what was parked for the session now, not at the idle timeout."""
+        workspace = self._sessions.pop(session_id, None)
+        if self._warm is not None and workspace is not None:
+            self._warm.drop(workspace)
+
+    def close(self) -> None:
+        if self._warm is not None:
+            self._warm.close()
+
+    def _guard(self, profile: Profile) -> MetadataGuard:
+        from .guard import MetadataGuard
+
+        return MetadataGuard(profile, self._state_dir, restore_content=self.RESTORE_CONTENT)
+
+    def _prepare(self, argv: list[str], profile: Profile, *, park_fd: int | None = None,
+                 guard: bool = True) -> Launch:
+        """The cold launch; `park_fd`: park before exec (warm.py), the guard left to dispatch."""
+        raise NotImplementedError
