@@ -48,8 +48,11 @@ class Refusal(Exception):
     """The command must not run; the message is the reason."""
 
 
-def parse_config(text: str) -> dict[str, object]:
-    """The config, through the C scanner behind `json`.
+_INVALID = object()
+
+
+def scan_json(text: str) -> object:
+    """`text` as JSON through the C scanner behind `json`, or `_INVALID`.
 
     `import json` pulls in re, enum and functools: 10 ms on a small VM, more
     than this whole init may cost. The scanner in `_json` is the same parser.
@@ -59,19 +62,28 @@ def parse_config(text: str) -> dict[str, object]:
     except ImportError:  # an interpreter built without the accelerator
         import json
 
-        value: object = json.loads(text)
-    else:
-        class Context:
-            strict = True
-            object_hook = object_pairs_hook = parse_constant = None
-            parse_float, parse_int = float, int
-
         try:
-            value, end = make_scanner(Context())(text, 0)  # type: ignore[arg-type]
-        except Exception:
-            end = -1
-        if end != len(text):
-            raise Refusal("the config is not valid JSON")
+            return json.loads(text)
+        except ValueError:
+            return _INVALID
+
+    class Context:
+        strict = True
+        object_hook = object_pairs_hook = parse_constant = None
+        parse_float, parse_int = float, int
+
+    try:
+        value, end = make_scanner(Context())(text, 0)  # type: ignore[arg-type]
+    except Exception:
+        return _INVALID
+    return value if end == len(text) else _INVALID
+
+
+def parse_config(text: str) -> dict[str, object]:
+    """The config, refused unless it is this version's schema."""
+    value = scan_json(text)
+    if value is _INVALID:
+        raise Refusal("the config is not valid JSON")
     problem = config_problem(value)
     if problem or not isinstance(value, dict):
         raise Refusal(problem or "the config is not an object")
@@ -324,26 +336,8 @@ def await_command(fd: int) -> list[str]:
 
 def parse_command(text: str) -> "list[str] | None":
     """A JSON list of strings (the argv), or None."""
-    try:
-        from _json import make_scanner
-    except ImportError:  # an interpreter built without the accelerator
-        import json
-
-        value: object = json.loads(text)
-        end = len(text)
-    else:
-        class Context:
-            strict = True
-            object_hook = object_pairs_hook = parse_constant = None
-            parse_float, parse_int = float, int
-
-        try:
-            value, end = make_scanner(Context())(text, 0)  # type: ignore[arg-type]
-        except Exception:
-            return None
-    if end != len(text) or not isinstance(value, list):
-        return None
-    if not all(isinstance(arg, str) for arg in value):
+    value = scan_json(text)
+    if not isinstance(value, list) or not all(isinstance(arg, str) for arg in value):
         return None
     return value
 
