@@ -365,14 +365,8 @@ class Process(ProcessHandle):
         else:
             self._close_pidfd()
         self.close()
-        out = bytes(bufs.get(out_fd, b""))
-        err = bytes(bufs.get(err_fd, b""))
-        if truncated:
-            marker = f"\n[stockade: output truncated at {cap} bytes per stream]\n".encode()
-            if len(out) >= cap:
-                out += marker
-            if len(err) >= cap:
-                err += marker
+        out, err = mark_truncated(bytes(bufs.get(out_fd, b"")), bytes(bufs.get(err_fd, b"")),
+                                  cap, truncated)
         return Outcome(self.returncode or 0, out, err, truncated, timed_out,
                        (time.monotonic() - start) * 1000.0)
 
@@ -382,6 +376,17 @@ class Process(ProcessHandle):
                 os.killpg(self.pid, SIGKILL)
             except (ProcessLookupError, PermissionError):
                 pass
+
+
+def mark_truncated(out: bytes, err: bytes, cap: int, truncated: bool) -> tuple[bytes, bytes]:
+    """Say where a stream was cut at the budget, so a reader does not take it for the end."""
+    if truncated:
+        marker = f"\n[stockade: output truncated at {cap} bytes per stream]\n".encode()
+        if len(out) >= cap:
+            out += marker
+        if len(err) >= cap:
+            err += marker
+    return out, err
 
 
 class OutputMeter:

@@ -18,7 +18,7 @@ import threading
 import time
 
 from ...errors import InvalidCommand, SandboxUnavailable
-from ...process import DEFAULT_MAX_OUTPUT, Outcome, OutputMeter
+from ...process import DEFAULT_MAX_OUTPUT, Outcome, OutputMeter, mark_truncated
 from ..base import Driver, Launch, ProcessHandle
 from . import acl, cmdline, diagnose, plan
 from .options import WINDOWS_OPTIONS
@@ -174,14 +174,8 @@ class JobProcess(ProcessHandle):
                 t.join(2.0)
         truncated = over.is_set()
         self.close()
-        out = bytes(bufs.get("stdout_r", b""))
-        err = bytes(bufs.get("stderr_r", b""))
-        if truncated:
-            marker = f"\n[stockade: output truncated at {cap} bytes per stream]\n".encode()
-            if len(out) >= cap:
-                out += marker
-            if len(err) >= cap:
-                err += marker
+        out, err = mark_truncated(bytes(bufs.get("stdout_r", b"")),
+                                  bytes(bufs.get("stderr_r", b"")), cap, truncated)
         code = self.returncode if self.returncode is not None else 0
         return Outcome(code, out, err, truncated, timed_out,
                        (time.monotonic() - start) * 1000.0)
