@@ -2,6 +2,7 @@
 
 import os
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -228,3 +229,42 @@ def test_prime_migration_moves_this_process_where_it_already_is(
     while procs.read_text() != str(os.getpid()) and time.monotonic() < deadline:
         time.sleep(0.01)
     assert procs.read_text() == str(os.getpid())
+
+
+def test_a_flush_waits_for_the_removals_on_the_side_thread() -> None:
+    import threading
+
+    gate = threading.Event()
+    removed: list[str] = []
+
+    class Slow:
+        def remove(self) -> None:
+            gate.wait(10)
+            removed.append("slow")
+
+    limits._REMOVALS.put(Slow())  # type: ignore[arg-type]
+    threading.Timer(0.2, gate.set).start()
+    limits.flush_removals()  # close() and exit rely on this: nothing pending after it
+    assert removed == ["slow"]
+
+
+@pytest.mark.skipif(limits.mechanism()[0] not in ("cgroup-v1", "cgroup-v2"),
+                    reason="needs a cgroup stockade can write here (root has one in CI)")
+def test_dispose_leaves_the_cgroup_empty_before_it_returns(tmp_path: Path) -> None:
+    import threading
+
+    cgroup = limits.exec_cgroup(None, 50, None, prefix="stockade", report_dir=str(tmp_path))
+    assert isinstance(cgroup, limits.ExecCgroup)
+    proc = subprocess.Popen(cgroup.enter_argv(["sleep", "60"]))
+    threading.Thread(target=proc.wait, daemon=True).start()  # reaped as the driver's child is
+    procs = [os.path.join(d, "cgroup.procs") for d in cgroup.dirs.values()]
+    deadline = time.monotonic() + 10
+    while not all(Path(p).read_text().split() for p in procs):
+        assert proc.poll() is None and time.monotonic() < deadline, "never joined"
+        time.sleep(0.01)
+    cgroup.dispose()
+    # The guard's sweep runs right after: nothing of the command may run by then.
+    assert not any(Path(p).read_text().split() for p in procs if os.path.exists(p))
+    assert proc.wait(5) == -9
+    limits.flush_removals()
+    assert not any(os.path.isdir(d) for d in cgroup.dirs.values())

@@ -70,20 +70,23 @@ def zombie(pid: str) -> bool:
 def cgroups_left(pid: int, within: float = 10.0) -> list[str]:
     """The cgroups of stockade `pid` still there after `within` s, beyond a zombie's wait.
 
-    stockade removes a cgroup once the processes it killed are reaped; a
-    process reparented to PID 1 (the Landlock reaper, bwrap's helper) is
-    reaped by PID 1, which here can take longer than stockade waits, and a
-    zombie still counts as a member. Such a cgroup -- holding zombies only
-    -- is removed here once they are reaped. An empty one left behind, or
-    one holding a live process, is a leak.
+    stockade empties a cgroup before a command's result is returned and
+    removes it on a side thread moments later (flushed at close); a process
+    reparented to PID 1 (the Landlock reaper, bwrap's helper) is reaped by
+    PID 1, which here can take longer than stockade waits, and a zombie
+    still counts as a member. Such a cgroup -- holding zombies only -- is
+    removed here once they are reaped. One that is still there after
+    `within` s holding nothing, or one holding a live process, is a leak.
     """
     deadline = time.monotonic() + within
     left = cgroups_of(pid)
     leaked = []
     for group in left:
-        members = Path(group, "cgroup.procs").read_text().split() if os.path.isdir(group) else []
+        while os.path.isdir(group) and not _procs(group) and time.monotonic() < deadline:
+            time.sleep(0.02)  # removed on stockade's side thread
         if not os.path.isdir(group):
             continue
+        members = _procs(group)
         if not members or not all(zombie(m) for m in members):
             leaked.append(f"{group} holds {members or 'nothing'}")
             continue
@@ -98,6 +101,13 @@ def cgroups_left(pid: int, within: float = 10.0) -> list[str]:
         else:
             leaked.append(group)
     return leaked
+
+
+def _procs(group: str) -> list[str]:
+    try:
+        return Path(group, "cgroup.procs").read_text().split()
+    except OSError:
+        return []
 
 
 class World:

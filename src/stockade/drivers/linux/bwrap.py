@@ -299,8 +299,7 @@ class BubblewrapDriver(ParkingDriver):
         def cleanup(launch: Launch) -> None:
             try:
                 read_limits(cgroup, launch.report)
-                cgroup.kill()
-                cgroup.remove()
+                cgroup.dispose()
             finally:
                 release(launch)
 

@@ -257,8 +257,9 @@ class _Undo:
     """What one launch leaves to undo, in the order it must happen.
 
     First the reaper must be done (every process the command left is dead),
-    then the cgroup is read and removed, then protected names are restored
-    -- nothing can change them any more -- and the TMPDIR goes.
+    then the cgroup is read and emptied (its rmdir comes later), then
+    protected names are restored -- nothing can change them any more -- and
+    the TMPDIR goes.
     """
 
     def __init__(self) -> None:
@@ -277,8 +278,7 @@ class _Undo:
             if self.cgroup is not None:
                 if launch is not None:
                     read_limits(self.cgroup, launch.report)
-                self.cgroup.kill()
-                self.cgroup.remove()
+                self.cgroup.dispose()
             if self.guard is not None:
                 done = self.guard.release()
                 if launch is not None:

@@ -278,6 +278,26 @@ class ExecCgroup:
                 except OSError:
                     pass
 
+    def drain(self) -> bool:
+        """Wait until no task is left in any directory, killing stragglers.
+
+        The metadata guard sweeps after this returns: a member still running
+        could otherwise rename a hook into place after the sweep looked. An
+        empty `cgroup.procs` means every member is past the point of running
+        code; it is usually empty already when the command is reaped.
+        """
+        import time
+
+        delay = 0.0002
+        while any(_read(os.path.join(path, "cgroup.procs")).split()
+                  for path in self.dirs.values()):
+            if delay > 0.5:
+                return False  # left for _reap_stale; never hang the caller
+            self.kill()
+            time.sleep(delay)
+            delay *= 2
+        return True
+
     def remove(self) -> None:
         """rmdir each directory, waiting for members that are still exiting.
 
@@ -302,6 +322,76 @@ class ExecCgroup:
                     self.kill()
                     time.sleep(delay)
                     delay *= 2
+
+    def dispose(self) -> None:
+        """Kill and drain now; rmdir off the caller's path.
+
+        Once `cgroup.procs` is empty a v1 hierarchy still says EBUSY to rmdir
+        for up to 7 ms here, until the dead members' references are dropped;
+        waiting for that was a sixth of a warm command. Nothing depends on
+        when an empty directory goes: `flush_removals` waits for it at close
+        and at exit, and `_reap_stale` removes one a killed stockade left.
+        """
+        self.kill()
+        if self.drain():
+            _REMOVALS.put(self)
+        else:
+            self.remove()
+
+
+class _Removals:
+    """Empty cgroups waiting for rmdir, on one thread started at first use."""
+
+    def __init__(self) -> None:
+        import _thread
+
+        self._lock = _thread.allocate_lock()
+        self._queue: list[ExecCgroup] = []
+        self._busy = False
+        #: Held while the thread runs: a flush waits by taking it.
+        self._idle = _thread.allocate_lock()
+
+    def put(self, cgroup: ExecCgroup) -> None:
+        import _thread
+
+        with self._lock:
+            self._queue.append(cgroup)
+            if self._busy:
+                return  # the running thread takes it
+            self._busy = True
+            self._idle.acquire()  # held by a flush for an instant at most
+        if not _FLUSH_AT_EXIT:
+            import atexit
+
+            atexit.register(flush_removals)
+            _FLUSH_AT_EXIT.append(True)
+        _thread.start_new_thread(self._run, ())
+
+    def _run(self) -> None:
+        while True:
+            with self._lock:
+                if not self._queue:
+                    self._busy = False
+                    self._idle.release()
+                    return
+                cgroup = self._queue.pop(0)
+            try:
+                cgroup.remove()
+            except Exception:
+                pass  # left for _reap_stale
+
+    def flush(self) -> None:
+        with self._idle:
+            pass
+
+
+_REMOVALS = _Removals()
+_FLUSH_AT_EXIT: list[bool] = []
+
+
+def flush_removals() -> None:
+    """Wait until every cgroup handed to `dispose` is gone (close, exit)."""
+    _REMOVALS.flush()
 
 
 #: Runs inside the scope as the command's parent: records the scope's cgroup

@@ -53,8 +53,11 @@ class ParkingDriver(Driver):
             self._warm.drop(workspace)
 
     def close(self) -> None:
+        from .limits import flush_removals
+
         if self._warm is not None:
             self._warm.close()
+        flush_removals()
 
     def _guard(self, profile: Profile) -> MetadataGuard:
         from .guard import MetadataGuard
