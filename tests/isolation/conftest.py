@@ -51,11 +51,13 @@ IS_ROOT = os.geteuid() == 0
 # Unprivileged runs need root to switch user; without root the suite runs as
 # whoever started it and says so in the header.
 RUNNER_NAMES = ["root", "user"] if IS_ROOT else ["self"]
-# The same attacks again through a parked sandbox, in the suites that attack the
-# filesystem, the secrets and the trust boundary (a warm runner's `run` parks the
-# command's sandbox ahead of it and fails the test if it was not served warm).
+# The same attacks again through a parked sandbox, in every suite but the terminal
+# one: a command given a terminal starts cold by design (a warm runner's `run`
+# parks the command's sandbox ahead of it and fails the test if it was not
+# served warm).
 WARM = "-warm"
-WARM_SUITES = ("test_iso_fs.py", "test_iso_secrets.py", "test_iso_trust.py")
+WARM_SUITES = ("test_iso_fs.py", "test_iso_secrets.py", "test_iso_trust.py", "test_iso_git.py",
+               "test_iso_proc.py", "test_iso_inputs.py", "test_iso_net.py", "test_iso_proxy.py")
 RUNNER_PARAMS = [*RUNNER_NAMES, *(name + WARM for name in RUNNER_NAMES)]
 WARM_PRELUDE = (Path(__file__).with_name("warm_prelude.py").read_text() + "\n")
 

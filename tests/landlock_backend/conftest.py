@@ -56,8 +56,10 @@ class LandlockBox(Box):
                            **kw)  # type: ignore[arg-type]
 
 
-#: As in the isolation suite: these also run through a parked sandbox.
-WARM_SUITES = ("test_llb_fs.py", "test_llb_secrets.py", "test_llb_git.py")
+#: As in the isolation suite: these also run through a parked sandbox (the
+#: terminal and input suite starts cold by design).
+WARM_SUITES = ("test_llb_fs.py", "test_llb_secrets.py", "test_llb_git.py", "test_llb_net.py",
+               "test_llb_proc.py")
 
 
 @pytest.fixture(scope="session", params=RUNNER_PARAMS)
