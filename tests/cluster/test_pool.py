@@ -13,6 +13,7 @@ import tarfile
 import tempfile
 import threading
 from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -28,7 +29,7 @@ from stockade import (
 )
 from stockade.approval import APPROVED_ONCE, DENIED
 from stockade.cluster import PoolBusy, SandboxPool
-from stockade.ledger import Ledger
+from stockade.ledger import Ledger, decoded
 
 from .conftest import RayCluster, wait_until
 
@@ -276,6 +277,79 @@ def test_audit_records_from_both_nodes_reach_the_callers_ledger(
                           env={**os.environ, "XDG_DATA_HOME": str(world.data)}).stdout.decode()
     for node in nodes:
         assert any(tag in line and f"node={node[:12]}" in line for line in text.splitlines())
+
+
+class Served:
+    """A loopback HTTP server that answers every GET and remembers the paths asked."""
+
+    def __init__(self) -> None:
+        self.paths: list[str] = []
+        served = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                served.paths.append(self.path)
+                body = b"hello from the host\n"
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.port = self.server.server_address[1]
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def served() -> Iterator[Served]:
+    s = Served()
+    yield s
+    s.close()
+
+
+def test_network_records_from_a_node_name_it_in_the_callers_ledger(
+        ray_cluster: RayCluster, world: World, served: Served) -> None:
+    tag = secrets.token_hex(4)
+    grant = f"127.0.0.1:{served.port}"
+    node = ray_cluster.worker_id
+    sid = f"net-{tag}"
+    with SandboxPool(make_config(world, allow_hosts=[grant]),
+                     env={"HOME": str(world.home), "PATH": MINIMAL_PATH}) as p:
+        p.open_session(sid, node=node)
+        out = p.execute(SandboxCommand(
+            "curl", ["-sS", "--max-time", "20", f"http://{grant}/{tag}"], session_id=sid))
+        assert out.exit_code == 0 and out.stdout == b"hello from the host\n", out
+        assert served.paths == [f"/{tag}"]  # the host's server was reached, once
+
+        def rows() -> list[dict[str, object]]:
+            # The proxy writes its record when the connection closes, which
+            # can be after the command's reply: fetch what came later.
+            p.flush_audit()
+            return [decoded(r) for r in Ledger(world.ledger).query(table="network", last=1000)
+                    if r["session"] == sid]
+
+        [row] = wait_until(rows, 30, "the proxy's record of the connection")
+    assert (row["host"], row["port"], row["allowed"]) == ("127.0.0.1", served.port, True)
+    assert row["detail"] == {"node": node}
+    # What a person on the caller's machine sees.
+    env = {**os.environ, "XDG_DATA_HOME": str(world.data)}
+    shown = [json.loads(line) for line in subprocess.run(
+        [sys.executable, "-m", "stockade", "audit", "--network", "--json", "--last", "1000"],
+        capture_output=True, timeout=60, check=True, env=env).stdout.decode().splitlines()]
+    assert [r["detail"] for r in shown if r["session"] == sid] == [{"node": node}]
+    text = subprocess.run(
+        [sys.executable, "-m", "stockade", "audit", "--network", "--last", "1000"],
+        capture_output=True, timeout=60, check=True, env=env).stdout.decode()
+    [line] = [line for line in text.splitlines() if sid in line]
+    assert f"allow 127.0.0.1:{served.port} node={node[:12]}" in line
 
 
 def test_seeded_workspace_reads_back_without_following_links(

@@ -131,15 +131,20 @@ def caller_ledger(config: SandboxConfig, ledger: Ledger | str | None) -> Ledger:
 
 
 def write_records(ledger: Ledger, node_id: str, records: list[Record]) -> None:
-    """Append a node's records to the caller's ledger, each execution naming its node."""
+    """Append a node's records to the caller's ledger, each naming its node.
+
+    Network records too: a fleet's proxy decisions without a node are a list
+    of hosts some machine reached, and the person reading `stockade audit
+    --network` could not tell which node's proxy let a connection through.
+    """
     for kind, rec in records:
-        if kind == "network":
-            ledger.record_network(**rec)
-            continue
         detail = rec.get("detail")
         merged: dict[str, Any] = dict(detail) if isinstance(detail, dict) else {}
         merged["node"] = node_id
-        ledger.record(**{**rec, "detail": merged})
+        if kind == "network":
+            ledger.record_network(**{**rec, "detail": merged})
+        else:
+            ledger.record(**{**rec, "detail": merged})
 
 
 def lost_record(ledger: Ledger, node_id: str, command: SandboxCommand, message: str) -> None:
