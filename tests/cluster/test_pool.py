@@ -12,6 +12,7 @@ import sys
 import tarfile
 import tempfile
 import threading
+import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -250,6 +251,74 @@ def test_async_execute_with_an_async_requester(pool: SandboxPool,
     plain, approved, same_loop = asyncio.run(main())
     assert (plain, approved, same_loop) == (b"plain\n", b"async-ok\n", True)
     pool.close_session("async-a")
+
+
+@pytest.mark.timeout(200)  # without the kill, asyncio.run waits out the command's thread
+def test_cancelled_aexecute_kills_the_command_on_its_node(ray_cluster: RayCluster,
+                                                          world: World) -> None:
+    node = ray_cluster.worker_id
+    tag = secrets.token_hex(4)
+    sleeper = f"sleep 97.{int(tag, 16) % 1000:03d}"
+    with SandboxPool(make_config(world), max_concurrent_per_node=1) as p:
+        info = p.open_session("cancel", node=node)
+
+        async def main() -> tuple[float, list[object]]:
+            # Its own timeout is far off: only the cancellation may end it.
+            running = asyncio.ensure_future(p.aexecute(SandboxCommand(
+                "/bin/sh", ["-c", f"{sleeper} & wait; echo late > late.txt", tag],
+                session_id="cancel", timeout=300)))
+            await asyncio.to_thread(wait_until, lambda: procs_with(sleeper), 30,
+                                    "the command's child to run on the node")
+            # A second one waits in the caller for the node's only place.
+            queued = asyncio.ensure_future(p.aexecute(sh("cancel", "echo q > queued.txt")))
+            await asyncio.to_thread(wait_until, lambda: p.load()[node][2] == 1, 30,
+                                    "the second command to queue")
+            started = time.monotonic()
+            running.cancel()
+            queued.cancel()
+            for task in (running, queued):
+                with pytest.raises(asyncio.CancelledError):
+                    await task
+            took = time.monotonic() - started
+            # Checked outside, on the node, as soon as the cancellation is through
+            # (before asyncio.run would wait for a thread still carrying it).
+            left = await asyncio.to_thread(lambda: wait_gone(tag, 5) + wait_gone(sleeper, 5))
+            return took, left
+
+        took, left = asyncio.run(main())
+        # The shell and the child it waited on are gone, and neither the rest of
+        # the script nor the queued command ever ran.
+        assert left == []
+        assert took < 15, f"cancelling took {took:.1f} s"
+        assert not Path(info.cwd, "late.txt").exists()
+        assert not Path(info.cwd, "queued.txt").exists()
+        assert p.load()[node] == (1, 0, 0)
+        assert p.census()[node]["processes"] == []
+        assert p.execute(sh("cancel", "echo next")).stdout == b"next\n"
+
+
+def test_cancel_during_an_approval_withdraws_it(pool: SandboxPool, requester: ScriptedRequester,
+                                                world: World) -> None:
+    sid = f"cancel-ask-{secrets.token_hex(3)}"
+    requester.answers["cancel-while-asked"] = "hang"
+
+    async def main() -> float:
+        task = asyncio.ensure_future(pool.aexecute(forbid(sid, "cancel-while-asked")))
+        await asyncio.to_thread(wait_until, lambda: any(
+            a[0] == sid for a in requester.asked), 30, "the approval to be asked")
+        started = time.monotonic()
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        return time.monotonic() - started
+
+    took = asyncio.run(main())
+    # Not held until the gate's timeout, and not turned into a denial on the node.
+    assert took < APPROVAL_TIMEOUT, f"cancelling took {took:.1f} s"
+    assert pool.execute(sh(sid, "echo after")).stdout == b"after\n"
+    rows = [r for r in Ledger(world.ledger).query(session=sid, last=100)]
+    assert [json.loads(str(r["argv"])) for r in rows] == [["/bin/sh", "-c", "echo after"]]
+    pool.close_session(sid)
 
 
 def test_audit_records_from_both_nodes_reach_the_callers_ledger(
