@@ -7,6 +7,7 @@ import io
 import json
 import os
 import secrets
+import shutil
 import subprocess
 import sys
 import tarfile
@@ -188,12 +189,91 @@ def test_escape_through_the_pool_is_blocked_on_each_node(
     pool.close_session(sid)
 
 
-def test_escape_as_an_unprivileged_node_user() -> None:
-    pytest.skip(
-        "each node here is a raylet this test process starts, and its workers must run the "
-        "driver's own interpreter and Ray build: both live in this venv, whose interpreter "
-        "is under /root (mode 700), so a node cannot run as the unprivileged test user; "
-        "the boundary itself is proven for that user by tests/isolation")
+def _alive(ident: dict[str, int]) -> bool:
+    """The process `ident` names is still there (not a later one that got its pid)."""
+    try:
+        stat = Path(f"/proc/{ident['pid']}/stat").read_text().rpartition(")")[2].split()
+    except OSError:
+        return False
+    return stat[0] != "Z" and int(stat[19]) == ident["start"]
+
+
+@pytest.mark.timeout(300)  # a whole Ray cluster is started and stopped as the user
+def test_escape_as_an_unprivileged_node_user(unpriv_ray_site: Path) -> None:
+    if os.geteuid() != 0:
+        pytest.skip("switching to the unprivileged test user needs root; the escape tests "
+                    f"above already ran the nodes as this uid ({os.geteuid()})")
+    from isolation.conftest import SYSTEM_PYTHON, TEST_USER, _ensure_user, kill_marked
+
+    pw = _ensure_user()
+    as_user = {"user": pw.pw_uid, "group": pw.pw_gid, "extra_groups": []}
+    root = Path(tempfile.mkdtemp(prefix="stockade-cluster-unpriv-", dir="/var/tmp"))
+    # Short and the user's: Ray's socket paths must fit in sun_path, and every
+    # file of this cluster is written by the user.
+    ray_tmp = Path(tempfile.mkdtemp(prefix="sru-", dir="/tmp"))
+    try:
+        w = World(root)
+        control_ws, control_sib = root / "control", root / "control-sibling"
+        control_ws.mkdir()
+        control_sib.mkdir()
+        (control_sib / "notes.txt").write_text("sibling original\n")
+        # Everything the attack aims at is the user's own, so only the boundary
+        # stands between the command and it (the control below proves it).
+        for dirpath, dirs, files in os.walk(root):
+            for name in [".", *dirs, *files]:
+                os.lchown(os.path.join(dirpath, name), pw.pw_uid, pw.pw_gid)
+        os.chmod(w.home / ".aws" / "credentials", 0o600)
+        os.chown(ray_tmp, pw.pw_uid, pw.pw_gid)
+        os.chmod(root, 0o755)
+        before = snapshot(w.sibling)
+        spec = {"ledger": w.ledger, "home": str(w.home), "path": MINIMAL_PATH,
+                "sibling": str(w.sibling), "script": ESCAPE}
+        # PYTHONPATH, not `-I` and sys.path: the raylet starts each worker with
+        # this interpreter and the environment it was given, and a worker that
+        # cannot import ray never becomes the node's actor.
+        env = {"HOME": str(w.home), "PATH": MINIMAL_PATH, "RAY_TMPDIR": str(ray_tmp),
+               "RAY_USAGE_STATS_ENABLED": "0", "PYTHONPATH": str(unpriv_ray_site / "site"),
+               "PYTHONNOUSERSITE": "1", "PYTHONDONTWRITEBYTECODE": "1"}
+        res = subprocess.run(
+            [SYSTEM_PYTHON, str(unpriv_ray_site / "unpriv_driver.py"), json.dumps(spec)],
+            cwd=str(w.home), env=env, capture_output=True, timeout=240, check=False,
+            stdin=subprocess.DEVNULL, **as_user)  # type: ignore[call-overload]
+        assert res.returncode == 0 and res.stdout, res.stderr.decode(errors="replace")[-3000:]
+        report = json.loads(res.stdout.decode().splitlines()[-1])
+        assert "error" not in report, report["error"]
+        # Who ran it: the caller, every Ray process and the node's actor are the user.
+        assert report["uid"] == pw.pw_uid and report["python"] == SYSTEM_PYTHON
+        assert report["unusable"] == {} and report["backend"] in ("bubblewrap", "landlock")
+        assert report["actor"]["uid"] == pw.pw_uid, report["actor"]
+        assert report["cluster"] and {p["uid"] for p in report["cluster"]} == {pw.pw_uid}
+        # Checked outside, on the node's filesystem: nothing outside the workspace changed.
+        out = (report["stdout"] + report["stderr"]).encode()
+        assert snapshot(w.sibling) == before
+        assert w.marker.encode() not in out
+        assert attempts(report["stdout"].encode()) == {
+            "write-sibling": False, "clobber-sibling": False, "read-decoy": False,
+            "write-workspace": True}, report
+        assert report["mine"] == "mine\n"
+        # The unconfined control, as the same user: the same script does all four.
+        ctl = subprocess.run(["/bin/sh", "-c", ESCAPE], cwd=control_ws, capture_output=True,
+                             env={"HOME": str(w.home), "PATH": MINIMAL_PATH,
+                                  "SIBLING": str(control_sib)}, timeout=30, check=False,
+                             **as_user)  # type: ignore[call-overload]
+        assert attempts(ctl.stdout) == dict.fromkeys(
+            ("write-sibling", "clobber-sibling", "read-decoy", "write-workspace"), True), ctl
+        assert w.marker.encode() in ctl.stdout and (control_sib / "pwned").exists()
+        # Nothing of that cluster is left: no process, no node root.
+        assert wait_gone(str(ray_tmp), 30) == []
+        left = [p for p in [*report["cluster"], report["actor"]] if _alive(p)]
+        assert left == [], f"processes of {TEST_USER}'s cluster survived: {left}"
+        assert not Path(report["root"]).exists()
+        rows = [r for r in Ledger(w.ledger).query(last=100)
+                if r["session"] == "escape-unprivileged"]
+        assert [json.loads(str(r["detail"]))["node"] for r in rows] == [report["node_id"]]
+    finally:
+        kill_marked(str(ray_tmp))
+        shutil.rmtree(ray_tmp, ignore_errors=True)
+        shutil.rmtree(root, ignore_errors=True)
 
 
 def forbid(session: str, name: str) -> SandboxCommand:
