@@ -497,11 +497,15 @@ def cmd_audit(argv: list[str]) -> int:
         import time
 
         when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(float(row["ts"])))  # type: ignore[arg-type]
+        detail = row.get("detail")
+        # A pool's records come from many machines: say which one ran it.
+        node = (f" node={str(detail['node'])[:12]}"
+                if isinstance(detail, dict) and detail.get("node") else "")
         if table == "network":
             verdict = "allow" if row["allowed"] else "DENY"
             extra = " ".join(str(row[k]) for k in ("address", "rule") if row[k])
             print(escape(f"{when} {row['session']} {verdict} {row['host']}:{row['port']}"
-                         + (f" {extra}" if extra else "")))
+                         + node + (f" {extra}" if extra else "")))
         else:
             argv_text = " ".join(map(str, row["argv"]))  # type: ignore[call-overload]
             if row["exit_code"] is not None:
@@ -511,10 +515,6 @@ def cmd_audit(argv: list[str]) -> int:
             else:
                 status = ""
             why = f"  ({row['reason']})" if row["reason"] else ""
-            detail = row.get("detail")
-            # A pool's records come from many machines: say which one ran it.
-            node = (f" node={str(detail['node'])[:12]}"
-                    if isinstance(detail, dict) and detail.get("node") else "")
             print(escape(f"{when} {row['session']} {row['mode']} {row['backend']}{node} "
                          f"{row['verdict']}{status} {row['duration_ms']}ms  {argv_text}{why}"))
     return 0

@@ -54,7 +54,8 @@ CREATE TABLE IF NOT EXISTS network (
     allowed INTEGER NOT NULL,
     rule TEXT,
     bytes_up INTEGER,
-    bytes_down INTEGER
+    bytes_down INTEGER,
+    detail TEXT
 );
 CREATE INDEX IF NOT EXISTS network_session ON network(session, id);
 """
@@ -130,6 +131,7 @@ class Ledger:
             conn.execute("PRAGMA journal_mode=WAL")
             conn.execute("PRAGMA synchronous=NORMAL")
             conn.executescript(_SCHEMA)
+            _add_network_detail(conn, sqlite3)
             self._conn = conn
         return self._conn
 
@@ -162,10 +164,10 @@ class Ledger:
         self._emit("network", rec)
         self._insert(
             "INSERT INTO network (ts, session, host, port, address, allowed, rule,"
-            " bytes_up, bytes_down) VALUES (?,?,?,?,?,?,?,?,?)",
+            " bytes_up, bytes_down, detail) VALUES (?,?,?,?,?,?,?,?,?,?)",
             (rec["ts"], rec["session"], rec["host"], rec.get("port"), rec.get("address"),
              int(bool(rec["allowed"])), rec.get("rule"), rec.get("bytes_up"),
-             rec.get("bytes_down")),
+             rec.get("bytes_down"), to_json(rec["detail"]) if rec.get("detail") else None),
         )
 
     @staticmethod
@@ -204,6 +206,24 @@ class Ledger:
         if self._conn is not None:
             self._conn.close()
             self._conn = None
+
+
+def _add_network_detail(conn: sqlite3.Connection, sqlite3: Any) -> None:
+    """Give a network table made before it had one its `detail` column.
+
+    `CREATE TABLE IF NOT EXISTS` leaves an existing table as it was, so on a
+    ledger written by an older stockade every network insert would fail on
+    the missing column and the proxy's decisions would be lost, each with a
+    line on stderr. Two processes may both find it missing: the loser's
+    "duplicate column" is the winner's success.
+    """
+    columns = {row[1] for row in conn.execute("PRAGMA table_info(network)")}
+    if "detail" not in columns:
+        try:
+            conn.execute("ALTER TABLE network ADD COLUMN detail TEXT")
+        except sqlite3.OperationalError as exc:
+            if "duplicate column" not in str(exc):
+                raise
 
 
 def _sqlite() -> Any:

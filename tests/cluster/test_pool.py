@@ -7,12 +7,15 @@ import io
 import json
 import os
 import secrets
+import shutil
 import subprocess
 import sys
 import tarfile
 import tempfile
 import threading
+import time
 from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -28,7 +31,7 @@ from stockade import (
 )
 from stockade.approval import APPROVED_ONCE, DENIED
 from stockade.cluster import PoolBusy, SandboxPool
-from stockade.ledger import Ledger
+from stockade.ledger import Ledger, decoded
 
 from .conftest import RayCluster, wait_until
 
@@ -186,12 +189,91 @@ def test_escape_through_the_pool_is_blocked_on_each_node(
     pool.close_session(sid)
 
 
-def test_escape_as_an_unprivileged_node_user() -> None:
-    pytest.skip(
-        "each node here is a raylet this test process starts, and its workers must run the "
-        "driver's own interpreter and Ray build: both live in this venv, whose interpreter "
-        "is under /root (mode 700), so a node cannot run as the unprivileged test user; "
-        "the boundary itself is proven for that user by tests/isolation")
+def _alive(ident: dict[str, int]) -> bool:
+    """The process `ident` names is still there (not a later one that got its pid)."""
+    try:
+        stat = Path(f"/proc/{ident['pid']}/stat").read_text().rpartition(")")[2].split()
+    except OSError:
+        return False
+    return stat[0] != "Z" and int(stat[19]) == ident["start"]
+
+
+@pytest.mark.timeout(300)  # a whole Ray cluster is started and stopped as the user
+def test_escape_as_an_unprivileged_node_user(unpriv_ray_site: Path) -> None:
+    if os.geteuid() != 0:
+        pytest.skip("switching to the unprivileged test user needs root; the escape tests "
+                    f"above already ran the nodes as this uid ({os.geteuid()})")
+    from isolation.conftest import SYSTEM_PYTHON, TEST_USER, _ensure_user, kill_marked
+
+    pw = _ensure_user()
+    as_user = {"user": pw.pw_uid, "group": pw.pw_gid, "extra_groups": []}
+    root = Path(tempfile.mkdtemp(prefix="stockade-cluster-unpriv-", dir="/var/tmp"))
+    # Short and the user's: Ray's socket paths must fit in sun_path, and every
+    # file of this cluster is written by the user.
+    ray_tmp = Path(tempfile.mkdtemp(prefix="sru-", dir="/tmp"))
+    try:
+        w = World(root)
+        control_ws, control_sib = root / "control", root / "control-sibling"
+        control_ws.mkdir()
+        control_sib.mkdir()
+        (control_sib / "notes.txt").write_text("sibling original\n")
+        # Everything the attack aims at is the user's own, so only the boundary
+        # stands between the command and it (the control below proves it).
+        for dirpath, dirs, files in os.walk(root):
+            for name in [".", *dirs, *files]:
+                os.lchown(os.path.join(dirpath, name), pw.pw_uid, pw.pw_gid)
+        os.chmod(w.home / ".aws" / "credentials", 0o600)
+        os.chown(ray_tmp, pw.pw_uid, pw.pw_gid)
+        os.chmod(root, 0o755)
+        before = snapshot(w.sibling)
+        spec = {"ledger": w.ledger, "home": str(w.home), "path": MINIMAL_PATH,
+                "sibling": str(w.sibling), "script": ESCAPE}
+        # PYTHONPATH, not `-I` and sys.path: the raylet starts each worker with
+        # this interpreter and the environment it was given, and a worker that
+        # cannot import ray never becomes the node's actor.
+        env = {"HOME": str(w.home), "PATH": MINIMAL_PATH, "RAY_TMPDIR": str(ray_tmp),
+               "RAY_USAGE_STATS_ENABLED": "0", "PYTHONPATH": str(unpriv_ray_site / "site"),
+               "PYTHONNOUSERSITE": "1", "PYTHONDONTWRITEBYTECODE": "1"}
+        res = subprocess.run(
+            [SYSTEM_PYTHON, str(unpriv_ray_site / "unpriv_driver.py"), json.dumps(spec)],
+            cwd=str(w.home), env=env, capture_output=True, timeout=240, check=False,
+            stdin=subprocess.DEVNULL, **as_user)  # type: ignore[call-overload]
+        assert res.returncode == 0 and res.stdout, res.stderr.decode(errors="replace")[-3000:]
+        report = json.loads(res.stdout.decode().splitlines()[-1])
+        assert "error" not in report, report["error"]
+        # Who ran it: the caller, every Ray process and the node's actor are the user.
+        assert report["uid"] == pw.pw_uid and report["python"] == SYSTEM_PYTHON
+        assert report["unusable"] == {} and report["backend"] in ("bubblewrap", "landlock")
+        assert report["actor"]["uid"] == pw.pw_uid, report["actor"]
+        assert report["cluster"] and {p["uid"] for p in report["cluster"]} == {pw.pw_uid}
+        # Checked outside, on the node's filesystem: nothing outside the workspace changed.
+        out = (report["stdout"] + report["stderr"]).encode()
+        assert snapshot(w.sibling) == before
+        assert w.marker.encode() not in out
+        assert attempts(report["stdout"].encode()) == {
+            "write-sibling": False, "clobber-sibling": False, "read-decoy": False,
+            "write-workspace": True}, report
+        assert report["mine"] == "mine\n"
+        # The unconfined control, as the same user: the same script does all four.
+        ctl = subprocess.run(["/bin/sh", "-c", ESCAPE], cwd=control_ws, capture_output=True,
+                             env={"HOME": str(w.home), "PATH": MINIMAL_PATH,
+                                  "SIBLING": str(control_sib)}, timeout=30, check=False,
+                             **as_user)  # type: ignore[call-overload]
+        assert attempts(ctl.stdout) == dict.fromkeys(
+            ("write-sibling", "clobber-sibling", "read-decoy", "write-workspace"), True), ctl
+        assert w.marker.encode() in ctl.stdout and (control_sib / "pwned").exists()
+        # Nothing of that cluster is left: no process, no node root.
+        assert wait_gone(str(ray_tmp), 30) == []
+        left = [p for p in [*report["cluster"], report["actor"]] if _alive(p)]
+        assert left == [], f"processes of {TEST_USER}'s cluster survived: {left}"
+        assert not Path(report["root"]).exists()
+        rows = [r for r in Ledger(w.ledger).query(last=100)
+                if r["session"] == "escape-unprivileged"]
+        assert [json.loads(str(r["detail"]))["node"] for r in rows] == [report["node_id"]]
+    finally:
+        kill_marked(str(ray_tmp))
+        shutil.rmtree(ray_tmp, ignore_errors=True)
+        shutil.rmtree(root, ignore_errors=True)
 
 
 def forbid(session: str, name: str) -> SandboxCommand:
@@ -251,6 +333,74 @@ def test_async_execute_with_an_async_requester(pool: SandboxPool,
     pool.close_session("async-a")
 
 
+@pytest.mark.timeout(200)  # without the kill, asyncio.run waits out the command's thread
+def test_cancelled_aexecute_kills_the_command_on_its_node(ray_cluster: RayCluster,
+                                                          world: World) -> None:
+    node = ray_cluster.worker_id
+    tag = secrets.token_hex(4)
+    sleeper = f"sleep 97.{int(tag, 16) % 1000:03d}"
+    with SandboxPool(make_config(world), max_concurrent_per_node=1) as p:
+        info = p.open_session("cancel", node=node)
+
+        async def main() -> tuple[float, list[object]]:
+            # Its own timeout is far off: only the cancellation may end it.
+            running = asyncio.ensure_future(p.aexecute(SandboxCommand(
+                "/bin/sh", ["-c", f"{sleeper} & wait; echo late > late.txt", tag],
+                session_id="cancel", timeout=300)))
+            await asyncio.to_thread(wait_until, lambda: procs_with(sleeper), 30,
+                                    "the command's child to run on the node")
+            # A second one waits in the caller for the node's only place.
+            queued = asyncio.ensure_future(p.aexecute(sh("cancel", "echo q > queued.txt")))
+            await asyncio.to_thread(wait_until, lambda: p.load()[node][2] == 1, 30,
+                                    "the second command to queue")
+            started = time.monotonic()
+            running.cancel()
+            queued.cancel()
+            for task in (running, queued):
+                with pytest.raises(asyncio.CancelledError):
+                    await task
+            took = time.monotonic() - started
+            # Checked outside, on the node, as soon as the cancellation is through
+            # (before asyncio.run would wait for a thread still carrying it).
+            left = await asyncio.to_thread(lambda: wait_gone(tag, 5) + wait_gone(sleeper, 5))
+            return took, left
+
+        took, left = asyncio.run(main())
+        # The shell and the child it waited on are gone, and neither the rest of
+        # the script nor the queued command ever ran.
+        assert left == []
+        assert took < 15, f"cancelling took {took:.1f} s"
+        assert not Path(info.cwd, "late.txt").exists()
+        assert not Path(info.cwd, "queued.txt").exists()
+        assert p.load()[node] == (1, 0, 0)
+        assert p.census()[node]["processes"] == []
+        assert p.execute(sh("cancel", "echo next")).stdout == b"next\n"
+
+
+def test_cancel_during_an_approval_withdraws_it(pool: SandboxPool, requester: ScriptedRequester,
+                                                world: World) -> None:
+    sid = f"cancel-ask-{secrets.token_hex(3)}"
+    requester.answers["cancel-while-asked"] = "hang"
+
+    async def main() -> float:
+        task = asyncio.ensure_future(pool.aexecute(forbid(sid, "cancel-while-asked")))
+        await asyncio.to_thread(wait_until, lambda: any(
+            a[0] == sid for a in requester.asked), 30, "the approval to be asked")
+        started = time.monotonic()
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        return time.monotonic() - started
+
+    took = asyncio.run(main())
+    # Not held until the gate's timeout, and not turned into a denial on the node.
+    assert took < APPROVAL_TIMEOUT, f"cancelling took {took:.1f} s"
+    assert pool.execute(sh(sid, "echo after")).stdout == b"after\n"
+    rows = [r for r in Ledger(world.ledger).query(session=sid, last=100)]
+    assert [json.loads(str(r["argv"])) for r in rows] == [["/bin/sh", "-c", "echo after"]]
+    pool.close_session(sid)
+
+
 def test_audit_records_from_both_nodes_reach_the_callers_ledger(
         pool: SandboxPool, world: World, ray_cluster: RayCluster) -> None:
     tag = secrets.token_hex(4)
@@ -276,6 +426,79 @@ def test_audit_records_from_both_nodes_reach_the_callers_ledger(
                           env={**os.environ, "XDG_DATA_HOME": str(world.data)}).stdout.decode()
     for node in nodes:
         assert any(tag in line and f"node={node[:12]}" in line for line in text.splitlines())
+
+
+class Served:
+    """A loopback HTTP server that answers every GET and remembers the paths asked."""
+
+    def __init__(self) -> None:
+        self.paths: list[str] = []
+        served = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                served.paths.append(self.path)
+                body = b"hello from the host\n"
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.port = self.server.server_address[1]
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def served() -> Iterator[Served]:
+    s = Served()
+    yield s
+    s.close()
+
+
+def test_network_records_from_a_node_name_it_in_the_callers_ledger(
+        ray_cluster: RayCluster, world: World, served: Served) -> None:
+    tag = secrets.token_hex(4)
+    grant = f"127.0.0.1:{served.port}"
+    node = ray_cluster.worker_id
+    sid = f"net-{tag}"
+    with SandboxPool(make_config(world, allow_hosts=[grant]),
+                     env={"HOME": str(world.home), "PATH": MINIMAL_PATH}) as p:
+        p.open_session(sid, node=node)
+        out = p.execute(SandboxCommand(
+            "curl", ["-sS", "--max-time", "20", f"http://{grant}/{tag}"], session_id=sid))
+        assert out.exit_code == 0 and out.stdout == b"hello from the host\n", out
+        assert served.paths == [f"/{tag}"]  # the host's server was reached, once
+
+        def rows() -> list[dict[str, object]]:
+            # The proxy writes its record when the connection closes, which
+            # can be after the command's reply: fetch what came later.
+            p.flush_audit()
+            return [decoded(r) for r in Ledger(world.ledger).query(table="network", last=1000)
+                    if r["session"] == sid]
+
+        [row] = wait_until(rows, 30, "the proxy's record of the connection")
+    assert (row["host"], row["port"], row["allowed"]) == ("127.0.0.1", served.port, True)
+    assert row["detail"] == {"node": node}
+    # What a person on the caller's machine sees.
+    env = {**os.environ, "XDG_DATA_HOME": str(world.data)}
+    shown = [json.loads(line) for line in subprocess.run(
+        [sys.executable, "-m", "stockade", "audit", "--network", "--json", "--last", "1000"],
+        capture_output=True, timeout=60, check=True, env=env).stdout.decode().splitlines()]
+    assert [r["detail"] for r in shown if r["session"] == sid] == [{"node": node}]
+    text = subprocess.run(
+        [sys.executable, "-m", "stockade", "audit", "--network", "--last", "1000"],
+        capture_output=True, timeout=60, check=True, env=env).stdout.decode()
+    [line] = [line for line in text.splitlines() if sid in line]
+    assert f"allow 127.0.0.1:{served.port} node={node[:12]}" in line
 
 
 def test_seeded_workspace_reads_back_without_following_links(

@@ -40,6 +40,36 @@ def test_network_records_have_their_own_table(tmp_path) -> None:
     ledger.close()
 
 
+def test_network_records_carry_a_detail_like_executions(tmp_path) -> None:
+    ledger = Ledger(str(tmp_path / "l.db"))
+    ledger.record_network(session="s", host="127.0.0.1", port=80, allowed=True,
+                          detail={"node": "abc"})
+    ledger.record_network(session="s", host="example.com", port=443, allowed=False)
+    with_node, without = (decoded(r) for r in ledger.query(table="network"))
+    assert with_node["detail"] == {"node": "abc"} and without["detail"] is None
+    ledger.close()
+
+
+def test_a_network_table_from_before_detail_gets_the_column(tmp_path) -> None:
+    path = str(tmp_path / "old.db")
+    conn = sqlite3.connect(path)
+    conn.executescript(
+        "CREATE TABLE network (id INTEGER PRIMARY KEY, ts REAL NOT NULL, session TEXT NOT NULL,"
+        " host TEXT NOT NULL, port INTEGER, address TEXT, allowed INTEGER NOT NULL, rule TEXT,"
+        " bytes_up INTEGER, bytes_down INTEGER);"
+        "INSERT INTO network (ts, session, host, allowed) VALUES (1, 'old', 'a.test', 1);")
+    conn.close()
+    first, second = Ledger(path), Ledger(path)  # the second opens what the first changed
+    first.record_network(session="new", host="b.test", port=443, allowed=True,
+                         detail={"node": "n1"})
+    second.record_network(session="new", host="c.test", port=443, allowed=True)
+    rows = [decoded(r) for r in first.query(table="network")]
+    assert [(r["session"], r["host"], r["detail"]) for r in rows] == [
+        ("old", "a.test", None), ("new", "b.test", {"node": "n1"}), ("new", "c.test", None)]
+    first.close()
+    second.close()
+
+
 def test_a_ledger_that_cannot_be_written_says_so_and_does_not_raise(tmp_path, capsys) -> None:
     blocker = tmp_path / "file"
     blocker.write_text("")

@@ -4,7 +4,9 @@ The pool and the node actor speak only through these functions, so a change
 in how the local sandbox is built (its options, its ledger, its effect loop)
 is a change here and nowhere else in the package. What is used is the public
 surface: `SyncWorkspaceSandbox`, `ApprovalGate` and its requester seam,
-`Ledger.record`, the typed errors.
+`Ledger.record`, the typed errors; and, for a command the caller may cancel,
+the pipeline's own drive loop with a performer that can stop it
+(`execute_stoppable`).
 """
 
 from __future__ import annotations
@@ -18,17 +20,22 @@ from ..command import REQUIRE, SandboxCommand
 from ..errors import CapabilityDenied, SandboxError, SandboxUnavailable
 from ..ledger import Ledger
 from ..sync import SyncWorkspaceSandbox
+from .routing import Cancelled
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
 
     from ..approval import ApprovalRequest
+    from ..command import SandboxOutput
     from ..config import SandboxConfig
+    from ..core import Run
+    from ..process import Outcome
 
 __all__ = [
     "DENIED",
     "TIMEOUT",
     "ApprovalGate",
+    "Cancelled",
     "CapabilityDenied",
     "CollectingLedger",
     "SandboxCommand",
@@ -37,9 +44,13 @@ __all__ = [
     "SyncWorkspaceSandbox",
     "build_node_sandbox",
     "caller_ledger",
+    "execute_stoppable",
     "probe_boundary",
     "write_records",
 ]
+
+#: Seconds between two looks at a cancellation while a person is asked.
+_STOP_POLL = 0.1
 
 #: (kind, record): kind is "execute" or "network", record the keywords of
 #: `Ledger.record` / `Ledger.record_network`.
@@ -87,6 +98,46 @@ def build_node_sandbox(config: SandboxConfig, env: Mapping[str, str],
     return SyncWorkspaceSandbox(config, approval=gate, env=dict(env), ledger=ledger)
 
 
+def execute_stoppable(sandbox: SyncWorkspaceSandbox, command: SandboxCommand,
+                      stop: threading.Event) -> SandboxOutput:
+    """`sandbox.execute(command)`, which `stop` ends: the command's whole tree is killed
+    and `Cancelled` raised, as a cancelled local `WorkspaceSandbox.execute` kills its
+    tree and raises `CancelledError`.
+
+    Without it a caller that gave up on a node's command left it running
+    there to the end of its timeout: the node's thread blocks in the
+    process's supervision loop and nothing else holds the process. Nothing
+    is recorded for it, as locally: the pipeline is abandoned mid-effect.
+    """
+    from ..core import Performers, output
+
+    core = sandbox.core
+    ws = sandbox.session(command.session_id)
+
+    def perform(run: Run) -> Outcome:
+        cut: list[bool] = []
+
+        def cancelled() -> bool:
+            if stop.is_set():
+                cut.append(True)
+            return bool(cut)
+
+        launch = run.launch
+        try:
+            if stop.is_set():  # cancelled while the pipeline decided: never start it
+                raise Cancelled("cancelled before it started")
+            proc = launch.start()
+            outcome = proc.communicate(run.stdin, timeout=run.timeout,
+                                       max_output=run.max_output, cancelled=cancelled)
+        finally:
+            launch.cleanup()
+        if cut:  # a command that ended by itself first keeps its result and its record
+            raise Cancelled("cancelled; its process tree was killed")
+        return outcome
+
+    return output(core.drive(core.pipeline(command, ws), Performers(core.ask, perform)))
+
+
 def probe_boundary(sandbox: SyncWorkspaceSandbox, session_id: str) -> str:
     """The backend that confined a trivial command here; SandboxUnavailable if none can.
 
@@ -131,15 +182,20 @@ def caller_ledger(config: SandboxConfig, ledger: Ledger | str | None) -> Ledger:
 
 
 def write_records(ledger: Ledger, node_id: str, records: list[Record]) -> None:
-    """Append a node's records to the caller's ledger, each execution naming its node."""
+    """Append a node's records to the caller's ledger, each naming its node.
+
+    Network records too: a fleet's proxy decisions without a node are a list
+    of hosts some machine reached, and the person reading `stockade audit
+    --network` could not tell which node's proxy let a connection through.
+    """
     for kind, rec in records:
-        if kind == "network":
-            ledger.record_network(**rec)
-            continue
         detail = rec.get("detail")
         merged: dict[str, Any] = dict(detail) if isinstance(detail, dict) else {}
         merged["node"] = node_id
-        ledger.record(**{**rec, "detail": merged})
+        if kind == "network":
+            ledger.record_network(**{**rec, "detail": merged})
+        else:
+            ledger.record(**{**rec, "detail": merged})
 
 
 def lost_record(ledger: Ledger, node_id: str, command: SandboxCommand, message: str) -> None:
@@ -154,12 +210,15 @@ def lost_record(ledger: Ledger, node_id: str, command: SandboxCommand, message: 
 
 
 def call_requester(requester: Any, request: ApprovalRequest, timeout: float,
-                   submit: Callable[[Any], Any] | None) -> str:
+                   submit: Callable[[Any], Any] | None,
+                   stop: threading.Event | None = None) -> str:
     """The caller's requester, bounded by the gate's timeout: silence is a timeout.
 
     `submit` runs an awaitable the requester returned on the caller's event
     loop (an async requester is usually bound to it); without one it gets a
-    loop of its own.
+    loop of its own. `stop` set (the command was cancelled) ends the wait
+    with `Cancelled`: a cancelled `aexecute` must not hold its thread and
+    its node's place until a person who is no longer asked answers.
     """
     box: dict[str, object] = {}
     done = threading.Event()
@@ -184,8 +243,14 @@ def call_requester(requester: Any, request: ApprovalRequest, timeout: float,
             done.set()
 
     threading.Thread(target=ask, name="stockade-cluster-approval", daemon=True).start()
-    if not done.wait(timeout):
-        return TIMEOUT
+    import time
+
+    deadline = time.monotonic() + timeout
+    while not done.wait(max(0.0, min(_STOP_POLL, deadline - time.monotonic()))):
+        if stop is not None and stop.is_set():
+            raise Cancelled("cancelled while its approval was asked")
+        if time.monotonic() >= deadline:
+            return TIMEOUT
     if "error" in box:
         raise box["error"]  # type: ignore[misc]
     return str(box.get("result") or DENIED)

@@ -6,6 +6,8 @@ returns the first thing the caller must know (an approval to ask, or the
 result), `answer` carries the caller's decision back and returns the next.
 The approval is never decided here; this side only waits for it, bounded, so
 a caller that vanished turns into a timeout and not a thread held forever.
+`cancel` is the caller giving up (a cancelled `aexecute`): the command's
+tree is killed here, wherever the command has got to.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import queue
 import shutil
 import tempfile
 import threading
+import time
 from typing import TYPE_CHECKING, Any
 
 from . import _local
@@ -34,13 +37,26 @@ ERROR = "error"
 #: person is silent; this bound only covers a caller that is gone.
 _ANSWER_SLACK = 30.0
 
+#: How long `cancel` waits for the command's thread to have killed its tree.
+_CANCEL_WAIT = 20.0
+
+#: A cancel for a ticket this node has not seen is kept this long: its `begin`
+#: may still be on the way (a threaded actor runs calls in no fixed order), or
+#: it finished before the cancel came and the entry is never used.
+_EARLY_CANCEL_TTL = 600.0
+
+#: Put in a ticket's inbox by `cancel`: no approval is coming.
+_CANCELLED = "\0cancelled"
+
 
 class _Ticket:
-    __slots__ = ("inbox", "outbox")
+    __slots__ = ("finished", "inbox", "outbox", "stop")
 
     def __init__(self) -> None:
         self.outbox: queue.Queue[tuple[Any, ...]] = queue.Queue()
         self.inbox: queue.Queue[str] = queue.Queue()
+        self.stop = threading.Event()
+        self.finished = threading.Event()
 
 
 class _CallerRequester:
@@ -54,11 +70,17 @@ class _CallerRequester:
         ticket: _Ticket | None = getattr(self.current, "ticket", None)
         if ticket is None:  # a command not started by `begin`: nobody to ask
             return _local.DENIED
+        if ticket.stop.is_set():
+            raise _local.Cancelled("cancelled before its approval was asked")
         ticket.outbox.put((APPROVE, request))
         try:
-            return ticket.inbox.get(timeout=self.timeout + _ANSWER_SLACK)
+            answer = ticket.inbox.get(timeout=self.timeout + _ANSWER_SLACK)
         except queue.Empty:
             return _local.TIMEOUT
+        if answer == _CANCELLED:
+            # Not a denial: nobody said no, and a "was denied" record would say so.
+            raise _local.Cancelled("cancelled while its approval was asked")
+        return answer
 
 
 class NodeActor:
@@ -80,6 +102,7 @@ class NodeActor:
         self.sandbox = _local.build_node_sandbox(config, host_env, self.requester,
                                                  approval_timeout, self.ledger)
         self.tickets: dict[str, _Ticket] = {}
+        self.early_cancels: dict[str, float] = {}
         self.procs: dict[str, Any] = {}
         self.sessions: dict[str, str] = {}
         self.lock = threading.Lock()
@@ -158,6 +181,8 @@ class NodeActor:
         ticket = _Ticket()
         with self.lock:
             self.tickets[ticket_id] = ticket
+            if self.early_cancels.pop(ticket_id, None) is not None:
+                ticket.stop.set()
 
         def run() -> None:
             if self.requester is not None:
@@ -168,6 +193,9 @@ class NodeActor:
                     key = ticket_id
                     with self.lock:
                         self.procs[key] = (command.session_id, proc)
+                        cancelled = ticket.stop.is_set()
+                    if cancelled:  # `cancel` came while it started and found no process
+                        proc.stop()
                     ticket.outbox.put((DONE, {"key": key, "pid": proc.pid}))
                     # This thread lives as long as the process: bubblewrap's
                     # die-with-parent follows the thread that spawned it, so a
@@ -175,22 +203,62 @@ class NodeActor:
                     # leave the sandbox inside running where stop() cannot reach.
                     proc.wait()
                     return
-                result: object = self.sandbox.execute(command)
+                result: object = _local.execute_stoppable(self.sandbox, command, ticket.stop)
                 ticket.outbox.put((DONE, result))
             except _local.SandboxError as exc:
                 ticket.outbox.put((ERROR, exc))
+            except _local.Cancelled as exc:
+                ticket.outbox.put((ERROR, _local.SandboxUnavailable(
+                    f"{command.program!r} on node {self.node_id}: {exc}")))
             except BaseException as exc:  # a bug here must reach the caller, not die here
                 ticket.outbox.put((ERROR, _local.SandboxUnavailable(
                     f"node {self.node_id}: internal error {type(exc).__name__}: {exc}")))
+            finally:
+                ticket.finished.set()
+                if ticket.stop.is_set():
+                    # A caller that cancelled during an approval never calls
+                    # `answer`, so no `_next` would ever take the ticket away.
+                    with self.lock:
+                        self.tickets.pop(ticket_id, None)
 
         threading.Thread(target=run, name=f"stockade-cmd-{ticket_id}", daemon=True).start()
         return self._next(ticket_id, ticket)
 
     def answer(self, ticket_id: str, outcome: str) -> tuple[Any, ...]:
         with self.lock:
-            ticket = self.tickets[ticket_id]
+            ticket = self.tickets.get(ticket_id)
+        if ticket is None:  # cancelled meanwhile: the command is over
+            return (ERROR, _local.SandboxUnavailable(
+                f"node {self.node_id}: that command was cancelled"), self.ledger.drain())
         ticket.inbox.put(outcome)
         return self._next(ticket_id, ticket)
+
+    def cancel(self, ticket_id: str) -> bool:
+        """Stop the command of `ticket_id` and kill its tree; True once nothing of it runs.
+
+        Waits (bounded) for the command's thread, so the caller's cancelled
+        `aexecute` returns after the tree is gone, as a local one does.
+        """
+        now = time.monotonic()
+        with self.lock:
+            ticket = self.tickets.get(ticket_id)
+            entry = self.procs.get(ticket_id)
+            if ticket is None and entry is None:
+                for key, when in list(self.early_cancels.items()):
+                    if now - when > _EARLY_CANCEL_TTL:
+                        del self.early_cancels[key]
+                self.early_cancels[ticket_id] = now
+                return True
+        if ticket is not None:
+            ticket.stop.set()
+            ticket.inbox.put(_CANCELLED)
+            with self.lock:
+                entry = self.procs.get(ticket_id)
+        if entry is not None:  # a background process it had already started
+            entry[1].stop()
+            return True
+        assert ticket is not None
+        return ticket.finished.wait(_CANCEL_WAIT)
 
     def _next(self, ticket_id: str, ticket: _Ticket) -> tuple[Any, ...]:
         event = ticket.outbox.get()

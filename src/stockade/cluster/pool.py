@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from . import _local
 from .audit import AuditStream
 from .node import APPROVE, ERROR, NodeActor
-from .routing import NodeLost, NodeSlot, least_loaded
+from .routing import Cancelled, NodeLost, NodeSlot, least_loaded
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
@@ -34,6 +34,10 @@ if TYPE_CHECKING:
 #: limit could not be asked to stop the process a command waits on.
 _CONTROL_CALLS = 32
 
+#: How long a cancelled `aexecute` waits for its node to have killed the
+#: command's tree before it lets the cancellation through anyway.
+_CANCEL_WAIT = 30.0
+
 
 class SessionInfo:
     """Where a session lives: its node and its workspace path on that node."""
@@ -47,6 +51,26 @@ class SessionInfo:
 
     def __repr__(self) -> str:
         return f"SessionInfo({self.session_id!r}, node={self.node_id[:12]}, cwd={self.cwd!r})"
+
+
+class _Cancellation:
+    """How far a cancellable pool command has got, for whoever cancels it.
+
+    Filled in by the thread that carries the command and read by the event
+    loop that cancels it, under `lock`: a command is either not sent yet
+    (and never will be) or its node is told, never neither.
+    """
+
+    __slots__ = ("event", "lock", "node", "pending", "slot", "ticket")
+
+    def __init__(self) -> None:
+        self.event = threading.Event()
+        self.lock = threading.Lock()
+        self.slot: NodeSlot | None = None
+        self.node: _Node | None = None
+        self.ticket: str | None = None
+        #: The caller's loop running an async requester's answer, to cancel with it.
+        self.pending: Any = None
 
 
 class _Node:
@@ -226,20 +250,51 @@ class SandboxPool:
         return self._exchange(command, True, _submit)  # type: ignore[return-value]
 
     async def aexecute(self, command: SandboxCommand) -> SandboxOutput:
-        """`execute` off the event loop; an async requester's awaitable runs on this loop."""
-        import asyncio
-
-        return await asyncio.to_thread(self.execute, command,
-                                       _submitter(asyncio.get_running_loop()))
+        """`execute` off the event loop; an async requester's awaitable runs on this loop.
+        Cancelling the awaiting task kills the command's tree on its node before the
+        cancellation goes on, as with a local `WorkspaceSandbox.execute`."""
+        return await self._cancellable(command, False)  # type: ignore[return-value]
 
     async def astart(self, command: SandboxCommand) -> RemoteProcess:
+        """`start` off the event loop; cancelled, the process is stopped on its node."""
+        return await self._cancellable(command, True)  # type: ignore[return-value]
+
+    async def _cancellable(self, command: SandboxCommand, background: bool) -> object:
         import asyncio
 
-        return await asyncio.to_thread(self.start, command,
-                                       _submitter(asyncio.get_running_loop()))
+        cancel = _Cancellation()
+        task = asyncio.ensure_future(asyncio.to_thread(
+            self._exchange, command, background,
+            _submitter(asyncio.get_running_loop(), cancel), cancel))
+        task.add_done_callback(_consume)
+        try:
+            # Shielded: cancelling the thread's future would only stop waiting
+            # for it, and leave the command running on its node.
+            return await asyncio.shield(task)
+        except asyncio.CancelledError:
+            confirm = self._cancel(cancel)
+            waits: list[Any] = [task]
+            if confirm is not None:
+                waits.append(asyncio.ensure_future(_settle(confirm)))
+            await asyncio.wait(waits, timeout=_CANCEL_WAIT)
+            raise
+
+    def _cancel(self, cancel: _Cancellation) -> Any:
+        """Stop a command wherever it has got to; the node's confirmation, if it was sent."""
+        with cancel.lock:
+            cancel.event.set()
+            slot, node, ticket, pending = cancel.slot, cancel.node, cancel.ticket, cancel.pending
+        if slot is not None:
+            slot.wake()
+        if pending is not None:
+            pending.cancel()
+        if node is None or node.slot.lost is not None:
+            return None
+        return node.actor.cancel.remote(ticket)
 
     def _exchange(self, command: SandboxCommand, background: bool,
-                  submit: Callable[[Any], Any] | None) -> object:
+                  submit: Callable[[Any], Any] | None,
+                  cancel: _Cancellation | None = None) -> object:
         node, info = self._session(command.session_id)
         if command.session_id is None:
             # The node has no contextvar of the caller's: name the session.
@@ -251,14 +306,23 @@ class SandboxPool:
                           preference=command.preference)
         sid = info.session_id
         slot = node.slot
-        slot.acquire(sid)
+        if cancel is not None:
+            cancel.slot = slot
+        slot.acquire(sid, cancel.event.is_set if cancel is not None else None)
         try:
             ticket = f"{self._prefix}-{next(self._tickets)}"
-            event = self._call(node, node.actor.begin.remote(ticket, command, background),
-                               sid, command)
+            if cancel is None:
+                ref = node.actor.begin.remote(ticket, command, background)
+            else:
+                with cancel.lock:
+                    if cancel.event.is_set():
+                        raise Cancelled(f"cancelled before it was sent to node {slot.node_id}")
+                    cancel.node, cancel.ticket = node, ticket
+                    ref = node.actor.begin.remote(ticket, command, background)
+            event = self._call(node, ref, sid, command)
             while event[0] == APPROVE:
                 self.audit.write(slot.node_id, event[2])
-                outcome = self._decide(node, ticket, event[1], submit)
+                outcome = self._decide(node, ticket, event[1], submit, cancel)
                 event = self._call(node, node.actor.answer.remote(ticket, outcome), sid,
                                    command)
             kind, value, records = event
@@ -272,13 +336,17 @@ class SandboxPool:
         return value
 
     def _decide(self, node: _Node, ticket: str, request: Any,
-                submit: Callable[[Any], Any] | None) -> str:
+                submit: Callable[[Any], Any] | None,
+                cancel: _Cancellation | None = None) -> str:
         """Ask the caller's requester, here, bounded by the caller's gate timeout."""
         gate = self.gate
         if gate is None or gate.requester is None:
             return _local.DENIED
         try:
-            outcome = _local.call_requester(gate.requester, request, gate.timeout_secs, submit)
+            outcome = _local.call_requester(gate.requester, request, gate.timeout_secs, submit,
+                                            cancel.event if cancel is not None else None)
+        except Cancelled:
+            raise  # the node was told by `_cancel`; an answer now would be a denial
         except BaseException:
             # The node waits for an answer; a requester that raised gives none.
             node.actor.answer.remote(ticket, _local.DENIED)
@@ -409,16 +477,38 @@ class RemoteProcess:
         return self._call("proc_state")[1]  # type: ignore[no-any-return]
 
 
-def _submitter(loop: Any) -> Callable[[Any], Any]:
+def _submitter(loop: Any, cancel: _Cancellation | None = None) -> Callable[[Any], Any]:
     import asyncio
 
     def submit(awaitable: Any) -> Any:
         async def wait() -> Any:
             return await awaitable
 
-        return asyncio.run_coroutine_threadsafe(wait(), loop).result()
+        future = asyncio.run_coroutine_threadsafe(wait(), loop)
+        if cancel is not None:
+            # A cancelled command's question is withdrawn, as a local one's
+            # awaited requester is cancelled with the task.
+            with cancel.lock:
+                cancel.pending = future
+                if cancel.event.is_set():
+                    future.cancel()
+        return future.result()
 
     return submit
+
+
+def _consume(task: Any) -> None:
+    """Take a cancelled command's late outcome, so asyncio does not report it as lost."""
+    if not task.cancelled():
+        task.exception()
+
+
+async def _settle(ref: Any) -> None:
+    """Await a node's confirmation; a node already gone has nothing left to stop."""
+    try:
+        await ref
+    except Exception:
+        pass
 
 
 def _first_line(exc: BaseException) -> str:

@@ -8,8 +8,12 @@ error the caller can act on, instead of a thread parked on a remote machine.
 from __future__ import annotations
 
 import threading
+from typing import TYPE_CHECKING
 
 from ..errors import SandboxError, SandboxUnavailable
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 
 class PoolBusy(SandboxError):
@@ -20,6 +24,15 @@ class PoolBusy(SandboxError):
 
 class NodeLost(SandboxUnavailable):
     """The node holding the session went away; its command was not re-run."""
+
+
+class Cancelled(Exception):
+    """The caller cancelled a pool command: it was not started, or its tree was killed.
+
+    Not a `SandboxError`: nobody is told it as a result. It only unwinds the
+    thread that carried the command, the way `CancelledError` unwinds a
+    cancelled local `execute`.
+    """
 
 
 class NodeSlot:
@@ -40,7 +53,14 @@ class NodeSlot:
         return NodeLost(f"node {self.node_id} lost: {self.lost}; {where}open a new session "
                         "(its workspace and processes went with the node)")
 
-    def acquire(self, session_id: str | None) -> None:
+    def acquire(self, session_id: str | None,
+                abandoned: Callable[[], bool] | None = None) -> None:
+        """A place among the node's running commands, waiting in its queue for one.
+
+        `abandoned` is asked whenever the waiter is woken (see `wake`): a command
+        cancelled while it queued would otherwise start, unwanted, the moment
+        a place came free, and hold a queue place until then.
+        """
         with self._cond:
             if self.lost is not None:
                 raise self.lost_error(session_id)
@@ -53,12 +73,23 @@ class NodeSlot:
                 self.waiting += 1
                 try:
                     while self.running >= self.limit and self.lost is None:
+                        if abandoned is not None and abandoned():
+                            raise Cancelled("cancelled while waiting for a place on node "
+                                            f"{self.node_id}; it was never started")
                         self._cond.wait()
                 finally:
                     self.waiting -= 1
                 if self.lost is not None:
                     raise self.lost_error(session_id)
+            if abandoned is not None and abandoned():
+                self._cond.notify()  # the place it leaves is the next waiter's
+                raise Cancelled(f"cancelled before it was sent to node {self.node_id}")
             self.running += 1
+
+    def wake(self) -> None:
+        """Have every waiter look again whether it was abandoned."""
+        with self._cond:
+            self._cond.notify_all()
 
     def release(self) -> None:
         with self._cond:
