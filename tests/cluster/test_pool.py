@@ -577,10 +577,16 @@ def test_backpressure_queue_then_clear_error(ray_cluster: RayCluster, world: Wor
 
 def test_a_node_that_cannot_build_a_boundary_is_never_used(ray_cluster: RayCluster,
                                                            world: World) -> None:
-    before = set(Path(tempfile.gettempdir()).glob("stockade-node-*"))
+    # Only this cluster's nodes' roots: another stockade on the machine makes its own.
+    ours = [f"stockade-node-{n[:12]}-*" for n in (ray_cluster.head_id, ray_cluster.worker_id)]
+
+    def roots() -> set[Path]:
+        return {p for pattern in ours for p in Path(tempfile.gettempdir()).glob(pattern)}
+
+    before = roots()
     with pytest.raises(SandboxUnavailable) as err:
         SandboxPool(make_config(world, backend="seatbelt"))
-    assert set(Path(tempfile.gettempdir()).glob("stockade-node-*")) <= before
+    assert roots() <= before
     message = str(err.value)
     assert "no node in the Ray cluster can build a boundary" in message
     assert ray_cluster.head_id in message and ray_cluster.worker_id in message

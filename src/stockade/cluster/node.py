@@ -91,8 +91,8 @@ class NodeActor:
         self.node_id = node_id
         # Workspaces and stockade's state on this node live under one root the
         # actor made, so shutdown can prove it left nothing: a crash leaves it
-        # for the operator to see, named by its prefix.
-        self.root = tempfile.mkdtemp(prefix="stockade-node-")
+        # for the operator to see, named by its prefix and the node's id.
+        self.root = tempfile.mkdtemp(prefix=f"stockade-node-{node_id[:12]}-")
         host_env = dict(os.environ)
         host_env.update(env or {})
         host_env.setdefault("XDG_DATA_HOME", os.path.join(self.root, "data"))
