@@ -715,7 +715,14 @@ def build_profile(
                 protected.extend(protected_under(root, kind, writable_all, home,
                                                  global_configs))
         protected.extend(home_protection(home, kind, writable_all, hidden))
-        protected.extend(hold_ancestors(protected, writable_all, kind))
+        # What is hidden is hidden by path: a command that renamed the
+        # directory above a mask (`mv ~/.docker ~/.docker-moved`, `mv
+        # ~/.local/state ...` with a workspace of ~) carried the mask away
+        # with it, and the next command found nothing to hide at the old
+        # name -- the credential, the container runtime's socket, or the
+        # guard's own baseline, whose loss left a planted ~/bin/git live.
+        masked = [Protected(p, FILE) for p, _ in hidden] + [Protected(s, FILE) for s in sockets]
+        protected.extend(hold_ancestors(protected + masked, writable_all, kind))
 
     return Profile(
         mode=mode,

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import Box, text
+from .conftest import Box, Listener, text, unix_listener
 
 pytestmark = pytest.mark.isolation
 
@@ -251,6 +251,75 @@ def test_a_workspace_of_home_still_hides_credentials(box: Box) -> None:
                  options=["--workspace", str(box.home)], cwd=box.home)
     out = text(res)
     assert "end" in out and not any(m in out for m in box.markers.values() if "bashrc" not in m)
+
+
+#: Directories above what a workspace of ~ must keep hidden: a credential store,
+#: a container runtime's socket, stockade's own state (the guard's baseline).
+MASKED_PARENTS = (".docker", ".config/gcloud", ".terraform.d", ".local/share/keyrings",
+                  ".colima", ".local/state")
+RENAME = "for d in " + " ".join(MASKED_PARENTS) + r"""; do
+  mv "$d" "$d-moved" 2>/dev/null && echo "moved $d"; done
+echo 'echo planted' > .zshrc; mkdir -p bin; printf '#!/bin/sh\necho planted\n' > bin/git
+chmod +x bin/git; echo renamed"""
+READ_MOVED = r"""for d in """ + " ".join(MASKED_PARENTS) + r"""; do
+  [ -d "$d-moved" ] && cat $(find "$d-moved" -type f) 2>/dev/null; done
+python3 -I -c '
+import socket, sys
+for path in sys.argv[1:]:
+    s = socket.socket(socket.AF_UNIX)
+    try:
+        s.connect(path); print("REACHED", s.recv(64).decode())
+    except OSError as exc:
+        print("refused", path, exc.errno)
+' .colima-moved/default/docker.sock .colima/default/docker.sock; echo end"""
+
+
+def test_renaming_the_directory_above_a_mask_unmasks_nothing(
+        box: Box, listeners: list[Listener]) -> None:
+    """A workspace of ~: hidden paths, runtime sockets and stockade's state are
+    hidden by path, so the directories above them must not move either."""
+    sock_dir = box.home / ".colima" / "default"
+    sock_dir.mkdir(parents=True)
+    box.runner.own(box.home / ".colima", sock_dir)
+    listener = unix_listener(listeners, sock_dir / "docker.sock", box.runner)
+    state = box.home / ".local" / "state"
+    state.mkdir(parents=True, exist_ok=True)
+    box.runner.own(box.home / ".local", state)
+    env = box.env(XDG_STATE_HOME=str(state))
+    secrets_ = [m for m in box.markers.values() if "bashrc" not in m]
+
+    # The control, unconfined as the same user on a copy: every rename works,
+    # the moved credentials read back and the moved socket answers.
+    control = box.mkdir("controls/home-rename")
+    res = box.host(["cp", "-a", f"{box.home}/.", str(control)], capture_output=True)
+    assert res.returncode == 0, text(res)
+    unconfined(box, RENAME, control)
+    assert (control / ".docker-moved").is_dir() and (control / ".colima-moved").is_dir()
+    res = box.host(["sh", "-c", READ_MOVED], cwd=control, capture_output=True,
+                   env=box.env(XDG_STATE_HOME=str(state)))
+    assert any(m in text(res) for m in secrets_), text(res)
+
+    try:
+        res = box.sh(RENAME, mode="workspace-write", options=["--workspace", str(box.home)],
+                     cwd=box.home, env=env)
+        assert b"renamed" in res.stdout, text(res)
+        moved = [line for line in text(res).splitlines() if line.startswith("moved ")]
+        # Planted start-up files were neutralised: the guard kept its baseline.
+        assert not (box.home / ".zshrc").exists(), text(res)
+        assert not (box.home / "bin" / "git").exists(), text(res)
+        res = box.sh(READ_MOVED, mode="workspace-write",
+                     options=["--workspace", str(box.home)], cwd=box.home, env=env)
+        out = text(res)
+        assert "end" in out, out
+        assert not any(m in out for m in secrets_), out
+        assert "REACHED" not in out, out
+        assert listener.settle() == 0
+        assert not moved, moved
+    finally:
+        for d in MASKED_PARENTS:
+            aside = box.home / f"{d}-moved"
+            if aside.exists():
+                os.rename(aside, box.home / d)
 
 
 # -- found by attacking the guard: each a script, then the host's own git ------------------
