@@ -137,7 +137,17 @@ PROTECTED_NAMES = (".git", ".stockade", "stockade.toml", ".envrc", "mise.toml", 
 #: `.local/bin`, and the toolchains' own: `~/.cargo/env` puts `.cargo/bin`
 #: first), hooks run on `cd` (direnv, mise, starship), Python's user site
 #: (a `.pth` there runs in every interpreter), editors' start-up files,
-#: desktop entries.
+#: desktop entries. Then the per-user configs that ordinary tools obey by
+#: running a program the config names, with no question asked: a build tool's
+#: (`~/.cargo/config.toml`'s `rustc-wrapper`, Gradle's init scripts, the
+#: `~/.mavenrc` that mvn's launcher sources, Yarn's `yarnPath`), a debugger's
+#: or a REPL's start-up file (gdb, lldb, IPython and Jupyter start-up and
+#: kernel specs, irb, pry, psql and sqlite3 shell escapes, R, Julia), a
+#: terminal's (WezTerm's Lua, kitty, Alacritty, tmux, screen), the scripts a
+#: shell's rc sources (oh-my-zsh, nvm, sdkman, asdf), user-wide agent
+#: settings (`~/.claude.json` names MCP servers to start), and Mercurial's
+#: and mailcap's hooks. pip's config is here too: an index it names is
+#: where the next `pip install` takes its code from.
 HOME_PROTECTED = (".bashrc", ".bash_profile", ".bash_login", ".bash_logout", ".profile",
                   ".bash_aliases", ".bashrc.d", ".zshrc", ".zshenv", ".zprofile", ".zlogin",
                   ".zlogout", ".zshrc.d", ".config/fish", ".inputrc", ".xprofile",
@@ -149,7 +159,16 @@ HOME_PROTECTED = (".bashrc", ".bash_profile", ".bash_login", ".bash_logout", ".p
                   ".deno/bin", ".bun/bin", ".volta/bin", ".local/share/pnpm",
                   ".config/direnv", ".config/mise", ".config/starship.toml", ".tmux.conf",
                   ".config/Code/User", ".vimrc", ".vim", ".config/nvim", ".emacs",
-                  ".emacs.d", ".config/emacs", ".config/stockade")
+                  ".emacs.d", ".config/emacs", ".config/stockade",
+                  ".cargo/config", ".cargo/config.toml", ".gradle/init.d", ".gradle/init.gradle",
+                  ".gradle/init.gradle.kts", ".gradle/gradle.properties", ".mavenrc",
+                  ".m2/settings.xml", ".yarnrc", ".yarnrc.yml", ".config/pip", ".pip",
+                  ".gdbinit", ".config/gdb", ".lldbinit", ".ipython", ".jupyter",
+                  ".local/share/jupyter", ".irbrc", ".pryrc", ".psqlrc", ".sqliterc",
+                  ".Rprofile", ".julia/config", ".wezterm.lua", ".config/wezterm",
+                  ".config/kitty", ".config/alacritty", ".config/tmux", ".screenrc",
+                  ".oh-my-zsh", ".nvm/nvm.sh", ".sdkman/bin", ".asdf/asdf.sh", ".claude.json",
+                  ".hgrc", ".mailcap")
 
 
 def expand(path: str, env: Mapping[str, str]) -> str:

@@ -220,6 +220,11 @@ mkdir -p .local/bin && printf '#!/bin/sh\ntouch $M\n' > .local/bin/git 2>/dev/nu
 mkdir -p .config/stockade && printf '[sandbox]\nmode = "full-access"\n' \
   > .config/stockade/config.toml 2>/dev/null
 echo 'touch $M' > .profile 2>/dev/null
+mkdir -p .cargo && printf '[build]\nrustc-wrapper = "/bin/sh"\n' > .cargo/config.toml 2>/dev/null
+mkdir -p .gradle/init.d && echo 'exec "touch $M"' > .gradle/init.d/evil.gradle 2>/dev/null
+mkdir -p .ipython/profile_default/startup && echo 'import os' \
+  > .ipython/profile_default/startup/00-evil.py 2>/dev/null
+echo '{"mcpServers": {"x": {"command": "touch", "args": ["$M"]}}}' > .claude.json 2>/dev/null
 echo done
 """
 
@@ -235,13 +240,16 @@ def test_a_workspace_of_home_keeps_start_up_files_and_doors_shut(box: Box) -> No
     control = box.mkdir("controls/home")
     unconfined(box, script, control)
     assert (control / ".local" / "bin" / "git").exists() and (control / ".profile").exists()
+    assert (control / ".cargo" / "config.toml").exists() and (control / ".claude.json").exists()
 
     res = box.sh(script, mode="workspace-write", options=["--workspace", str(box.home)],
                  cwd=box.home)
     assert b"done" in res.stdout, text(res)
     assert bashrc.read_bytes() == before, text(res)
     for rel in (".ssh/authorized_keys", ".config/systemd/user/evil.service", ".local/bin/git",
-                ".config/stockade/config.toml", ".profile"):
+                ".config/stockade/config.toml", ".profile", ".cargo/config.toml",
+                ".gradle/init.d/evil.gradle", ".ipython/profile_default/startup/00-evil.py",
+                ".claude.json"):
         assert not (box.home / rel).exists(), f"{rel} left in the home\n{text(res)}"
 
 
