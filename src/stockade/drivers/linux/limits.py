@@ -165,6 +165,7 @@ class ExecCgroup:
             self._v2_prepare(base)
             self.dirs[""] = os.path.join(base, name)
             os.mkdir(self.dirs[""])
+            _JANITOR.add(self.dirs[""])
             self._v2_limits(self.dirs[""])
         else:
             wanted = {"memory": limits.memory_mb, "pids": limits.max_pids,
@@ -178,6 +179,7 @@ class ExecCgroup:
                     _reap_stale(base)
                     path = os.path.join(base, name)
                     os.mkdir(path)
+                    _JANITOR.add(path)
                     self.dirs[controller] = path
                 self._v1_limits()
             except BaseException:
@@ -313,8 +315,10 @@ class ExecCgroup:
             while True:
                 try:
                     os.rmdir(path)
+                    _JANITOR.discard(path)
                     break
                 except FileNotFoundError:
+                    _JANITOR.discard(path)
                     break
                 except OSError:
                     if delay > 0.5:
@@ -392,6 +396,106 @@ _FLUSH_AT_EXIT: list[bool] = []
 def flush_removals() -> None:
     """Wait until every cgroup handed to `dispose` is gone (close, exit)."""
     _REMOVALS.flush()
+
+
+#: The janitor's program: plain Python, nothing of stockade's imported.
+JANITOR = r"""
+import os, signal, sys, time
+os.closerange(3, 1 << 20)  # nothing of the caller's: no pipe may wait on this process
+groups = set()
+for line in sys.stdin.buffer:
+    path = os.fsdecode(line[1:].rstrip(b"\n"))
+    (groups.add if line[:1] == b"+" else groups.discard)(path)
+deadline = time.monotonic() + 30
+while groups and time.monotonic() < deadline:
+    for path in sorted(groups):
+        try:
+            with open(os.path.join(path, "cgroup.kill"), "w") as fh:
+                fh.write("1")
+        except OSError:
+            try:
+                with open(os.path.join(path, "cgroup.procs")) as fh:
+                    pids = fh.read().split()
+            except OSError:
+                pids = []
+            for pid in pids:
+                try:
+                    os.kill(int(pid), signal.SIGKILL)
+                except OSError:
+                    pass
+        try:
+            os.rmdir(path)
+        except FileNotFoundError:
+            groups.discard(path)
+        except OSError:
+            continue
+        groups.discard(path)
+    time.sleep(0.05)
+"""
+
+
+class _Janitor:
+    """A process that removes this process's cgroups if it dies before it can.
+
+    A stockade killed with SIGKILL runs no cleanup: its commands die with it
+    (bwrap's parent-death signal, the init's lifeline, the Landlock reaper),
+    but their cgroups stayed on the host until some later stockade happened
+    to reap them. Started with the first cgroup; told of each one made and
+    removed over a pipe; when the pipe hangs up -- stockade gone, however --
+    it kills what is left in them and removes them, then exits. It runs as
+    the user, outside any sandbox, and only ever touches the directories it
+    was told of.
+    """
+
+    def __init__(self) -> None:
+        import _thread
+
+        self._lock = _thread.allocate_lock()
+        self._fd = -1
+        self._pid = 0
+
+    def add(self, path: str) -> None:
+        self._send(b"+", path)
+
+    def discard(self, path: str) -> None:
+        self._send(b"-", path)
+
+    def _send(self, op: bytes, path: str) -> None:
+        with self._lock:
+            if self._pid != os.getpid():
+                self._start()
+            if self._fd >= 0:
+                try:
+                    os.write(self._fd, op + os.fsencode(path) + b"\n")
+                except OSError:
+                    pass  # the janitor is gone: _reap_stale is the fallback
+
+    def _start(self) -> None:
+        import sys
+
+        self._pid = os.getpid()
+        if self._fd >= 0:
+            os.close(self._fd)  # a forked child's copy of its parent's pipe
+            self._fd = -1
+        if not sys.executable:
+            return
+        r, w = os.pipe()
+        try:
+            os.posix_spawn(sys.executable, [sys.executable, "-I", "-S", "-c", JANITOR],
+                           {"PATH": "/usr/bin:/bin"},
+                           file_actions=[(os.POSIX_SPAWN_DUP2, r, 0),
+                                         (os.POSIX_SPAWN_OPEN, 1, "/dev/null", os.O_WRONLY, 0),
+                                         (os.POSIX_SPAWN_OPEN, 2, "/dev/null", os.O_WRONLY, 0)],
+                           setsid=True)
+        except OSError:
+            os.close(w)
+            return
+        finally:
+            os.close(r)
+        self._fd = w
+
+
+_JANITOR = _Janitor()
 
 
 #: Runs inside the scope as the command's parent: records the scope's cgroup
