@@ -334,7 +334,7 @@ class ExecCgroup:
         for up to 7 ms here, until the dead members' references are dropped;
         waiting for that was a sixth of a warm command. Nothing depends on
         when an empty directory goes: `flush_removals` waits for it at close
-        and at exit, and `_reap_stale` removes one a killed stockade left.
+        and at exit, and the janitor removes one a killed stockade left.
         """
         self.kill()
         if self.drain():
@@ -352,6 +352,7 @@ class _Removals:
         self._lock = _thread.allocate_lock()
         self._queue: list[ExecCgroup] = []
         self._busy = False
+        self._at_exit = False
         #: Held while the thread runs: a flush waits by taking it.
         self._idle = _thread.allocate_lock()
 
@@ -364,11 +365,11 @@ class _Removals:
                 return  # the running thread takes it
             self._busy = True
             self._idle.acquire()  # held by a flush for an instant at most
-        if not _FLUSH_AT_EXIT:
+            at_exit, self._at_exit = self._at_exit, True
+        if not at_exit:
             import atexit
 
             atexit.register(flush_removals)
-            _FLUSH_AT_EXIT.append(True)
         _thread.start_new_thread(self._run, ())
 
     def _run(self) -> None:
@@ -390,7 +391,6 @@ class _Removals:
 
 
 _REMOVALS = _Removals()
-_FLUSH_AT_EXIT: list[bool] = []
 
 
 def flush_removals() -> None:
