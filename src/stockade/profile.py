@@ -499,7 +499,8 @@ def _listdir(path: str) -> list[str]:
 
 def hold_ancestors(protected: list[Protected], roots: tuple[str, ...],
                    kind: Callable[[str], str]) -> list[Protected]:
-    """HOLD for every existing directory between a writable root and a protected path."""
+    """HOLD for every existing directory between a writable root and a path in `protected`
+    (a protected name, or what a mask covers)."""
     held: dict[str, Protected] = {}
     for item in protected:
         if item.kind in (PIN, HOLD):
