@@ -75,14 +75,16 @@ def cmdlines():
 """
 
 PS_PROBE = PROC_SCAN + r"""
-import errno, json, subprocess, sys
+import errno, json, subprocess, sys, time
 host_m, own_m, host_pid = sys.argv[1][::-1], sys.argv[2][::-1], int(sys.argv[3])
 own = subprocess.Popen(["sleep", own_m])
 lines = []
-for _ in range(100):
+deadline = time.monotonic() + 10  # a loaded machine may take a while to exec it
+while time.monotonic() < deadline:
     lines = cmdlines()
     if any(own_m in line for line in lines):
         break
+    time.sleep(0.01)
 try:
     os.kill(host_pid, 0)
     signal0 = "delivered"
