@@ -433,3 +433,64 @@ def test_a_command_cannot_reach_or_signal_the_parked_sandbox(world: World) -> No
     hits = pool.hits
     out = run(sb, "/bin/echo", "next")
     assert out.stdout == b"next\n" and pool.hits == hits + 1  # type: ignore[attr-defined]
+
+
+# -- what a parked sandbox must never do, whatever happens around it ---------------
+
+
+def parked_procs(marker: str) -> list[int]:
+    """Live host processes of a parked sandbox in the workspace named `marker`."""
+    return [pid for pid in procs_with(marker) if _holds(pid, b"stockade-parked")]
+
+
+def _holds(pid: int, word: bytes) -> bool:
+    try:
+        return word in Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return False
+
+
+def last_detail(sb: SyncWorkspaceSandbox, session: str = "s") -> dict[str, object]:
+    import json
+
+    record = sb.core.ledger.query(session=session, last=1)[-1]
+    detail = json.loads(str(record["detail"] or "null"))
+    assert isinstance(detail, dict), record
+    return detail
+
+
+def guards_alive(world: World) -> list[str]:
+    """The metadata guards' alive files: one per command whose guard is not yet released."""
+    return glob.glob(str(world.root / "state" / "stockade" / "guard" / "*.alive.*"))
+
+
+def test_nothing_is_parked_over_a_path_the_last_command_removed(world: World) -> None:
+    """The next sandbox is parked from the last command's profile, made before it ran.
+    bwrap's `--ro-bind /dev/null` over a hidden file that command moved away created
+    an empty ~/.docker/config.json (and its directory) in the person's home."""
+    if world.backend == "landlock":
+        pytest.skip("the landlock backend refuses a hidden path inside a writable workspace")
+    world.env["HOME"] = str(world.ws)  # a workspace of ~
+    (world.ws / ".docker").mkdir()
+    (world.ws / ".docker" / "config.json").write_text('{"auths": {}}\n')
+    sb = world.sandbox()
+    pool = pool_of(sb)
+    run(sb, "/bin/true")
+    settle(pool)
+    out = run(sb, "/bin/sh", "-c", "mv .docker .docker-moved")
+    assert out.exit_code == 0, out.stderr  # type: ignore[attr-defined]
+    settle(pool)
+    time.sleep(0.2)
+    assert not os.path.lexists(world.ws / ".docker"), "a placeholder was created on the host"
+    assert not parked_procs(world.marker), "parked from a view the command changed"
+    # The next command starts cold and parks from its own profile.
+    run(sb, "/bin/true")
+    assert last_detail(sb)["start"] == "cold"
+    settle(pool)
+    assert parked_procs(world.marker)
+    sb.close()
+    assert not os.path.lexists(world.ws / ".docker")
+    assert (world.ws / ".docker-moved" / "config.json").read_text() == '{"auths": {}}\n'
+
+
+WRITER = "for i in $(seq 50); do echo $i > w.txt; sleep 0.1; done; rm -f w.txt"

@@ -20,7 +20,11 @@ What makes a parked sandbox stale, and why each check is enough:
   running (in this process), one is discarded the moment such a command
   starts, and at dispatch the identity (device, inode, type) of every path
   bwrap mounted under a writable root must be what it was when it parked;
-- the config files are compared by identity, size and times.
+- the config files are compared by identity, size and times;
+- a sandbox is parked from the last command's profile, made before that
+  command ran: it is built only while every path the profile mounts over
+  is still there, of the kind recorded (`mounts_in_place`), since bwrap
+  would otherwise create the mount point on the host.
 
 Anything else -- a different stdio arrangement, a background start, an
 argv that cannot travel -- goes cold, exactly as without parking.
@@ -132,6 +136,38 @@ def mount_identity(profile: Profile, watch: Sequence[str]) -> tuple[object, ...]
         paths.append(profile.session_tmp)
     files = [*watch, os.path.join(profile.workspace, "stockade.toml")]
     return (tuple(_identity(p) for p in paths), tuple(_file_stamp(f) for f in files))
+
+
+def mounts_in_place(profile: Profile) -> bool:
+    """Whether every path bwrap mounts over is still there, of the kind the profile saw.
+
+    A sandbox parks from the last command's profile, made before that
+    command ran. When the command had moved away a hidden
+    ~/.docker/config.json (a workspace of ~), bwrap made the mount point for
+    its `--ro-bind /dev/null` on the host: an empty, read-only file, and its
+    directory, in the person's home, which nothing removed. A cold start
+    mounts over what its own profile just found; a parked one is built only
+    while that still holds. A few lstats, no walk.
+    """
+    from ...profile import DIR, FILE, HOLD, LINK, MISSING, PIN, SOCKET, path_kind
+
+    def other_than_a_dir(path: str) -> bool:
+        # A hidden or protected "file" is anything but a directory (a socket,
+        # a fifo); a link now there would lead bwrap's mount point elsewhere.
+        return path_kind(path) not in (DIR, LINK, MISSING)
+
+    if path_kind(profile.workspace) != DIR:
+        return False
+    for path, kind in profile.hidden:
+        if not (path_kind(path) == DIR if kind == DIR else other_than_a_dir(path)):
+            return False
+    for item in profile.protected:
+        if item.kind in (DIR, PIN, HOLD) and path_kind(item.path) != DIR:
+            return False
+        if item.kind == FILE and not other_than_a_dir(item.path):
+            return False
+    return (all(other_than_a_dir(sock) for sock in profile.sockets)
+            and all(path_kind(sock) == SOCKET for sock in profile.granted_sockets))
 
 
 # -- what is writing where, across every pool in this process ---------------
@@ -473,26 +509,32 @@ class WarmPool:
     def _park(self, parked: Parked, profile: Profile) -> None:
         tok = parked.token
         mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        gone = True
         try:
             from ...process import Process
 
             launch = self._build(PLACEHOLDER, profile, park_fd=theirs.fileno(), guard=False)
             with _LOCK:
                 parked.launch = launch
-            fds = dict(launch.extra_fds)
-            fds[theirs.fileno()] = theirs.fileno()
-            proc = Process(launch.argv, launch.env, extra_fds=fds)
-            with _LOCK:
-                parked.proc = proc
-                parked.sock = mine
-                gone = parked.discarded or self._closed
+            # Checked last, just before bwrap mounts: what the last command
+            # moved away is not parked over (the next command goes cold and
+            # parks from its own profile).
+            if mounts_in_place(profile):
+                fds = dict(launch.extra_fds)
+                fds[theirs.fileno()] = theirs.fileno()
+                proc = Process(launch.argv, launch.env, extra_fds=fds)
+                with _LOCK:
+                    parked.proc = proc
+                    parked.sock = mine
+                    gone = parked.discarded or self._closed
         except Exception:
             # A sandbox that cannot park is no error: the command goes cold,
             # and a cold start reports whatever is really wrong.
-            mine.close()
             gone = True
         finally:
             theirs.close()
+            if parked.sock is not mine:
+                mine.close()  # (closing a socket twice, after a discard, is a no-op)
         if gone:
             with self._cond:
                 entries = self._parked.get(tok, [])
