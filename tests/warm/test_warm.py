@@ -493,4 +493,59 @@ def test_nothing_is_parked_over_a_path_the_last_command_removed(world: World) ->
     assert (world.ws / ".docker-moved" / "config.json").read_text() == '{"auths": {}}\n'
 
 
+@pytest.mark.parametrize("when", ["while-parked", "at-dispatch"])
+def test_a_parked_sandbox_that_died_gives_way_to_a_cold_start(world: World, when: str) -> None:
+    """Killed while it waits (the OOM killer): the next command must still run, cold,
+    with its audit record, and the dead sandbox's descriptors and cgroup must go."""
+    import select
+
+    sb, pool = primed(world)
+    parked = next(p for group in pool._parked.values() for p in group)
+    assert parked.proc is not None and parked.sock is not None
+    victim = parked.proc.pid
+    sock = parked.sock
+    groups = cgroups_of(os.getpid())
+    fds = len(os.listdir("/proc/self/fd"))
+    guards: list[object] = []
+
+    def kill() -> None:
+        os.kill(victim, signal.SIGKILL)
+        # Until the init is gone too: its end of the park socket closes.
+        assert select.select([sock], [], [], 10)[0], "the parked init outlived its sandbox"
+
+    if when == "while-parked":
+        kill()
+        time.sleep(0.2)
+    driver = sb.core._driver
+    take_guard = driver._guard  # type: ignore[attr-defined]
+
+    def guard(profile: object) -> object:
+        guards.append(profile)
+        if when == "at-dispatch" and len(guards) == 1:
+            kill()  # after the dispatch's own look, once the command's guard is taken
+        return take_guard(profile)
+
+    # The pool's (taken at dispatch) and the driver's own (a cold start).
+    pool._guard = guard  # type: ignore[method-assign]
+    driver._guard = guard  # type: ignore[attr-defined]
+    out = run(sb, "/bin/sh", "-c", "echo ran")
+    assert (out.exit_code, out.stdout) == (0, b"ran\n")  # type: ignore[attr-defined]
+    record = sb.core.ledger.query(session="s", last=1)[-1]
+    assert record["outcome"] == "ran" and last_detail(sb)["start"] == "cold", record
+    assert len(guards) == 1, "one metadata guard per command"
+    assert not guards_alive(world), "the command's guard was not released"
+    settle(pool)
+    deadline = time.monotonic() + 10
+    while os.path.exists(f"/proc/{victim}") and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not os.path.exists(f"/proc/{victim}"), "the dead sandbox was not reaped"
+    # One parked sandbox's descriptors then, one parked sandbox's now.
+    assert len(os.listdir("/proc/self/fd")) == fds
+    deadline = time.monotonic() + 10
+    while (gone := [g for g in groups if os.path.isdir(g)]) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not gone, "the dead sandbox's cgroup is still there"
+    assert parked_procs(world.marker), "nothing parked for the next command"
+
+
 WRITER = "for i in $(seq 50); do echo $i > w.txt; sleep 0.1; done; rm -f w.txt"

@@ -65,6 +65,12 @@ class ParkingDriver(Driver):
         return MetadataGuard(profile, self._state_dir, restore_content=self.RESTORE_CONTENT)
 
     def _prepare(self, argv: list[str], profile: Profile, *, park_fd: int | None = None,
-                 guard: bool = True) -> Launch:
-        """The cold launch; `park_fd`: park before exec (warm.py), the guard left to dispatch."""
+                 guard: bool | MetadataGuard = True) -> Launch:
+        """The cold launch; `park_fd`: park before exec (warm.py), the guard left to dispatch.
+
+        `guard`: take the metadata guard's baseline, or not (parking), or
+        this one, already taken for the command (a parked sandbox that could
+        not serve it); the launch owns it from here, and releases it with
+        its cleanup, or at once if it cannot be built.
+        """
         raise NotImplementedError

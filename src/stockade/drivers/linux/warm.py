@@ -235,7 +235,12 @@ class Parked:
             self.ready = False
         return self.ready
 
+    def alive(self) -> bool:
+        proc = self.proc
+        return proc is not None and proc.poll() is None
+
     def dispatch(self, argv: list[str]) -> None:
+        """Send the argv; OSError (EPIPE) when the init is gone."""
         from ...jsontext import to_json
 
         sock = self.sock
@@ -334,6 +339,16 @@ class WarmPool:
         if good:
             was_ready = parked.wait_ready(0.0)
             good = parked.wait_ready(READY_WAIT) and not parked.tainted and not parked.discarded
+            if good and not parked.alive():
+                # Killed while it waited (the OOM killer, a kill from
+                # outside): dispatched, it raised BrokenPipeError out of
+                # execute(), with no audit record and its pipes left open.
+                # Nothing says the profile changes, so no back-off either.
+                with _LOCK:
+                    _PARKED.discard(parked)
+                self.misses += 1
+                self._retire(parked)
+                return None
             if good and not was_ready:
                 # Commands come faster than a sandbox parks (back to back): the
                 # next ones start cold, which costs less than a cold start
@@ -355,8 +370,16 @@ class WarmPool:
     def guard(self, profile: Profile) -> MetadataGuard | None:
         return self._guard(profile)
 
-    def build_cold(self, argv: list[str], profile: Profile) -> Launch:
-        return self._build(argv, profile)
+    def build_cold(self, argv: list[str], profile: Profile,
+                   guard: MetadataGuard | None = None) -> Launch:
+        """The cold launch; `guard`: one the command already took, which it then owns."""
+        return self._build(argv, profile, guard=True if guard is None else guard)
+
+    def unused(self, parked: Parked) -> None:
+        """A sandbox `take` handed out that could not serve after all: cold, and torn down."""
+        self.hits -= 1
+        self.misses += 1
+        self._retire(parked)
 
     def request(self, profile: Profile) -> None:
         """After a command: park the next one for this session, in the background."""
@@ -591,14 +614,19 @@ class WarmLaunch(Launch):
 
     def _cold(self) -> Launch:
         if self._inner is None:
-            self._inner = self._pool.build_cold(self._command, self._profile)
+            # A guard taken for a parked sandbox that could not serve goes
+            # with the command to its cold launch: one baseline per command,
+            # taken before it ran, released once, with the launch.
+            guard, self._guard = self._guard, None
+            self._inner = self._pool.build_cold(self._command, self._profile, guard)
             self.report.audit.update(self._inner.report.audit, start=START_COLD)
             self._writes()
         return self._inner
 
     def _writes(self) -> None:
-        self._writing = True
-        _writer_starts(id(self), writable_roots(self._profile))
+        if not self._writing:
+            self._writing = True
+            _writer_starts(id(self), writable_roots(self._profile))
 
     def start(self, *, stdin: int | None = None, capture: bool = True,
               new_session: bool = True, stdio: Mapping[int, int] | None = None
@@ -611,16 +639,33 @@ class WarmLaunch(Launch):
                 except BaseException:
                     self._pool._retire(parked)
                     raise
-                self._inner = parked.launch
-                parked.launch = None
-                proc = parked.proc
-                assert self._inner is not None and proc is not None
-                self._writes()
-                parked.dispatch(self._command)
-                self.report.audit.update(self._inner.report.audit, start=START_WARM)
-                return proc
+                proc = self._dispatch(parked)
+                if proc is not None:
+                    return proc
         return self._cold().start(stdin=stdin, capture=capture, new_session=new_session,
                                   stdio=stdio)
+
+    def _dispatch(self, parked: Parked) -> ProcessHandle | None:
+        """The parked sandbox, running the command; None: it cannot, go cold."""
+        guard = self._guard
+        if guard is not None and guard.stale:
+            # The guard just swept what a killed stockade's command left:
+            # the sandbox was parked over the view before that sweep.
+            self._pool.unused(parked)
+            return None
+        self._writes()
+        proc = parked.proc
+        try:
+            parked.dispatch(self._command)
+        except OSError:
+            # It died between the look `take` had and now: the command has
+            # not started, and starts cold, under the guard already taken.
+            self._pool.unused(parked)
+            return None
+        self._inner, parked.launch = parked.launch, None
+        assert self._inner is not None and proc is not None
+        self.report.audit.update(self._inner.report.audit, start=START_WARM)
+        return proc
 
 
 def _finish(launch: Launch) -> None:
