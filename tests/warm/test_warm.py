@@ -548,4 +548,35 @@ def test_a_parked_sandbox_that_died_gives_way_to_a_cold_start(world: World, when
     assert parked_procs(world.marker), "nothing parked for the next command"
 
 
+def test_nothing_parks_for_a_session_closed_while_its_command_ran(world: World) -> None:
+    import asyncio
+
+    from stockade import WorkspaceSandbox
+
+    async def scenario() -> tuple[list[int], list[int]]:
+        cfg = SandboxConfig(backend=world.backend, ledger=str(world.root / "ledger.db"),
+                            mode="workspace-write")
+        async with WorkspaceSandbox(cfg, env=world.env) as sb:
+            await sb.open_session("s", str(world.ws))
+            running = asyncio.ensure_future(
+                sb.execute(SandboxCommand("/bin/sleep", ["1"], session_id="s")))
+            await asyncio.sleep(0.3)
+            await sb.close_session("s")
+            await running
+            pool = sb.core._driver._warm  # type: ignore[attr-defined]
+            assert pool.settle(30)
+            await asyncio.sleep(0.3)
+            closed = procs_with(world.marker)
+            # Reopened on the same workspace, it parks again.
+            await sb.open_session("s", str(world.ws))
+            await sb.execute(SandboxCommand("/bin/true", session_id="s"))
+            assert pool.settle(30)
+            reopened = parked_procs(world.marker)
+        return closed, reopened
+
+    closed, reopened = asyncio.run(scenario())
+    assert closed == [], "a sandbox was parked for a closed session"
+    assert reopened, "a session reopened on the workspace parks no more"
+
+
 WRITER = "for i in $(seq 50); do echo $i > w.txt; sleep 0.1; done; rm -f w.txt"

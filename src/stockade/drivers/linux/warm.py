@@ -304,6 +304,8 @@ class WarmPool:
         self._misses: dict[str, int] = {}
         self._skips: dict[str, int] = {}
         self._closed = False
+        #: Per workspace, how many times its sessions were closed (`drop`).
+        self._epochs: dict[str, int] = {}
         self._thread: threading.Thread | None = None
         self._building = 0
         #: Sessions whose commands come faster than a sandbox parks, when each
@@ -324,7 +326,7 @@ class WarmPool:
                 time.monotonic() - ended > 1.5 * self._build_time):
             # The session slowed down to the model's pace again: park once more.
             self._hurried.discard(tok)
-        return WarmLaunch(self, argv, profile)
+        return WarmLaunch(self, argv, profile, self._epochs.get(profile.workspace, 0))
 
     def take(self, profile: Profile) -> Parked | None:
         """A parked sandbox built for exactly this profile and view, or None (go cold)."""
@@ -381,9 +383,15 @@ class WarmPool:
         self.misses += 1
         self._retire(parked)
 
-    def request(self, profile: Profile) -> None:
-        """After a command: park the next one for this session, in the background."""
-        if self.size <= 0:
+    def request(self, profile: Profile, epoch: int) -> None:
+        """After a command: park the next one for this session, in the background.
+
+        `epoch`: the workspace's when the command was prepared. A session
+        closed while its command ran had a sandbox parked for it at the
+        command's end, after `drop`: it waited for the idle timeout, a live
+        init or a dead bwrap whose /tmp was gone.
+        """
+        if self.size <= 0 or not self._current(profile, epoch):
             return
         tok = token(profile)
         self._ended[tok] = time.monotonic()
@@ -395,17 +403,22 @@ class WarmPool:
             if skips % min(BACKOFF, 2 ** self._misses[tok]):
                 return
         with self._cond:
-            if self._closed:
+            if self._closed or not self._current(profile, epoch):
                 return
             self._wanted[tok] = profile
             self._ensure_thread()
             self._cond.notify()
+
+    def _current(self, profile: Profile, epoch: int) -> bool:
+        return self._epochs.get(profile.workspace, 0) == epoch
 
     def drop(self, workspace: str) -> None:
         """A session of `workspace` closed: what is parked there goes now, not at the
         idle timeout (another session on it parks again after its next command)."""
         doomed: list[Parked] = []
         with self._cond:
+            # Commands of the closed session still running park nothing.
+            self._epochs[workspace] = self._epochs.get(workspace, 0) + 1
             for tok in [t for t in {*self._parked, *self._wanted}
                         if t.split("\0", 1)[0] == workspace]:
                 doomed += self._parked.pop(tok, [])
@@ -576,10 +589,11 @@ class WarmLaunch(Launch):
     today's path.
     """
 
-    __slots__ = ("_command", "_guard", "_inner", "_pool", "_profile", "_writing")
+    __slots__ = ("_command", "_epoch", "_guard", "_inner", "_pool", "_profile", "_writing")
 
-    def __init__(self, pool: WarmPool, argv: list[str], profile: Profile) -> None:
+    def __init__(self, pool: WarmPool, argv: list[str], profile: Profile, epoch: int) -> None:
         self._pool = pool
+        self._epoch = epoch
         self._command = list(argv)
         self._profile = profile
         self._inner: Launch | None = None
@@ -693,7 +707,7 @@ def _finish(launch: Launch) -> None:
             if launch._writing:
                 launch._writing = False
                 _writer_ends(id(launch))
-            launch._pool.request(launch._profile)
+            launch._pool.request(launch._profile, launch._epoch)
 
 
 _POOLS: list[WarmPool] = []
