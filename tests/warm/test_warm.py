@@ -580,3 +580,23 @@ def test_nothing_parks_for_a_session_closed_while_its_command_ran(world: World) 
 
 
 WRITER = "for i in $(seq 50); do echo $i > w.txt; sleep 0.1; done; rm -f w.txt"
+
+
+def test_a_writer_of_a_sandbox_without_a_pool_stops_parking_beside_it(world: World) -> None:
+    """No sandbox is parked while a command that can write its workspace runs in this
+    process -- whether or not that command's own sandbox parks."""
+    warm = world.sandbox()
+    other = world.sandbox(warm_sandboxes=0)
+    pool = pool_of(warm)
+    writer = other.start(SandboxCommand("/bin/sh", ["-c", WRITER], session_id="s"))
+    try:
+        run(warm, "/bin/true")
+        settle(pool)
+        time.sleep(0.3)
+        assert writer.running()
+        assert not parked_procs(world.marker), "parked while a writer runs"
+        run(warm, "/bin/true")
+        assert writer.running()
+        assert last_detail(warm)["start"] == "cold"
+    finally:
+        writer.wait(timeout=10)

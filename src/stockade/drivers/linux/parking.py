@@ -41,7 +41,11 @@ class ParkingDriver(Driver):
     def prepare(self, argv: list[str], profile: Profile) -> Launch:
         if self._warm is not None:
             return self._warm.launch(argv, profile)
-        return self._prepare(argv, profile)
+        from .warm import writes
+
+        launch = self._prepare(argv, profile)
+        writes(launch, profile)  # another driver's pool in this process may park beside it
+        return launch
 
     def open_session(self, session_id: str, workspace: str) -> None:
         self._sessions[session_id] = workspace

@@ -190,6 +190,28 @@ def _writer_starts(launch_id: int, roots: tuple[str, ...]) -> None:
 def _writer_ends(launch_id: int) -> None:
     with _LOCK:
         _WRITERS.pop(launch_id, None)
+    # A pool whose session asked for a sandbox while this one wrote its
+    # workspace is waiting for it to end: without a word it waited until its
+    # session's next command, which then started cold.
+    for pool in list(_POOLS):
+        with pool._cond:
+            if pool._wanted:
+                pool._cond.notify()
+
+
+def writes(launch: Launch, profile: Profile) -> None:
+    """Count a launch of a driver without a pool as a writer, until its cleanup.
+
+    The rule "no sandbox parks while a command that can write its workspace
+    runs in this process" was kept by the pools alone: a command of a driver
+    with `warm_sandboxes = 0` wrote the workspace while another sandbox in
+    the process parked beside it and served a command from what it bound.
+    """
+    roots = writable_roots(profile)
+    if roots:
+        key = id(launch)
+        _writer_starts(key, roots)
+        launch.also(lambda: _writer_ends(key))
 
 
 def _writer_running(roots: tuple[str, ...]) -> bool:
