@@ -600,3 +600,34 @@ def test_a_writer_of_a_sandbox_without_a_pool_stops_parking_beside_it(world: Wor
         assert last_detail(warm)["start"] == "cold"
     finally:
         writer.wait(timeout=10)
+
+
+def test_a_writer_starting_while_a_sandbox_is_listed_taints_it(
+        world: World, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A writer that starts between the spawner's look for writers and the moment the
+    new sandbox is listed as parked must still taint it."""
+    import threading
+
+    from stockade.drivers.linux import warm
+
+    sb, pool = primed(world)
+    other = world.sandbox(warm_sandboxes=0)
+    writers: list[object] = []
+    identity = warm.mount_identity
+
+    def starts_a_writer(profile: object, watch: object) -> object:
+        if threading.current_thread().name == "stockade-warm" and not writers:
+            writers.append(other.start(SandboxCommand("/bin/sh", ["-c", WRITER],
+                                                      session_id="s")))
+        return identity(profile, watch)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(warm, "mount_identity", starts_a_writer)
+    run(sb, "/bin/true")  # served warm; the spawner parks the next one
+    settle(pool)
+    assert writers, "the spawner never looked"
+    try:
+        run(sb, "/bin/true")
+        assert writers[0].running()  # type: ignore[attr-defined]
+        assert last_detail(sb)["start"] == "cold", "served by a sandbox a writer may have swapped"
+    finally:
+        writers[0].wait(timeout=10)  # type: ignore[attr-defined]

@@ -216,7 +216,12 @@ def writes(launch: Launch, profile: Profile) -> None:
 
 def _writer_running(roots: tuple[str, ...]) -> bool:
     with _LOCK:
-        return any(_overlaps(roots, other) for other in _WRITERS.values())
+        return _writing_in(roots)
+
+
+def _writing_in(roots: tuple[str, ...]) -> bool:
+    """(`_LOCK` held.)"""
+    return any(_overlaps(roots, other) for other in _WRITERS.values())
 
 
 class Parked:
@@ -520,15 +525,23 @@ class WarmPool:
                     self._parked.get(parked.token, []).remove(parked)
                 building = []
                 for tok, profile in self._ready_wants().items():
+                    parked = Parked(profile, profile_key(profile), ())
+                    with _LOCK:
+                        # Looked for writers again, and listed where a writer
+                        # starting taints it, in one step: a writer that
+                        # started after `_ready_wants` looked and before the
+                        # listing tainted nothing, and its sandbox was served.
+                        if _writing_in(parked.roots):
+                            continue  # asked again when that command ends
+                        _PARKED.add(parked)
+                    # Only now, so that a writer starting at any time after
+                    # this view was taken has tainted it.
+                    parked.identity = mount_identity(profile, self.watch)
                     del self._wanted[tok]
                     # Listed while it is built, in the same step that takes
                     # it off the wanted list: a command arriving now waits
                     # for it rather than starting a second sandbox beside
                     # it, and a session closing now finds it to discard.
-                    parked = Parked(profile, profile_key(profile),
-                                    mount_identity(profile, self.watch))
-                    with _LOCK:
-                        _PARKED.add(parked)
                     self._parked.setdefault(tok, []).append(parked)
                     building.append((parked, profile))
                 self._building += len(building)
