@@ -631,3 +631,21 @@ def test_a_writer_starting_while_a_sandbox_is_listed_taints_it(
         assert last_detail(sb)["start"] == "cold", "served by a sandbox a writer may have swapped"
     finally:
         writers[0].wait(timeout=10)  # type: ignore[attr-defined]
+
+
+def test_a_background_start_is_audited_like_an_execute(world: World) -> None:
+    sb, pool = primed(world)
+    run(sb, "/bin/true")
+    executed = last_detail(sb)
+    assert executed["start"] == "warm"
+    settle(pool)
+    bg = sb.start(SandboxCommand("/bin/sleep", ["0.1"], session_id="s"))
+    bg.wait(timeout=10)
+    started = last_detail(sb)
+    assert started["start"] == "warm"
+    assert set(executed) <= set(started), (executed, started)
+    # A profile nothing was parked for: cold, and said so.
+    bg = sb.start(SandboxCommand("/bin/true", session_id="s", env={"ONCE": "1"}))
+    bg.wait(timeout=10)
+    started = last_detail(sb)
+    assert started["start"] == "cold" and set(executed) <= set(started), started
