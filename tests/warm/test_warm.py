@@ -649,3 +649,19 @@ def test_a_background_start_is_audited_like_an_execute(world: World) -> None:
     bg.wait(timeout=10)
     started = last_detail(sb)
     assert started["start"] == "cold" and set(executed) <= set(started), started
+
+
+def test_an_endless_idle_timeout_does_not_stop_parking(world: World) -> None:
+    """Past the config's check (a driver option given in code): the spawner's wait
+    must not overflow, or parking silently stops for good."""
+    cfg = SandboxConfig(backend=world.backend, ledger=str(world.root / "ledger.db"))
+    sb = SyncWorkspaceSandbox(cfg, env=world.env, mode_source=lambda: world.mode[0],
+                              driver_options={"warm_idle_seconds": float("inf")})
+    sb.open_session("s", str(world.ws))
+    world.sandboxes.append(sb)
+    pool = pool_of(sb)
+    for _ in range(3):
+        run(sb, "/bin/true")
+        settle(pool, 15)
+    assert last_detail(sb)["start"] == "warm"
+    assert parked_procs(world.marker)

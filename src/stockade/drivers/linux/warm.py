@@ -65,6 +65,10 @@ DEFAULT_IDLE = 300.0
 READY_WAIT = 10.0
 #: How long a discarded sandbox gets to exit by itself before it is killed.
 EXIT_WAIT = 2.0
+#: The spawner's longest sleep. An idle timeout of `inf` given in code (past
+#: the config's bound) made its wait overflow and the thread die: parking
+#: stopped, silently. Waking with nothing to do costs nothing.
+MAX_WAKE = 3600.0
 #: The argv a parked init is started with; the real one arrives on its socket.
 PLACEHOLDER = ["stockade-parked"]
 #: After this many parked sandboxes in a row went unused (their profile
@@ -575,7 +579,9 @@ class WarmPool:
         created = [p.created for entries in self._parked.values() for p in entries]
         if not created:
             return None
-        return max(0.0, min(created) + self.idle_timeout - time.monotonic())
+        left = min(created) + self.idle_timeout - time.monotonic()
+        # (`not left <= MAX_WAKE`: NaN too, which would otherwise spin at 0.)
+        return MAX_WAKE if not left <= MAX_WAKE else max(0.0, left)
 
     def _park(self, parked: Parked, profile: Profile) -> None:
         tok = parked.token
