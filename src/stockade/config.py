@@ -61,6 +61,16 @@ def _backend_fields() -> dict[str, tuple[str, object]]:
 
 
 _FIELDS.update(_backend_fields())
+
+
+def _backend_maxima() -> dict[str, float]:
+    from .drivers.registry import config_options
+
+    return {o.key: o.maximum for o in config_options().values() if o.maximum is not None}
+
+
+#: The keys whose numbers have an upper bound, and the bound.
+_MAXIMA = _backend_maxima()
 _TABLES = ("command_policy",)
 #: Where a file was found: the user's own config, or inside the project (the
 #: workspace), which the agent may have written.
@@ -249,6 +259,11 @@ def _validate(values: Mapping[str, object], source: str) -> None:
                     "paths-or-none":
                     "a list of paths or \"none\""}.get(kind, f"a {kind}")
             raise ConfigError(f"{source}: [sandbox] {key} must be {want}, got {value!r}")
+        top = _MAXIMA.get(key)
+        if top is not None and not value <= top:  # type: ignore[operator]
+            raise ConfigError(
+                f"{source}: [sandbox] {key} must be a finite number of at most {top:g}, "
+                f"got {value!r}")
     from .drivers.registry import names
 
     for key, allowed in (("backend", names()),

@@ -416,8 +416,14 @@ class SandboxCore:
                         detail={"error": str(exc)})
             raise
         if background:
+            # What the driver reported at the start (warm or cold, Landlock
+            # ABI, seccomp, limits), as for a command run to its end: the
+            # record of a background start said none of it.
+            started_detail: dict[str, object] = dict(launch.report.audit)
+            if warnings:
+                started_detail["warnings"] = list(warnings)
             self.audit(cmd, ws, mode, caps, backend, "started", started,
-                        detail={"warnings": list(warnings)} if warnings else None)
+                        detail=started_detail or None)
             return result
         assert isinstance(result, Outcome)
         out = result

@@ -70,3 +70,34 @@ def test_warm_settings_take_zero_and_refuse_negatives(tmp_path: object) -> None:
         fh.write("[sandbox]\nwarm_sandboxes = 2\nwarm_idle_seconds = 30\n")
     config = load_config(paths=[path])
     assert (config.warm_sandboxes, config.warm_idle_seconds) == (2, 30)
+
+
+@pytest.mark.parametrize("value", [float("inf"), 1e300, 86400.5])
+def test_an_idle_timeout_past_its_bound_is_a_config_error_naming_the_key(
+        tmp_path: object, value: float) -> None:
+    """`inf` passed the positive-number check and killed the spawner thread later."""
+    from stockade.config import SandboxConfig, load_config
+    from stockade.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="warm_idle_seconds"):
+        SandboxConfig(warm_idle_seconds=value)
+    path = os.path.join(str(tmp_path), "config.toml")
+    with open(path, "w") as fh:
+        fh.write(f"[sandbox]\nwarm_idle_seconds = {'inf' if value == float('inf') else value}\n")
+    with pytest.raises(ConfigError, match="warm_idle_seconds"):
+        load_config(paths=[path])
+    assert SandboxConfig(warm_idle_seconds=86400).warm_idle_seconds == 86400
+
+
+@pytest.mark.parametrize("idle", [float("inf"), 1e300, float("nan")])
+def test_the_spawner_sleeps_a_bounded_time_whatever_the_idle_timeout(idle: float) -> None:
+    import time
+
+    from stockade.drivers.linux.warm import MAX_WAKE, Parked, WarmPool
+
+    pool = WarmPool(lambda *a, **k: None, lambda p: None, idle_timeout=idle)  # type: ignore[arg-type, return-value]
+    parked = Parked.__new__(Parked)
+    parked.created = time.monotonic()
+    pool._parked["t"] = [parked]
+    # Condition.wait(inf) raised OverflowError in the spawner; NaN spun at 0.
+    assert pool._next_wake() == MAX_WAKE

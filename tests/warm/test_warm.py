@@ -438,3 +438,235 @@ def test_a_command_cannot_reach_or_signal_the_parked_sandbox(world: World) -> No
     hits = pool.hits
     out = run(sb, "/bin/echo", "next")
     assert out.stdout == b"next\n" and pool.hits == hits + 1  # type: ignore[attr-defined]
+
+
+# -- what a parked sandbox must never do, whatever happens around it ---------------
+
+
+def parked_procs(marker: str) -> list[int]:
+    """Live host processes of a parked sandbox in the workspace named `marker`."""
+    return [pid for pid in procs_with(marker) if _holds(pid, b"stockade-parked")]
+
+
+def _holds(pid: int, word: bytes) -> bool:
+    try:
+        return word in Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return False
+
+
+def last_detail(sb: SyncWorkspaceSandbox, session: str = "s") -> dict[str, object]:
+    import json
+
+    record = sb.core.ledger.query(session=session, last=1)[-1]
+    detail = json.loads(str(record["detail"] or "null"))
+    assert isinstance(detail, dict), record
+    return detail
+
+
+def guards_alive(world: World) -> list[str]:
+    """The metadata guards' alive files: one per command whose guard is not yet released."""
+    return glob.glob(str(world.root / "state" / "stockade" / "guard" / "*.alive.*"))
+
+
+def test_nothing_is_parked_over_a_path_the_last_command_removed(world: World) -> None:
+    """The next sandbox is parked from the last command's profile, made before it ran.
+    bwrap's `--ro-bind /dev/null` over a hidden file that command moved away created
+    an empty ~/.docker/config.json (and its directory) in the person's home."""
+    if world.backend == "landlock":
+        pytest.skip("the landlock backend refuses a hidden path inside a writable workspace")
+    world.env["HOME"] = str(world.ws)  # a workspace of ~
+    (world.ws / ".docker").mkdir()
+    (world.ws / ".docker" / "config.json").write_text('{"auths": {}}\n')
+    sb = world.sandbox()
+    pool = pool_of(sb)
+    run(sb, "/bin/true")
+    settle(pool)
+    out = run(sb, "/bin/sh", "-c", "mv .docker .docker-moved")
+    assert out.exit_code == 0, out.stderr  # type: ignore[attr-defined]
+    settle(pool)
+    time.sleep(0.2)
+    assert not os.path.lexists(world.ws / ".docker"), "a placeholder was created on the host"
+    assert not parked_procs(world.marker), "parked from a view the command changed"
+    # The next command starts cold and parks from its own profile.
+    run(sb, "/bin/true")
+    assert last_detail(sb)["start"] == "cold"
+    settle(pool)
+    assert parked_procs(world.marker)
+    sb.close()
+    assert not os.path.lexists(world.ws / ".docker")
+    assert (world.ws / ".docker-moved" / "config.json").read_text() == '{"auths": {}}\n'
+
+
+@pytest.mark.parametrize("when", ["while-parked", "at-dispatch"])
+def test_a_parked_sandbox_that_died_gives_way_to_a_cold_start(world: World, when: str) -> None:
+    """Killed while it waits (the OOM killer): the next command must still run, cold,
+    with its audit record, and the dead sandbox's descriptors and cgroup must go."""
+    import select
+
+    sb, pool = primed(world)
+    parked = next(p for group in pool._parked.values() for p in group)
+    assert parked.proc is not None and parked.sock is not None
+    victim = parked.proc.pid
+    sock = parked.sock
+    groups = cgroups_of(os.getpid())
+    fds = len(os.listdir("/proc/self/fd"))
+    guards: list[object] = []
+
+    def kill() -> None:
+        os.kill(victim, signal.SIGKILL)
+        # Until the init is gone too: its end of the park socket closes.
+        assert select.select([sock], [], [], 10)[0], "the parked init outlived its sandbox"
+
+    if when == "while-parked":
+        kill()
+        time.sleep(0.2)
+    driver = sb.core._driver
+    take_guard = driver._guard  # type: ignore[attr-defined]
+
+    def guard(profile: object) -> object:
+        guards.append(profile)
+        if when == "at-dispatch" and len(guards) == 1:
+            kill()  # after the dispatch's own look, once the command's guard is taken
+        return take_guard(profile)
+
+    # The pool's (taken at dispatch) and the driver's own (a cold start).
+    pool._guard = guard  # type: ignore[method-assign]
+    driver._guard = guard  # type: ignore[attr-defined]
+    out = run(sb, "/bin/sh", "-c", "echo ran")
+    assert (out.exit_code, out.stdout) == (0, b"ran\n")  # type: ignore[attr-defined]
+    record = sb.core.ledger.query(session="s", last=1)[-1]
+    assert record["outcome"] == "ran" and last_detail(sb)["start"] == "cold", record
+    assert len(guards) == 1, "one metadata guard per command"
+    assert not guards_alive(world), "the command's guard was not released"
+    settle(pool)
+    deadline = time.monotonic() + 10
+    while os.path.exists(f"/proc/{victim}") and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not os.path.exists(f"/proc/{victim}"), "the dead sandbox was not reaped"
+    # One parked sandbox's descriptors then, one parked sandbox's now.
+    assert len(os.listdir("/proc/self/fd")) == fds
+    deadline = time.monotonic() + 10
+    while (gone := [g for g in groups if os.path.isdir(g)]) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not gone, "the dead sandbox's cgroup is still there"
+    assert parked_procs(world.marker), "nothing parked for the next command"
+
+
+def test_nothing_parks_for_a_session_closed_while_its_command_ran(world: World) -> None:
+    import asyncio
+
+    from stockade import WorkspaceSandbox
+
+    async def scenario() -> tuple[list[int], list[int]]:
+        cfg = SandboxConfig(backend=world.backend, ledger=str(world.root / "ledger.db"),
+                            mode="workspace-write")
+        async with WorkspaceSandbox(cfg, env=world.env) as sb:
+            await sb.open_session("s", str(world.ws))
+            running = asyncio.ensure_future(
+                sb.execute(SandboxCommand("/bin/sleep", ["1"], session_id="s")))
+            await asyncio.sleep(0.3)
+            await sb.close_session("s")
+            await running
+            pool = sb.core._driver._warm  # type: ignore[attr-defined]
+            assert pool.settle(30)
+            await asyncio.sleep(0.3)
+            closed = procs_with(world.marker)
+            # Reopened on the same workspace, it parks again.
+            await sb.open_session("s", str(world.ws))
+            await sb.execute(SandboxCommand("/bin/true", session_id="s"))
+            assert pool.settle(30)
+            reopened = parked_procs(world.marker)
+        return closed, reopened
+
+    closed, reopened = asyncio.run(scenario())
+    assert closed == [], "a sandbox was parked for a closed session"
+    assert reopened, "a session reopened on the workspace parks no more"
+
+
+WRITER = "for i in $(seq 50); do echo $i > w.txt; sleep 0.1; done; rm -f w.txt"
+
+
+def test_a_writer_of_a_sandbox_without_a_pool_stops_parking_beside_it(world: World) -> None:
+    """No sandbox is parked while a command that can write its workspace runs in this
+    process -- whether or not that command's own sandbox parks."""
+    warm = world.sandbox()
+    other = world.sandbox(warm_sandboxes=0)
+    pool = pool_of(warm)
+    writer = other.start(SandboxCommand("/bin/sh", ["-c", WRITER], session_id="s"))
+    try:
+        run(warm, "/bin/true")
+        settle(pool)
+        time.sleep(0.3)
+        assert writer.running()
+        assert not parked_procs(world.marker), "parked while a writer runs"
+        run(warm, "/bin/true")
+        assert writer.running()
+        assert last_detail(warm)["start"] == "cold"
+    finally:
+        writer.wait(timeout=10)
+
+
+def test_a_writer_starting_while_a_sandbox_is_listed_taints_it(
+        world: World, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A writer that starts between the spawner's look for writers and the moment the
+    new sandbox is listed as parked must still taint it."""
+    import threading
+
+    from stockade.drivers.linux import warm
+
+    sb, pool = primed(world)
+    other = world.sandbox(warm_sandboxes=0)
+    writers: list[object] = []
+    identity = warm.mount_identity
+
+    def starts_a_writer(profile: object, watch: object) -> object:
+        if threading.current_thread().name == "stockade-warm" and not writers:
+            writers.append(other.start(SandboxCommand("/bin/sh", ["-c", WRITER],
+                                                      session_id="s")))
+        return identity(profile, watch)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(warm, "mount_identity", starts_a_writer)
+    run(sb, "/bin/true")  # served warm; the spawner parks the next one
+    settle(pool)
+    assert writers, "the spawner never looked"
+    try:
+        run(sb, "/bin/true")
+        assert writers[0].running()  # type: ignore[attr-defined]
+        assert last_detail(sb)["start"] == "cold", "served by a sandbox a writer may have swapped"
+    finally:
+        writers[0].wait(timeout=10)  # type: ignore[attr-defined]
+
+
+def test_a_background_start_is_audited_like_an_execute(world: World) -> None:
+    sb, pool = primed(world)
+    run(sb, "/bin/true")
+    executed = last_detail(sb)
+    assert executed["start"] == "warm"
+    settle(pool)
+    bg = sb.start(SandboxCommand("/bin/sleep", ["0.1"], session_id="s"))
+    bg.wait(timeout=10)
+    started = last_detail(sb)
+    assert started["start"] == "warm"
+    assert set(executed) <= set(started), (executed, started)
+    # A profile nothing was parked for: cold, and said so.
+    bg = sb.start(SandboxCommand("/bin/true", session_id="s", env={"ONCE": "1"}))
+    bg.wait(timeout=10)
+    started = last_detail(sb)
+    assert started["start"] == "cold" and set(executed) <= set(started), started
+
+
+def test_an_endless_idle_timeout_does_not_stop_parking(world: World) -> None:
+    """Past the config's check (a driver option given in code): the spawner's wait
+    must not overflow, or parking silently stops for good."""
+    cfg = SandboxConfig(backend=world.backend, ledger=str(world.root / "ledger.db"))
+    sb = SyncWorkspaceSandbox(cfg, env=world.env, mode_source=lambda: world.mode[0],
+                              driver_options={"warm_idle_seconds": float("inf")})
+    sb.open_session("s", str(world.ws))
+    world.sandboxes.append(sb)
+    pool = pool_of(sb)
+    for _ in range(3):
+        run(sb, "/bin/true")
+        settle(pool, 15)
+    assert last_detail(sb)["start"] == "warm"
+    assert parked_procs(world.marker)

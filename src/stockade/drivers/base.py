@@ -32,13 +32,16 @@ class DriverOption:
     to the code that uses them and no list elsewhere can fall out of step.
     """
 
-    __slots__ = ("default", "help", "key", "kind")
+    __slots__ = ("default", "help", "key", "kind", "maximum")
 
-    def __init__(self, key: str, kind: str, default: object, help: str) -> None:
+    def __init__(self, key: str, kind: str, default: object, help: str, *,
+                 maximum: float | None = None) -> None:
         self.key = key
         self.kind = kind  # "str", "int", "bool", "int?" (int or unset)
         self.default = default
         self.help = help
+        #: The largest value a number may take (None: no bound).
+        self.maximum = maximum
 
 
 class LaunchReport:

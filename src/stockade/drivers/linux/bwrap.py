@@ -46,6 +46,7 @@ if TYPE_CHECKING:
     from typing import Any
 
     from ...profile import Profile
+    from .guard import MetadataGuard
 
 # The only directories inside /dev a command gets: bwrap's --dev provides
 # null, zero, full, random, urandom, tty, pts/ptmx and shm, and no disk.
@@ -241,11 +242,11 @@ class BubblewrapDriver(ParkingDriver):
             self.bwrap  # noqa: B018 - locating it is the check that remains
 
     def _prepare(self, argv: list[str], profile: Profile, *, park_fd: int | None = None,
-                 guard: bool = True) -> Launch:
-        """The cold launch; `park_fd`: park before exec (warm.py), the guard left to dispatch."""
+                 guard: bool | MetadataGuard = True) -> Launch:
+        """The cold launch (see `ParkingDriver._prepare`)."""
         from .layers import init_launch
 
-        meta = self._guard(profile) if guard else None
+        meta = guard if not isinstance(guard, bool) else self._guard(profile) if guard else None
         if meta is not None and meta.stale:
             # The sweep of a killed run's leftovers just moved away names the
             # profile found existing: bwrap would fail to find their sources.

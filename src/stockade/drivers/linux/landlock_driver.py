@@ -168,17 +168,19 @@ class LandlockDriver(ParkingDriver):
         prime_migration()
 
     def _prepare(self, argv: list[str], profile: Profile, *, park_fd: int | None = None,
-                 guard: bool = True) -> Launch:
-        """The cold launch; `park_fd`: park before exec (warm.py), the guard left to dispatch."""
+                 guard: bool | MetadataGuard = True) -> Launch:
+        """The cold launch (see `ParkingDriver._prepare`)."""
         from .layers import init_argv, init_config, init_python, launch_env
 
-        abi = self.abi
-        check_landlock(abi, self._min_abi)
-        check_profile(profile, abi)
-        python = init_python()
-        reaper = abi >= SCOPE_ABI
         undo = _Undo()
+        if not isinstance(guard, bool):
+            undo.guard = guard  # released with the launch, or below if it cannot be built
         try:
+            abi = self.abi
+            check_landlock(abi, self._min_abi)
+            check_profile(profile, abi)
+            python = init_python()
+            reaper = abi >= SCOPE_ABI
             tmpdir, made = self._tmpdir(profile)
             undo.tmpdir = made
             backend_rules = landlock_backend_rules(
@@ -204,7 +206,7 @@ class LandlockDriver(ParkingDriver):
                 undo.reaper_r, undo.reaper_w = os.pipe2(os.O_CLOEXEC)
                 extra_fds[undo.reaper_w] = undo.reaper_w
                 config["reaper_fd"] = undo.reaper_w
-            if guard:
+            if guard is True:
                 undo.guard = self._guard(profile)
             _ensure_bytecode()
             args = init_argv(python, _init_path(), config, argv)

@@ -34,8 +34,13 @@ WARM_SANDBOXES = DriverOption(
     "warm_sandboxes", "count", 1,
     "sandboxes built ahead of need per session, each serving the next command "
     "(see docs/warm.md); 0: every command starts cold")
+#: The longest `warm_idle_seconds` accepted. `inf` (or 1e300) passed the
+#: positive-number check and killed the spawner thread with OverflowError
+#: at its first timed wait: parking stopped, silently, for good.
+MAX_WARM_IDLE = 86400.0
 WARM_IDLE = DriverOption("warm_idle_seconds", "number", 300.0,
-                         "seconds a parked sandbox may wait unused before it is stopped")
+                         "seconds a parked sandbox may wait unused before it is stopped "
+                         f"(at most {MAX_WARM_IDLE:g})", maximum=MAX_WARM_IDLE)
 
 BUBBLEWRAP_OPTIONS = (BWRAP, MAX_PIDS, CPU_QUOTA, REQUIRE_LANDLOCK, WARM_SANDBOXES, WARM_IDLE)
 # `auto` may fall back to Landlock, so its minimum is read whichever backend is named.

@@ -41,7 +41,11 @@ class ParkingDriver(Driver):
     def prepare(self, argv: list[str], profile: Profile) -> Launch:
         if self._warm is not None:
             return self._warm.launch(argv, profile)
-        return self._prepare(argv, profile)
+        from .warm import writes
+
+        launch = self._prepare(argv, profile)
+        writes(launch, profile)  # another driver's pool in this process may park beside it
+        return launch
 
     def open_session(self, session_id: str, workspace: str) -> None:
         self._sessions[session_id] = workspace
@@ -65,6 +69,12 @@ class ParkingDriver(Driver):
         return MetadataGuard(profile, self._state_dir, restore_content=self.RESTORE_CONTENT)
 
     def _prepare(self, argv: list[str], profile: Profile, *, park_fd: int | None = None,
-                 guard: bool = True) -> Launch:
-        """The cold launch; `park_fd`: park before exec (warm.py), the guard left to dispatch."""
+                 guard: bool | MetadataGuard = True) -> Launch:
+        """The cold launch; `park_fd`: park before exec (warm.py), the guard left to dispatch.
+
+        `guard`: take the metadata guard's baseline, or not (parking), or
+        this one, already taken for the command (a parked sandbox that could
+        not serve it); the launch owns it from here, and releases it with
+        its cleanup, or at once if it cannot be built.
+        """
         raise NotImplementedError

@@ -20,7 +20,11 @@ What makes a parked sandbox stale, and why each check is enough:
   running (in this process), one is discarded the moment such a command
   starts, and at dispatch the identity (device, inode, type) of every path
   bwrap mounted under a writable root must be what it was when it parked;
-- the config files are compared by identity, size and times.
+- the config files are compared by identity, size and times;
+- a sandbox is parked from the last command's profile, made before that
+  command ran: it is built only while every path the profile mounts over
+  is still there, of the kind recorded (`mounts_in_place`), since bwrap
+  would otherwise create the mount point on the host.
 
 Anything else -- a different stdio arrangement, a background start, an
 argv that cannot travel -- goes cold, exactly as without parking.
@@ -61,6 +65,10 @@ DEFAULT_IDLE = 300.0
 READY_WAIT = 10.0
 #: How long a discarded sandbox gets to exit by itself before it is killed.
 EXIT_WAIT = 2.0
+#: The spawner's longest sleep. An idle timeout of `inf` given in code (past
+#: the config's bound) made its wait overflow and the thread die: parking
+#: stopped, silently. Waking with nothing to do costs nothing.
+MAX_WAKE = 3600.0
 #: The argv a parked init is started with; the real one arrives on its socket.
 PLACEHOLDER = ["stockade-parked"]
 #: After this many parked sandboxes in a row went unused (their profile
@@ -134,6 +142,38 @@ def mount_identity(profile: Profile, watch: Sequence[str]) -> tuple[object, ...]
     return (tuple(_identity(p) for p in paths), tuple(_file_stamp(f) for f in files))
 
 
+def mounts_in_place(profile: Profile) -> bool:
+    """Whether every path bwrap mounts over is still there, of the kind the profile saw.
+
+    A sandbox parks from the last command's profile, made before that
+    command ran. When the command had moved away a hidden
+    ~/.docker/config.json (a workspace of ~), bwrap made the mount point for
+    its `--ro-bind /dev/null` on the host: an empty, read-only file, and its
+    directory, in the person's home, which nothing removed. A cold start
+    mounts over what its own profile just found; a parked one is built only
+    while that still holds. A few lstats, no walk.
+    """
+    from ...profile import DIR, FILE, HOLD, LINK, MISSING, PIN, SOCKET, path_kind
+
+    def other_than_a_dir(path: str) -> bool:
+        # A hidden or protected "file" is anything but a directory (a socket,
+        # a fifo); a link now there would lead bwrap's mount point elsewhere.
+        return path_kind(path) not in (DIR, LINK, MISSING)
+
+    if path_kind(profile.workspace) != DIR:
+        return False
+    for path, kind in profile.hidden:
+        if not (path_kind(path) == DIR if kind == DIR else other_than_a_dir(path)):
+            return False
+    for item in profile.protected:
+        if item.kind in (DIR, PIN, HOLD) and path_kind(item.path) != DIR:
+            return False
+        if item.kind == FILE and not other_than_a_dir(item.path):
+            return False
+    return (all(other_than_a_dir(sock) for sock in profile.sockets)
+            and all(path_kind(sock) == SOCKET for sock in profile.granted_sockets))
+
+
 # -- what is writing where, across every pool in this process ---------------
 
 _LOCK = threading.Lock()
@@ -154,11 +194,38 @@ def _writer_starts(launch_id: int, roots: tuple[str, ...]) -> None:
 def _writer_ends(launch_id: int) -> None:
     with _LOCK:
         _WRITERS.pop(launch_id, None)
+    # A pool whose session asked for a sandbox while this one wrote its
+    # workspace is waiting for it to end: without a word it waited until its
+    # session's next command, which then started cold.
+    for pool in list(_POOLS):
+        with pool._cond:
+            if pool._wanted:
+                pool._cond.notify()
+
+
+def writes(launch: Launch, profile: Profile) -> None:
+    """Count a launch of a driver without a pool as a writer, until its cleanup.
+
+    The rule "no sandbox parks while a command that can write its workspace
+    runs in this process" was kept by the pools alone: a command of a driver
+    with `warm_sandboxes = 0` wrote the workspace while another sandbox in
+    the process parked beside it and served a command from what it bound.
+    """
+    roots = writable_roots(profile)
+    if roots:
+        key = id(launch)
+        _writer_starts(key, roots)
+        launch.also(lambda: _writer_ends(key))
 
 
 def _writer_running(roots: tuple[str, ...]) -> bool:
     with _LOCK:
-        return any(_overlaps(roots, other) for other in _WRITERS.values())
+        return _writing_in(roots)
+
+
+def _writing_in(roots: tuple[str, ...]) -> bool:
+    """(`_LOCK` held.)"""
+    return any(_overlaps(roots, other) for other in _WRITERS.values())
 
 
 class Parked:
@@ -199,7 +266,12 @@ class Parked:
             self.ready = False
         return self.ready
 
+    def alive(self) -> bool:
+        proc = self.proc
+        return proc is not None and proc.poll() is None
+
     def dispatch(self, argv: list[str]) -> None:
+        """Send the argv; OSError (EPIPE) when the init is gone."""
         from ...jsontext import to_json
 
         sock = self.sock
@@ -263,6 +335,8 @@ class WarmPool:
         self._misses: dict[str, int] = {}
         self._skips: dict[str, int] = {}
         self._closed = False
+        #: Per workspace, how many times its sessions were closed (`drop`).
+        self._epochs: dict[str, int] = {}
         self._thread: threading.Thread | None = None
         self._building = 0
         #: Sessions whose commands come faster than a sandbox parks, when each
@@ -283,7 +357,7 @@ class WarmPool:
                 time.monotonic() - ended > 1.5 * self._build_time):
             # The session slowed down to the model's pace again: park once more.
             self._hurried.discard(tok)
-        return WarmLaunch(self, argv, profile)
+        return WarmLaunch(self, argv, profile, self._epochs.get(profile.workspace, 0))
 
     def take(self, profile: Profile) -> Parked | None:
         """A parked sandbox built for exactly this profile and view, or None (go cold)."""
@@ -298,6 +372,16 @@ class WarmPool:
         if good:
             was_ready = parked.wait_ready(0.0)
             good = parked.wait_ready(READY_WAIT) and not parked.tainted and not parked.discarded
+            if good and not parked.alive():
+                # Killed while it waited (the OOM killer, a kill from
+                # outside): dispatched, it raised BrokenPipeError out of
+                # execute(), with no audit record and its pipes left open.
+                # Nothing says the profile changes, so no back-off either.
+                with _LOCK:
+                    _PARKED.discard(parked)
+                self.misses += 1
+                self._retire(parked)
+                return None
             if good and not was_ready:
                 # Commands come faster than a sandbox parks (back to back): the
                 # next ones start cold, which costs less than a cold start
@@ -319,12 +403,26 @@ class WarmPool:
     def guard(self, profile: Profile) -> MetadataGuard | None:
         return self._guard(profile)
 
-    def build_cold(self, argv: list[str], profile: Profile) -> Launch:
-        return self._build(argv, profile)
+    def build_cold(self, argv: list[str], profile: Profile,
+                   guard: MetadataGuard | None = None) -> Launch:
+        """The cold launch; `guard`: one the command already took, which it then owns."""
+        return self._build(argv, profile, guard=True if guard is None else guard)
 
-    def request(self, profile: Profile) -> None:
-        """After a command: park the next one for this session, in the background."""
-        if self.size <= 0:
+    def unused(self, parked: Parked) -> None:
+        """A sandbox `take` handed out that could not serve after all: cold, and torn down."""
+        self.hits -= 1
+        self.misses += 1
+        self._retire(parked)
+
+    def request(self, profile: Profile, epoch: int) -> None:
+        """After a command: park the next one for this session, in the background.
+
+        `epoch`: the workspace's when the command was prepared. A session
+        closed while its command ran had a sandbox parked for it at the
+        command's end, after `drop`: it waited for the idle timeout, a live
+        init or a dead bwrap whose /tmp was gone.
+        """
+        if self.size <= 0 or not self._current(profile, epoch):
             return
         tok = token(profile)
         self._ended[tok] = time.monotonic()
@@ -336,17 +434,22 @@ class WarmPool:
             if skips % min(BACKOFF, 2 ** self._misses[tok]):
                 return
         with self._cond:
-            if self._closed:
+            if self._closed or not self._current(profile, epoch):
                 return
             self._wanted[tok] = profile
             self._ensure_thread()
             self._cond.notify()
+
+    def _current(self, profile: Profile, epoch: int) -> bool:
+        return self._epochs.get(profile.workspace, 0) == epoch
 
     def drop(self, workspace: str) -> None:
         """A session of `workspace` closed: what is parked there goes now, not at the
         idle timeout (another session on it parks again after its next command)."""
         doomed: list[Parked] = []
         with self._cond:
+            # Commands of the closed session still running park nothing.
+            self._epochs[workspace] = self._epochs.get(workspace, 0) + 1
             for tok in [t for t in {*self._parked, *self._wanted}
                         if t.split("\0", 1)[0] == workspace]:
                 doomed += self._parked.pop(tok, [])
@@ -426,15 +529,23 @@ class WarmPool:
                     self._parked.get(parked.token, []).remove(parked)
                 building = []
                 for tok, profile in self._ready_wants().items():
+                    parked = Parked(profile, profile_key(profile), ())
+                    with _LOCK:
+                        # Looked for writers again, and listed where a writer
+                        # starting taints it, in one step: a writer that
+                        # started after `_ready_wants` looked and before the
+                        # listing tainted nothing, and its sandbox was served.
+                        if _writing_in(parked.roots):
+                            continue  # asked again when that command ends
+                        _PARKED.add(parked)
+                    # Only now, so that a writer starting at any time after
+                    # this view was taken has tainted it.
+                    parked.identity = mount_identity(profile, self.watch)
                     del self._wanted[tok]
                     # Listed while it is built, in the same step that takes
                     # it off the wanted list: a command arriving now waits
                     # for it rather than starting a second sandbox beside
                     # it, and a session closing now finds it to discard.
-                    parked = Parked(profile, profile_key(profile),
-                                    mount_identity(profile, self.watch))
-                    with _LOCK:
-                        _PARKED.add(parked)
                     self._parked.setdefault(tok, []).append(parked)
                     building.append((parked, profile))
                 self._building += len(building)
@@ -468,31 +579,39 @@ class WarmPool:
         created = [p.created for entries in self._parked.values() for p in entries]
         if not created:
             return None
-        return max(0.0, min(created) + self.idle_timeout - time.monotonic())
+        left = min(created) + self.idle_timeout - time.monotonic()
+        # (`not left <= MAX_WAKE`: NaN too, which would otherwise spin at 0.)
+        return MAX_WAKE if not left <= MAX_WAKE else max(0.0, left)
 
     def _park(self, parked: Parked, profile: Profile) -> None:
         tok = parked.token
         mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        gone = True
         try:
             from ...process import Process
 
             launch = self._build(PLACEHOLDER, profile, park_fd=theirs.fileno(), guard=False)
             with _LOCK:
                 parked.launch = launch
-            fds = dict(launch.extra_fds)
-            fds[theirs.fileno()] = theirs.fileno()
-            proc = Process(launch.argv, launch.env, extra_fds=fds)
-            with _LOCK:
-                parked.proc = proc
-                parked.sock = mine
-                gone = parked.discarded or self._closed
+            # Checked last, just before bwrap mounts: what the last command
+            # moved away is not parked over (the next command goes cold and
+            # parks from its own profile).
+            if mounts_in_place(profile):
+                fds = dict(launch.extra_fds)
+                fds[theirs.fileno()] = theirs.fileno()
+                proc = Process(launch.argv, launch.env, extra_fds=fds)
+                with _LOCK:
+                    parked.proc = proc
+                    parked.sock = mine
+                    gone = parked.discarded or self._closed
         except Exception:
             # A sandbox that cannot park is no error: the command goes cold,
             # and a cold start reports whatever is really wrong.
-            mine.close()
             gone = True
         finally:
             theirs.close()
+            if parked.sock is not mine:
+                mine.close()  # (closing a socket twice, after a discard, is a no-op)
         if gone:
             with self._cond:
                 entries = self._parked.get(tok, [])
@@ -511,10 +630,11 @@ class WarmLaunch(Launch):
     today's path.
     """
 
-    __slots__ = ("_command", "_guard", "_inner", "_pool", "_profile", "_writing")
+    __slots__ = ("_command", "_epoch", "_guard", "_inner", "_pool", "_profile", "_writing")
 
-    def __init__(self, pool: WarmPool, argv: list[str], profile: Profile) -> None:
+    def __init__(self, pool: WarmPool, argv: list[str], profile: Profile, epoch: int) -> None:
         self._pool = pool
+        self._epoch = epoch
         self._command = list(argv)
         self._profile = profile
         self._inner: Launch | None = None
@@ -549,14 +669,19 @@ class WarmLaunch(Launch):
 
     def _cold(self) -> Launch:
         if self._inner is None:
-            self._inner = self._pool.build_cold(self._command, self._profile)
+            # A guard taken for a parked sandbox that could not serve goes
+            # with the command to its cold launch: one baseline per command,
+            # taken before it ran, released once, with the launch.
+            guard, self._guard = self._guard, None
+            self._inner = self._pool.build_cold(self._command, self._profile, guard)
             self.report.audit.update(self._inner.report.audit, start=START_COLD)
             self._writes()
         return self._inner
 
     def _writes(self) -> None:
-        self._writing = True
-        _writer_starts(id(self), writable_roots(self._profile))
+        if not self._writing:
+            self._writing = True
+            _writer_starts(id(self), writable_roots(self._profile))
 
     def start(self, *, stdin: int | None = None, capture: bool = True,
               new_session: bool = True, stdio: Mapping[int, int] | None = None
@@ -569,16 +694,33 @@ class WarmLaunch(Launch):
                 except BaseException:
                     self._pool._retire(parked)
                     raise
-                self._inner = parked.launch
-                parked.launch = None
-                proc = parked.proc
-                assert self._inner is not None and proc is not None
-                self._writes()
-                parked.dispatch(self._command)
-                self.report.audit.update(self._inner.report.audit, start=START_WARM)
-                return proc
+                proc = self._dispatch(parked)
+                if proc is not None:
+                    return proc
         return self._cold().start(stdin=stdin, capture=capture, new_session=new_session,
                                   stdio=stdio)
+
+    def _dispatch(self, parked: Parked) -> ProcessHandle | None:
+        """The parked sandbox, running the command; None: it cannot, go cold."""
+        guard = self._guard
+        if guard is not None and guard.stale:
+            # The guard just swept what a killed stockade's command left:
+            # the sandbox was parked over the view before that sweep.
+            self._pool.unused(parked)
+            return None
+        self._writes()
+        proc = parked.proc
+        try:
+            parked.dispatch(self._command)
+        except OSError:
+            # It died between the look `take` had and now: the command has
+            # not started, and starts cold, under the guard already taken.
+            self._pool.unused(parked)
+            return None
+        self._inner, parked.launch = parked.launch, None
+        assert self._inner is not None and proc is not None
+        self.report.audit.update(self._inner.report.audit, start=START_WARM)
+        return proc
 
 
 def _finish(launch: Launch) -> None:
@@ -606,7 +748,7 @@ def _finish(launch: Launch) -> None:
             if launch._writing:
                 launch._writing = False
                 _writer_ends(id(launch))
-            launch._pool.request(launch._profile)
+            launch._pool.request(launch._profile, launch._epoch)
 
 
 _POOLS: list[WarmPool] = []
