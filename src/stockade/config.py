@@ -238,8 +238,9 @@ def _validate(values: Mapping[str, object], source: str) -> None:
         kind = _FIELDS[key][0]
         ok = {
             "bool": isinstance(value, bool),
+            # Finite: an `inf` timeout overflowed the first timed wait it reached.
             "number": isinstance(value, int | float) and not isinstance(value, bool)
-            and value > 0,
+            and 0 < value < float("inf"),
             "int": isinstance(value, int) and not isinstance(value, bool) and value > 0,
             "count": isinstance(value, int) and not isinstance(value, bool) and value >= 0,
             "str": isinstance(value, str),
@@ -253,7 +254,7 @@ def _validate(values: Mapping[str, object], source: str) -> None:
             or (isinstance(value, list | tuple) and all(isinstance(v, str) for v in value)),
         }[kind]
         if not ok:
-            want = {"number": "a positive number", "int": "a positive integer",
+            want = {"number": "a positive finite number", "int": "a positive integer",
                     "count": "0 or a positive integer",
                     "path-or-false": "a path or false", "int-or-none": "a positive integer",
                     "paths-or-none":

@@ -71,3 +71,11 @@ def test_settings_are_keywords_and_an_unknown_one_is_a_config_error() -> None:
     with pytest.raises(ConfigError, match="writable must be a list of strings"):
         SandboxConfig(writable="/tmp")
     assert SandboxConfig(writable=("/a",)).writable == ["/a"]
+
+
+@pytest.mark.parametrize("key", ["default_timeout_seconds", "approval_timeout_seconds"])
+@pytest.mark.parametrize("value", [float("inf"), float("nan"), 0, -1.5])
+def test_a_timeout_must_be_a_positive_finite_number(key: str, value: float) -> None:
+    # inf passed the old check and overflowed the first timed wait it reached
+    with pytest.raises(ConfigError, match=f"{key} must be a positive finite number"):
+        SandboxConfig(**{key: value})
