@@ -328,6 +328,7 @@ def test_zero_disables_parking(world: World) -> None:
     time.sleep(0.3)
     assert not procs_with(world.marker)
     assert sb.core.driver(True, str(world.ws))._warm is None  # type: ignore[attr-defined]
+    assert last_detail(sb)["start"] == "cold"  # the audit says so with parking off too
 
 
 def _has_cgroups() -> bool:

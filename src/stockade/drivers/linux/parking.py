@@ -41,10 +41,13 @@ class ParkingDriver(Driver):
     def prepare(self, argv: list[str], profile: Profile) -> Launch:
         if self._warm is not None:
             return self._warm.launch(argv, profile)
-        from .warm import writes
+        from .warm import START_COLD, writes
 
         launch = self._prepare(argv, profile)
         writes(launch, profile)  # another driver's pool in this process may park beside it
+        # Parking off (the CLI's `run`, warm_sandboxes = 0) is still a start:
+        # a record without the key read as neither.
+        launch.report.audit["start"] = START_COLD
         return launch
 
     def open_session(self, session_id: str, workspace: str) -> None:
