@@ -147,7 +147,12 @@ PROTECTED_NAMES = (".git", ".stockade", "stockade.toml", ".envrc", "mise.toml", 
 #: shell's rc sources (oh-my-zsh, nvm, sdkman, asdf), user-wide agent
 #: settings (`~/.claude.json` names MCP servers to start), and Mercurial's
 #: and mailcap's hooks. pip's config is here too: an index it names is
-#: where the next `pip install` takes its code from.
+#: where the next `pip install` takes its code from. And the code such tools
+#: load from the home: Docker's CLI plugins, Neovim's plugin tree, the
+#: editor servers VS Code and Cursor run for remote sessions; the start-up
+#: files of the other shells (csh, ksh, xonsh, nushell, PowerShell, pdb's,
+#: ptpython's, bpython's); window managers' and desktop sessions' configs,
+#: which `exec` programs at login.
 HOME_PROTECTED = (".bashrc", ".bash_profile", ".bash_login", ".bash_logout", ".profile",
                   ".bash_aliases", ".bashrc.d", ".zshrc", ".zshenv", ".zprofile", ".zlogin",
                   ".zlogout", ".zshrc.d", ".config/fish", ".inputrc", ".xprofile",
@@ -168,7 +173,13 @@ HOME_PROTECTED = (".bashrc", ".bash_profile", ".bash_login", ".bash_logout", ".p
                   ".Rprofile", ".julia/config", ".wezterm.lua", ".config/wezterm",
                   ".config/kitty", ".config/alacritty", ".config/tmux", ".screenrc",
                   ".oh-my-zsh", ".nvm/nvm.sh", ".sdkman/bin", ".asdf/asdf.sh", ".claude.json",
-                  ".hgrc", ".mailcap")
+                  ".hgrc", ".mailcap", ".docker/cli-plugins", ".pdbrc", ".local/share/nvim",
+                  ".exrc", ".tcshrc", ".cshrc", ".login", ".kshrc", ".mkshrc", ".xonshrc",
+                  ".config/xonsh", ".config/nushell", ".config/powershell", ".config/ptpython",
+                  ".config/bpython", ".vscode-server", ".cursor-server", ".config/i3",
+                  ".config/sway", ".config/hypr", ".config/plasma-workspace", ".config/awesome",
+                  ".config/qtile", ".config/openbox", ".config/labwc", ".config/niri",
+                  ".xmonad", ".config/xmonad", ".fluxbox", ".config/lxsession", ".dmrc")
 
 
 def expand(path: str, env: Mapping[str, str]) -> str:

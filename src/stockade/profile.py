@@ -674,6 +674,9 @@ def build_profile(
                 around.append(real)
         else:
             hidden.append((real, DIR if k == DIR else FILE))
+    #: Credential stores that do not exist yet, watched where a command may create them.
+    unborn: list[str] = []
+    writable_here = (workspace, *capabilities.fs_write, *write_roots)
     for p in hostpaths.unreadable(unreadable, host_env, granted, listdir):
         real = os.path.realpath(p)
         # The workspace's own write grant is not a request to see what is
@@ -682,9 +685,15 @@ def build_profile(
             continue
         if any(is_under(ca, real) for ca in ca_bundles):
             continue  # a CA bundle kept under a hidden directory stays readable
+        if real != os.path.abspath(p) and any(is_under(w, real) for w in writable_here):
+            # A link a command planted at a store's name (`ln -s ~ ~/.azure`)
+            # made every later command mask the whole home it pointed to.
+            continue
         k = kind(real)
         if k != MISSING:
             hidden.append((real, DIR if k == DIR else FILE))
+        else:
+            unborn.append(real)
     sockets = []
     for s in hostpaths.local_sockets(host_env):
         real = os.path.realpath(s)
@@ -716,6 +725,11 @@ def build_profile(
                 protected.extend(protected_under(root, kind, writable_all, home,
                                                  global_configs))
         protected.extend(home_protection(home, kind, writable_all, hidden))
+        # A store that does not exist gets no mask, so a command in a workspace
+        # of ~ wrote ~/.aws/config with a `credential_process`, ~/.kube/config
+        # with an exec plugin, ~/.npmrc with `node-options`, and they stayed.
+        protected.extend(Protected(p, WATCH) for p in unborn
+                         if any(is_under(p, r) and p != r for r in writable_all if r != "/"))
         # What is hidden is hidden by path: a command that renamed the
         # directory above a mask (`mv ~/.docker ~/.docker-moved`, `mv
         # ~/.local/state ...` with a workspace of ~) carried the mask away

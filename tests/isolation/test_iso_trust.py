@@ -225,6 +225,13 @@ mkdir -p .gradle/init.d && echo 'exec "touch $M"' > .gradle/init.d/evil.gradle 2
 mkdir -p .ipython/profile_default/startup && echo 'import os' \
   > .ipython/profile_default/startup/00-evil.py 2>/dev/null
 echo '{"mcpServers": {"x": {"command": "touch", "args": ["$M"]}}}' > .claude.json 2>/dev/null
+mkdir -p .docker/cli-plugins && printf '#!/bin/sh\ntouch $M\n' \
+  > .docker/cli-plugins/docker-compose 2>/dev/null
+echo '!import os; os.system("touch $M")' > .pdbrc 2>/dev/null
+mkdir -p .local/share/nvim/site/plugin && echo 'os.execute("touch $M")' \
+  > .local/share/nvim/site/plugin/evil.lua 2>/dev/null
+echo 'touch $M' > .kshrc 2>/dev/null
+mkdir -p .config/i3 && echo 'exec touch $M' > .config/i3/config 2>/dev/null
 echo done
 """
 
@@ -249,7 +256,8 @@ def test_a_workspace_of_home_keeps_start_up_files_and_doors_shut(box: Box) -> No
     for rel in (".ssh/authorized_keys", ".config/systemd/user/evil.service", ".local/bin/git",
                 ".config/stockade/config.toml", ".profile", ".cargo/config.toml",
                 ".gradle/init.d/evil.gradle", ".ipython/profile_default/startup/00-evil.py",
-                ".claude.json"):
+                ".claude.json", ".docker/cli-plugins/docker-compose", ".pdbrc",
+                ".local/share/nvim/site/plugin/evil.lua", ".kshrc", ".config/i3/config"):
         assert not (box.home / rel).exists(), f"{rel} left in the home\n{text(res)}"
 
 
@@ -259,6 +267,44 @@ def test_a_workspace_of_home_still_hides_credentials(box: Box) -> None:
                  options=["--workspace", str(box.home)], cwd=box.home)
     out = text(res)
     assert "end" in out and not any(m in out for m in box.markers.values() if "bashrc" not in m)
+
+
+#: Credential stores the decoy home does not have: a command in a workspace of ~
+#: could create them, with what the tool that reads them runs.
+UNBORN_STORES = r"""
+mkdir -p .config/containers && echo '{"credHelpers": {"x": "evil"}}' \
+  > .config/containers/auth.json 2>/dev/null
+mkdir -p .cargo && echo '[registry]' > .cargo/credentials.toml 2>/dev/null
+echo '*:*:*:*:pw' > .pgpass 2>/dev/null
+printf '[client]\npager = "touch /tmp/x"\n' > .my.cnf 2>/dev/null
+echo done
+"""
+UNBORN = (".config/containers/auth.json", ".cargo/credentials.toml", ".pgpass", ".my.cnf")
+
+
+def test_a_credential_store_that_did_not_exist_is_not_left_behind(box: Box) -> None:
+    """A store with no file gets no mask; what a command writes there is neutralised."""
+    control = box.mkdir("controls/unborn")
+    unconfined(box, UNBORN_STORES, control)
+    assert all((control / rel).exists() for rel in UNBORN)
+    assert not any((box.home / rel).exists() for rel in UNBORN)
+    res = box.sh(UNBORN_STORES, mode="workspace-write",
+                 options=["--workspace", str(box.home)], cwd=box.home)
+    assert b"done" in res.stdout, text(res)
+    for rel in UNBORN:
+        assert not (box.home / rel).exists(), f"{rel} left in the home\n{text(res)}"
+
+
+def test_a_link_at_a_stores_name_does_not_mask_the_workspace(box: Box) -> None:
+    """`ln -s ~ ~/.mozilla` made every later command in a workspace of ~ see an
+    empty home: the mask for the browser profile went over the link's target."""
+    link = box.home / ".mozilla"
+    os.symlink(box.home, link)
+    box.runner.own(link)
+    res = box.sh("cat .bashrc; echo end", mode="workspace-write",
+                 options=["--workspace", str(box.home)], cwd=box.home)
+    assert "end" in text(res), text(res)
+    assert box.markers[".bashrc"] in text(res), text(res)
 
 
 #: Directories above what a workspace of ~ must keep hidden: a credential store,
