@@ -402,6 +402,7 @@ def flush_removals() -> None:
 JANITOR = r"""
 import os, signal, sys, time
 os.closerange(3, 1 << 20)  # nothing of the caller's: no pipe may wait on this process
+os.chdir("/")  # nor a mount stay busy because stockade had its cwd there
 groups = set()
 for line in sys.stdin.buffer:
     path = os.fsdecode(line[1:].rstrip(b"\n"))
