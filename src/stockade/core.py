@@ -140,10 +140,15 @@ class SandboxCore:
         self.ledger = ledger if ledger is not None else Ledger(config.ledger_path(self.env))
         #: stockade's state directory, from the injected env, once.
         self.state_dir = state_dir(self.env)
-        # What no command may read, decided once. The data directory is made
-        # now: one that appeared mid-run (a workspace root provisioned by
-        # another session) would not be hidden from a command already running.
+        # What no command may read, decided once. Both directories are made
+        # now: a profile masks only what exists, and one that appeared mid-run
+        # (a workspace root provisioned by another session; the state
+        # directory, made by the first command's own metadata guard just after
+        # its profile) was neither hidden nor held in place -- a command with a
+        # workspace of ~ moved the guard's baseline away and kept what it
+        # planted.
         os.makedirs(data_dir(self.env), mode=0o700, exist_ok=True)
+        os.makedirs(self.state_dir, mode=0o700, exist_ok=True)
         self._private = private_paths(self.env, state=self.state_dir, ledger=self.ledger.path,
                                       workspace_root=config.resolved_workspace_root(self.env))
         self.sessions: dict[str, SessionWorkspace] = {}
