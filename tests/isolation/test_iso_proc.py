@@ -306,28 +306,35 @@ def test_inherited_descriptors_do_not_reach_the_command(box: Box) -> None:
         theirs.close()
 
 
-def test_killing_stockade_takes_the_sandbox_with_it(box: Box) -> None:
-    """SIGKILL to stockade itself (no cleanup runs): --die-with-parent must still end it all."""
-    arg = unique_sleep_arg(3604)
+def wait_for_sleep(arg: str, what: str, parent: subprocess.Popen[bytes]) -> None:
+    """Until the marked sleep itself runs: stockade's and bwrap's command lines carry
+    the marker too, and a kill must find the sandbox up, not still being built."""
+    deadline = time.monotonic() + 10
+    while not any(cmd.startswith("/bin/sleep ") for _, cmd in procs_with(arg)):
+        assert time.monotonic() < deadline and parent.poll() is None, f"{what} never started"
+        time.sleep(0.02)
+
+
+def kill_stockade_once_running(box: Box, base: int) -> list[tuple[int, str]]:
+    """SIGKILL a `stockade run` of a sleep once it runs; what of it is left after."""
+    arg = unique_sleep_arg(base)
     proc = box.runner.popen(box.runner.cli_argv(["run", "--", "/bin/sleep", arg]),
                             cwd=str(box.ws), env=box.env(), stdin=subprocess.DEVNULL,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        deadline = time.monotonic() + 10
-        # stockade's and bwrap's command lines carry the marker too: wait for the
-        # sleep itself, so the sandbox is fully up (not still being built) when killed.
-        while not any(cmd.startswith("/bin/sleep ") for _, cmd in procs_with(arg)) \
-                and time.monotonic() < deadline:
-            time.sleep(0.02)
-        assert any(cmd.startswith("/bin/sleep ") for _, cmd in procs_with(arg)), \
-            "the sandboxed sleep never started"
+        wait_for_sleep(arg, "the sandboxed sleep", proc)
         proc.kill()
         proc.wait(timeout=5)
-        assert wait_gone(arg, TEARDOWN_GRACE) == [], "sandboxed processes outlived stockade"
+        return wait_gone(arg, TEARDOWN_GRACE)
     finally:
         proc.kill()
         kill_marked(arg)
         remove_cgroups_of(proc.pid)
+
+
+def test_killing_stockade_takes_the_sandbox_with_it(box: Box) -> None:
+    """SIGKILL to stockade itself (no cleanup runs): --die-with-parent must still end it all."""
+    assert kill_stockade_once_running(box, 3604) == [], "sandboxed processes outlived stockade"
 
 
 #: A bwrap that never arms --die-with-parent: bwrap's own pid 1 arms it only
@@ -366,10 +373,7 @@ def test_a_sandbox_whose_bwrap_never_armed_still_ends_with_stockade(box: Box) ->
                               cwd=str(box.ws), env=box.env(), stdin=subprocess.DEVNULL,
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        deadline = time.monotonic() + 10
-        while not any(cmd.startswith("/bin/sleep ") for _, cmd in procs_with(arg)):
-            assert time.monotonic() < deadline, "the control's sleep never started"
-            time.sleep(0.02)
+        wait_for_sleep(arg, "the control's sleep", parent)
         parent.kill()
         parent.wait(timeout=5)
         assert wait_gone(arg, 1.0), "the control's sandbox died with its parent"
@@ -377,23 +381,7 @@ def test_a_sandbox_whose_bwrap_never_armed_still_ends_with_stockade(box: Box) ->
         kill_marked(arg)
         wait_gone(arg, 1.0)
 
-    arg = unique_sleep_arg(3607)
-    proc = box.runner.popen(box.runner.cli_argv(["run", "--", "/bin/sleep", arg]),
-                            cwd=str(box.ws), env=box.env(), stdin=subprocess.DEVNULL,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        deadline = time.monotonic() + 10
-        while not any(cmd.startswith("/bin/sleep ") for _, cmd in procs_with(arg)):
-            assert time.monotonic() < deadline and proc.poll() is None, \
-                "the sandboxed sleep never started"
-            time.sleep(0.02)
-        proc.kill()
-        proc.wait(timeout=5)
-        assert wait_gone(arg, TEARDOWN_GRACE) == [], "sandboxed processes outlived stockade"
-    finally:
-        proc.kill()
-        kill_marked(arg)
-        remove_cgroups_of(proc.pid)
+    assert kill_stockade_once_running(box, 3607) == [], "sandboxed processes outlived stockade"
 
 
 STARTUP_ATTEMPTS = 30
