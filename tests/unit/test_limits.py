@@ -268,3 +268,15 @@ def test_dispose_leaves_the_cgroup_empty_before_it_returns(tmp_path: Path) -> No
     assert proc.wait(5) == -9
     limits.flush_removals()
     assert not any(os.path.isdir(d) for d in cgroup.dirs.values())
+
+
+def test_the_janitor_removes_what_it_was_told_of_and_still_held_at_hang_up(
+        tmp_path: Path) -> None:
+    made = [tmp_path / name for name in ("a", "b", "c")]
+    for d in made:
+        d.mkdir()
+    told = f"+{made[0]}\n+{made[1]}\n+{made[2]}\n-{made[1]}\n"  # b: removed by stockade itself
+    subprocess.run(["/bin/sh", "-c", limits.JANITOR, "stockade-janitor"], input=told.encode(),
+                   timeout=30, check=True)
+    assert [d.name for d in made if d.exists()] == ["b"]
+    assert not list(tmp_path.glob("*/*")), "it wrote into a directory that is not a cgroup"
