@@ -328,7 +328,7 @@ def load_config(env: Mapping[str, str] | None = None, cwd: str | None = None,
     (see `stockade.trust`).
     """
     env = os.environ if env is None else env
-    given = {k: v for k, v in overrides.items() if v is not None}
+    given = _given(overrides)
     sources = ([(p, USER) for p in paths] if paths is not None
                else config_sources(env, cwd or os.getcwd()))
     merged: dict[str, object] = {}
@@ -372,7 +372,21 @@ def allowed_settings(env: Mapping[str, str], **overrides: object) -> dict[str, o
     for path, kind in config_sources(env, "/"):
         if kind == USER and os.path.isfile(path):
             _merge(merged, _read_table(path), path)
-    return _allowed(merged, {k: v for k, v in overrides.items() if v is not None})
+    return _allowed(merged, _given(overrides))
+
+
+def _given(overrides: Mapping[str, object]) -> dict[str, object]:
+    """The caller's settings, a backend's keys among them at the top level.
+
+    A caller's `backend_options` travelled as one value while a file's backend
+    keys are top-level, so a project file's `windows_tier` both escaped the
+    "a key the arguments set never takes effect from the file" rule and was
+    measured against the default instead of the caller's choice.
+    """
+    given = {k: v for k, v in overrides.items() if v is not None}
+    options = given.pop("backend_options", None) or {}
+    _check_backend_options(options, "arguments")  # type: ignore[arg-type]
+    return {**dict(options), **given}  # type: ignore[call-overload]
 
 
 def _allowed(merged: dict[str, object], given: dict[str, object]) -> dict[str, object]:

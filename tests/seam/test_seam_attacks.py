@@ -194,16 +194,27 @@ def test_backend_options_are_type_checked() -> None:
         load_config({"HOME": "/nonexistent"}, "/nonexistent", windows_allow_job_only="false")
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "a project or user file's backend key wins over the same key a caller passes in "
-    "backend_options, and the widening check compares the project file with the default, "
-    "not with the caller's value"))
 def test_a_project_file_does_not_override_the_callers_backend_options(tmp: Path) -> None:
     ws = tmp / "ws"
     ws.mkdir()
     (ws / "stockade.toml").write_text('[sandbox]\nwindows_tier = "auto"\n')
     config = load_config(_env(tmp), str(ws), backend_options={"windows_tier": "appcontainer"})
     assert config.option("windows_tier") == "appcontainer"
+
+
+def test_a_project_file_cannot_widen_past_the_callers_backend_options(tmp: Path) -> None:
+    """The yardstick is the caller's value, not the default: a project's 100 s
+    is narrower than the default 300 s but wider than the caller's 30 s."""
+    ws = tmp / "ws"
+    ws.mkdir()
+    (ws / "stockade.toml").write_text('[sandbox]\nwarm_idle_seconds = 100\n')
+    with pytest.raises(ConfigError, match="warm_idle_seconds"):
+        load_config(_env(tmp), str(ws), backend_options={"warm_idle_seconds": 30})
+
+
+def test_a_callers_backend_options_cannot_smuggle_a_keyword(tmp: Path) -> None:
+    with pytest.raises(ConfigError, match="backend_options"):
+        load_config(_env(tmp), str(tmp), backend_options={"mode": "full-access"})
 
 
 def _cli(env: dict[str, str], cwd: Path, *args: str) -> list[str]:
