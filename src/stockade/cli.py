@@ -209,9 +209,14 @@ def cmd_run(argv: list[str]) -> int:
                          timeout=timeout, cwd=str(values["cwd"]) if values.get("cwd") else None)
     capture = bool(values.get("json") or max_output)
     quiet = bool(values.get("quiet"))
-    if capture:
-        return _run_captured(sandbox, cmd, bool(values.get("json")), quiet)
-    return _run_passthrough(sandbox, cmd, quiet)
+    try:
+        if capture:
+            return _run_captured(sandbox, cmd, bool(values.get("json")), quiet)
+        return _run_passthrough(sandbox, cmd, quiet)
+    finally:
+        # Its /tmp goes with it: a `--session` run left one behind in the
+        # state directory at every invocation, files and all.
+        sandbox.close_session(session)
 
 
 def open_session(values: dict[str, object], *, prefix: str,

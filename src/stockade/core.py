@@ -180,7 +180,7 @@ class SandboxCore:
         """A driver built after sessions began learns of them: its hooks see every
         session it may run for, whenever it was built (drivers are built lazily)."""
         for ws in list(self.sessions.values()):
-            driver.open_session(ws.session_id, ws.cwd)
+            driver.open_session(ws.session_id, ws.cwd, ws.tmp_dir)
         return driver
 
     def _drivers(self) -> list[Driver]:
@@ -273,7 +273,7 @@ class SandboxCore:
                               read_scope=scope)
         self.sessions[session_id] = ws
         for driver in self._drivers():
-            driver.open_session(session_id, cwd)
+            driver.open_session(session_id, cwd, tmp_dir)
         return ws
 
     def close_session(self, session_id: str) -> None:

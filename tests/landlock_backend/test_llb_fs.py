@@ -291,6 +291,13 @@ def test_no_setuid_program_can_be_left_in_the_workspace(box: Box) -> None:
 
 # -- what a run leaves for the host, and overlapping runs (tests/isolation/test_iso_trust.py) --
 
+@pytest.mark.xfail(strict=True, reason="no mount namespace, so no tmpfs: a session's TMPDIR is "
+                   "a host directory, each file in it bounded by max_file_size_mb, their sum by "
+                   "nothing")
+def test_a_sessions_tmp_is_bounded_as_a_whole(box: Box) -> None:
+    trust.test_a_sessions_tmp_is_bounded_as_a_whole(box)
+
+
 def test_a_nested_repository_behind_a_gitlink_runs_nothing_on_the_host(box: Box) -> None:
     trust.test_a_nested_repository_behind_a_gitlink_runs_nothing_on_the_host(box)
 

@@ -216,8 +216,12 @@ class Driver:
             return [(self.name, False, str(exc))]
         return [(self.name, True, "can build a sandbox here")]
 
-    def open_session(self, session_id: str, workspace: str) -> None:
-        """A session begins: a backend may set up per-session state here."""
+    def open_session(self, session_id: str, workspace: str, tmp: str | None = None) -> None:
+        """A session begins: a backend may set up per-session state here.
+
+        `tmp`: the host directory that is the session's /tmp in every one of
+        its commands, or None where each command gets a fresh one.
+        """
 
     def close_session(self, session_id: str) -> None:
         """A session ends: release whatever `open_session` or its runs kept."""

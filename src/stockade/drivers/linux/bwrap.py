@@ -34,6 +34,7 @@ from .limits import (
 )
 from .options import BUBBLEWRAP_OPTIONS
 from .parking import ParkingDriver
+from .sessiontmp import SessionTmp, usable
 
 SYS_READ_PATHS = ("/sys/devices/system/cpu", "/sys/devices/system/node", "/sys/fs/cgroup",
                   "/sys/kernel/mm/transparent_hugepage")
@@ -224,6 +225,12 @@ class BubblewrapDriver(ParkingDriver):
         # `explain_failure`).
         self._probe = probe
         self._start_parking(warm_sandboxes, warm_idle_seconds, warm_watch)
+        import _thread
+
+        #: session id -> its /tmp on the host; that /tmp -> its bounded tmpfs.
+        self._session_tmp: dict[str, str] = {}
+        self._tmps: dict[str, SessionTmp] = {}
+        self._tmps_lock = _thread.allocate_lock()
 
     @property
     def bwrap(self) -> str:
@@ -240,6 +247,51 @@ class BubblewrapDriver(ParkingDriver):
             probe_userns(self.bwrap, cache_dir=self._state_dir)
         else:
             self.bwrap  # noqa: B018 - locating it is the check that remains
+
+    def open_session(self, session_id: str, workspace: str, tmp: str | None = None) -> None:
+        super().open_session(session_id, workspace, tmp)
+        if tmp:
+            with self._tmps_lock:
+                self._session_tmp[session_id] = tmp
+
+    def close_session(self, session_id: str) -> None:
+        try:
+            super().close_session(session_id)
+        finally:
+            with self._tmps_lock:
+                tmp = self._session_tmp.pop(session_id, None)
+                held = self._tmps.pop(tmp, None) if tmp else None
+            if held is not None:
+                held.close()
+
+    def close(self) -> None:
+        try:
+            super().close()
+        finally:
+            with self._tmps_lock:
+                held, self._tmps = list(self._tmps.values()), {}
+            for tmp in held:
+                tmp.close()
+
+    def _bounded_tmp(self, profile: Profile, has_size: bool) -> tuple[SessionTmp | None, str]:
+        """The session's /tmp as one bounded tmpfs (made at its first command), and how."""
+        path = profile.session_tmp
+        if not path or not profile.tmp_size_mb:
+            return None, ""
+        why = usable(has_size)
+        if why is not None:
+            return None, f"a host directory, each file bounded alone: {why}"
+        with self._tmps_lock:
+            if path not in self._session_tmp.values():
+                # Closed (a sandbox parked late for it): bwrap would make the
+                # directory again on the host, after the session removed it.
+                raise SandboxUnavailable("the session's /tmp is gone: the session was closed")
+            held = self._tmps.get(path)
+            if held is None or held.size_mb != profile.tmp_size_mb:
+                if held is not None:
+                    held.close()  # a new size: its commands already run keep the old one
+                held = self._tmps[path] = SessionTmp(self.bwrap, path, profile.tmp_size_mb)
+        return held, f"one tmpfs of {profile.tmp_size_mb} MiB for the session"
 
     def _prepare(self, argv: list[str], profile: Profile, *, park_fd: int | None = None,
                  guard: bool | MetadataGuard = True) -> Launch:
@@ -265,9 +317,13 @@ class BubblewrapDriver(ParkingDriver):
                                nproc=nproc_limit(self._max_pids, own_user_namespace=True),
                                lifeline_fd=lifeline[0], ready_fd=ready[1],
                                park_fd=park_fd)
-            tmp_cap = profile.tmp_size_mb if bwrap_has_size(self.bwrap, self._state_dir) else None
+            has_size = bwrap_has_size(self.bwrap, self._state_dir)
+            tmp_cap = profile.tmp_size_mb if has_size else None
             args = build_bwrap_args(profile, self.bwrap, inner=init.argv,
                                     extra_mounts=init.mounts, tmp_size_mb=tmp_cap)
+            session_tmp, tmp_how = self._bounded_tmp(profile, has_size)
+            if session_tmp is not None:
+                args = session_tmp.wrap(args)
             cgroup = self._cgroup(profile)
         except BaseException:
             if meta is not None:
@@ -278,7 +334,10 @@ class BubblewrapDriver(ParkingDriver):
         from .layers import host_landlock_abi
 
         landlock = init.landlock_report(host_landlock_abi(self._state_dir))
-        audit = {"landlock_abi": landlock.abi, "seccomp": init.config["seccomp"]}
+        audit: dict[str, object] = {"landlock_abi": landlock.abi,
+                                    "seccomp": init.config["seccomp"]}
+        if tmp_how:
+            audit["session_tmp"] = tmp_how
         if landlock.dropped:
             audit["landlock_dropped"] = list(landlock.dropped)
         def release(launch: Launch) -> None:

@@ -50,7 +50,7 @@ class ParkingDriver(Driver):
         launch.report.audit["start"] = START_COLD
         return launch
 
-    def open_session(self, session_id: str, workspace: str) -> None:
+    def open_session(self, session_id: str, workspace: str, tmp: str | None = None) -> None:
         self._sessions[session_id] = workspace
 
     def close_session(self, session_id: str) -> None:
