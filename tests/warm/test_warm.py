@@ -685,3 +685,36 @@ def test_an_endless_idle_timeout_does_not_stop_parking(world: World) -> None:
         settle(pool, 15)
     assert last_detail(sb)["start"] == "warm"
     assert parked_procs(world.marker)
+
+
+# -- a session's /tmp (bubblewrap: one tmpfs for the session) ---------------------------
+
+# The landlock backend has no mount namespace: its session TMPDIR is a host
+# directory (tests/landlock_backend/test_llb_fs.py pins that).
+@pytest.mark.parametrize("world", ["bubblewrap"], indirect=True)
+def test_a_parked_sandbox_has_the_sessions_bounded_tmp(world: World) -> None:
+    sb, pool = primed(world, tmp_size_mb=16)
+    hits = pool.hits
+    out = run(sb, "/bin/sh", "-c", "head -c 10000000 /dev/zero > /tmp/a && "
+              "head -c 10000000 /dev/zero > /tmp/b")
+    assert pool.hits == hits + 1, "not served warm"
+    assert out.exit_code == 1 and b"No space left" in out.stderr  # type: ignore[attr-defined]
+    assert last_detail(sb)["session_tmp"] == "one tmpfs of 16 MiB for the session"
+    assert pool.settle(30)
+    out = run(sb, "/bin/sh", "-c", "ls /tmp")
+    assert out.stdout == b"a\nb\n"  # type: ignore[attr-defined]
+    tmp = sb.core.sessions["s"].tmp_dir
+    assert tmp and os.listdir(tmp) == []  # nothing of it on the host
+
+
+@pytest.mark.parametrize("world", ["bubblewrap"], indirect=True)
+def test_without_nsenter_a_sessions_tmp_is_a_host_directory_and_says_so(
+        world: World, monkeypatch: pytest.MonkeyPatch) -> None:
+    from stockade.drivers.linux import sessiontmp
+
+    monkeypatch.setattr(sessiontmp, "NSENTER", str(world.root / "no-nsenter"))
+    sb = world.sandbox(tmp_size_mb=16, warm_sandboxes=0)
+    out = run(sb, "/bin/sh", "-c", "echo kept > /tmp/f")
+    assert out.exit_code == 0  # type: ignore[attr-defined]
+    assert "no-nsenter" in str(last_detail(sb)["session_tmp"])
+    assert os.listdir(sb.core.sessions["s"].tmp_dir or "") == ["f"]

@@ -66,7 +66,8 @@ WEAKNESSES = (
     "no PID namespace: host processes and their command lines are visible in /proc "
     "(not their environment, memory or files: Landlock's ptrace rule)",
     "no private /tmp: TMPDIR is a directory of the command's (or the session's) own; "
-    "the host's /tmp is neither readable nor writable, so programs that ignore TMPDIR fail",
+    "the host's /tmp is neither readable nor writable, so programs that ignore TMPDIR fail; "
+    "a session's is bounded per file (max_file_size_mb), not as a whole (tmp_size_mb)",
     "protected names (.git/hooks, .git/config, .envrc, stockade.toml, .vscode, ...) in a "
     "writable workspace are writable while the command runs; stockade restores them "
     "when it ends",
