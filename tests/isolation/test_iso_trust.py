@@ -593,6 +593,45 @@ def test_a_sessions_tmp_bound_spans_its_commands(box: Box) -> None:
     _nothing_left_of_session_tmps(box)
 
 
+def test_a_sessions_tmp_bounds_its_inodes_too(box: Box) -> None:
+    """Empty directories use no page of the tmpfs, only kernel memory: 16 MiB
+    allows 4096 inodes, not the default of half the machine's pages."""
+    box.mkdir("state/config")
+    box.mkdir("state/config/stockade")
+    box.write(box.state / "config" / "stockade" / "config.toml", "[sandbox]\ntmp_size_mb = 16\n")
+    script = 'i=0; while [ $i -lt 5000 ]; do mkdir "/tmp/d$i" || exit 7; i=$((i+1)); done'
+    res = box.sh(script, options=["--session", "inodes"])
+    assert res.returncode == 7 and b"No space left on device" in res.stderr, text(res)
+
+
+NOT_DUMPABLE = """
+import ctypes, sys
+sys.path.insert(0, {site!r})
+ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE 0, as after dropping privileges
+from stockade import SandboxCommand, SandboxConfig, SyncWorkspaceSandbox
+sb = SyncWorkspaceSandbox(SandboxConfig(ledger=False, warm_sandboxes=0))
+sb.open_session("s", {ws!r})
+from stockade.errors import SandboxUnavailable
+try:
+    res = sb.execute(SandboxCommand("/bin/echo", ["ran"], session_id="s"))
+    print(res.exit_code, res.stdout, res.stderr)
+except SandboxUnavailable as exc:
+    print("refused", exc)
+"""
+
+
+def test_a_session_tmp_that_cannot_be_entered_is_the_sandbox_failing(box: Box) -> None:
+    """Not the command's exit 1: nsenter may not open a non-dumpable stockade's
+    descriptors (root may, so only the unprivileged user sees it fail at all)."""
+    res = box.host([box.runner.python, "-I", "-c",
+                    NOT_DUMPABLE.format(site=box.runner.site, ws=str(box.ws))], timeout=60)
+    out = text(res)
+    if box.runner.switches_user:
+        assert out.startswith("refused ") and "could not enter the session's /tmp" in out, out
+    else:
+        assert out.startswith("0 b'ran"), out
+
+
 def _nothing_left_of_session_tmps(box: Box) -> None:
     """No process and no mount that stockade made for a session's /tmp outlives it."""
     base = str(box.state / "state" / "stockade" / "tmp")

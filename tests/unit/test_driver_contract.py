@@ -145,9 +145,11 @@ class _SessionDriver(FakeDriver):
     def __init__(self) -> None:
         super().__init__()
         self.calls: list[tuple[str, ...]] = []
+        self.tmps: dict[str, str | None] = {}
 
-    def open_session(self, session_id: str, workspace: str) -> None:
+    def open_session(self, session_id: str, workspace: str, tmp: str | None = None) -> None:
         self.calls.append(("open", session_id))
+        self.tmps[session_id] = tmp
 
     def close_session(self, session_id: str) -> None:
         self.calls.append(("close", session_id))
@@ -164,6 +166,9 @@ def test_the_core_tells_the_driver_when_sessions_begin_and_end(tmp_path) -> None
     box = SyncWorkspaceSandbox(config, env=env, driver=driver, hooks=[])
     box.execute(SandboxCommand("true", session_id="a"))
     box.session("b")
+    # Each hears of the session's own /tmp: one host directory, for all its commands.
+    tmps = dict(driver.tmps)
+    assert tmps["a"] and tmps["b"] and tmps["a"] != tmps["b"], tmps
     box.close_session("a")
     box.close()
     assert driver.calls == [("open", "a"), ("open", "b"), ("close", "a"), ("close", "b"),

@@ -35,6 +35,7 @@ from .limits import (
 from .options import BUBBLEWRAP_OPTIONS
 from .parking import ParkingDriver
 from .sessiontmp import SessionTmp, usable
+from .sessiontmp import explain as explain_entering
 
 SYS_READ_PATHS = ("/sys/devices/system/cpu", "/sys/devices/system/node", "/sys/fs/cgroup",
                   "/sys/kernel/mm/transparent_hugepage")
@@ -273,25 +274,31 @@ class BubblewrapDriver(ParkingDriver):
             for tmp in held:
                 tmp.close()
 
-    def _bounded_tmp(self, profile: Profile, has_size: bool) -> tuple[SessionTmp | None, str]:
-        """The session's /tmp as one bounded tmpfs (made at its first command), and how."""
+    def _enter_session_tmp(self, profile: Profile, args: list[str]
+                           ) -> tuple[list[str], list[int], str]:
+        """`args` inside the session's bounded /tmp (made at its first command): the
+        argv, descriptors the launch closes, and what the audit record says."""
         path = profile.session_tmp
         if not path or not profile.tmp_size_mb:
-            return None, ""
-        why = usable(has_size)
+            return args, [], ""
+        why = usable()
         if why is not None:
-            return None, f"a host directory, each file bounded alone: {why}"
+            return args, [], f"a host directory, each file bounded alone: {why}"
+        from .layers import init_python
+
         with self._tmps_lock:
             if path not in self._session_tmp.values():
-                # Closed (a sandbox parked late for it): bwrap would make the
-                # directory again on the host, after the session removed it.
+                # Closed (a sandbox parked late for it): making it again would
+                # put a directory back on the host after the session removed it.
                 raise SandboxUnavailable("the session's /tmp is gone: the session was closed")
             held = self._tmps.get(path)
-            if held is None or held.size_mb != profile.tmp_size_mb:
-                if held is not None:
-                    held.close()  # a new size: its commands already run keep the old one
-                held = self._tmps[path] = SessionTmp(self.bwrap, path, profile.tmp_size_mb)
-        return held, f"one tmpfs of {profile.tmp_size_mb} MiB for the session"
+            if held is None:
+                # Sized once, at the session's first command: a later size
+                # would be a second /tmp, the first one's files gone from view
+                # and still held by whatever runs in it.
+                held = self._tmps[path] = SessionTmp(init_python(), path, profile.tmp_size_mb)
+            args, fds = held.enter(args)
+        return args, fds, f"one tmpfs of {held.size_mb} MiB for the session"
 
     def _prepare(self, argv: list[str], profile: Profile, *, park_fd: int | None = None,
                  guard: bool | MetadataGuard = True) -> Launch:
@@ -309,6 +316,7 @@ class BubblewrapDriver(ParkingDriver):
         # Launch.extra_fds); the write end is stockade's alone.
         lifeline = os.pipe2(os.O_CLOEXEC)
         ready = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
+        ns_fds: list[int] = []
         try:
             # Behind bwrap's namespaces, the init adds no_new_privs, Landlock
             # and seccomp before it execs the command: a hole in one wall is
@@ -317,20 +325,18 @@ class BubblewrapDriver(ParkingDriver):
                                nproc=nproc_limit(self._max_pids, own_user_namespace=True),
                                lifeline_fd=lifeline[0], ready_fd=ready[1],
                                park_fd=park_fd)
-            has_size = bwrap_has_size(self.bwrap, self._state_dir)
-            tmp_cap = profile.tmp_size_mb if has_size else None
+            tmp_cap = profile.tmp_size_mb if bwrap_has_size(self.bwrap, self._state_dir) else None
             args = build_bwrap_args(profile, self.bwrap, inner=init.argv,
                                     extra_mounts=init.mounts, tmp_size_mb=tmp_cap)
-            session_tmp, tmp_how = self._bounded_tmp(profile, has_size)
-            if session_tmp is not None:
-                args = session_tmp.wrap(args)
+            args, ns_fds, tmp_how = self._enter_session_tmp(profile, args)
             cgroup = self._cgroup(profile)
         except BaseException:
             if meta is not None:
                 meta.release()
-            for fd in (*lifeline, *ready):
+            for fd in (*lifeline, *ready, *ns_fds):
                 os.close(fd)
             raise
+        owned = (*lifeline, *ready, *ns_fds)
         from .layers import host_landlock_abi
 
         landlock = init.landlock_report(host_landlock_abi(self._state_dir))
@@ -345,7 +351,7 @@ class BubblewrapDriver(ParkingDriver):
                 launch.report.sandbox_started = os.read(ready[0], 1) == b"R"
             except BlockingIOError:
                 launch.report.sandbox_started = False
-            for fd in (*lifeline, *ready):
+            for fd in owned:
                 os.close(fd)
             if meta is not None:
                 launch.report.neutralised += meta.release()
@@ -375,6 +381,9 @@ class BubblewrapDriver(ParkingDriver):
         the namespaces; an agent reading that as its command's exit 1 would
         retry forever what this machine cannot do.
         """
+        entering = explain_entering(returncode, stderr)
+        if entering is not None:
+            return entering
         if returncode != 1 or not stderr.startswith(b"bwrap: "):
             return None
         why = userns_diagnosis(stderr.decode("utf-8", "replace"))

@@ -7,43 +7,79 @@ at a time. A fresh tmpfs per command is bounded, but a session's /tmp must
 outlive its commands.
 
 So the session gets a mount namespace of its own, a copy of the host's with
-a size-capped tmpfs over the session's /tmp directory, and every bwrap of
-the session starts inside it (`wrap`), where binding that directory at
-/tmp binds the tmpfs. The namespace is kept by two descriptors stockade
-holds, not by a process: the bwrap that made it has exited before the first
-command runs, and when stockade exits or is killed the kernel closes them
-and frees the tmpfs with the last command. Nothing is left on the host: the
-host's directory stays empty, and no mount or process outlives stockade.
+a tmpfs over the session's /tmp directory, and every bwrap of the session
+starts inside it (`enter`), where binding that directory at /tmp binds the
+tmpfs. The namespace is kept by descriptors stockade holds, not by a
+process: the helper that made it has exited before the first command runs,
+and when stockade exits or is killed the kernel closes them and frees the
+tmpfs with the last command. Nothing is left on the host: the host's
+directory stays empty, and no mount or process outlives stockade.
 
-An unprivileged user needs a user namespace to own the mount namespace
-(which bwrap makes, mapping the user to itself, exactly as for a command);
-root makes the mount namespace alone, since a user namespace mapping only
-uid 0 would show every other user's files as nobody's, and root inside it
-could no longer write them.
+An unprivileged user needs a user namespace to own the mount namespace,
+mapping the user to itself, as bwrap does for a command; root makes the
+mount namespace alone, since a user namespace mapping only uid 0 would show
+every other user's files as nobody's, and root inside it could no longer
+write them.
 """
 
 from __future__ import annotations
 
 import os
 
-#: util-linux, as setpriv and unshare: joins namespaces, then execs.
+#: util-linux, as setpriv: joins namespaces, then execs.
 NSENTER = "/usr/bin/nsenter"
+
+#: Inodes per MiB of the tmpfs. Its size bounds the pages, not the inodes: a
+#: million empty directories in a 16 MiB session /tmp used no page and kept
+#: 1.5 GB of kernel memory until the session closed. One per 4 KiB page.
+INODES_PER_MB = 256
+
+#: The helper, run once per session with the init's interpreter (`-I -S`):
+#: unshare, map the user to itself (unprivileged), follow the host's mounts
+#: where they propagate, mount the tmpfs, say its pid, wait for its stdin to
+#: close. Not bwrap's `--size --tmpfs`: bwrap before 0.10 has no size, and
+#: none has an inode count.
+HELPER = r"""
+import ctypes, os, sys
+path, options, own_user = sys.argv[1], sys.argv[2], sys.argv[3] == "1"
+libc = ctypes.CDLL(None, use_errno=True)
+def check(result, what):
+    if result != 0:
+        sys.stderr.write(f"stockade-session-tmp: {what}: {os.strerror(ctypes.get_errno())}\n")
+        sys.exit(1)
+CLONE_NEWNS, CLONE_NEWUSER = 0x20000, 0x10000000
+MS_NOSUID, MS_NODEV, MS_REC, MS_SLAVE = 2, 4, 0x4000, 0x80000
+uid, gid = os.getuid(), os.getgid()
+check(libc.unshare(CLONE_NEWNS | (CLONE_NEWUSER if own_user else 0)), "unshare")
+if own_user:
+    for name, text in (("setgroups", "deny"), ("uid_map", f"{uid} {uid} 1"),
+                       ("gid_map", f"{gid} {gid} 1")):
+        with open(f"/proc/self/{name}", "w") as f:
+            f.write(text)
+check(libc.mount(b"none", b"/", None, MS_REC | MS_SLAVE, None), "make / a slave")
+check(libc.mount(b"stockade-tmp", os.fsencode(path), b"tmpfs", MS_NOSUID | MS_NODEV,
+                 options.encode()), "mount the tmpfs")
+print(os.getpid(), flush=True)
+sys.stdin.buffer.read()
+"""
 
 
 class SessionTmp:
     """The namespace holding one session's bounded /tmp."""
 
-    def __init__(self, bwrap: str, path: str, size_mb: int) -> None:
+    def __init__(self, python: str, path: str, size_mb: int) -> None:
         from ...errors import SandboxUnavailable
         from ...process import Process
 
         self.path = path
         self.size_mb = size_mb
         self._own_user = os.geteuid() != 0
-        argv = [bwrap, *(["--unshare-user"] if self._own_user else []), "--die-with-parent",
-                "--dev-bind", "/", "/", "--size", str(size_mb << 20), "--perms", "0700",
-                "--tmpfs", path, "--", "/bin/sh", "-c", 'echo "$$" && read -r _']
-        proc = Process(argv, {"PATH": "/usr/bin:/bin"})
+        if not os.path.isdir(path) or os.path.islink(path):
+            # Mounting over something else, or making it, is never wanted.
+            raise SandboxUnavailable(f"the session's /tmp {path} is not a directory")
+        options = f"size={size_mb << 20},nr_inodes={size_mb * INODES_PER_MB},mode=0700"
+        proc = Process([python, "-I", "-S", "-c", HELPER, path, options,
+                        "1" if self._own_user else "0"], {"PATH": "/usr/bin:/bin"})
         self._fds: list[int] = []
         try:
             line = _read_line(proc.stdout_r)
@@ -51,30 +87,35 @@ class SessionTmp:
                 proc.kill()
                 proc.wait()
                 err = os.read(proc.stderr_r, 4096).decode("utf-8", "replace").strip()
-                raise SandboxUnavailable(f"cannot make the session's /tmp: {err or 'bwrap failed'}")
-            # The shell waits on its stdin, so its pid is its own until we close it.
-            kinds = ("user", "mnt") if self._own_user else ("mnt",)
-            for kind in kinds:
+                raise SandboxUnavailable(f"cannot make the session's /tmp: {err or 'no answer'}")
+            # The helper waits on its stdin, so its pid is its own until we close it.
+            for kind in ("user", "mnt") if self._own_user else ("mnt",):
                 self._fds.append(os.open(f"/proc/{line}/ns/{kind}", os.O_RDONLY | os.O_CLOEXEC))
         except BaseException:
             self.close()
             raise
         finally:
-            proc.close()  # EOF on its stdin: the shell, then bwrap, exit
+            proc.close()  # end-of-file on its stdin: the helper exits
             proc.wait()
 
-    def wrap(self, argv: list[str]) -> list[str]:
-        """`argv` started inside the session's namespace.
+    def enter(self, argv: list[str]) -> tuple[list[str], list[int]]:
+        """`argv` started inside the session's namespace, and descriptors the launch
+        must close once it has started.
 
-        nsenter opens the namespaces through this process's own descriptor
-        table, so they are never inherited: a descriptor of the namespace
-        reaching the command is a way out of its own.
+        nsenter opens the namespaces through this process's descriptor table,
+        so they are never inherited: a descriptor of the namespace reaching the
+        command is a door out of its own. The launch's own duplicates: a
+        session closed meanwhile cannot close them, nor a new one reuse their
+        numbers for its namespace.
         """
+        fds = [os.dup(fd) for fd in self._fds]
         me = os.getpid()
-        joins = [f"--user=/proc/{me}/fd/{self._fds[0]}", f"--mount=/proc/{me}/fd/{self._fds[1]}",
-                 "--preserve-credentials"] if self._own_user else [
-                 f"--mount=/proc/{me}/fd/{self._fds[0]}"]
-        return [NSENTER, *joins, "--", *argv]
+        if self._own_user:
+            joins = [f"--user=/proc/{me}/fd/{fds[0]}", f"--mount=/proc/{me}/fd/{fds[1]}",
+                     "--preserve-credentials"]
+        else:
+            joins = [f"--mount=/proc/{me}/fd/{fds[0]}"]
+        return [NSENTER, *joins, "--", *argv], fds
 
     def close(self) -> None:
         fds, self._fds = self._fds, []
@@ -92,10 +133,22 @@ def _read_line(fd: int) -> str:
     return data.decode("ascii", "replace").strip()
 
 
-def usable(bwrap_has_size: bool) -> str | None:
+def usable() -> str | None:
     """Why a session's /tmp cannot be one bounded tmpfs here, or None if it can."""
-    if not bwrap_has_size:
-        return "this bwrap has no --size (0.10 or newer has)"
     if not os.access(NSENTER, os.X_OK):
         return f"{NSENTER} (util-linux) is missing"
+    return None
+
+
+def explain(returncode: int, stderr: bytes) -> str | None:
+    """nsenter's own failure to enter the namespace, which is not the command's exit 1.
+
+    Seen where stockade runs non-dumpable (privileges dropped with setuid):
+    nsenter may not open another process's descriptors through /proc.
+    """
+    if returncode == 1 and stderr.startswith(b"nsenter: "):
+        line = stderr.decode("utf-8", "replace").splitlines()[0]
+        return (f"stockade could not enter the session's /tmp namespace: {line} (a process "
+                "that changed its user is not dumpable: run stockade as that user from the "
+                "start)")
     return None
