@@ -185,7 +185,7 @@ def test_langchain_kill_ends_everything_the_shell_started(dirs: tuple[Path, Path
         deadline = time.monotonic() + 20
         while time.monotonic() < deadline and not _running(f"sleep\0{marker}"):
             time.sleep(0.05)
-        assert _running(f"sleep\0{marker}"), "the sleep never started"
+        assert _running(f"sleep\0{marker}"), _why_not_running(proc)
         proc.kill()
         proc.wait(timeout=10)
     finally:
@@ -194,6 +194,16 @@ def test_langchain_kill_ends_everything_the_shell_started(dirs: tuple[Path, Path
     while time.monotonic() < deadline and _running(f"sleep\0{marker}"):
         time.sleep(0.1)
     assert not _running(f"sleep\0{marker}")
+
+
+def _why_not_running(proc: Any) -> str:
+    """What the shell said and whether it lives, for a failure seen once in ~25 full runs."""
+    import select
+
+    err = ""
+    if proc.stderr is not None and select.select([proc.stderr], [], [], 1.0)[0]:
+        err = os.read(proc.stderr.fileno(), 4096).decode("utf-8", "replace")
+    return f"the sleep never started; shell returncode={proc.poll()!r}, stderr={err!r}"
 
 
 def _running(marker: str) -> bool:
