@@ -368,6 +368,14 @@ class Box:
         self.runner.own(path)
         return path
 
+    def user_config(self, sandbox: str) -> None:
+        """The user's config file with these `[sandbox]` lines, after the one that
+        forces a bwrap (`force_bwrap`): a test that replaced the file ran its
+        second pass on the bundled bwrap, not the distribution's."""
+        conf = self.mkdir("state/config/stockade")
+        forced = f'bwrap = "{FORCED_BWRAP}"\n' if FORCED_BWRAP else ""
+        self.write(conf / "config.toml", f"[sandbox]\n{forced}{sandbox}\n")
+
     def run(self, cmd: Sequence[str], *, mode: str | None = None, options: Sequence[str] = (),
             cwd: Path | None = None, env: dict[str, str] | None = None,
             timeout: float = RUN_TIMEOUT, **kw: object) -> subprocess.CompletedProcess[bytes]:

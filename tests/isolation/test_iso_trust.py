@@ -545,9 +545,7 @@ FILL = ('for i in 1 2 3; do head -c 8000000 /dev/zero > "${TMPDIR:-/tmp}/f$i" ||
 
 def test_a_sessions_tmp_is_bounded_as_a_whole(box: Box) -> None:
     """Three files of 8 MB, each under any per-file bound, overfill a 16 MiB /tmp."""
-    box.mkdir("state/config")
-    box.mkdir("state/config/stockade")
-    box.write(box.state / "config" / "stockade" / "config.toml", "[sandbox]\ntmp_size_mb = 16\n")
+    box.user_config("tmp_size_mb = 16")
     res = box.sh(FILL, options=["--session", "big"])
     assert res.returncode == 7 and b"No space left on device" in res.stderr, text(res)
     # Control: the same files fit in a host directory, which a session's /tmp was.
@@ -560,45 +558,61 @@ def test_a_sessions_tmp_is_bounded_as_a_whole(box: Box) -> None:
 SESSION_TMP = """
 import os, sys, time
 sys.path.insert(0, {site!r})
-from stockade import SandboxCommand, SandboxConfig, SyncWorkspaceSandbox
-sb = SyncWorkspaceSandbox(SandboxConfig(mode="workspace-write", ledger=False, tmp_size_mb=16))
+from stockade import SandboxCommand, SyncWorkspaceSandbox
+from stockade.config import load_config
+# The user's config (a forced bwrap), with the session's /tmp at 16 MiB.
+sb = SyncWorkspaceSandbox(load_config(cwd={ws!r}, mode="workspace-write", ledger=False,
+                                      tmp_size_mb=16))
 sb.open_session("s", {ws!r})
 def sh(script):
     res = sb.execute(SandboxCommand("/bin/sh", ["-c", script], session_id="s"))
     return res.exit_code
-# Kept across commands, and counted across them: the second 10 MB does not fit.
-first = sh("head -c 10000000 /dev/zero > /tmp/a")
-second = sh("test -s /tmp/a && head -c 10000000 /dev/zero > /tmp/b")
-# Nor alongside a background command of the session that holds 10 MB while it runs.
+# Kept across commands (3: it was not), and counted across them (7: full).
+first = sh("head -c 10000000 /dev/zero > /tmp/a || exit 7")
+second = sh("test -s /tmp/a || exit 3; head -c 10000000 /dev/zero > /tmp/b || exit 7")
 sh("rm -f /tmp/a /tmp/b")
-bg = sb.start(SandboxCommand("/bin/sh", ["-c", "head -c 10000000 /dev/zero > /tmp/c && "
-                                               "touch {ws}/held && sleep 30"], session_id="s"))
+# Nor beside a background command of the session holding 10 MB while it runs.
+sb.start(SandboxCommand("/bin/sh", ["-c", "head -c 10000000 /dev/zero > /tmp/c && "
+                                          "exec sleep 30.{tag}"], session_id="s"))
+def holder():
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            if open(f"/proc/{{pid}}/cmdline", "rb").read() == b"sleep\\x0030.{tag}\\x00":
+                return pid
+        except OSError:
+            pass
 for _ in range(400):
-    if os.path.exists({ws!r} + "/held"):
+    pid = holder()
+    if pid:
         break
     time.sleep(0.05)
-beside = sh("head -c 10000000 /dev/zero > /tmp/d")
+beside = sh("head -c 10000000 /dev/zero > /tmp/d || exit 7")
+# Seen from outside, through the running command's own root: what its /tmp holds.
+# (The unprivileged runner's site, under the host's /tmp, adds a mount point.)
+inside = f"/proc/{{pid}}/root/tmp"
+files = {{n: os.lstat(os.path.join(inside, n)) for n in os.listdir(inside)}}
+files = {{n: st.st_size for n, st in files.items() if not os.path.isdir(os.path.join(inside, n))}}
 tmp = sb.core.sessions["s"].tmp_dir
-print(first, second, beside, sorted(os.listdir(tmp)), flush=True)
+print(first, second, beside, sum(files.values()) <= 16 << 20, "+".join(sorted(files)),
+      sorted(os.listdir(tmp)), flush=True)
 sb.close()
 print("gone" if not os.path.exists(tmp) else "left", flush=True)
 """
 
 
 def test_a_sessions_tmp_bound_spans_its_commands(box: Box) -> None:
-    res = box.host([box.runner.python, "-I", "-c",
-                    SESSION_TMP.format(site=box.runner.site, ws=str(box.ws))], timeout=120)
-    # The files live in the session's tmpfs, not in the host directory behind it.
-    assert text(res).split() == ["0", "1", "1", "[]", "gone"], text(res)
+    code = SESSION_TMP.format(site=box.runner.site, ws=str(box.ws), tag=os.getpid())
+    res = box.host([box.runner.python, "-I", "-c", code], timeout=120)
+    # The files live in the session's tmpfs, within its bound, not in the host
+    # directory behind it.
+    assert text(res).split() == ["0", "7", "7", "True", "c+d", "[]", "gone"], text(res)
     _nothing_left_of_session_tmps(box)
 
 
 def test_a_sessions_tmp_bounds_its_inodes_too(box: Box) -> None:
     """Empty directories use no page of the tmpfs, only kernel memory: 16 MiB
     allows 4096 inodes, not the default of half the machine's pages."""
-    box.mkdir("state/config")
-    box.mkdir("state/config/stockade")
-    box.write(box.state / "config" / "stockade" / "config.toml", "[sandbox]\ntmp_size_mb = 16\n")
+    box.user_config("tmp_size_mb = 16")
     script = 'i=0; while [ $i -lt 5000 ]; do mkdir "/tmp/d$i" || exit 7; i=$((i+1)); done'
     res = box.sh(script, options=["--session", "inodes"])
     assert res.returncode == 7 and b"No space left on device" in res.stderr, text(res)

@@ -228,9 +228,10 @@ class BubblewrapDriver(ParkingDriver):
         self._start_parking(warm_sandboxes, warm_idle_seconds, warm_watch)
         import _thread
 
-        #: session id -> its /tmp on the host; that /tmp -> its bounded tmpfs.
+        #: session id -> its /tmp on the host; that /tmp -> its bounded tmpfs,
+        #: None until the session's first command makes it.
         self._session_tmp: dict[str, str] = {}
-        self._tmps: dict[str, SessionTmp] = {}
+        self._tmps: dict[str, SessionTmp | None] = {}
         self._tmps_lock = _thread.allocate_lock()
 
     @property
@@ -254,6 +255,7 @@ class BubblewrapDriver(ParkingDriver):
         if tmp:
             with self._tmps_lock:
                 self._session_tmp[session_id] = tmp
+                self._tmps.setdefault(tmp, None)
 
     def close_session(self, session_id: str) -> None:
         try:
@@ -271,8 +273,10 @@ class BubblewrapDriver(ParkingDriver):
         finally:
             with self._tmps_lock:
                 held, self._tmps = list(self._tmps.values()), {}
+                self._session_tmp = {}
             for tmp in held:
-                tmp.close()
+                if tmp is not None:
+                    tmp.close()
 
     def _enter_session_tmp(self, profile: Profile, args: list[str]
                            ) -> tuple[list[str], list[int], str]:
@@ -281,18 +285,18 @@ class BubblewrapDriver(ParkingDriver):
         path = profile.session_tmp
         if not path or not profile.tmp_size_mb:
             return args, [], ""
-        why = usable()
-        if why is not None:
-            return args, [], f"a host directory, each file bounded alone: {why}"
-        from .layers import init_python
-
         with self._tmps_lock:
-            if path not in self._session_tmp.values():
+            if path not in self._tmps:
                 # Closed (a sandbox parked late for it): making it again would
                 # put a directory back on the host after the session removed it.
                 raise SandboxUnavailable("the session's /tmp is gone: the session was closed")
-            held = self._tmps.get(path)
+            held = self._tmps[path]
             if held is None:
+                why = usable()
+                if why is not None:
+                    return args, [], f"a host directory, each file bounded alone: {why}"
+                from .layers import init_python
+
                 # Sized once, at the session's first command: a later size
                 # would be a second /tmp, the first one's files gone from view
                 # and still held by whatever runs in it.

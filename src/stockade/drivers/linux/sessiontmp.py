@@ -84,8 +84,7 @@ class SessionTmp:
         try:
             line = _read_line(proc.stdout_r)
             if not line.isdigit():
-                proc.kill()
-                proc.wait()
+                proc.kill()  # its stderr ends with it
                 err = os.read(proc.stderr_r, 4096).decode("utf-8", "replace").strip()
                 raise SandboxUnavailable(f"cannot make the session's /tmp: {err or 'no answer'}")
             # The helper waits on its stdin, so its pid is its own until we close it.
