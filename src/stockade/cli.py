@@ -46,7 +46,8 @@ RUN_OPTIONS: dict[str, tuple[bool, bool, str]] = {
                "read-only)"),
     "--workspace": (True, False, "the directory the command may work in (default: current dir)"),
     "--cwd": (True, False, "directory inside the workspace to run in (default: the workspace)"),
-    "--session": (True, False, "session id: keeps /tmp and approvals across runs"),
+    "--session": (True, False, "session id, named in the audit record (stockade audit "
+                               "--session ID)"),
     "--allow-read": (True, True, "also let the command read PATH (asks for approval)"),
     "--allow-write": (True, True, "also let the command write PATH (asks for approval)"),
     "--network": (True, False, "none | proxy | all (default: none; proxy = only the allowed "

@@ -34,7 +34,7 @@ from .drivers import MEMORY, PIDS, should_sandbox
 from .errors import CapabilityDenied, CommandTimeout, InvalidCommand, SandboxUnavailable
 from .hooks import run_before_hooks
 from .ledger import DENIED, ERROR, RAN, TIMED_OUT, Ledger
-from .paths import data_dir, private_paths, session_key, state_dir
+from .paths import changeable_by_others, data_dir, private_paths, session_key, state_dir
 from .process import Outcome
 from .profile import HOST, STRICT, build_profile
 
@@ -149,6 +149,11 @@ class SandboxCore:
         # planted.
         os.makedirs(data_dir(self.env), mode=0o700, exist_ok=True)
         os.makedirs(self.state_dir, mode=0o700, exist_ok=True)
+        exposed = changeable_by_others(self.state_dir)
+        if exposed:
+            raise SandboxUnavailable(
+                f"stockade's state directory {self.state_dir} is under {exposed}, which "
+                "another user can change: set XDG_STATE_HOME to a directory of your own")
         self._private = private_paths(self.env, state=self.state_dir, ledger=self.ledger.path,
                                       workspace_root=config.resolved_workspace_root(self.env))
         self.sessions: dict[str, SessionWorkspace] = {}
@@ -157,6 +162,7 @@ class SandboxCore:
         self.default_timeout = float(config.default_timeout_seconds)
         self.max_output = int(config.max_output_bytes)
         self._proc_lock = _thread.allocate_lock()
+        self._driver_lock = _thread.allocate_lock()
 
     # -- the driver ------------------------------------------------------------
 
@@ -166,14 +172,22 @@ class SandboxCore:
             if self._none_driver is None:
                 from .drivers.none import NoneDriver
 
-                self._none_driver = self._opened(NoneDriver())
+                with self._driver_lock:
+                    if self._none_driver is None:
+                        self._none_driver = self._opened(NoneDriver())
             return self._none_driver
         if self._driver is None:
             from .drivers.registry import from_config
 
-            self._driver = self._opened(from_config(
-                self.config, env=self.env, workspace=workspace, state_dir=self.state_dir,
-                **self.driver_options))
+            # Once, whatever the number of first commands racing here: each
+            # built its own driver, the last one kept, so eight parallel first
+            # commands of a session got eight /tmps (eight times its bound)
+            # and the others' parked sandboxes outlived close().
+            with self._driver_lock:
+                if self._driver is None:
+                    self._driver = self._opened(from_config(
+                        self.config, env=self.env, workspace=workspace,
+                        state_dir=self.state_dir, **self.driver_options))
         return self._driver
 
     def _opened(self, driver: Driver) -> Driver:

@@ -84,10 +84,12 @@ def backend_status(configured_bwrap: str = "", config: object = None
                                else "PATH")
             version = bwrap_version(path)
             entry["version"] = ".".join(map(str, version)) if version else "unknown"
-            from .drivers.linux.sessiontmp import usable
+            from .drivers.linux.layers import init_python
+            from .drivers.linux.sessiontmp import probe
+            from .paths import state_dir
 
             drops = list(OLD_BWRAP_DROPS) if version < (0, 10) else []
-            why = usable()
+            why = probe(init_python(), state_dir(os.environ))
             if why is not None:
                 drops.append(f"a session's /tmp bounded as a whole (tmp_size_mb): {why}; "
                              "each file in it is bounded alone (max_file_size_mb)")

@@ -28,6 +28,33 @@ def state_dir(env: Mapping[str, str], *, no_home: str = "/tmp") -> str:
     return os.path.join(base, "stockade")
 
 
+def changeable_by_others(path: str) -> str:
+    """The first directory at or above `path` that another user could rename or replace
+    an entry of, or "": owned by neither this user nor root, or writable by others
+    without the sticky bit.
+
+    A session's /tmp is bound into every one of its commands by its path: a
+    state directory under one another user controls let them swap that path
+    for a link between two commands, and the next command's /tmp was any
+    directory root could write.
+    """
+    me, group = os.geteuid(), os.getegid()
+    current = os.path.realpath(path)
+    while True:
+        try:
+            st = os.lstat(current)
+        except OSError:
+            st = None  # not made yet: its parent decides
+        if st is not None:
+            shared = st.st_mode & 0o002 or (st.st_mode & 0o020 and st.st_gid != group)
+            if st.st_uid not in (me, 0) or (shared and not st.st_mode & 0o1000):
+                return current
+        parent = os.path.dirname(current)
+        if parent == current:
+            return ""
+        current = parent
+
+
 def data_dir(env: Mapping[str, str]) -> str:
     """`$XDG_DATA_HOME/stockade`, else `~/.local/share/stockade`: the ledger, workspaces."""
     base = env.get("XDG_DATA_HOME") or os.path.join(env.get("HOME") or "/tmp", ".local",

@@ -555,7 +555,11 @@ def test_a_sessions_tmp_is_bounded_as_a_whole(box: Box) -> None:
     _nothing_left_of_session_tmps(box)
 
 
-SESSION_TMP = """
+# A session of 16 MiB, and its /tmp seen from outside, through the root of a
+# command of the session that runs `sleep 30.TAG`: the regular files there and
+# their sizes. (The unprivileged runner's site, under the host's /tmp, adds a
+# mount point, a directory.)
+SESSION_TMP_WORLD = """
 import os, sys, time
 sys.path.insert(0, {site!r})
 from stockade import SandboxCommand, SyncWorkspaceSandbox
@@ -567,36 +571,56 @@ sb.open_session("s", {ws!r})
 def sh(script):
     res = sb.execute(SandboxCommand("/bin/sh", ["-c", script], session_id="s"))
     return res.exit_code
+def seen_from_outside(first=""):
+    sb.start(SandboxCommand("/bin/sh", ["-c", first + "exec sleep 30.{tag}"], session_id="s"))
+    pid = None
+    for _ in range(400):
+        for name in filter(str.isdigit, os.listdir("/proc")):
+            try:
+                if open(f"/proc/{{name}}/cmdline", "rb").read() == b"sleep\\x0030.{tag}\\x00":
+                    pid = name
+            except OSError:
+                pass
+        if pid:
+            break
+        time.sleep(0.05)
+    inside = f"/proc/{{pid}}/root/tmp"
+    names = [n for n in os.listdir(inside) if not os.path.isdir(os.path.join(inside, n))]
+    return {{n: os.lstat(os.path.join(inside, n)).st_size for n in names}}
+"""
+
+SESSION_TMP = SESSION_TMP_WORLD + """
 # Kept across commands (3: it was not), and counted across them (7: full).
 first = sh("head -c 10000000 /dev/zero > /tmp/a || exit 7")
 second = sh("test -s /tmp/a || exit 3; head -c 10000000 /dev/zero > /tmp/b || exit 7")
 sh("rm -f /tmp/a /tmp/b")
 # Nor beside a background command of the session holding 10 MB while it runs.
-sb.start(SandboxCommand("/bin/sh", ["-c", "head -c 10000000 /dev/zero > /tmp/c && "
-                                          "exec sleep 30.{tag}"], session_id="s"))
-def holder():
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            if open(f"/proc/{{pid}}/cmdline", "rb").read() == b"sleep\\x0030.{tag}\\x00":
-                return pid
-        except OSError:
-            pass
-for _ in range(400):
-    pid = holder()
-    if pid:
-        break
-    time.sleep(0.05)
+files = seen_from_outside("head -c 10000000 /dev/zero > /tmp/c && ")
 beside = sh("head -c 10000000 /dev/zero > /tmp/d || exit 7")
-# Seen from outside, through the running command's own root: what its /tmp holds.
-# (The unprivileged runner's site, under the host's /tmp, adds a mount point.)
-inside = f"/proc/{{pid}}/root/tmp"
-files = {{n: os.lstat(os.path.join(inside, n)) for n in os.listdir(inside)}}
-files = {{n: st.st_size for n, st in files.items() if not os.path.isdir(os.path.join(inside, n))}}
+files = seen_from_outside()
 tmp = sb.core.sessions["s"].tmp_dir
 print(first, second, beside, sum(files.values()) <= 16 << 20, "+".join(sorted(files)),
       sorted(os.listdir(tmp)), flush=True)
 sb.close()
 print("gone" if not os.path.exists(tmp) else "left", flush=True)
+"""
+
+# Eight first commands at once: each once built a driver of its own, and a /tmp.
+PARALLEL_FIRST = SESSION_TMP_WORLD + """
+import threading
+codes = {{}}
+def go(i):
+    codes[i] = sh(f"head -c 4000000 /dev/zero > /tmp/f{{i}} || exit 7")
+threads = [threading.Thread(target=go, args=(i,)) for i in range(8)]
+for t in threads:
+    t.start()
+for t in threads:
+    t.join()
+files = seen_from_outside()
+written = sorted(f"f{{i}}" for i, code in codes.items() if code == 0)
+print(len(written) <= 4, sorted(f for f, size in files.items() if size == 4000000) == written,
+      sum(files.values()) <= 16 << 20, flush=True)
+sb.close()
 """
 
 
@@ -607,6 +631,24 @@ def test_a_sessions_tmp_bound_spans_its_commands(box: Box) -> None:
     # directory behind it.
     assert text(res).split() == ["0", "7", "7", "True", "c+d", "[]", "gone"], text(res)
     _nothing_left_of_session_tmps(box)
+
+
+def test_parallel_first_commands_share_one_bounded_tmp(box: Box) -> None:
+    code = PARALLEL_FIRST.format(site=box.runner.site, ws=str(box.ws), tag=os.getpid())
+    res = box.host([box.runner.python, "-I", "-c", code], timeout=120)
+    assert text(res).split() == ["True", "True", "True"], text(res)
+    _nothing_left_of_session_tmps(box)
+
+
+def test_root_without_cap_sys_admin_still_gets_a_bounded_tmp(box: Box) -> None:
+    """A container's root: no mount namespace without a user namespace mapping root
+    to itself, as bwrap makes there. (The unprivileged user always makes one.)"""
+    code = SESSION_TMP.format(site=box.runner.site, ws=str(box.ws), tag=os.getpid())
+    argv = [box.runner.python, "-I", "-c", code]
+    if not box.runner.switches_user:
+        argv = ["setpriv", "--bounding-set", "-sys_admin", "--inh-caps", "-sys_admin", *argv]
+    res = box.host(argv, timeout=120)
+    assert text(res).split() == ["0", "7", "7", "True", "c+d", "[]", "gone"], text(res)
 
 
 def test_a_sessions_tmp_bounds_its_inodes_too(box: Box) -> None:

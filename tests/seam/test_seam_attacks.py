@@ -260,3 +260,25 @@ def test_the_sweep_does_not_fail_the_next_bwrap_start(tmp: Path) -> None:
                             "workspace-write", "--", "true"),
                        cwd=ws, env=env, capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
+
+
+# -- stockade's state directory ---------------------------------------------------------------
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="hands a directory to another user (chown)")
+@pytest.mark.parametrize("how", ["owned by another user", "writable by all, no sticky bit"])
+def test_a_state_directory_another_user_can_change_is_refused(tmp: Path, how: str) -> None:
+    """Under it, a session's /tmp path could be swapped for a link between two commands,
+    and the next command's /tmp was whatever directory the link named."""
+    shared = tmp / "shared"
+    shared.mkdir()
+    if how.startswith("owned"):
+        os.chown(shared, 65534, 65534)
+    else:
+        os.chmod(shared, 0o777)
+    env = {**_env(tmp), "XDG_STATE_HOME": str(shared / "state")}
+    with pytest.raises(SandboxUnavailable, match=f"under {shared}, which another user"):
+        SyncWorkspaceSandbox(SandboxConfig(ledger=False), env=env)
+    # Control: the same place, sticky as /tmp is, is nobody else's to rename in.
+    os.chown(shared, 0, 0)
+    os.chmod(shared, 0o1777)
+    SyncWorkspaceSandbox(SandboxConfig(ledger=False), env=env).close()

@@ -718,3 +718,27 @@ def test_without_nsenter_a_sessions_tmp_is_a_host_directory_and_says_so(
     assert out.exit_code == 0  # type: ignore[attr-defined]
     assert "no-nsenter" in str(last_detail(sb)["session_tmp"])
     assert os.listdir(sb.core.sessions["s"].tmp_dir or "") == ["f"]
+
+
+@pytest.mark.parametrize("world", ["bubblewrap"], indirect=True)
+def test_a_helper_that_cannot_unshare_leaves_a_host_directory_and_says_so(
+        world: World, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where a profile grants user namespaces to bwrap alone: the limit weakens, the
+    sandbox does not, and both the record and doctor say so."""
+    from stockade.doctor import backend_status
+    from stockade.drivers.linux import sessiontmp
+
+    refused = "stockade-session-tmp: unshare: Operation not permitted"
+    tries = world.root / "tries"
+    monkeypatch.setattr(sessiontmp, "HELPER", f"import sys; open({str(tries)!r}, 'a').write('x'); "
+                        f"sys.exit({refused!r})")
+    sb = world.sandbox(tmp_size_mb=16, warm_sandboxes=0)
+    for _ in range(2):
+        out = run(sb, "/bin/sh", "-c", "echo kept > /tmp/f")
+        assert out.exit_code == 0  # type: ignore[attr-defined]
+        assert refused in str(last_detail(sb)["session_tmp"])
+    assert tries.read_text() == "x", "asked again: the helper costs an interpreter start"
+    assert os.listdir(sb.core.sessions["s"].tmp_dir or "") == ["f"]
+    monkeypatch.setenv("XDG_STATE_HOME", str(world.root / "doctor-state"))
+    drops = backend_status()["bubblewrap"].get("drops", [])
+    assert any(refused in line for line in drops), drops  # type: ignore[union-attr]

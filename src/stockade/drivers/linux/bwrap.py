@@ -232,6 +232,8 @@ class BubblewrapDriver(ParkingDriver):
         #: None until the session's first command makes it.
         self._session_tmp: dict[str, str] = {}
         self._tmps: dict[str, SessionTmp | None] = {}
+        #: Why no session's /tmp can be a tmpfs here, once the helper failed.
+        self._tmp_unusable = ""
         self._tmps_lock = _thread.allocate_lock()
 
     @property
@@ -292,15 +294,27 @@ class BubblewrapDriver(ParkingDriver):
                 raise SandboxUnavailable("the session's /tmp is gone: the session was closed")
             held = self._tmps[path]
             if held is None:
-                why = usable()
-                if why is not None:
-                    return args, [], f"a host directory, each file bounded alone: {why}"
-                from .layers import init_python
+                if not os.path.isdir(path) or os.path.islink(path):
+                    # Mounting over something else, or making it, is never wanted.
+                    raise SandboxUnavailable(f"the session's /tmp {path} is not a directory")
+                why = self._tmp_unusable or usable()
+                if not why:
+                    from .layers import init_python
 
-                # Sized once, at the session's first command: a later size
-                # would be a second /tmp, the first one's files gone from view
-                # and still held by whatever runs in it.
-                held = self._tmps[path] = SessionTmp(init_python(), path, profile.tmp_size_mb)
+                    # Sized once, at the session's first command: a later size
+                    # would be a second /tmp, the first one's files gone from
+                    # view and still held by whatever runs in it.
+                    try:
+                        held = SessionTmp(init_python(), path, profile.tmp_size_mb)
+                    except SandboxUnavailable as exc:
+                        # As a cgroup missing leaves rlimits: the limit weakens,
+                        # the boundary does not, and the record says so. Asked
+                        # once: the helper costs an interpreter start.
+                        why = self._tmp_unusable = str(exc)
+                if why:
+                    return args, [], f"a host directory, each file bounded alone: {why}"
+                self._tmps[path] = held
+            assert held is not None
             args, fds = held.enter(args)
         return args, fds, f"one tmpfs of {held.size_mb} MiB for the session"
 

@@ -36,9 +36,11 @@ INODES_PER_MB = 256
 
 #: The helper, run once per session with the init's interpreter (`-I -S`):
 #: unshare, map the user to itself (unprivileged), follow the host's mounts
-#: where they propagate, mount the tmpfs, say its pid, wait for its stdin to
-#: close. Not bwrap's `--size --tmpfs`: bwrap before 0.10 has no size, and
-#: none has an inode count.
+#: where they propagate, mount the tmpfs, say its pid and whether it made a
+#: user namespace, wait for its stdin to close. Not bwrap's `--size --tmpfs`:
+#: bwrap before 0.10 has no size, and none has an inode count. Root without
+#: CAP_SYS_ADMIN (a container's) cannot make a mount namespace alone and
+#: makes it in a user namespace mapping root to itself, as bwrap does there.
 HELPER = r"""
 import ctypes, os, sys
 path, options, own_user = sys.argv[1], sys.argv[2], sys.argv[3] == "1"
@@ -47,10 +49,14 @@ def check(result, what):
     if result != 0:
         sys.stderr.write(f"stockade-session-tmp: {what}: {os.strerror(ctypes.get_errno())}\n")
         sys.exit(1)
-CLONE_NEWNS, CLONE_NEWUSER = 0x20000, 0x10000000
+CLONE_NEWNS, CLONE_NEWUSER, EPERM = 0x20000, 0x10000000, 1
 MS_NOSUID, MS_NODEV, MS_REC, MS_SLAVE = 2, 4, 0x4000, 0x80000
 uid, gid = os.getuid(), os.getgid()
-check(libc.unshare(CLONE_NEWNS | (CLONE_NEWUSER if own_user else 0)), "unshare")
+if libc.unshare(CLONE_NEWNS | (CLONE_NEWUSER if own_user else 0)) != 0:
+    if own_user or ctypes.get_errno() != EPERM:
+        check(-1, "unshare")
+    own_user = True
+    check(libc.unshare(CLONE_NEWNS | CLONE_NEWUSER), "unshare")
 if own_user:
     for name, text in (("setgroups", "deny"), ("uid_map", f"{uid} {uid} 1"),
                        ("gid_map", f"{gid} {gid} 1")):
@@ -59,7 +65,7 @@ if own_user:
 check(libc.mount(b"none", b"/", None, MS_REC | MS_SLAVE, None), "make / a slave")
 check(libc.mount(b"stockade-tmp", os.fsencode(path), b"tmpfs", MS_NOSUID | MS_NODEV,
                  options.encode()), "mount the tmpfs")
-print(os.getpid(), flush=True)
+print(os.getpid(), "user" if own_user else "mount", flush=True)
 sys.stdin.buffer.read()
 """
 
@@ -73,23 +79,20 @@ class SessionTmp:
 
         self.path = path
         self.size_mb = size_mb
-        self._own_user = os.geteuid() != 0
-        if not os.path.isdir(path) or os.path.islink(path):
-            # Mounting over something else, or making it, is never wanted.
-            raise SandboxUnavailable(f"the session's /tmp {path} is not a directory")
         options = f"size={size_mb << 20},nr_inodes={size_mb * INODES_PER_MB},mode=0700"
         proc = Process([python, "-I", "-S", "-c", HELPER, path, options,
-                        "1" if self._own_user else "0"], {"PATH": "/usr/bin:/bin"})
+                        "1" if os.geteuid() != 0 else "0"], {"PATH": "/usr/bin:/bin"})
         self._fds: list[int] = []
         try:
-            line = _read_line(proc.stdout_r)
-            if not line.isdigit():
+            pid, _, made = _read_line(proc.stdout_r).partition(" ")
+            if not pid.isdigit() or made not in ("user", "mount"):
                 proc.kill()  # its stderr ends with it
                 err = os.read(proc.stderr_r, 4096).decode("utf-8", "replace").strip()
                 raise SandboxUnavailable(f"cannot make the session's /tmp: {err or 'no answer'}")
+            self._own_user = made == "user"
             # The helper waits on its stdin, so its pid is its own until we close it.
             for kind in ("user", "mnt") if self._own_user else ("mnt",):
-                self._fds.append(os.open(f"/proc/{line}/ns/{kind}", os.O_RDONLY | os.O_CLOEXEC))
+                self._fds.append(os.open(f"/proc/{pid}/ns/{kind}", os.O_RDONLY | os.O_CLOEXEC))
         except BaseException:
             self.close()
             raise
@@ -136,6 +139,28 @@ def usable() -> str | None:
     """Why a session's /tmp cannot be one bounded tmpfs here, or None if it can."""
     if not os.access(NSENTER, os.X_OK):
         return f"{NSENTER} (util-linux) is missing"
+    return None
+
+
+def probe(python: str, state_dir: str) -> str | None:
+    """`usable`, and the helper run once on a scratch directory: where Python may not
+    make a namespace (a profile that grants user namespaces to bwrap alone) only
+    trying says so."""
+    import tempfile
+
+    from ...errors import SandboxUnavailable
+
+    why = usable()
+    if why is not None:
+        return why
+    os.makedirs(state_dir, mode=0o700, exist_ok=True)
+    scratch = tempfile.mkdtemp(prefix="probe-tmp-", dir=state_dir)
+    try:
+        SessionTmp(python, scratch, 1).close()
+    except SandboxUnavailable as exc:
+        return str(exc)
+    finally:
+        os.rmdir(scratch)
     return None
 
 
