@@ -31,7 +31,9 @@ TYPE_CHECKING = False
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
-    from typing import Any
+    from typing import Any, TypeVar
+
+    R = TypeVar("R")
 
 _SPAWNER_LOCK = _thread.allocate_lock()
 
@@ -85,7 +87,12 @@ _spawner: _Spawner | None = None
 
 def spawn(path: str, argv: list[str], env: dict[str, str], actions: list[tuple[int, ...]],
           new_session: bool) -> int:
-    """posix_spawn, from a thread that lives as long as this process.
+    """posix_spawn, from a thread that lives as long as this process."""
+    return from_lasting_thread(_posix_spawn, path, argv, env, actions, new_session)
+
+
+def from_lasting_thread(start: Callable[..., R], *args: Any, **kwargs: Any) -> R:
+    """`start(*args, **kwargs)` -- a call that starts a process -- on a thread that never ends.
 
     A parent-death signal (bwrap's --die-with-parent, the Landlock init's
     watch on its parent) fires when the *thread* that spawned the child
@@ -93,22 +100,22 @@ def spawn(path: str, argv: list[str], env: dict[str, str], actions: list[tuple[i
     thread (asyncio.to_thread, a thread pool, an agent framework's tool
     thread) was killed the moment that thread ended -- or, when only the
     outer bwrap died, left running where `stop()` could no longer reach it.
-    The main thread lives as long as the process, so it spawns directly;
-    any other thread hands the spawn to one long-lived daemon thread.
+    The main thread lives as long as the process, so it starts directly;
+    any other thread hands the start to one long-lived daemon thread.
     """
     threading = sys.modules.get("threading")
     if threading is None or threading.current_thread() is threading.main_thread():
-        return _posix_spawn(path, argv, env, actions, new_session)
+        return start(*args, **kwargs)
     global _spawner
     if _spawner is None:
         with _SPAWNER_LOCK:
             if _spawner is None:
                 _spawner = _Spawner(threading)
-    return _spawner.spawn(path, argv, env, actions, new_session)
+    return _spawner.call(start, args, kwargs)
 
 
 class _Spawner:
-    """One daemon thread that performs spawns asked of it, one at a time."""
+    """One daemon thread that performs the starts asked of it, one at a time."""
 
     def __init__(self, threading: Any) -> None:
         import queue
@@ -117,24 +124,23 @@ class _Spawner:
         threading.Thread(target=self._serve, name="stockade-spawner", daemon=True).start()
         self._event = threading.Event
 
-    def spawn(self, *args: Any) -> int:
+    def call(self, start: Callable[..., R], args: tuple[Any, ...],
+             kwargs: dict[str, Any]) -> R:
         done = self._event()
-        box: list[object] = []
-        self._requests.put((args, box, done))
+        box: list[Any] = []
+        self._requests.put((start, args, kwargs, box, done))
         done.wait()
-        result = box[0]
-        if isinstance(result, BaseException):
-            raise result
-        assert isinstance(result, int)
-        return result
+        if box[1]:
+            raise box[0]
+        return box[0]  # type: ignore[no-any-return]
 
     def _serve(self) -> None:
         while True:
-            args, box, done = self._requests.get()
+            start, args, kwargs, box, done = self._requests.get()
             try:
-                box.append(_posix_spawn(*args))
+                box[:] = [start(*args, **kwargs), False]
             except BaseException as exc:  # handed to the caller, which raises it
-                box.append(exc)
+                box[:] = [exc, True]
             done.set()
 
 

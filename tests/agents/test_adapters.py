@@ -255,6 +255,69 @@ def test_langchain_agent_end_to_end(dirs: tuple[Path, Path]) -> None:
     assert not (outside / "escape").exists()
 
 
+def test_langchain_shell_restarted_in_a_tool_step_lives_past_the_step(
+        dirs: tuple[Path, Path]) -> None:
+    """The middleware restarts its shell inside a tool call, on the thread pool
+    of that step, which ends with it: the shell must not end with that thread."""
+    pytest.importorskip("langchain.agents.middleware")
+    from langchain.agents import create_agent
+    from langchain.agents.middleware import ShellToolMiddleware
+    from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
+    from langchain_core.messages import AIMessage
+
+    from stockade.adapters.langchain import StockadeExecutionPolicy
+
+    ws, _ = dirs
+
+    class ScriptedChat(GenericFakeChatModel):
+        def bind_tools(self, tools: Any, **kwargs: Any) -> Any:
+            return self
+
+    model = ScriptedChat(messages=iter([
+        AIMessage(content="", tool_calls=[{"name": "shell", "id": "c1", "args": {"restart": True}}]),
+        AIMessage(content="", tool_calls=[{"name": "shell", "id": "c2",
+                                           "args": {"command": "echo after-restart $((6*7))"}}]),
+        AIMessage(content="done"),
+    ]))
+    policy = StockadeExecutionPolicy(mode="workspace-write", command_timeout=20)
+    agent = create_agent(model, middleware=[ShellToolMiddleware(
+        workspace_root=ws, execution_policy=policy)])
+    try:
+        state = agent.invoke({"messages": [{"role": "user", "content": "restart, then echo"}]})
+    finally:
+        policy.close()
+    shown = [str(m.content) for m in state["messages"] if m.type == "tool"]
+    assert len(shown) == 2, shown
+    assert "after-restart 42" in shown[1], shown
+
+
+def test_langchain_shell_started_from_a_thread_that_ends_lives_on(
+        dirs: tuple[Path, Path]) -> None:
+    pytest.importorskip("langchain.agents.middleware")
+    import threading
+
+    from stockade.adapters.langchain import StockadeExecutionPolicy
+
+    ws, _ = dirs
+    policy = StockadeExecutionPolicy()
+    started: list[Any] = []
+    worker = threading.Thread(target=lambda: started.append(
+        policy.spawn(workspace=ws, env={}, command=["/bin/bash"])))
+    worker.start()
+    worker.join()
+    proc = started[0]
+    try:
+        time.sleep(0.5)  # bwrap's parent-death signal, were it armed, has fired by now
+        assert proc.poll() is None, f"the shell ended with the thread: {proc.poll()}"
+        proc.stdin.write("echo alive $((40+2))\n")
+        proc.stdin.flush()
+        assert proc.stdout.readline() == "alive 42\n"
+    finally:
+        proc.kill()
+        proc.wait(timeout=10)
+        policy.close()
+
+
 def _langchain_session(ws: Path, policy: Any) -> Any:
     from langchain.agents.middleware.shell_tool import ShellSession
 

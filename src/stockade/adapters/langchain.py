@@ -40,6 +40,7 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
 
 from ..command import SandboxCommand
 from ..errors import SandboxUnavailable
+from ..process import from_lasting_thread
 
 __all__ = ["StockadeExecutionPolicy"]
 
@@ -191,12 +192,15 @@ def _popen(run: Any) -> tuple[subprocess.Popen[str], threading.Event]:
     launch = run.launch
     if any(child != parent for child, parent in launch.extra_fds.items()):
         raise SandboxUnavailable("this driver moves descriptors; Popen can only pass them on")
-    # argv from the driver, never a shell string.
-    proc = subprocess.Popen(
-        launch.argv, env=launch.env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE, text=True, encoding="utf-8", errors="replace", bufsize=1,
-        start_new_session=True, close_fds=True, pass_fds=tuple(launch.extra_fds),
-    )
+    # argv from the driver, never a shell string. The middleware starts and
+    # restarts its shell from whatever thread runs the agent's step -- a
+    # thread pool's, which ends with the step -- and bwrap dies with the
+    # thread that started it: the shell was killed before its next command.
+    proc = from_lasting_thread(
+        subprocess.Popen, launch.argv, env=launch.env, stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, encoding="utf-8",
+        errors="replace", bufsize=1, start_new_session=True, close_fds=True,
+        pass_fds=tuple(launch.extra_fds))
     return proc, _cleanup_after_exit(proc.pid, launch.cleanup)
 
 
