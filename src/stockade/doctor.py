@@ -84,15 +84,8 @@ def backend_status(configured_bwrap: str = "", config: object = None
                                else "PATH")
             version = bwrap_version(path)
             entry["version"] = ".".join(map(str, version)) if version else "unknown"
-            from .drivers.linux.layers import init_python
-            from .drivers.linux.sessiontmp import probe
-            from .paths import state_dir
-
             drops = list(OLD_BWRAP_DROPS) if version < (0, 10) else []
-            why = probe(init_python(), state_dir(os.environ))
-            if why is not None:
-                drops.append(f"a session's /tmp bounded as a whole (tmp_size_mb): {why}; "
-                             "each file in it is bounded alone (max_file_size_mb)")
+            drops += session_tmp_drops()
             if drops:
                 entry["drops"] = drops
             on_path = find_bwrap(os.environ.get("PATH", ""), workspace)
@@ -188,7 +181,24 @@ def landlock_status(min_abi: int | None = None) -> dict[str, object]:
         entry["available"] = False
         entry["why"] = str(exc)
     entry["weaker_than_bubblewrap"] = list(WEAKNESSES)
+    drops = session_tmp_drops()
+    if drops:
+        entry["drops"] = drops
     return entry
+
+
+def session_tmp_drops() -> list[str]:
+    """What a session's /tmp loses here, by making one: where Python may not make a
+    namespace (a profile granting user namespaces to bwrap alone) only trying says so."""
+    from .drivers.linux.layers import init_python
+    from .drivers.linux.sessiontmp import probe
+    from .paths import state_dir
+
+    why = probe(init_python(), state_dir(os.environ))
+    if why is None:
+        return []
+    return [f"a session's /tmp bounded as a whole (tmp_size_mb): {why}; "
+            "each file in it is bounded alone (max_file_size_mb)"]
 
 
 def auto_choice(backends: dict[str, dict[str, object]]) -> str:

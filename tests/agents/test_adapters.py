@@ -274,7 +274,8 @@ def test_langchain_shell_restarted_in_a_tool_step_lives_past_the_step(
             return self
 
     model = ScriptedChat(messages=iter([
-        AIMessage(content="", tool_calls=[{"name": "shell", "id": "c1", "args": {"restart": True}}]),
+        AIMessage(content="", tool_calls=[{"name": "shell", "id": "c1",
+                                           "args": {"restart": True}}]),
         AIMessage(content="", tool_calls=[{"name": "shell", "id": "c2",
                                            "args": {"command": "echo after-restart $((6*7))"}}]),
         AIMessage(content="done"),

@@ -557,7 +557,8 @@ def test_a_sessions_tmp_is_bounded_as_a_whole(box: Box) -> None:
 
 # A session of 16 MiB, and its /tmp seen from outside, through the root of a
 # command of the session that runs `sleep 30.TAG`: the regular files there and
-# their sizes. (The unprivileged runner's site, under the host's /tmp, adds a
+# their sizes. $TMPDIR: /tmp under bubblewrap, the session's directory under
+# Landlock. (The unprivileged runner's site, under the host's /tmp, adds a
 # mount point, a directory.)
 SESSION_TMP_WORLD = """
 import os, sys, time
@@ -584,19 +585,21 @@ def seen_from_outside(first=""):
         if pid:
             break
         time.sleep(0.05)
-    inside = f"/proc/{{pid}}/root/tmp"
+    env = open(f"/proc/{{pid}}/environ", "rb").read().split(b"\\0")
+    tmpdir = next(v[7:].decode() for v in env if v.startswith(b"TMPDIR="))
+    inside = f"/proc/{{pid}}/root{{tmpdir}}"
     names = [n for n in os.listdir(inside) if not os.path.isdir(os.path.join(inside, n))]
     return {{n: os.lstat(os.path.join(inside, n)).st_size for n in names}}
 """
 
 SESSION_TMP = SESSION_TMP_WORLD + """
 # Kept across commands (3: it was not), and counted across them (7: full).
-first = sh("head -c 10000000 /dev/zero > /tmp/a || exit 7")
-second = sh("test -s /tmp/a || exit 3; head -c 10000000 /dev/zero > /tmp/b || exit 7")
-sh("rm -f /tmp/a /tmp/b")
+first = sh("head -c 10000000 /dev/zero > $TMPDIR/a || exit 7")
+second = sh("test -s $TMPDIR/a || exit 3; head -c 10000000 /dev/zero > $TMPDIR/b || exit 7")
+sh("rm -f $TMPDIR/a $TMPDIR/b")
 # Nor beside a background command of the session holding 10 MB while it runs.
-files = seen_from_outside("head -c 10000000 /dev/zero > /tmp/c && ")
-beside = sh("head -c 10000000 /dev/zero > /tmp/d || exit 7")
+files = seen_from_outside("head -c 10000000 /dev/zero > $TMPDIR/c && ")
+beside = sh("head -c 10000000 /dev/zero > $TMPDIR/d || exit 7")
 files = seen_from_outside()
 tmp = sb.core.sessions["s"].tmp_dir
 print(first, second, beside, sum(files.values()) <= 16 << 20, "+".join(sorted(files)),
@@ -610,7 +613,7 @@ PARALLEL_FIRST = SESSION_TMP_WORLD + """
 import threading
 codes = {{}}
 def go(i):
-    codes[i] = sh(f"head -c 4000000 /dev/zero > /tmp/f{{i}} || exit 7")
+    codes[i] = sh(f"head -c 4000000 /dev/zero > $TMPDIR/f{{i}} || exit 7")
 threads = [threading.Thread(target=go, args=(i,)) for i in range(8)]
 for t in threads:
     t.start()
@@ -655,7 +658,7 @@ def test_a_sessions_tmp_bounds_its_inodes_too(box: Box) -> None:
     """Empty directories use no page of the tmpfs, only kernel memory: 16 MiB
     allows 4096 inodes, not the default of half the machine's pages."""
     box.user_config("tmp_size_mb = 16")
-    script = 'i=0; while [ $i -lt 5000 ]; do mkdir "/tmp/d$i" || exit 7; i=$((i+1)); done'
+    script = 'i=0; while [ $i -lt 5000 ]; do mkdir "$TMPDIR/d$i" || exit 7; i=$((i+1)); done'
     res = box.sh(script, options=["--session", "inodes"])
     assert res.returncode == 7 and b"No space left on device" in res.stderr, text(res)
 
@@ -665,7 +668,7 @@ import ctypes, sys
 sys.path.insert(0, {site!r})
 ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE 0, as after dropping privileges
 from stockade import SandboxCommand, SandboxConfig, SyncWorkspaceSandbox
-sb = SyncWorkspaceSandbox(SandboxConfig(ledger=False, warm_sandboxes=0))
+sb = SyncWorkspaceSandbox(SandboxConfig(ledger=False, warm_sandboxes=0{backend}))
 sb.open_session("s", {ws!r})
 from stockade.errors import SandboxUnavailable
 try:
@@ -676,16 +679,24 @@ except SandboxUnavailable as exc:
 """
 
 
-def test_a_session_tmp_that_cannot_be_entered_is_the_sandbox_failing(box: Box) -> None:
+def test_a_session_tmp_that_cannot_be_entered_is_the_sandbox_failing(
+        box: Box, backend: str = "") -> None:
     """Not the command's exit 1: nsenter may not open a non-dumpable stockade's
     descriptors (root may, so only the unprivileged user sees it fail at all)."""
-    res = box.host([box.runner.python, "-I", "-c",
-                    NOT_DUMPABLE.format(site=box.runner.site, ws=str(box.ws))], timeout=60)
+    code = NOT_DUMPABLE.format(site=box.runner.site, ws=str(box.ws), backend=backend)
+    res = box.host([box.runner.python, "-I", "-c", code], timeout=60)
     out = text(res)
     if box.runner.switches_user:
         assert out.startswith("refused ") and "could not enter the session's /tmp" in out, out
     else:
         assert out.startswith("0 b'ran"), out
+
+
+def test_a_command_that_says_nsenter_failed_is_still_the_commands_exit(box: Box) -> None:
+    """What nsenter prints when it cannot enter is also what a command may print."""
+    res = box.sh('echo "nsenter: cannot open /proc/1/fd/3: No such file" >&2; exit 1',
+                 options=["--session", "says-nsenter"])
+    assert res.returncode == 1 and res.stderr.startswith(b"nsenter: cannot open"), text(res)
 
 
 def _nothing_left_of_session_tmps(box: Box) -> None:

@@ -55,6 +55,12 @@ class LandlockBox(Box):
         return super().run(cmd, mode=mode, options=[*BACKEND, *options],
                            **kw)  # type: ignore[arg-type]
 
+    def user_config(self, sandbox: str) -> None:
+        """As the isolation suite's, selecting this backend: library code the test
+        runs reads only the file."""
+        conf = self.mkdir("state/config/stockade")
+        self.write(conf / "config.toml", f"{CONFIG}{sandbox}\n")
+
 
 #: As in the isolation suite: these also run through a parked sandbox (the
 #: terminal and input suite starts cold by design).

@@ -291,11 +291,33 @@ def test_no_setuid_program_can_be_left_in_the_workspace(box: Box) -> None:
 
 # -- what a run leaves for the host, and overlapping runs (tests/isolation/test_iso_trust.py) --
 
-@pytest.mark.xfail(strict=True, reason="no mount namespace, so no tmpfs: a session's TMPDIR is "
-                   "a host directory, each file in it bounded by max_file_size_mb, their sum by "
-                   "nothing")
 def test_a_sessions_tmp_is_bounded_as_a_whole(box: Box) -> None:
     trust.test_a_sessions_tmp_is_bounded_as_a_whole(box)
+
+
+def test_a_sessions_tmp_bound_spans_its_commands(box: Box) -> None:
+    trust.test_a_sessions_tmp_bound_spans_its_commands(box)
+
+
+def test_parallel_first_commands_share_one_bounded_tmp(box: Box) -> None:
+    trust.test_parallel_first_commands_share_one_bounded_tmp(box)
+
+
+def test_root_without_cap_sys_admin_still_gets_a_bounded_tmp(box: Box) -> None:
+    trust.test_root_without_cap_sys_admin_still_gets_a_bounded_tmp(box)
+
+
+def test_a_sessions_tmp_bounds_its_inodes_too(box: Box) -> None:
+    trust.test_a_sessions_tmp_bounds_its_inodes_too(box)
+
+
+def test_a_session_tmp_that_cannot_be_entered_is_the_sandbox_failing(box: Box) -> None:
+    trust.test_a_session_tmp_that_cannot_be_entered_is_the_sandbox_failing(
+        box, ', backend="landlock"')
+
+
+def test_a_command_that_says_nsenter_failed_is_still_the_commands_exit(box: Box) -> None:
+    trust.test_a_command_that_says_nsenter_failed_is_still_the_commands_exit(box)
 
 
 def test_a_nested_repository_behind_a_gitlink_runs_nothing_on_the_host(box: Box) -> None:

@@ -687,40 +687,35 @@ def test_an_endless_idle_timeout_does_not_stop_parking(world: World) -> None:
     assert parked_procs(world.marker)
 
 
-# -- a session's /tmp (bubblewrap: one tmpfs for the session) ---------------------------
+# -- a session's /tmp: one tmpfs for the session ($TMPDIR, /tmp under bubblewrap) -------
 
-# The landlock backend has no mount namespace: its session TMPDIR is a host
-# directory (tests/landlock_backend/test_llb_fs.py pins that).
-@pytest.mark.parametrize("world", ["bubblewrap"], indirect=True)
 def test_a_parked_sandbox_has_the_sessions_bounded_tmp(world: World) -> None:
     sb, pool = primed(world, tmp_size_mb=16)
     hits = pool.hits
-    out = run(sb, "/bin/sh", "-c", "head -c 10000000 /dev/zero > /tmp/a && "
-              "head -c 10000000 /dev/zero > /tmp/b")
+    out = run(sb, "/bin/sh", "-c", "head -c 10000000 /dev/zero > $TMPDIR/a && "
+              "head -c 10000000 /dev/zero > $TMPDIR/b")
     assert pool.hits == hits + 1, "not served warm"
     assert out.exit_code == 1 and b"No space left" in out.stderr  # type: ignore[attr-defined]
     assert last_detail(sb)["session_tmp"] == "one tmpfs of 16 MiB for the session"
     assert pool.settle(30)
-    out = run(sb, "/bin/sh", "-c", "ls /tmp")
+    out = run(sb, "/bin/sh", "-c", "ls $TMPDIR")
     assert out.stdout == b"a\nb\n"  # type: ignore[attr-defined]
     tmp = sb.core.sessions["s"].tmp_dir
     assert tmp and os.listdir(tmp) == []  # nothing of it on the host
 
 
-@pytest.mark.parametrize("world", ["bubblewrap"], indirect=True)
 def test_without_nsenter_a_sessions_tmp_is_a_host_directory_and_says_so(
         world: World, monkeypatch: pytest.MonkeyPatch) -> None:
     from stockade.drivers.linux import sessiontmp
 
     monkeypatch.setattr(sessiontmp, "NSENTER", str(world.root / "no-nsenter"))
     sb = world.sandbox(tmp_size_mb=16, warm_sandboxes=0)
-    out = run(sb, "/bin/sh", "-c", "echo kept > /tmp/f")
+    out = run(sb, "/bin/sh", "-c", "echo kept > $TMPDIR/f")
     assert out.exit_code == 0  # type: ignore[attr-defined]
     assert "no-nsenter" in str(last_detail(sb)["session_tmp"])
     assert os.listdir(sb.core.sessions["s"].tmp_dir or "") == ["f"]
 
 
-@pytest.mark.parametrize("world", ["bubblewrap"], indirect=True)
 def test_a_helper_that_cannot_unshare_leaves_a_host_directory_and_says_so(
         world: World, monkeypatch: pytest.MonkeyPatch) -> None:
     """Where a profile grants user namespaces to bwrap alone: the limit weakens, the
@@ -734,11 +729,11 @@ def test_a_helper_that_cannot_unshare_leaves_a_host_directory_and_says_so(
                         f"sys.exit({refused!r})")
     sb = world.sandbox(tmp_size_mb=16, warm_sandboxes=0)
     for _ in range(2):
-        out = run(sb, "/bin/sh", "-c", "echo kept > /tmp/f")
+        out = run(sb, "/bin/sh", "-c", "echo kept > $TMPDIR/f")
         assert out.exit_code == 0  # type: ignore[attr-defined]
         assert refused in str(last_detail(sb)["session_tmp"])
     assert tries.read_text() == "x", "asked again: the helper costs an interpreter start"
     assert os.listdir(sb.core.sessions["s"].tmp_dir or "") == ["f"]
     monkeypatch.setenv("XDG_STATE_HOME", str(world.root / "doctor-state"))
-    drops = backend_status()["bubblewrap"].get("drops", [])
+    drops = backend_status()[world.backend].get("drops", [])
     assert any(refused in line for line in drops), drops  # type: ignore[union-attr]

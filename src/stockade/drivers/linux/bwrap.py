@@ -34,8 +34,6 @@ from .limits import (
 )
 from .options import BUBBLEWRAP_OPTIONS
 from .parking import ParkingDriver
-from .sessiontmp import SessionTmp, usable
-from .sessiontmp import explain as explain_entering
 
 SYS_READ_PATHS = ("/sys/devices/system/cpu", "/sys/devices/system/node", "/sys/fs/cgroup",
                   "/sys/kernel/mm/transparent_hugepage")
@@ -226,15 +224,6 @@ class BubblewrapDriver(ParkingDriver):
         # `explain_failure`).
         self._probe = probe
         self._start_parking(warm_sandboxes, warm_idle_seconds, warm_watch)
-        import _thread
-
-        #: session id -> its /tmp on the host; that /tmp -> its bounded tmpfs,
-        #: None until the session's first command makes it.
-        self._session_tmp: dict[str, str] = {}
-        self._tmps: dict[str, SessionTmp | None] = {}
-        #: Why no session's /tmp can be a tmpfs here, once the helper failed.
-        self._tmp_unusable = ""
-        self._tmps_lock = _thread.allocate_lock()
 
     @property
     def bwrap(self) -> str:
@@ -251,72 +240,6 @@ class BubblewrapDriver(ParkingDriver):
             probe_userns(self.bwrap, cache_dir=self._state_dir)
         else:
             self.bwrap  # noqa: B018 - locating it is the check that remains
-
-    def open_session(self, session_id: str, workspace: str, tmp: str | None = None) -> None:
-        super().open_session(session_id, workspace, tmp)
-        if tmp:
-            with self._tmps_lock:
-                self._session_tmp[session_id] = tmp
-                self._tmps.setdefault(tmp, None)
-
-    def close_session(self, session_id: str) -> None:
-        try:
-            super().close_session(session_id)
-        finally:
-            with self._tmps_lock:
-                tmp = self._session_tmp.pop(session_id, None)
-                held = self._tmps.pop(tmp, None) if tmp else None
-            if held is not None:
-                held.close()
-
-    def close(self) -> None:
-        try:
-            super().close()
-        finally:
-            with self._tmps_lock:
-                held, self._tmps = list(self._tmps.values()), {}
-                self._session_tmp = {}
-            for tmp in held:
-                if tmp is not None:
-                    tmp.close()
-
-    def _enter_session_tmp(self, profile: Profile, args: list[str]
-                           ) -> tuple[list[str], list[int], str]:
-        """`args` inside the session's bounded /tmp (made at its first command): the
-        argv, descriptors the launch closes, and what the audit record says."""
-        path = profile.session_tmp
-        if not path or not profile.tmp_size_mb:
-            return args, [], ""
-        with self._tmps_lock:
-            if path not in self._tmps:
-                # Closed (a sandbox parked late for it): making it again would
-                # put a directory back on the host after the session removed it.
-                raise SandboxUnavailable("the session's /tmp is gone: the session was closed")
-            held = self._tmps[path]
-            if held is None:
-                if not os.path.isdir(path) or os.path.islink(path):
-                    # Mounting over something else, or making it, is never wanted.
-                    raise SandboxUnavailable(f"the session's /tmp {path} is not a directory")
-                why = self._tmp_unusable or usable()
-                if not why:
-                    from .layers import init_python
-
-                    # Sized once, at the session's first command: a later size
-                    # would be a second /tmp, the first one's files gone from
-                    # view and still held by whatever runs in it.
-                    try:
-                        held = SessionTmp(init_python(), path, profile.tmp_size_mb)
-                    except SandboxUnavailable as exc:
-                        # As a cgroup missing leaves rlimits: the limit weakens,
-                        # the boundary does not, and the record says so. Asked
-                        # once: the helper costs an interpreter start.
-                        why = self._tmp_unusable = str(exc)
-                if why:
-                    return args, [], f"a host directory, each file bounded alone: {why}"
-                self._tmps[path] = held
-            assert held is not None
-            args, fds = held.enter(args)
-        return args, fds, f"one tmpfs of {held.size_mb} MiB for the session"
 
     def _prepare(self, argv: list[str], profile: Profile, *, park_fd: int | None = None,
                  guard: bool | MetadataGuard = True) -> Launch:
@@ -346,7 +269,7 @@ class BubblewrapDriver(ParkingDriver):
             tmp_cap = profile.tmp_size_mb if bwrap_has_size(self.bwrap, self._state_dir) else None
             args = build_bwrap_args(profile, self.bwrap, inner=init.argv,
                                     extra_mounts=init.mounts, tmp_size_mb=tmp_cap)
-            args, ns_fds, tmp_how = self._enter_session_tmp(profile, args)
+            args, ns_fds, tmp_how = self._session_tmps.enter(profile, args)
             cgroup = self._cgroup(profile)
         except BaseException:
             if meta is not None:
@@ -399,7 +322,7 @@ class BubblewrapDriver(ParkingDriver):
         the namespaces; an agent reading that as its command's exit 1 would
         retry forever what this machine cannot do.
         """
-        entering = explain_entering(returncode, stderr)
+        entering = super().explain_failure(returncode, stderr)
         if entering is not None:
             return entering
         if returncode != 1 or not stderr.startswith(b"bwrap: "):

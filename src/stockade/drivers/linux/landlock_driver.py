@@ -67,7 +67,8 @@ WEAKNESSES = (
     "(not their environment, memory or files: Landlock's ptrace rule)",
     "no private /tmp: TMPDIR is a directory of the command's (or the session's) own; "
     "the host's /tmp is neither readable nor writable, so programs that ignore TMPDIR fail; "
-    "a session's is bounded per file (max_file_size_mb), not as a whole (tmp_size_mb)",
+    "a command's own is bounded per file (max_file_size_mb), not as a whole (tmp_size_mb); "
+    "a session's is one tmpfs where a namespace can be made for it",
     "protected names (.git/hooks, .git/config, .envrc, stockade.toml, .vscode, ...) in a "
     "writable workspace are writable while the command runs; stockade restores them "
     "when it ends",
@@ -190,6 +191,9 @@ class LandlockDriver(ParkingDriver):
             rules = backend_rules.rules
             env = command_env(profile, tmpdir)
             mode = SECCOMP_MODES["landlock"][profile.network.kind]
+            # In a session's user namespace (below) the kernel counts the
+            # session's tasks, not all the user's: the limit is looser by the
+            # user's tasks elsewhere, never gone.
             config = init_config(profile, env=env, require_landlock=True,
                                  nproc=nproc_limit(self._max_pids, own_user_namespace=False),
                                  park_fd=park_fd)
@@ -209,14 +213,25 @@ class LandlockDriver(ParkingDriver):
                 config["reaper_fd"] = undo.reaper_w
             if guard is True:
                 undo.guard = self._guard(profile)
+            # No namespace of the command's own, but a session's may hold its
+            # /tmp: there TMPDIR is the session's tmpfs, bounded as a whole.
+            nsenter, undo.ns_fds, tmp_how = self._session_tmps.enter(profile, [])
+            # nsenter's own failure exits 1 with "nsenter: ..." on stderr, as a
+            # command may: the init says it started, which tells them apart.
+            undo.ready_r, ready_w = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
+            undo.ns_fds.append(ready_w)
+            extra_fds[ready_w] = ready_w
+            config["ready_fd"] = ready_w
             _ensure_bytecode()
-            args = init_argv(python, _init_path(), config, argv)
+            args = [*nsenter, *init_argv(python, _init_path(), config, argv)]
         except BaseException:
             undo.run(None)
             raise
         report = rules.plan(abi)
         audit: dict[str, object] = {"landlock_abi": report.abi, "seccomp": mode,
                                     "reaper": reaper}
+        if tmp_how:
+            audit["session_tmp"] = tmp_how
         if report.dropped:
             audit["landlock_dropped"] = list(report.dropped)
         if undo.cgroup is not None:
@@ -270,9 +285,17 @@ class _Undo:
         self.cgroup: ExecCgroup | None = None
         self.guard: MetadataGuard | None = None
         self.tmpdir = ""
+        #: The session namespace's descriptors and the init's ready pipe.
+        self.ns_fds: list[int] = []
+        self.ready_r = -1
 
     def run(self, launch: Launch | None) -> None:
         try:
+            if launch is not None and self.ready_r >= 0:
+                try:
+                    launch.report.sandbox_started = os.read(self.ready_r, 1) == b"R"
+                except BlockingIOError:
+                    launch.report.sandbox_started = False
             if self.reaper_w >= 0:
                 os.close(self.reaper_w)
                 self.reaper_w = -1
@@ -290,6 +313,10 @@ class _Undo:
             if self.reaper_r >= 0:
                 os.close(self.reaper_r)
                 self.reaper_r = -1
+            for fd in (*self.ns_fds, self.ready_r):
+                if fd >= 0:
+                    os.close(fd)
+            self.ns_fds, self.ready_r = [], -1
             _remove(self.tmpdir)
             self.tmpdir = ""
 

@@ -2,8 +2,9 @@
 
 Each driver builds a cold launch its own way (`_prepare`); in front of it
 sits the same per-session pool of parked sandboxes (warm.py), fed the same
-session hooks, and behind it the same metadata guard, which differs only in
-whether it keeps copies to put back (`RESTORE_CONTENT`).
+session hooks, which also keep each session's bounded /tmp (sessiontmp.py,
+entered by both launches), and behind it the same metadata guard, which
+differs only in whether it keeps copies to put back (`RESTORE_CONTENT`).
 """
 
 from __future__ import annotations
@@ -30,7 +31,10 @@ class ParkingDriver(Driver):
     _state_dir: str
 
     def _start_parking(self, size: int, idle_seconds: float, watch: tuple[str, ...]) -> None:
+        from .sessiontmp import SessionTmps
+
         self._sessions: dict[str, str] = {}
+        self._session_tmps = SessionTmps()
         self._warm: WarmPool | None = None
         if size > 0:
             from .warm import WarmPool
@@ -52,19 +56,32 @@ class ParkingDriver(Driver):
 
     def open_session(self, session_id: str, workspace: str, tmp: str | None = None) -> None:
         self._sessions[session_id] = workspace
+        self._session_tmps.open(session_id, tmp)
 
     def close_session(self, session_id: str) -> None:
         """Stop what was parked for the session now, not at the idle timeout."""
-        workspace = self._sessions.pop(session_id, None)
-        if self._warm is not None and workspace is not None:
-            self._warm.drop(workspace)
+        try:
+            workspace = self._sessions.pop(session_id, None)
+            if self._warm is not None and workspace is not None:
+                self._warm.drop(workspace)
+        finally:
+            self._session_tmps.close_session(session_id)
 
     def close(self) -> None:
         from .limits import flush_removals
 
-        if self._warm is not None:
-            self._warm.close()
-        flush_removals()
+        try:
+            if self._warm is not None:
+                self._warm.close()
+            flush_removals()
+        finally:
+            self._session_tmps.close()
+
+    def explain_failure(self, returncode: int, stderr: bytes) -> str | None:
+        """Entering a session's /tmp failed (asked only when the init did not start)."""
+        from .sessiontmp import explain
+
+        return explain(returncode, stderr)
 
     def _guard(self, profile: Profile) -> MetadataGuard:
         from .guard import MetadataGuard

@@ -26,6 +26,11 @@ from __future__ import annotations
 
 import os
 
+TYPE_CHECKING = False
+
+if TYPE_CHECKING:
+    from ...profile import Profile
+
 #: util-linux, as setpriv: joins namespaces, then execs.
 NSENTER = "/usr/bin/nsenter"
 
@@ -123,6 +128,81 @@ class SessionTmp:
         fds, self._fds = self._fds, []
         for fd in fds:
             os.close(fd)
+
+
+class SessionTmps:
+    """One driver's sessions and their bounded /tmps: made at a session's first
+    command, closed with the session or the driver."""
+
+    def __init__(self) -> None:
+        import _thread
+
+        #: session id -> its /tmp on the host; that /tmp -> its tmpfs, None
+        #: until the session's first command makes it.
+        self._of_session: dict[str, str] = {}
+        self._held: dict[str, SessionTmp | None] = {}
+        #: Why no session's /tmp can be a tmpfs here, once the helper failed.
+        self._unusable = ""
+        self._lock = _thread.allocate_lock()
+
+    def open(self, session_id: str, tmp: str | None) -> None:
+        if tmp:
+            with self._lock:
+                self._of_session[session_id] = tmp
+                self._held.setdefault(tmp, None)
+
+    def close_session(self, session_id: str) -> None:
+        with self._lock:
+            tmp = self._of_session.pop(session_id, None)
+            held = self._held.pop(tmp, None) if tmp else None
+        if held is not None:
+            held.close()
+
+    def close(self) -> None:
+        with self._lock:
+            held, self._held, self._of_session = list(self._held.values()), {}, {}
+        for tmp in held:
+            if tmp is not None:
+                tmp.close()
+
+    def enter(self, profile: Profile, argv: list[str]) -> tuple[list[str], list[int], str]:
+        """`argv` inside the session's bounded /tmp (made at its first command): the
+        argv, descriptors the launch closes, and what the audit record says."""
+        from ...errors import SandboxUnavailable
+
+        path = profile.session_tmp
+        if not path or not profile.tmp_size_mb:
+            return argv, [], ""
+        with self._lock:
+            if path not in self._held:
+                # Closed (a sandbox parked late for it): making it again would
+                # put a directory back on the host after the session removed it.
+                raise SandboxUnavailable("the session's /tmp is gone: the session was closed")
+            held = self._held[path]
+            if held is None:
+                if not os.path.isdir(path) or os.path.islink(path):
+                    # Mounting over something else, or making it, is never wanted.
+                    raise SandboxUnavailable(f"the session's /tmp {path} is not a directory")
+                why = self._unusable or usable()
+                if not why:
+                    from .layers import init_python
+
+                    # Sized once, at the session's first command: a later size
+                    # would be a second /tmp, the first one's files gone from
+                    # view and still held by whatever runs in it.
+                    try:
+                        held = SessionTmp(init_python(), path, profile.tmp_size_mb)
+                    except SandboxUnavailable as exc:
+                        # As a cgroup missing leaves rlimits: the limit weakens,
+                        # the boundary does not, and the record says so. Asked
+                        # once: the helper costs an interpreter start.
+                        why = self._unusable = str(exc)
+                if why:
+                    return argv, [], f"a host directory, each file bounded alone: {why}"
+                self._held[path] = held
+            assert held is not None
+            argv, fds = held.enter(argv)
+        return argv, fds, f"one tmpfs of {held.size_mb} MiB for the session"
 
 
 def _read_line(fd: int) -> str:
