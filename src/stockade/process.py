@@ -85,6 +85,18 @@ def _posix_spawn(path: str, argv: list[str], env: dict[str, str],
 _spawner: _Spawner | None = None
 
 
+def _forget_spawner() -> None:
+    # A forked child has no spawner thread, only the parent's object: a start
+    # asked of it from a worker thread waited forever (multiprocessing's
+    # default start method on Linux forks).
+    global _spawner, _SPAWNER_LOCK
+    _spawner = None
+    _SPAWNER_LOCK = _thread.allocate_lock()
+
+
+os.register_at_fork(after_in_child=_forget_spawner)
+
+
 def spawn(path: str, argv: list[str], env: dict[str, str], actions: list[tuple[int, ...]],
           new_session: bool) -> int:
     """posix_spawn, from a thread that lives as long as this process."""

@@ -319,6 +319,35 @@ def test_langchain_shell_started_from_a_thread_that_ends_lives_on(
         policy.close()
 
 
+# A script that leaves an editor task behind through its agent's shell and ends
+# at once, its shell still running: nothing ends the shell but the exit.
+EXITS_WITH_ITS_SHELL = """
+import sys, time
+from pathlib import Path
+from stockade.adapters.langchain import StockadeExecutionPolicy
+ws = Path(sys.argv[1])
+policy = StockadeExecutionPolicy(mode="workspace-write")
+proc = policy.spawn(workspace=ws, env={}, command=["/bin/bash"])
+proc.stdin.write("mkdir -p .vscode && echo '{}' > .vscode/tasks.json && echo made\\n")
+proc.stdin.flush()
+assert proc.stdout.readline() == "made\\n"
+print("exiting", flush=True)
+"""
+
+
+def test_langchain_a_script_that_exits_with_its_shell_running_leaves_nothing(
+        dirs: tuple[Path, Path]) -> None:
+    pytest.importorskip("langchain.agents.middleware")
+    import subprocess
+    import sys
+
+    ws, _ = dirs
+    res = subprocess.run([sys.executable, "-c", EXITS_WITH_ITS_SHELL, str(ws)],
+                         capture_output=True, timeout=60, env=os.environ.copy())
+    assert res.stdout == b"exiting\n", res.stderr.decode()
+    assert not (ws / ".vscode").exists(), "the shell's .vscode/tasks.json was left live"
+
+
 def _langchain_session(ws: Path, policy: Any) -> Any:
     from langchain.agents.middleware.shell_tool import ShellSession
 

@@ -248,6 +248,27 @@ def test_control_the_fork_bomb_runs_to_its_end_under_a_higher_limit(box: Box) ->
     iso.test_control_the_fork_bomb_runs_to_its_end_under_a_higher_limit(box)
 
 
+def test_a_fork_bomb_in_a_session_stops_at_max_pids_beside_the_users_other_tasks(
+        box: Box) -> None:
+    """A session's commands join its user namespace, where RLIMIT_NPROC counts only
+    the tasks in it: a limit of all the user's tasks plus max_pids let this bomb
+    run to the end (200) with 150 of the user's tasks elsewhere."""
+    others = box.runner.popen(["/bin/sh", "-c", "i=0; while [ $i -lt 150 ]; do sleep 60 & "
+                               "i=$((i+1)); done; echo up; wait"],
+                              stdout=subprocess.PIPE, stdin=subprocess.DEVNULL,
+                              start_new_session=True)
+    try:
+        assert others.stdout is not None and others.stdout.readline() == b"up\n"
+        cfg = iso.limits_config(box, max_pids=40)
+        res = box.py(iso.FORK_BOMB, mode="workspace-write",
+                     options=["--config", cfg, "--session", "bomb"], timeout=iso.RUN_TIMEOUT + 30)
+        words = res.stdout.decode().split()
+        assert words[:1] == ["forked"] and int(words[1]) < 40, text(res)
+    finally:
+        os.killpg(others.pid, 9)
+        others.wait(timeout=10)
+
+
 def test_no_subprocess_stops_every_way_to_start_a_process(box: Box) -> None:
     iso.test_no_subprocess_stops_every_way_to_start_a_process(box)
 

@@ -153,9 +153,11 @@ def test_nproc_is_max_pids_in_a_user_namespace_and_headroom_without_one(
         monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(limits, "_MECHANISM", ("rlimit", {}, "test"))
     monkeypatch.setattr(limits.os, "getuid", lambda: 1000)
-    monkeypatch.setattr(limits, "_user_tasks", lambda uid: 37)
+    monkeypatch.setattr(limits, "_user_tasks", lambda uid, userns=0: 5 if userns == 9 else 37)
     assert nproc_limit(50, own_user_namespace=True) == 50
     assert nproc_limit(50, own_user_namespace=False) == 87
+    # A session's user namespace, joined: the tasks already in it.
+    assert nproc_limit(50, own_user_namespace=False, joined_user_namespace=9) == 55
     assert nproc_limit(None, own_user_namespace=True) is None
     monkeypatch.setattr(limits.os, "getuid", lambda: 0)  # the kernel never applies it to root
     assert nproc_limit(50, own_user_namespace=True) is None

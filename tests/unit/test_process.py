@@ -189,3 +189,25 @@ def test_a_sandboxed_background_command_outlives_the_thread_that_started_it() ->
                 assert not proc.running()
     finally:
         shutil.rmtree(top, ignore_errors=True)
+
+
+def test_a_forked_child_can_start_from_a_worker_thread() -> None:
+    """The spawner thread does not survive fork; its object did, and a child that
+    started a process from a worker thread waited on it forever."""
+    import threading
+
+    from stockade.process import from_lasting_thread
+
+    def from_worker() -> int:
+        box: list[int] = []
+        worker = threading.Thread(target=lambda: box.append(from_lasting_thread(os.getpid)))
+        worker.start()
+        worker.join(timeout=5)
+        return box[0] if box else -1
+
+    assert from_worker() == os.getpid()  # the parent's spawner now exists
+    pid = os.fork()
+    if pid == 0:
+        os._exit(0 if from_worker() == os.getpid() else 1)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0, "the child's start never ran"

@@ -116,7 +116,10 @@ class StockadeExecutionPolicy(BaseExecutionPolicy):
         return self._sandbox
 
     def close(self) -> None:
-        """Close the ledger and forget the sessions (the shells end with the middleware)."""
+        """End every shell this policy started that still runs, wait for each one's
+        cleanup (the metadata guard's sweep), then close the sessions and the ledger."""
+        _end_shells([shell for shells in self._ending.values() for shell in shells])
+        self._ending.clear()
         if self._sandbox is not None:
             self._sandbox.close()
             self._sandbox = None
@@ -201,10 +204,14 @@ def _popen(run: Any) -> tuple[subprocess.Popen[str], threading.Event]:
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, encoding="utf-8",
         errors="replace", bufsize=1, start_new_session=True, close_fds=True,
         pass_fds=tuple(launch.extra_fds))
-    return proc, _cleanup_after_exit(proc.pid, launch.cleanup)
+    return proc, _cleanup_after_exit(proc, launch.cleanup)
 
 
-def _cleanup_after_exit(pid: int, cleanup: Any) -> threading.Event:
+#: Every shell whose cleanup has not run yet, for `_end_shells` at exit.
+_PENDING: set[tuple[subprocess.Popen[str], threading.Event]] = set()
+
+
+def _cleanup_after_exit(proc: subprocess.Popen[str], cleanup: Any) -> threading.Event:
     """Undo what the driver prepared once the shell is gone, without reaping it.
 
     The Popen belongs to the middleware, which waits on it; a pidfd becomes
@@ -214,10 +221,16 @@ def _cleanup_after_exit(pid: int, cleanup: Any) -> threading.Event:
 
     done = threading.Event()
     try:
-        pidfd = os.pidfd_open(pid)
+        pidfd = os.pidfd_open(proc.pid)
     except (AttributeError, OSError):
         done.set()
         return done  # no pidfd: the next command's guard sweeps what this shell left
+    if not _PENDING:
+        import atexit
+
+        atexit.register(lambda: _end_shells(list(_PENDING.copy())))
+    shell = (proc, done)
+    _PENDING.add(shell)
 
     def wait() -> None:
         try:
@@ -225,10 +238,31 @@ def _cleanup_after_exit(pid: int, cleanup: Any) -> threading.Event:
             cleanup()
         finally:
             os.close(pidfd)
+            _PENDING.discard(shell)
             done.set()
 
-    threading.Thread(target=wait, name=f"stockade-cleanup-{pid}", daemon=True).start()
+    threading.Thread(target=wait, name=f"stockade-cleanup-{proc.pid}", daemon=True).start()
     return done
+
+
+#: How long ending the shells waits for each one's cleanup.
+CLEANUP_WAIT = 30.0
+
+
+def _end_shells(shells: list[tuple[subprocess.Popen[str], threading.Event]]) -> None:
+    """Kill the shells that still run and wait for every one's cleanup.
+
+    The cleanup runs on a daemon thread, which the interpreter stops at exit:
+    a script that ended right after its agent left what the shell wrote
+    (a `.vscode/tasks.json`, a hook) unswept until some later command came
+    along. atexit runs before daemon threads are stopped, so waiting here
+    lets them finish.
+    """
+    for proc, _ in shells:
+        if proc.poll() is None:
+            proc.kill()
+    for _, done in shells:
+        done.wait(timeout=CLEANUP_WAIT)
 
 
 def _short_hash(text: str) -> str:

@@ -269,7 +269,7 @@ class BubblewrapDriver(ParkingDriver):
             tmp_cap = profile.tmp_size_mb if bwrap_has_size(self.bwrap, self._state_dir) else None
             args = build_bwrap_args(profile, self.bwrap, inner=init.argv,
                                     extra_mounts=init.mounts, tmp_size_mb=tmp_cap)
-            args, ns_fds, tmp_how = self._session_tmps.enter(profile, args)
+            args, ns_fds, tmp_how, _ = self._session_tmps.enter(profile, args)
             cgroup = self._cgroup(profile)
         except BaseException:
             if meta is not None:

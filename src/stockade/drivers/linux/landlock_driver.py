@@ -191,11 +191,12 @@ class LandlockDriver(ParkingDriver):
             rules = backend_rules.rules
             env = command_env(profile, tmpdir)
             mode = SECCOMP_MODES["landlock"][profile.network.kind]
-            # In a session's user namespace (below) the kernel counts the
-            # session's tasks, not all the user's: the limit is looser by the
-            # user's tasks elsewhere, never gone.
-            config = init_config(profile, env=env, require_landlock=True,
-                                 nproc=nproc_limit(self._max_pids, own_user_namespace=False),
+            # No namespace of the command's own, but a session's may hold its
+            # /tmp: there TMPDIR is the session's tmpfs, bounded as a whole.
+            nsenter, undo.ns_fds, tmp_how, userns = self._session_tmps.enter(profile, [])
+            nproc = nproc_limit(self._max_pids, own_user_namespace=False,
+                                joined_user_namespace=userns)
+            config = init_config(profile, env=env, require_landlock=True, nproc=nproc,
                                  park_fd=park_fd)
             config.pop("bridge", None)  # no namespace to bridge into: the proxy is on loopback
             undo.cgroup = self._cgroup(profile)
@@ -213,9 +214,6 @@ class LandlockDriver(ParkingDriver):
                 config["reaper_fd"] = undo.reaper_w
             if guard is True:
                 undo.guard = self._guard(profile)
-            # No namespace of the command's own, but a session's may hold its
-            # /tmp: there TMPDIR is the session's tmpfs, bounded as a whole.
-            nsenter, undo.ns_fds, tmp_how = self._session_tmps.enter(profile, [])
             # nsenter's own failure exits 1 with "nsenter: ..." on stderr, as a
             # command may: the init says it started, which tells them apart.
             undo.ready_r, ready_w = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)

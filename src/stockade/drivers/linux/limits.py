@@ -631,7 +631,8 @@ def read_limits(cgroup: ExecCgroup, report: LaunchReport) -> None:
         report.limit_exceeded = PIDS
 
 
-def nproc_limit(max_pids: int | None, *, own_user_namespace: bool) -> int | None:
+def nproc_limit(max_pids: int | None, *, own_user_namespace: bool,
+                joined_user_namespace: int = 0) -> int | None:
     """RLIMIT_NPROC for a command no cgroup bounds, or None where it would mean nothing.
 
     The kernel counts this limit per user and per user namespace, and never
@@ -639,17 +640,22 @@ def nproc_limit(max_pids: int | None, *, own_user_namespace: bool) -> int | None
     sandbox's own tasks, so max_pids is the limit. Without one (the Landlock
     backend) the count is every task the user has anywhere, so the limit is
     those plus max_pids: a fork bomb still stops, but until the command ends
-    the user's other programs share that headroom.
+    the user's other programs share that headroom. In a user namespace the
+    command joins (`joined_user_namespace`, its inode: a Landlock session's)
+    the count is the tasks already in it: a limit of the user's tasks
+    everywhere plus max_pids let a session's fork bomb run to 448 where 50
+    were allowed.
     """
     if not max_pids or os.getuid() == 0 or mechanism()[0] != "rlimit":
         return None
     if own_user_namespace:
         return max_pids
-    return _user_tasks(os.getuid()) + max_pids
+    return _user_tasks(os.getuid(), joined_user_namespace) + max_pids
 
 
-def _user_tasks(uid: int) -> int:
-    """Tasks (threads included, as RLIMIT_NPROC counts them) that `uid` runs now.
+def _user_tasks(uid: int, user_namespace: int = 0) -> int:
+    """Tasks (threads included, as RLIMIT_NPROC counts them) that `uid` runs now,
+    in the user namespace of that inode if one is given.
 
     One stat per process: /proc/PID/task has two links plus one per thread.
     """
@@ -658,10 +664,13 @@ def _user_tasks(uid: int) -> int:
         if name.isdigit():
             try:
                 st = os.stat(f"/proc/{name}/task")
+                if st.st_uid != uid or (
+                        user_namespace and os.stat(f"/proc/{name}/ns/user").st_ino
+                        != user_namespace):
+                    continue
             except OSError:
                 continue  # exited meanwhile
-            if st.st_uid == uid:
-                count += st.st_nlink - 2
+            count += st.st_nlink - 2
     return count
 
 

@@ -98,6 +98,8 @@ class SessionTmp:
             # The helper waits on its stdin, so its pid is its own until we close it.
             for kind in ("user", "mnt") if self._own_user else ("mnt",):
                 self._fds.append(os.open(f"/proc/{pid}/ns/{kind}", os.O_RDONLY | os.O_CLOEXEC))
+            #: The inode of the user namespace its commands join, 0 for none.
+            self.user_namespace = os.fstat(self._fds[0]).st_ino if self._own_user else 0
         except BaseException:
             self.close()
             raise
@@ -165,14 +167,16 @@ class SessionTmps:
             if tmp is not None:
                 tmp.close()
 
-    def enter(self, profile: Profile, argv: list[str]) -> tuple[list[str], list[int], str]:
+    def enter(self, profile: Profile, argv: list[str]
+              ) -> tuple[list[str], list[int], str, int]:
         """`argv` inside the session's bounded /tmp (made at its first command): the
-        argv, descriptors the launch closes, and what the audit record says."""
+        argv, descriptors the launch closes, what the audit record says, and the
+        inode of the user namespace it joins (0: none)."""
         from ...errors import SandboxUnavailable
 
         path = profile.session_tmp
         if not path or not profile.tmp_size_mb:
-            return argv, [], ""
+            return argv, [], "", 0
         with self._lock:
             if path not in self._held:
                 # Closed (a sandbox parked late for it): making it again would
@@ -198,11 +202,11 @@ class SessionTmps:
                         # once: the helper costs an interpreter start.
                         why = self._unusable = str(exc)
                 if why:
-                    return argv, [], f"a host directory, each file bounded alone: {why}"
+                    return argv, [], f"a host directory, each file bounded alone: {why}", 0
                 self._held[path] = held
             assert held is not None
             argv, fds = held.enter(argv)
-        return argv, fds, f"one tmpfs of {held.size_mb} MiB for the session"
+        return argv, fds, f"one tmpfs of {held.size_mb} MiB for the session", held.user_namespace
 
 
 def _read_line(fd: int) -> str:
