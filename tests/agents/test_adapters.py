@@ -217,8 +217,9 @@ def _running(marker: str) -> bool:
     return False
 
 
-def test_langchain_agent_end_to_end(dirs: tuple[Path, Path]) -> None:
-    pytest.importorskip("langchain.agents.middleware")
+def _scripted_agent_run(ws: Path, shell_calls: list[dict[str, Any]]) -> list[str]:
+    """A real `create_agent` run whose model makes these shell tool calls, one per
+    turn, through stockade: what each tool call showed the model."""
     from langchain.agents import create_agent
     from langchain.agents.middleware import ShellToolMiddleware
     from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
@@ -226,29 +227,32 @@ def test_langchain_agent_end_to_end(dirs: tuple[Path, Path]) -> None:
 
     from stockade.adapters.langchain import StockadeExecutionPolicy
 
-    ws, outside = dirs
-
     class ScriptedChat(GenericFakeChatModel):
         def bind_tools(self, tools: Any, **kwargs: Any) -> Any:
             return self
 
     model = ScriptedChat(messages=iter([
-        AIMessage(content="", tool_calls=[{
-            "name": "shell", "id": "call_1",
-            "args": {"command": f"echo lc-ok > made.txt; touch {outside}/escape; cat made.txt"},
-        }]),
+        *(AIMessage(content="", tool_calls=[{"name": "shell", "id": f"call_{i}", "args": args}])
+          for i, args in enumerate(shell_calls)),
         AIMessage(content="done"),
     ]))
     policy = StockadeExecutionPolicy(mode="workspace-write", command_timeout=20)
     agent = create_agent(model, middleware=[ShellToolMiddleware(
         workspace_root=ws, execution_policy=policy)])
     try:
-        state = agent.invoke({"messages": [{"role": "user", "content": "make the file"}]})
+        state = agent.invoke({"messages": [{"role": "user", "content": "go"}]})
     finally:
         policy.close()
-    tool_messages = [m for m in state["messages"] if m.type == "tool"]
+    return [str(m.content) for m in state["messages"] if m.type == "tool"]
+
+
+def test_langchain_agent_end_to_end(dirs: tuple[Path, Path]) -> None:
+    pytest.importorskip("langchain.agents.middleware")
+    ws, outside = dirs
+    tool_messages = _scripted_agent_run(ws, [
+        {"command": f"echo lc-ok > made.txt; touch {outside}/escape; cat made.txt"}])
     assert len(tool_messages) == 1
-    shown = str(tool_messages[0].content)
+    shown = tool_messages[0]
     assert "lc-ok" in shown
     assert "Read-only file system" in shown
     assert (ws / "made.txt").read_text() == "lc-ok\n"
@@ -260,34 +264,9 @@ def test_langchain_shell_restarted_in_a_tool_step_lives_past_the_step(
     """The middleware restarts its shell inside a tool call, on the thread pool
     of that step, which ends with it: the shell must not end with that thread."""
     pytest.importorskip("langchain.agents.middleware")
-    from langchain.agents import create_agent
-    from langchain.agents.middleware import ShellToolMiddleware
-    from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
-    from langchain_core.messages import AIMessage
-
-    from stockade.adapters.langchain import StockadeExecutionPolicy
-
     ws, _ = dirs
-
-    class ScriptedChat(GenericFakeChatModel):
-        def bind_tools(self, tools: Any, **kwargs: Any) -> Any:
-            return self
-
-    model = ScriptedChat(messages=iter([
-        AIMessage(content="", tool_calls=[{"name": "shell", "id": "c1",
-                                           "args": {"restart": True}}]),
-        AIMessage(content="", tool_calls=[{"name": "shell", "id": "c2",
-                                           "args": {"command": "echo after-restart $((6*7))"}}]),
-        AIMessage(content="done"),
-    ]))
-    policy = StockadeExecutionPolicy(mode="workspace-write", command_timeout=20)
-    agent = create_agent(model, middleware=[ShellToolMiddleware(
-        workspace_root=ws, execution_policy=policy)])
-    try:
-        state = agent.invoke({"messages": [{"role": "user", "content": "restart, then echo"}]})
-    finally:
-        policy.close()
-    shown = [str(m.content) for m in state["messages"] if m.type == "tool"]
+    shown = _scripted_agent_run(ws, [{"restart": True},
+                                     {"command": "echo after-restart $((6*7))"}])
     assert len(shown) == 2, shown
     assert "after-restart 42" in shown[1], shown
 

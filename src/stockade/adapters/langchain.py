@@ -209,6 +209,7 @@ def _popen(run: Any) -> tuple[subprocess.Popen[str], threading.Event]:
 
 #: Every shell whose cleanup has not run yet, for `_end_shells` at exit.
 _PENDING: set[tuple[subprocess.Popen[str], threading.Event]] = set()
+_AT_EXIT: list[bool] = []
 
 
 def _cleanup_after_exit(proc: subprocess.Popen[str], cleanup: Any) -> threading.Event:
@@ -225,10 +226,11 @@ def _cleanup_after_exit(proc: subprocess.Popen[str], cleanup: Any) -> threading.
     except (AttributeError, OSError):
         done.set()
         return done  # no pidfd: the next command's guard sweeps what this shell left
-    if not _PENDING:
+    if not _AT_EXIT:  # once: _PENDING empties whenever no shell is ending
         import atexit
 
         atexit.register(lambda: _end_shells(list(_PENDING.copy())))
+        _AT_EXIT.append(True)
     shell = (proc, done)
     _PENDING.add(shell)
 

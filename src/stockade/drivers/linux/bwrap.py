@@ -244,7 +244,7 @@ class BubblewrapDriver(ParkingDriver):
     def _prepare(self, argv: list[str], profile: Profile, *, park_fd: int | None = None,
                  guard: bool | MetadataGuard = True) -> Launch:
         """The cold launch (see `ParkingDriver._prepare`)."""
-        from .layers import init_launch
+        from .layers import init_launch, init_started
 
         meta = guard if not isinstance(guard, bool) else self._guard(profile) if guard else None
         if meta is not None and meta.stale:
@@ -288,10 +288,7 @@ class BubblewrapDriver(ParkingDriver):
         if landlock.dropped:
             audit["landlock_dropped"] = list(landlock.dropped)
         def release(launch: Launch) -> None:
-            try:
-                launch.report.sandbox_started = os.read(ready[0], 1) == b"R"
-            except BlockingIOError:
-                launch.report.sandbox_started = False
+            launch.report.sandbox_started = init_started(ready[0])
             for fd in owned:
                 os.close(fd)
             if meta is not None:

@@ -193,7 +193,7 @@ class LandlockDriver(ParkingDriver):
             mode = SECCOMP_MODES["landlock"][profile.network.kind]
             # No namespace of the command's own, but a session's may hold its
             # /tmp: there TMPDIR is the session's tmpfs, bounded as a whole.
-            nsenter, undo.ns_fds, tmp_how, userns = self._session_tmps.enter(profile, [])
+            nsenter, undo.owned, tmp_how, userns = self._session_tmps.enter(profile, [])
             nproc = nproc_limit(self._max_pids, own_user_namespace=False,
                                 joined_user_namespace=userns)
             config = init_config(profile, env=env, require_landlock=True, nproc=nproc,
@@ -217,7 +217,7 @@ class LandlockDriver(ParkingDriver):
             # nsenter's own failure exits 1 with "nsenter: ..." on stderr, as a
             # command may: the init says it started, which tells them apart.
             undo.ready_r, ready_w = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
-            undo.ns_fds.append(ready_w)
+            undo.owned.append(ready_w)
             extra_fds[ready_w] = ready_w
             config["ready_fd"] = ready_w
             _ensure_bytecode()
@@ -283,17 +283,17 @@ class _Undo:
         self.cgroup: ExecCgroup | None = None
         self.guard: MetadataGuard | None = None
         self.tmpdir = ""
-        #: The session namespace's descriptors and the init's ready pipe.
-        self.ns_fds: list[int] = []
+        #: Descriptors to close after the run: the session namespace's, and the
+        #: write end of the init's ready pipe, whose read end `ready_r` is read.
+        self.owned: list[int] = []
         self.ready_r = -1
 
     def run(self, launch: Launch | None) -> None:
         try:
             if launch is not None and self.ready_r >= 0:
-                try:
-                    launch.report.sandbox_started = os.read(self.ready_r, 1) == b"R"
-                except BlockingIOError:
-                    launch.report.sandbox_started = False
+                from .layers import init_started
+
+                launch.report.sandbox_started = init_started(self.ready_r)
             if self.reaper_w >= 0:
                 os.close(self.reaper_w)
                 self.reaper_w = -1
@@ -311,10 +311,10 @@ class _Undo:
             if self.reaper_r >= 0:
                 os.close(self.reaper_r)
                 self.reaper_r = -1
-            for fd in (*self.ns_fds, self.ready_r):
+            for fd in (*self.owned, self.ready_r):
                 if fd >= 0:
                     os.close(fd)
-            self.ns_fds, self.ready_r = [], -1
+            self.owned, self.ready_r = [], -1
             _remove(self.tmpdir)
             self.tmpdir = ""
 

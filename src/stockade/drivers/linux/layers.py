@@ -173,6 +173,15 @@ def init_argv(python: str, init_path: str, config: Mapping[str, object],
     return [python, "-I", "-S", init_path, text, "--", *argv]
 
 
+def init_started(ready_r: int) -> bool:
+    """Whether the init said, on the read end of its ready pipe (`ready_fd`), that it
+    started: a command's own "bwrap: ..." or "nsenter: ..." cannot say so."""
+    try:
+        return os.read(ready_r, 1) == b"R"
+    except BlockingIOError:
+        return False
+
+
 def init_python() -> str:
     """The interpreter for the init: this one, resolved past venv links.
 
