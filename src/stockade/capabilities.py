@@ -39,10 +39,11 @@ def canonical_path(path: str, *, what: str = "path") -> str:
 
 
 def is_under(path: str, root: str) -> bool:
-    """True when canonical `path` is `root` or inside it; `/a/bc` is not under `/a/b`."""
-    if root == "/":
-        return True
-    return path == root or path.startswith(root + "/")
+    """True when `path` is `root` or beneath it, lexically after normalising both:
+    `/a/bc` is not under `/a/b`, and neither is `/a/b/../c`."""
+    from .fsroot import within
+
+    return within(path, root) is not None
 
 
 def _paths_within(inner: tuple[str, ...], outer: tuple[str, ...]) -> bool:

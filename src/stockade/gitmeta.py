@@ -17,6 +17,9 @@ config in 2.46), and a denylist written today would miss tomorrow's.
 from __future__ import annotations
 
 import os
+import stat
+
+from .fsroot import Root, UnsafeName, check_name, read_file
 
 TYPE_CHECKING = False
 
@@ -201,24 +204,30 @@ def parse_config(text: str) -> list[Entry] | None:
     return entries
 
 
-def read_config(path: str) -> list[Entry] | None:
-    """`parse_config` of a file; [] when it is missing, None when unreadable or too large."""
+def read_config(root: Root, rel: str) -> list[Entry] | None:
+    """`parse_config` of `rel` beneath `root`; [] when it is missing, None when it is
+    not a regular file, unreadable or too large (the caller treats it as hostile)."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+        data = root.read(rel, MAX_CONFIG_BYTES)
     except FileNotFoundError:
         return []
     except OSError:
         return None
-    try:
-        import stat
+    return parse_config_bytes(data)
 
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            return None  # a directory or fifo at a config's name: git skips it, we refuse
-        data = os.read(fd, MAX_CONFIG_BYTES + 1)
-    finally:
-        os.close(fd)
-    if len(data) > MAX_CONFIG_BYTES:
+
+def read_config_file(path: str) -> list[Entry] | None:
+    """`read_config` for a config named by an absolute path (an include, ~/.gitconfig)."""
+    try:
+        data = read_file(path, MAX_CONFIG_BYTES)
+    except FileNotFoundError:
+        return []
+    except OSError:
         return None
+    return parse_config_bytes(data)
+
+
+def parse_config_bytes(data: bytes) -> list[Entry] | None:
     if data.startswith(b"\xef\xbb\xbf"):
         data = data[3:]  # git skips a UTF-8 byte-order mark
     return parse_config(data.decode("utf-8", "surrogateescape"))
@@ -276,7 +285,7 @@ def referenced_paths(config_path: str, worktree: str, home: str,
     """
     if depth > MAX_INCLUDE_DEPTH:
         return
-    entries = read_config(config_path) or []
+    entries = read_config_file(config_path) or []
     base = os.path.dirname(config_path)
     for entry in entries:
         key = entry.key
@@ -308,15 +317,17 @@ def _expand(value: str, base: str, home: str) -> str:
 
 
 def read_head(path: str, size: int = 1 << 16) -> bytes:
-    """The first `size` bytes of a file a command may have written; b"" if unreadable.
-
-    Never follows a final symlink and never blocks on a fifo planted at the name.
+    """The first `size` bytes of a regular file a command may have written; b"" if there
+    is none. Never follows a final symlink and never blocks on a FIFO planted at the name.
     """
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
+                     | os.O_NOCTTY)
     except OSError:
         return b""
     try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return b""
         return os.read(fd, size)
     except OSError:
         return b""
@@ -331,43 +342,55 @@ def runner_files(hooks_dir: str, worktree: str) -> list[str]:
     installed by a runner names it.
     """
     try:
-        names = os.listdir(hooks_dir)
+        hooks = Root(hooks_dir, os.open(hooks_dir, os.O_RDONLY | os.O_DIRECTORY
+                                        | os.O_NOFOLLOW | os.O_CLOEXEC))
     except OSError:
         return []
     found: list[str] = []
-    for name in names:
-        if name.endswith(SAMPLE_SUFFIX):
-            continue
-        head = read_head(os.path.join(hooks_dir, name))
-        for runner, files in RUNNERS:
-            if runner.encode() in head:
-                found += [os.path.join(worktree, f) for f in files]
+    with hooks:
+        for name in hooks.listdir():
+            if name.endswith(SAMPLE_SUFFIX):
+                continue
+            head = hooks.head(name)
+            for runner, files in RUNNERS:
+                if runner.encode() in head:
+                    found += [os.path.join(worktree, f) for f in files]
     if os.path.basename(hooks_dir) == "_" and os.path.basename(
             os.path.dirname(hooks_dir)) == ".husky":
         found.append(os.path.dirname(hooks_dir))  # husky 9: core.hooksPath = .husky/_
     return sorted(set(found))
 
 
-def index_gitlinks(index_path: str) -> list[str] | None:
-    """Paths of the gitlinks (submodules) recorded in a git index; None if unreadable.
+#: Larger than the index of any repository stockade guards (100,000 files is
+#: about 10 MiB); a larger one is unreadable, which the guard treats as hostile.
+MAX_INDEX_BYTES = 256 << 20
 
-    `git status` recurses into each populated one and runs its config, so a
-    gitlink the command added is a repository the host's git will enter.
-    Most indexes have none: the byte pattern of the gitlink mode is looked
-    for first, and only an index that has it is parsed entry by entry.
+
+class Index:
+    """What stockade needs of a git index: its gitlinks, and the shared index it names."""
+
+    __slots__ = ("links", "shared")
+
+    def __init__(self, links: list[str], shared: str) -> None:
+        self.links = links
+        self.shared = shared
+
+
+def parse_index(data: bytes) -> Index | None:
+    """The gitlinks (submodules) an index records and the `sharedindex.<hash>` its
+    `link` extension names; None if it is not an index git would read.
+
+    `git status` recurses into each populated gitlink and runs its config, so
+    a gitlink a command added is a repository the host's git will enter.
+    Names that leave the worktree (`..`, absolute, `.git`, empty components)
+    are dropped: git refuses to check them out, and joining one sent the
+    guard to another repository on the machine.
     """
-    try:
-        with open(index_path, "rb") as fh:
-            data = fh.read()
-    except FileNotFoundError:
-        return []
-    except OSError:
-        return None
     if len(data) < 12 or data[:4] != b"DIRC":
         return None
-    if b"\x00\x00\xe0\x00" not in data:
-        return []
     version = int.from_bytes(data[4:8], "big")
+    if version not in (2, 3, 4):
+        return None
     count = int.from_bytes(data[8:12], "big")
     pos = 12
     links: list[str] = []
@@ -382,8 +405,12 @@ def index_gitlinks(index_path: str) -> list[str] | None:
             length = flags & 0xFFF
             if version == 4:
                 strip, start = _varint(data, start)
+                if strip > len(previous):
+                    return None
                 end = data.index(b"\x00", start) if length == 0xFFF else start + length - (
                     len(previous) - strip)
+                if end < start:
+                    return None
                 name = previous[:len(previous) - strip] + data[start:end]
                 if data[end] != 0:
                     return None
@@ -398,29 +425,77 @@ def index_gitlinks(index_path: str) -> list[str] | None:
                 pos = pos + ((end - pos + 8) // 8) * 8
             previous = name
             if mode & 0o170000 == 0o160000:
-                links.append(name.decode("utf-8", "surrogateescape"))
+                text = name.decode("utf-8", "surrogateescape")
+                try:
+                    links.append(check_name(text, git=True))
+                except UnsafeName:
+                    pass
+        shared = ""
+        while pos + 8 <= len(data) - 20:
+            sig, size = data[pos:pos + 4], int.from_bytes(data[pos + 4:pos + 8], "big")
+            if sig == b"link" and size >= 20:
+                # sha1 or sha256: the length of the hash is the extension's, less
+                # its two bitmaps; both names are tried by the reader.
+                shared = data[pos + 8:pos + 8 + min(size, 32)].hex()
+            pos += 8 + size
     except (ValueError, IndexError):
         return None
-    return links
+    return Index(links, shared)
 
 
-def all_gitlinks(index_path: str) -> list[str]:
-    """`index_gitlinks` of an index and of every shared index beside it.
+def index_gitlinks(root: Root, rel: str) -> list[str] | None:
+    """The gitlinks of the index `rel` beneath `root` and of the shared index it
+    names; [] when there is no index, None when it cannot be read.
 
     A split index (`git update-index --split-index`) keeps most entries in
-    `sharedindex.<sha>`; reading only `index` would miss a gitlink hidden
-    there. An index that cannot be read counts as holding nothing here; the
-    guard, which must not be fooled, reads it again itself.
+    `sharedindex.<hash>`; reading only `index` would miss a gitlink there.
+    Only the shared index git itself would read is read: the others are
+    the command's decoys.
     """
-    links = set(index_gitlinks(index_path) or [])
-    gitdir = os.path.dirname(index_path)
     try:
-        names = [n for n in os.listdir(gitdir) if n.startswith("sharedindex.")]
+        data = root.read(rel, MAX_INDEX_BYTES)
+    except FileNotFoundError:
+        return []
     except OSError:
-        names = []
-    for name in names:
-        links.update(index_gitlinks(os.path.join(gitdir, name)) or [])
+        return None
+    if data[:4] != b"DIRC":
+        return None
+    if b"\x00\x00\xe0\x00" not in data and b"link" not in data:
+        return []  # no gitlink mode and no shared index: most indexes
+    index = parse_index(data)
+    if index is None:
+        return None
+    links = set(index.links)
+    if index.shared:
+        base = rel.rpartition("/")[0]
+        for width in (40, 64):
+            name = f"sharedindex.{index.shared[:width]}"
+            shared_rel = f"{base}/{name}" if base else name
+            try:
+                shared = parse_index(root.read(shared_rel, MAX_INDEX_BYTES))
+            except FileNotFoundError:
+                continue
+            except OSError:
+                return None
+            if shared is None:
+                return None
+            links.update(shared.links)
+            break
     return sorted(links)
+
+
+def gitlinks_at(index_path: str) -> list[str] | None:
+    """`index_gitlinks` of an index named by its absolute path."""
+    gitdir, _, name = index_path.rpartition("/")
+    try:
+        root = Root(gitdir or "/", os.open(gitdir or "/", os.O_RDONLY | os.O_DIRECTORY
+                                            | os.O_NOFOLLOW | os.O_CLOEXEC))
+    except FileNotFoundError:
+        return []
+    except OSError:
+        return None
+    with root:
+        return index_gitlinks(root, name)
 
 
 def _varint(data: bytes, pos: int) -> tuple[int, int]:

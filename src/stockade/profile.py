@@ -485,7 +485,7 @@ def gitlinks(index: str) -> list[str]:
     cached = _GITLINKS.get(index)
     if cached is not None and cached[0] == key:
         return cached[1]
-    links = gitmeta.all_gitlinks(index)
+    links = gitmeta.gitlinks_at(index) or []
     _GITLINKS[index] = (key, links)
     return links
 

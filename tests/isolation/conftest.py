@@ -593,3 +593,12 @@ def kill_marked(marker: str) -> None:
     for pid, _ in procs_with(marker):
         with contextlib.suppress(OSError):
             os.kill(pid, 9)
+
+
+def quarantined(state: str | Path, name: str) -> list[Path]:
+    """What the guard moved to the quarantine from a path ending in `/name`, by the
+    `origin` it records beside each item (items are named by stockade, not by the
+    command)."""
+    return [origin.with_name("item") for origin in Path(state).rglob("quarantine/*/*/origin")
+            if origin.read_text().rstrip("\n").endswith("/" + name)]
+

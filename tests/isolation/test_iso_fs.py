@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import SH_TRY, Box, attempts, snapshot, text
+from .conftest import SH_TRY, Box, attempts, quarantined, snapshot, text
 
 pytestmark = pytest.mark.isolation
 
@@ -197,7 +197,7 @@ def test_protected_names_a_run_creates_are_neutralised(box: Box) -> None:
     assert _git_would_run(box.ws) == [], out
     assert "neutralised" in out, out
     # Nothing is lost: the command's files are in the quarantine the hint names.
-    kept = list((box.state / "state" / "stockade" / "quarantine").rglob(".envrc"))
+    kept = quarantined(box.state, ".envrc")
     assert kept and b"curl evil" in kept[0].read_bytes(), out
 
 

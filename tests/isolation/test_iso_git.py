@@ -6,6 +6,7 @@ the way the person who owns the workspace would next type `git commit`.
 
 from __future__ import annotations
 
+import os
 import secrets
 import stat
 import subprocess
@@ -186,3 +187,93 @@ def test_commondir_planted_during_a_run_is_never_live(repo: Box) -> None:
     finally:
         proc.wait(timeout=20)
     assert not ran, "host git ran a hook the sandbox planted while the command was running"
+
+
+# -- what stockade does on the host with an index the command wrote --------------------
+
+def crafted_index(gitlinks: list[str], shared: str = "") -> bytes:
+    """A version 2 git index whose entries are `gitlinks` (mode 160000), named as given;
+    with `shared`, a `link` extension naming `sharedindex.<shared>` (a split index)."""
+    import hashlib
+    import struct
+
+    body = b""
+    for name in gitlinks:
+        raw = name.encode()
+        entry = (struct.pack(">10I", 0, 0, 0, 0, 0, 0, 0o160000, 0, 0, 0) + bytes(20)
+                 + struct.pack(">H", min(len(raw), 0xFFF)) + raw)
+        body += entry + b"\0" * (8 - len(entry) % 8)
+    ext = b""
+    if shared:
+        empty_ewah = struct.pack(">III", 0, 0, 0)
+        data = bytes.fromhex(shared) + empty_ewah * 2
+        ext = b"link" + struct.pack(">I", len(data)) + data
+    content = b"DIRC" + struct.pack(">II", 2, len(gitlinks)) + body + ext
+    return content + hashlib.sha1(content).digest()
+
+
+def _host_repo(box: Box, path: Path) -> None:
+    """A repository of the person's, with a hook and credentials config in it."""
+    path.mkdir(parents=True)
+    box.runner.own(path)
+    res = box.host(["git", "init", "-q", str(path)], env=box.env(**GIT_ENV))
+    assert res.returncode == 0, text(res)
+    box.write(path / ".git" / "hooks" / "pre-commit", "#!/bin/sh\nexit 0\n", 0o755)
+    with (path / ".git" / "config").open("a") as fh:
+        fh.write("[core]\n\tsshCommand = ssh -i ~/.ssh/work\n[credential]\n\thelper = store\n")
+
+
+def test_crafted_gitlinks_cannot_steer_the_sweep_out_of_the_workspace(repo: Box) -> None:
+    """Gitlinks named `../<another repo>`, by absolute path, `.` or `x/..`, in the index
+    and in the shared index it links, must leave every repository but the command's own
+    as it was: the sweep once moved another repository's hooks, rewrote its config and
+    (past its depth limit) moved its whole .git away."""
+    box = repo
+    other = box.sibling / "other"
+    _host_repo(box, other)
+    box.write(box.ws / ".git" / "hooks" / "pre-commit", "#!/bin/sh\nexit 0\n", 0o755)
+    with (box.ws / ".git" / "config").open("a") as fh:
+        fh.write("[credential]\n\thelper = store\n")
+    before_other, before_own = snapshot(other), guarded(box)
+    up = os.path.relpath(other, box.ws)
+    names = [up, str(other), ".", f"x/../{up}", "x/.", f".git/../{up}"]
+    sha = "ab" * 20
+    box.write(box.ws / "p-index", crafted_index(names[:3], shared=sha))
+    box.write(box.ws / "p-shared", crafted_index(names))
+    box.write(box.ws / "p-self", crafted_index(["."]))
+    res = box.sh(f"cp p-shared .git/sharedindex.{sha} && cp p-shared .git/sharedindex.{'cd' * 20}"
+                 " && cp p-index .git/index && git init -q nested && cp p-self nested/.git/index"
+                 f" && mkdir -p nested/x && cp p-shared nested/.git/sharedindex.{sha}"
+                 " && cp p-index nested/.git/index2 && echo planted",
+                 mode="workspace-write", env=box.env(**GIT_ENV))
+    assert b"planted" in res.stdout, text(res)
+    assert snapshot(other) == before_other, text(res)
+    assert guarded(box) == before_own, text(res)
+    # The control: the crafted index is what the workspace now holds.
+    assert (box.ws / ".git" / "index").read_bytes() == (box.ws / "p-index").read_bytes()
+    outside = [p for p in box.state.rglob("quarantine/*/*/origin")
+               if not p.read_text().startswith(str(box.ws) + "/")]
+    assert outside == [], text(res)
+    # Still a workspace stockade runs in.
+    assert box.run(["true"], mode="workspace-write").returncode == 0
+
+
+def test_a_fifo_where_stockade_reads_cannot_hang_the_workspace(repo: Box) -> None:
+    """A FIFO at the index, at the shared index it links, at a stray shared index and at
+    a created repository's config: stockade reads none of them blocking. One such open
+    held the workspace's guard lock, and every later command there hung for good."""
+    box = repo
+    sha = "00" * 20
+    box.write(box.ws / "p-index", crafted_index([], shared=sha))
+    script = (f"mkfifo .git/sharedindex.{sha} .git/sharedindex.{'11' * 20} && cp p-index .git/index"
+              " && git init -q made && rm -f made/.git/config made/.git/index"
+              " && mkfifo made/.git/config made/.git/index made/.git/HEAD2 && echo planted")
+    start = time.monotonic()
+    res = box.sh(script, mode="workspace-write", env=box.env(**GIT_ENV), timeout=60)
+    first = time.monotonic() - start
+    assert b"planted" in res.stdout, text(res)
+    assert stat.S_ISFIFO((box.ws / ".git" / f"sharedindex.{sha}").lstat().st_mode)  # landed
+    start = time.monotonic()
+    nxt = box.run(["true"], mode="workspace-write", timeout=60)
+    assert nxt.returncode == 0, text(nxt)
+    assert first < 20 and time.monotonic() - start < 20, (first, text(res))

@@ -127,3 +127,11 @@ def test_commondir_planted_during_a_run_is_never_live(repo: Box) -> None:
     finally:
         proc.wait(timeout=20)
     assert not ran, "host git ran a hook the sandbox planted while the command was running"
+
+
+def test_crafted_gitlinks_cannot_steer_the_sweep_out_of_the_workspace(repo: Box) -> None:
+    iso.test_crafted_gitlinks_cannot_steer_the_sweep_out_of_the_workspace(repo)
+
+
+def test_a_fifo_where_stockade_reads_cannot_hang_the_workspace(repo: Box) -> None:
+    iso.test_a_fifo_where_stockade_reads_cannot_hang_the_workspace(repo)

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from isolation.conftest import quarantined
 from stockade.capabilities import capabilities_for_mode
 from stockade.drivers.linux import fstree
 from stockade.drivers.linux import guard as guard_module
@@ -149,7 +150,7 @@ def test_a_crashed_guard_is_swept_by_the_next_one(ws: Path, state: str) -> None:
     assert (ws / ".git" / "config").read_text() == "[core]\n"
     assert not (ws / ".envrc").exists()
     assert str(ws / ".git" / "config") in restored and str(ws / ".envrc") in removed
-    kept = [p.read_text() for p in Path(state, "quarantine").rglob("config")]
+    kept = [p.read_text() for p in quarantined(state, ".git/config")]
     assert kept == ["[core]\n\tfsmonitor = evil\n"]
 
 

@@ -90,15 +90,15 @@ def test_index_gitlinks_match_git(tmp_path: Path, version: str) -> None:
     git("commit", "-qm", "m", cwd=sub)
     git("add", "-A", cwd=repo)
     git("update-index", "--index-version", version, cwd=repo)
-    assert gitmeta.index_gitlinks(str(repo / ".git" / "index")) == ["deep/sub"]
+    assert gitmeta.gitlinks_at(str(repo / ".git" / "index")) == ["deep/sub"]
 
 
 def test_index_without_gitlinks_is_not_parsed(tmp_path: Path) -> None:
     index = tmp_path / "index"
     index.write_bytes(b"DIRC" + b"\x00\x00\x00\x02" + b"\xff\xff\xff\xff")  # a lie, unread
-    assert gitmeta.index_gitlinks(str(index)) == []
+    assert gitmeta.gitlinks_at(str(index)) == []
     index.write_bytes(b"not an index")
-    assert gitmeta.index_gitlinks(str(index)) is None
+    assert gitmeta.gitlinks_at(str(index)) is None
 
 
 def test_runner_files_from_hooks(tmp_path: Path) -> None:

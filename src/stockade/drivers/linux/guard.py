@@ -10,6 +10,12 @@ command's mounts, after which it wrote `.git/hooks/pre-commit` for good.
 So missing names are watched instead: once the command and everything it
 started are dead, whatever appeared there is neutralised and reported.
 
+Everything the guard does in a writable root goes through `fsroot.Roots`:
+names are resolved beneath the root by the kernel, no link is followed, and
+a name read from the workspace (a gitlink, a `gitdir:` pointer) is checked
+before it is joined. It acts only on what it can reach that way; a path that
+leads elsewhere is reported, never followed.
+
 Neutralising never deletes work. A created agent or editor config is moved
 to the quarantine in stockade's state directory; a git repository the
 command created (`git init`, `git submodule add`, a nested `sub/.git` behind
@@ -31,16 +37,14 @@ import os
 import time
 
 from ... import gitmeta
-from ...capabilities import is_under
-from ...profile import HOLD, KEEP_LINK, PIN, _read_gitdir_pointer
+from ...fsroot import Root, Roots
+from ...profile import HOLD, KEEP_LINK, PIN
 from .fstree import (
     GUARD_MAX_BYTES,
     GUARD_MAX_DEPTH,
     GUARD_MAX_ENTRIES,
     TooLarge,
-    open_parent,
     read_tree,
-    remove_entry,
     remove_tree,
     write_tree,
 )
@@ -97,6 +101,8 @@ class MetadataGuard:
         self.gitdirs = sorted({p.path for p in profile.protected if p.kind == PIN})
         self.alive_fd = -1
         self.stale: list[Neutralised] = []
+        self.fs = Roots([])
+        self._seen: set[str] = set()
         from ...paths import sha256_hex
 
         key = sha256_hex(profile.workspace.encode())[:32]
@@ -200,6 +206,7 @@ class MetadataGuard:
         of a repository another command just made), so it is not the
         person's, whatever it holds by now.
         """
+        self.fs = Roots(self.roots)
         dir_fd = os.open(self.dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         manifest: list[str] = []
         try:
@@ -215,7 +222,7 @@ class MetadataGuard:
                 if self._under_missing(path):
                     _touch(dir_fd, key + ".missing")
                     continue
-                where = open_parent(path, self.roots)
+                where = self._open_parent(path)
                 if where is None:
                     _touch(dir_fd, key + ".missing")
                     continue
@@ -253,9 +260,10 @@ class MetadataGuard:
                 if os.path.lexists(os.path.join(self.dir, key)):
                     continue
                 manifest.append(f"g {gitdir}")
-                _write(dir_fd, key, "\0".join(_git_state(gitdir)))
+                _write(dir_fd, key, "\0".join(self._git_state(gitdir)))
         finally:
             os.close(dir_fd)
+            self.fs.close()
         if manifest:
             with open(os.path.join(self.dir, "manifest"), "ab") as fh:
                 fh.write(("\0".join(manifest) + "\0").encode("utf-8", "surrogateescape"))
@@ -305,13 +313,77 @@ class MetadataGuard:
         """
         paths, gitdirs = recorded
         done: list[Neutralised] = []
-        for path in paths:
-            self._attempt(self._settle, path, done)
-        for gitdir in gitdirs:
-            self._attempt(self._new_in_gitdir, gitdir, done)
-        for root in self.roots:
-            self._attempt(self._bare_shaped, root, done)
+        self.fs = Roots(self.roots)
+        # Repositories the person had are swept by their own entry below; one
+        # the command made that leads to one of them must not "neutralise" it.
+        self._seen = {os.path.normpath(g) for g in gitdirs}
+        try:
+            for path in paths:
+                self._attempt(self._settle, path, done)
+            for gitdir in gitdirs:
+                self._attempt(self._new_in_gitdir, gitdir, done)
+            for root in self.fs.paths:
+                self._attempt(self._bare_shaped, root, done)
+        finally:
+            self.fs.close()
         return done
+
+    # -- reaching the workspace ----------------------------------------------------------
+
+    def _open_parent(self, path: str) -> tuple[int, str] | None:
+        """(fd of `path`'s directory, its name), reached beneath the writable root
+        holding it with no link followed; None when no root holds it or the chain
+        to it is broken."""
+        where = self.fs.locate(path)
+        if where is None or not where[1]:
+            return None
+        root, rel = where
+        try:
+            return root.parent(rel)
+        except OSError:
+            return None
+
+    def _kind(self, path: str) -> str:
+        """`Root.kind` of `path` through the root holding it; "" when none holds it."""
+        where = self.fs.locate(path)
+        return where[0].kind(where[1]) if where is not None else ""
+
+    def _listdir(self, path: str) -> list[str]:
+        where = self.fs.locate(path)
+        return where[0].listdir(where[1]) if where is not None else []
+
+    def _head(self, path: str, size: int = 1 << 16) -> bytes:
+        where = self.fs.locate(path)
+        return where[0].head(where[1], size) if where is not None else b""
+
+    def _config(self, path: str) -> list[gitmeta.Entry] | None:
+        where = self.fs.locate(path)
+        return gitmeta.read_config(*where) if where is not None else None
+
+    def _gitlinks(self, index: str) -> list[str] | None:
+        where = self.fs.locate(index)
+        return gitmeta.index_gitlinks(*where) if where is not None else []
+
+    def _pointer(self, path: str, base: str) -> str:
+        """The path a pointer file (`gitdir: X`, `commondir`, a worktree's `gitdir`)
+        names, resolved against `base` as git would follow it; "" when there is none.
+
+        As git reads it: everything after the prefix, only the line ending
+        dropped (a name with a trailing space is another name). Resolving
+        links here only decides where git would go; acting there still goes
+        through the roots, which follow none.
+        """
+        data = self._head(path)
+        if path.endswith("/.git"):
+            if not data.startswith(b"gitdir: "):
+                return ""
+            data = data[len(b"gitdir: "):]
+        line = data.split(b"\n", 1)[0].rstrip(b"\r").decode("utf-8", "surrogateescape")
+        if not line or "\x00" in line:
+            return ""
+        return os.path.realpath(os.path.join(base, line))
+
+    # -- the sweep -------------------------------------------------------------------------
 
     def _bare_shaped(self, root: str, done: list[Neutralised]) -> None:
         """A writable root laid out as a bare repository is one to git.
@@ -321,10 +393,10 @@ class MetadataGuard:
         `refs/` and a `config` written at the top of the workspace make the
         person's next `git status` there obey that config.
         """
-        if (os.path.isfile(os.path.join(root, "HEAD")) and not os.path.islink(
-                os.path.join(root, "HEAD")) and os.path.isdir(os.path.join(root, "objects"))
-                and os.path.isdir(os.path.join(root, "refs"))
-                and os.path.isfile(os.path.join(root, "config"))):
+        j = os.path.join
+        if (self._kind(j(root, "HEAD")) == "file" and self._kind(j(root, "objects")) == "dir"
+                and self._kind(j(root, "refs")) == "dir"
+                and self._kind(j(root, "config")) == "file"):
             self._inert_gitdir(root, root, done, 0)
 
     @staticmethod
@@ -345,11 +417,13 @@ class MetadataGuard:
                                     "running git or an editor here"))
 
     def _settle(self, path: str, done: list[Neutralised]) -> None:
+        if not self.fs.holds(path):
+            return  # outside every writable root: the command could not change it
         key = self._key(path)
         missing = os.path.lexists(os.path.join(self.dir, key + ".missing"))
         present = os.path.join(self.dir, key + ".present")
         kept = os.path.lexists(os.path.join(self.dir, key))
-        where = open_parent(path, self.roots)
+        where = self._open_parent(path)
         if not kept and os.path.lexists(present):
             # Held read-only by a mount: unchanged, unless it is no longer the
             # same file (a directory above it renamed aside and rebuilt).
@@ -368,7 +442,7 @@ class MetadataGuard:
             return
         fd, name = where
         try:
-            exists = os.path.lexists(os.path.join(f"/proc/self/fd/{fd}", name))
+            exists = bool(_identity(fd, name))
             if missing:
                 if exists:
                     self._neutralise(fd, name, path, done)
@@ -386,7 +460,7 @@ class MetadataGuard:
                 have = ("unreadable",)
             if want is None or _same(have, want):
                 return
-            moved = self._quarantine(fd, name, path) if have is not None else ""
+            moved = self._quarantine(path) if have is not None else ""
             write_tree(fd, name, want)
             done.append(Neutralised(path, "restored: the command changed protected metadata",
                                     moved))
@@ -401,7 +475,7 @@ class MetadataGuard:
         elif parent in self.gitdirs or os.path.basename(parent) == ".git":
             self._inert_git_entry(path, done)
         else:
-            moved = self._quarantine(fd, name, path)
+            moved = self._quarantine(path)
             done.append(Neutralised(path, "created by the command: the person's tools would "
                                     "read or run it", moved))
 
@@ -410,7 +484,7 @@ class MetadataGuard:
         if name in ("rebase-merge", "sequencer"):
             # A rebase the command left half done is kept, unless its plan runs
             # a program at the person's `git rebase --continue`.
-            if _plans_exec(path):
+            if self._plans_exec(path):
                 self._move(path, done, "a rebase plan with exec lines")
         elif name == "hooks":
             self._inert_hooks(path, done)
@@ -426,34 +500,38 @@ class MetadataGuard:
         if depth > MAX_DEPTH:
             self._move(dot_git, done, f"a repository nested more than {MAX_DEPTH} deep")
             return
-        if os.path.islink(dot_git):
+        kind = self._kind(dot_git)
+        if kind == "link":
             self._move(dot_git, done, "a .git symlink the command created")
-            return
-        if os.path.isfile(dot_git):
-            target = _read_gitdir_pointer(dot_git)
-            if not target or not any(is_under(target, r) for r in self.roots):
-                # Pointing out of the workspace: into the command's own /tmp,
-                # or at a repository of the person's whose config and hooks
-                # would then run on this directory's content.
+        elif kind == "file":
+            target = self._pointer(dot_git, os.path.dirname(dot_git))
+            if not target or self._kind(target) != "dir":
+                # Pointing out of the workspace (into the command's own /tmp, or
+                # at a repository of the person's whose config and hooks would
+                # then run on this directory's content), or through a link.
                 self._move(dot_git, done, "a .git pointer the command created to a git "
                            "directory outside the workspace")
                 return
             self._inert_gitdir(target, worktree, done, depth)
-        elif os.path.isdir(dot_git):
+        elif kind == "dir":
             self._inert_gitdir(dot_git, worktree, done, depth)
 
     def _inert_gitdir(self, gitdir: str, worktree: str, done: list[Neutralised],
                       depth: int) -> None:
+        gitdir = os.path.normpath(gitdir)
+        if gitdir in self._seen:
+            return  # the person's (swept as such), or reached twice by a cycle of links
+        self._seen.add(gitdir)
         for name in ("config", "config.worktree"):
-            if os.path.lexists(os.path.join(gitdir, name)):
+            if self._kind(os.path.join(gitdir, name)):
                 self._attempt(self._inert_config, os.path.join(gitdir, name), done)
         self._attempt(self._inert_hooks, os.path.join(gitdir, "hooks"), done)
         common = os.path.join(gitdir, "commondir")
-        if os.path.lexists(common) and not _commondir_is_main(gitdir):
+        if self._kind(common) and not self._commondir_is_main(gitdir):
             self._move(common, done, "git would follow it to another repository's config")
         # Gitlinks are checked out where git puts this repository's worktree:
         # a (kept) core.worktree, a linked worktree's `gitdir` file, or beside it.
-        worktree = _worktree_of(gitdir) or worktree
+        worktree = self._worktree_of(gitdir) or worktree
 
         def nested(path: str, into: list[Neutralised]) -> None:
             self._inert_gitdir(path, worktree, into, depth + 1)
@@ -462,21 +540,19 @@ class MetadataGuard:
             self._inert_repository(dot_git, os.path.dirname(dot_git), into, depth + 1)
 
         for sub in ("worktrees", "modules"):
-            for entry in _listdir(os.path.join(gitdir, sub)):
+            for entry in self._listdir(os.path.join(gitdir, sub)):
                 self._attempt(nested, os.path.join(gitdir, sub, entry), done)
-        for link in gitmeta.all_gitlinks(os.path.join(gitdir, "index")):
+        for link in self._gitlinks(os.path.join(gitdir, "index")) or ():
             self._attempt(linked, os.path.join(worktree, link, ".git"), done)
 
     def _new_in_gitdir(self, gitdir: str, done: list[Neutralised]) -> None:
         """In a repository that existed: the worktrees, modules and gitlinks that did not."""
         recorded = os.path.join(self.dir, self._key(gitdir) + ".git")
-        if not os.path.lexists(recorded):
+        if not os.path.lexists(recorded) or self._kind(gitdir) != "dir":
             return
         before = set(_read(recorded).split("\0"))
-        if not os.path.isdir(gitdir) or os.path.islink(gitdir):
-            return
-        now = _git_state(gitdir)
-        worktree = _worktree_of(gitdir) or (
+        now = self._git_state(gitdir)
+        worktree = self._worktree_of(gitdir) or (
             os.path.dirname(gitdir) if os.path.basename(gitdir) == ".git" else "")
         for item in now:
             if item in before:
@@ -486,8 +562,7 @@ class MetadataGuard:
             if kind in ("wt", "mod"):
                 sub = os.path.join(gitdir, "worktrees" if kind == "wt" else "modules", name)
                 self._inert_gitdir(sub, worktree, done, 1)
-            elif kind == "index" and gitmeta.index_gitlinks(
-                    os.path.join(gitdir, "index")) is None:
+            elif kind == "index" and self._gitlinks(os.path.join(gitdir, "index")) is None:
                 # Changed, and git can read it but stockade cannot: the
                 # gitlinks it holds are unknown, so it must not stay.
                 self._move(os.path.join(gitdir, "index"), done,
@@ -499,30 +574,31 @@ class MetadataGuard:
     # -- the neutralisers --------------------------------------------------------------
 
     def _inert_config(self, path: str, done: list[Neutralised]) -> None:
-        where = open_parent(path, self.roots)
+        where = self._open_parent(path)
         if where is None:
             return
         fd, name = where
         try:
-            full = os.path.join(f"/proc/self/fd/{fd}", name)
-            if os.path.islink(full) or (os.path.lexists(full) and not os.path.isfile(full)):
-                moved = self._quarantine(fd, name, path)
+            kind = _kind_at(fd, name)
+            if kind not in ("file", ""):
+                moved = self._quarantine(path)
                 done.append(Neutralised(path, "not a regular git config file", moved))
                 return
-            entries = gitmeta.read_config(os.path.join(f"/proc/self/fd/{fd}", name))
+            entries = self._config(path)
             if entries is None:
                 text, removed = MINIMAL_CONFIG.decode(), ["everything (not parseable)"]
             else:
                 gitdir = os.path.dirname(path)
 
                 def inside(value: str) -> bool:
-                    real = os.path.realpath(os.path.join(gitdir, value))
-                    return any(is_under(real, r) for r in self.roots)
+                    # Where git will go (links resolved), and beneath a root as named.
+                    joined = os.path.join(gitdir, value)
+                    return self.fs.holds(os.path.realpath(joined)) and self.fs.holds(joined)
 
                 text, removed = gitmeta.filter_config(entries, worktree_ok=inside)
             if not removed:
                 return
-            moved = self._quarantine(fd, name, path)
+            moved = self._quarantine(path)
             out = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
                           | os.O_CLOEXEC, 0o644, dir_fd=fd)
             with open(out, "wb") as fh:
@@ -533,88 +609,135 @@ class MetadataGuard:
             os.close(fd)
 
     def _inert_hooks(self, hooks: str, done: list[Neutralised]) -> None:
-        where = open_parent(hooks, self.roots)
-        if where is None:
+        kind = self._kind(hooks)
+        if not kind:
             return
-        fd, name = where
-        try:
-            full = os.path.join(f"/proc/self/fd/{fd}", name)
-            if not os.path.lexists(full):
-                return
-            if os.path.islink(full) or not os.path.isdir(full):
-                moved = self._quarantine(fd, name, hooks)
-                done.append(Neutralised(hooks, "not a hooks directory", moved))
-                return
-            sub = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC,
-                          dir_fd=fd)
-        finally:
-            os.close(fd)
-        try:
-            for entry in sorted(os.listdir(sub)):
-                if entry.endswith(gitmeta.SAMPLE_SUFFIX):
-                    continue
-                path = os.path.join(hooks, entry)
-                moved = self._quarantine(sub, entry, path)
-                done.append(Neutralised(path, "a git hook the command created", moved))
-        finally:
-            os.close(sub)
+        if kind != "dir":
+            self._move(hooks, done, "not a hooks directory")
+            return
+        for entry in self._listdir(hooks):
+            if entry.endswith(gitmeta.SAMPLE_SUFFIX):
+                continue
+            path = os.path.join(hooks, entry)
+            done.append(Neutralised(path, "a git hook the command created",
+                                    self._quarantine(path)))
 
     def _move(self, path: str, done: list[Neutralised], what: str) -> None:
-        where = open_parent(path, self.roots)
-        if where is None:
-            return
-        fd, name = where
-        try:
-            if os.path.lexists(os.path.join(f"/proc/self/fd/{fd}", name)):
-                done.append(Neutralised(path, what, self._quarantine(fd, name, path)))
-        finally:
-            os.close(fd)
+        if self._kind(path):
+            done.append(Neutralised(path, what, self._quarantine(path)))
 
-    def _quarantine(self, dir_fd: int, name: str, path: str) -> str:
-        """Move `name` out of the workspace into the quarantine; where it went ("" if lost).
+    def _quarantine(self, path: str) -> str:
+        """Move `path` out of the workspace into the quarantine; where it went ("" if lost).
 
-        A rename when the state directory shares the filesystem; otherwise a
-        copy through descriptors, then removal. Only what is too large to
-        copy is removed without a copy.
+        The destination is stockade's own name (a fresh directory, `item`
+        inside it, the original path beside it in `origin`), never one made of
+        the command's names: a relative path built from them once led out of
+        the quarantine.
         """
-        root = max((r for r in self.roots if is_under(path, r)), key=len, default="/")
+        where = self.fs.locate(path)
+        if where is None or not where[1]:
+            return ""
+        root, rel = where
+        os.makedirs(self.quarantine, mode=0o700, exist_ok=True)
         stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
-        dest = os.path.join(self.quarantine, f"{stamp}-{os.urandom(3).hex()}",
-                            os.path.relpath(path, root))
-        os.makedirs(os.path.dirname(dest), mode=0o700, exist_ok=True)
-        try:
-            os.rename(name, dest, src_dir_fd=dir_fd)
-            return dest
-        except OSError as exc:
-            import errno
-
-            if exc.errno != errno.EXDEV:
-                raise
-        try:
-            tree = read_tree(dir_fd, name)
-        except TooLarge:
-            tree = None
-        if tree is not None:
-            parent = os.open(os.path.dirname(dest), os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-            try:
-                write_tree(parent, os.path.basename(dest), tree)
-            finally:
-                os.close(parent)
-        remove_entry(dir_fd, name)
-        return dest if tree is not None else ""
+        entry = f"{stamp}-{os.urandom(4).hex()}"
+        with Root(self.quarantine) as quarantine:
+            os.mkdir(entry, 0o700, dir_fd=quarantine.fd)
+            quarantine.create(f"{entry}/origin", path.encode("utf-8", "surrogateescape") + b"\n",
+                              0o600)
+            kept = root.move_to(rel, quarantine, f"{entry}/item")
+        dest = os.path.join(self.quarantine, entry, "item")
+        return dest if kept else ""
 
     def _break_chain(self, path: str, done: list[Neutralised]) -> None:
         """A directory above `path` is no longer a real directory: move the impostor."""
-        root = max((r for r in self.roots if is_under(path, r)), key=len, default="")
-        current = root
-        for part in os.path.relpath(path, root).split(os.sep)[:-1]:
-            current = os.path.join(current, part)
-            if os.path.islink(current) or (os.path.lexists(current)
-                                           and not os.path.isdir(current)):
-                self._move(current, done, "replaced a directory holding protected metadata")
+        where = self.fs.locate(path)
+        if where is None:
+            return
+        root, rel = where
+        current = ""
+        for part in rel.split("/")[:-1]:
+            current = f"{current}/{part}" if current else part
+            kind = root.kind(current)
+            if kind not in ("dir", ""):
+                self._move(root.join(current), done,
+                           "replaced a directory holding protected metadata")
                 return
-            if not os.path.lexists(current):
+            if not kind:
                 return  # gone: nothing under it can run
+
+    # -- reading a repository ----------------------------------------------------------
+
+    def _git_state(self, gitdir: str) -> list[str]:
+        """What a repository holds that leads git elsewhere: worktrees, modules, gitlinks.
+
+        Worktrees and modules by name and identity: one renamed aside and rebuilt
+        under the same name is a new one. Gitlinks read afresh from the index and
+        the shared index it names, never from a cache a command could satisfy
+        with `touch -d`.
+        """
+        state: list[str] = []
+        where = self.fs.locate(gitdir)
+        if where is None:
+            return state
+        root, rel = where
+
+        def j(*names: str) -> str:
+            return "/".join(x for x in (rel, *names) if x)
+
+        for kind, sub in (("wt", "worktrees"), ("mod", "modules")):
+            for entry in root.listdir(j(sub)):
+                st = root.lstat(j(sub, entry))
+                if st is not None:
+                    state.append(f"{kind} {entry} {st.st_dev}:{st.st_ino}")
+        state += [f"link {p}" for p in gitmeta.index_gitlinks(root, j("index")) or ()]
+        st = root.lstat(j("index"))
+        if st is not None:
+            state.append(f"index {st.st_ino}:{st.st_mtime_ns}:{st.st_ctime_ns}:{st.st_size}")
+        return state
+
+    def _worktree_of(self, gitdir: str) -> str:
+        """Where git checks this repository out, when it says so itself.
+
+        As git decides it: a `gitdir` file only in a linked worktree's directory
+        (`worktrees/<id>`; anywhere else git ignores it, and so must this, or a
+        planted one sends the check to a decoy); then `core.worktree`, from
+        `config.worktree` over `config` when extensions.worktreeConfig is on.
+        A worktree outside the writable roots is one the guard does not act in.
+        """
+        if os.path.basename(os.path.dirname(gitdir)) == "worktrees":
+            target = self._pointer(os.path.join(gitdir, "gitdir"), gitdir)
+            if target:
+                return os.path.dirname(target)
+        entries = self._config(os.path.join(gitdir, "config")) or []
+        worktree = ""
+        per_worktree = False
+        for entry in entries:
+            if entry.key == "core.worktree":
+                worktree = entry.value
+            elif entry.key == "extensions.worktreeconfig":
+                per_worktree = entry.value.lower() in ("true", "yes", "on", "1")
+        if per_worktree:
+            for entry in self._config(os.path.join(gitdir, "config.worktree")) or ():
+                if entry.key == "core.worktree":
+                    worktree = entry.value
+        return os.path.realpath(os.path.join(gitdir, worktree)) if worktree else ""
+
+    def _plans_exec(self, path: str) -> bool:
+        for todo in ("git-rebase-todo", "todo", "done"):
+            for line in self._head(os.path.join(path, todo), 1 << 20).splitlines():
+                word = line.strip().split(b" ", 1)[0]
+                if word in (b"x", b"exec"):
+                    return True
+        return False
+
+    def _commondir_is_main(self, gitdir: str) -> bool:
+        """A linked worktree's commondir must lead back to the repository that holds it."""
+        parent = os.path.dirname(gitdir)
+        if os.path.basename(parent) != "worktrees":
+            return False
+        target = self._pointer(os.path.join(gitdir, "commondir"), gitdir)
+        return bool(target) and target == os.path.realpath(os.path.dirname(parent))
 
 
 def _same(have: object, want: object) -> bool:
@@ -638,68 +761,16 @@ def _unowned(tree: object) -> object:
     return tree
 
 
-def _git_state(gitdir: str) -> list[str]:
-    """What a repository holds that leads git elsewhere: worktrees, modules, gitlinks.
+def _kind_at(dir_fd: int, name: str) -> str:
+    import stat
 
-    Worktrees and modules by name and identity: one renamed aside and rebuilt
-    under the same name is a new one. Gitlinks read afresh from the index and
-    its shared indexes, never from a cache a command could satisfy with
-    `touch -d`.
-    """
-    state: list[str] = []
-    for kind, sub in (("wt", "worktrees"), ("mod", "modules")):
-        for entry in _listdir(os.path.join(gitdir, sub)):
-            try:
-                st = os.lstat(os.path.join(gitdir, sub, entry))
-            except OSError:
-                continue
-            state.append(f"{kind} {entry} {st.st_dev}:{st.st_ino}")
-    index = os.path.join(gitdir, "index")
-    state += [f"link {p}" for p in gitmeta.all_gitlinks(index)]
     try:
-        st = os.lstat(index)
-        state.append(f"index {st.st_ino}:{st.st_mtime_ns}:{st.st_ctime_ns}:{st.st_size}")
-    except OSError:
-        pass
-    return state
-
-
-def _worktree_of(gitdir: str) -> str:
-    """Where git checks this repository out, when it says so itself.
-
-    As git decides it: a `gitdir` file only in a linked worktree's directory
-    (`worktrees/<id>`; anywhere else git ignores it, and so must this, or a
-    planted one sends the check to a decoy); then `core.worktree`, from
-    `config.worktree` over `config` when extensions.worktreeConfig is on.
-    """
-    pointer = os.path.join(gitdir, "gitdir")
-    if (os.path.basename(os.path.dirname(gitdir)) == "worktrees" and os.path.isfile(pointer)
-            and not os.path.islink(pointer)):
-        line = gitmeta.read_head(pointer).rstrip(b"\r\n").decode("utf-8", "surrogateescape")
-        if line:
-            return os.path.dirname(os.path.realpath(os.path.join(gitdir, line)))
-    entries = gitmeta.read_config(os.path.join(gitdir, "config")) or []
-    worktree = ""
-    per_worktree = False
-    for entry in entries:
-        if entry.key == "core.worktree":
-            worktree = entry.value
-        elif entry.key == "extensions.worktreeconfig":
-            per_worktree = entry.value.lower() in ("true", "yes", "on", "1")
-    if per_worktree:
-        for entry in gitmeta.read_config(os.path.join(gitdir, "config.worktree")) or ():
-            if entry.key == "core.worktree":
-                worktree = entry.value
-    return os.path.realpath(os.path.join(gitdir, worktree)) if worktree else ""
-
-
-def _plans_exec(path: str) -> bool:
-    for todo in ("git-rebase-todo", "todo", "done"):
-        for line in gitmeta.read_head(os.path.join(path, todo), 1 << 20).splitlines():
-            word = line.strip().split(b" ", 1)[0]
-            if word in (b"x", b"exec"):
-                return True
-    return False
+        mode = os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_mode
+    except FileNotFoundError:
+        return ""
+    if stat.S_ISDIR(mode):
+        return "dir"
+    return "file" if stat.S_ISREG(mode) else "link" if stat.S_ISLNK(mode) else "other"
 
 
 def _identity(dir_fd: int, name: str) -> str:
@@ -723,27 +794,6 @@ def _read(path: str) -> str:
             return fh.read().decode("utf-8", "surrogateescape")
     except OSError:
         return ""
-
-
-def _commondir_is_main(gitdir: str) -> bool:
-    """A linked worktree's commondir must lead back to the repository that holds it."""
-    parent = os.path.dirname(gitdir)
-    if os.path.basename(parent) != "worktrees":
-        return False
-    from ...profile import _read_first_line
-
-    target = _read_first_line(os.path.join(gitdir, "commondir"))
-    if not target:
-        return False
-    return os.path.realpath(os.path.join(gitdir, target)) == os.path.realpath(
-        os.path.dirname(parent))
-
-
-def _listdir(path: str) -> list[str]:
-    try:
-        return sorted(os.listdir(path)) if not os.path.islink(path) else []
-    except OSError:
-        return []
 
 
 def _touch(dir_fd: int, name: str) -> None:
