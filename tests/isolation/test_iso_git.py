@@ -277,3 +277,47 @@ def test_a_fifo_where_stockade_reads_cannot_hang_the_workspace(repo: Box) -> Non
     nxt = box.run(["true"], mode="workspace-write", timeout=60)
     assert nxt.returncode == 0, text(nxt)
     assert first < 20 and time.monotonic() - start < 20, (first, text(res))
+
+
+def _commit_while_running(box: Box, script: str, planted: Path) -> tuple[bool, bytes]:
+    """Run `script` (given HOOK as $1); once `planted` appears, or the command ends, commit
+    on the host as the person would. (whether attacker code ran, what the command said)."""
+    proc = box.runner.popen(
+        box.runner.cli_argv(["run", "--mode", "workspace-write", "--timeout", "20", "--",
+                             "/bin/sh", "-c", script, "sh", HOOK]),
+        cwd=str(box.ws), env=box.env(**GIT_ENV), stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 3
+        while not planted.exists() and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.02)
+        time.sleep(0.1)  # the chmod
+        ran = _host_commit_runs_planted_hook(box)
+    finally:
+        out, _ = proc.communicate(timeout=30)
+    return ran, out
+
+
+def test_a_repository_without_hooks_gets_none_during_a_run(repo: Box) -> None:
+    """In a repository without `.git/hooks`, a hook the command creates must not be live
+    while it runs: the person's `git commit` meanwhile once ran it."""
+    box = repo
+    import shutil
+
+    shutil.rmtree(box.ws / ".git" / "hooks")
+    script = ('mkdir -p .git/hooks; printf "%s" "$1" > .git/hooks/pre-commit && '
+              'chmod +x .git/hooks/pre-commit; echo "hook: $?"; sleep 3')
+    ran, out = _commit_while_running(box, script, box.ws / ".git" / "hooks" / "pre-commit")
+    assert not ran, out
+    assert b"hook: 0" not in out, out  # the command learnt its write did not stand
+    assert not (box.ws / ".git" / "hooks" / "pre-commit").exists()
+    # What is left is git's own empty form, which the person's git accepts.
+    assert sorted(p.name for p in (box.ws / ".git" / "hooks").iterdir()) == []
+    assert git(box, "status", "--porcelain").stdout == b""
+
+
+def test_control_a_hook_written_on_the_host_runs_at_commit(repo: Box) -> None:
+    """The control: the same hook, written unconfined, runs at the host's `git commit`."""
+    box = repo
+    box.write(box.ws / ".git" / "hooks" / "pre-commit", HOOK, 0o755)
+    assert _host_commit_runs_planted_hook(box)

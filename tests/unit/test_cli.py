@@ -4,6 +4,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -367,3 +368,19 @@ def test_git_submodule_add_that_exits_0_still_explains_the_refused_config(cli, t
     assert out.returncode == 0
     assert ".git/config is read-only: .git is protected metadata" in last_line(out.stderr), \
         out.stderr
+
+
+def test_python_m_stockade_imports_nothing_from_the_working_directory(tmp_path: Path) -> None:
+    """`python -m stockade` started in a workspace (as an MCP client starts it) must not
+    import a module a sandboxed command wrote there."""
+    (tmp_path / "json.py").write_text("raise SystemExit('HIJACKED')\n")
+    env = {"HOME": str(tmp_path), "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+           "XDG_STATE_HOME": str(tmp_path / "state")}
+    # The control: an ordinary interpreter started there imports it.
+    ctl = subprocess.run([sys.executable, "-c", "import json"], cwd=tmp_path, env=env,
+                         capture_output=True, timeout=60, check=False)
+    assert b"HIJACKED" in ctl.stderr
+    res = subprocess.run([sys.executable, "-m", "stockade", "doctor", "--json"], cwd=tmp_path,
+                         env=env, capture_output=True, timeout=120, check=False)
+    assert b"HIJACKED" not in res.stdout + res.stderr
+    assert res.stdout.startswith(b"{"), res.stderr

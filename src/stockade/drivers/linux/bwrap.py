@@ -245,7 +245,9 @@ class BubblewrapDriver(ParkingDriver):
                  guard: bool | MetadataGuard = True) -> Launch:
         """The cold launch (see `ParkingDriver._prepare`)."""
         from .layers import init_launch, init_started
+        from .placeholders import hold_git_names
 
+        profile = hold_git_names(profile)
         meta = guard if not isinstance(guard, bool) else self._guard(profile) if guard else None
         if meta is not None and meta.stale:
             # The sweep of a killed run's leftovers just moved away names the
