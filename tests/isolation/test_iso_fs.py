@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import secrets
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -393,3 +394,41 @@ try big-file sh -c 'head -c 32M /dev/zero > ./big'
     assert tried == {"tmp-fill": False, "big-file": False}, text(res)
     big = box.ws / "big"
     assert big.exists() and big.stat().st_size <= 4 << 20, text(res)  # seen from the host
+
+
+#: Agent, editor and project settings the person's tools read on opening the folder.
+LIVE_NAMES = (".vscode/tasks.json", ".claude/settings.json", ".mcp.json", ".envrc",
+              "stockade.toml", ".devcontainer/devcontainer.json")
+
+
+def test_protected_names_are_neutralised_while_the_command_runs(box: Box) -> None:
+    """Each name a running command creates is gone within milliseconds, seen from the
+    host while the command still runs, and the command is told its write did not stand
+    (a write into a vanished directory fails). It once stayed for the command's life."""
+    plant = "; ".join(
+        f'mkdir -p "$(dirname {n})"; t0=$(date +%s%N); echo payload > {n}; s=$?; i=0; '
+        f'while [ -e {n} ] && [ $i -lt 1000 ]; do i=$((i+1)); sleep 0.005; done; '
+        f'echo "window {n} $s $(( ($(date +%s%N) - t0) / 1000000 ))"' for n in LIVE_NAMES)
+    control = box.mkdir("control")
+    subprocess.run(["sh", "-c", plant.replace("1000", "1")], cwd=control, capture_output=True,
+                   check=False, timeout=60)
+    assert all((control / n).exists() for n in LIVE_NAMES)  # unconfined, they stay
+    proc = box.runner.popen(
+        box.runner.cli_argv(["run", "--mode", "workspace-write", "--timeout", "30", "--",
+                             "/bin/sh", "-c", plant + "; touch ready; sleep 3"]),
+        cwd=str(box.ws), env=box.env(), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 30
+        while not (box.ws / "ready").exists() and proc.poll() is None \
+                and time.monotonic() < deadline:
+            time.sleep(0.02)
+        running = proc.poll() is None
+        live = [n for n in LIVE_NAMES if (box.ws / n).exists()]
+    finally:
+        out = proc.communicate(timeout=40)[0].decode(errors="replace")
+    assert running and not live, out
+    windows = {w[1]: int(w[3]) for w in (line.split() for line in out.splitlines())
+               if w[:1] == ["window"]}
+    assert set(windows) == set(LIVE_NAMES), out
+    assert max(windows.values()) < 1000, out

@@ -375,3 +375,7 @@ def test_what_the_guard_was_tricked_with_again_runs_nothing(box: Box, name: str)
 
 def test_a_planted_rebase_plan_runs_nothing(box: Box) -> None:
     trust.test_a_planted_rebase_plan_runs_nothing(box)
+
+
+def test_protected_names_are_neutralised_while_the_command_runs(box: Box) -> None:
+    iso.test_protected_names_are_neutralised_while_the_command_runs(box)

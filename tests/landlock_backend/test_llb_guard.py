@@ -29,7 +29,9 @@ def make_profile(ws: Path) -> Profile:
 
 
 def Guard(profile: Profile, state: str) -> MetadataGuard:
-    return MetadataGuard(profile, state, restore_content=True)
+    """The guard's sweep alone: these tests write as the command would while it is
+    alive, and a watch would settle each write as it lands (see test_guard_watch.py)."""
+    return MetadataGuard(profile, state, restore_content=True, watch=False)
 
 
 def release(guard: MetadataGuard) -> tuple[list[str], list[str], list[str]]:

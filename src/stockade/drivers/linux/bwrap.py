@@ -287,6 +287,8 @@ class BubblewrapDriver(ParkingDriver):
                                     "seccomp": init.config["seccomp"]}
         if tmp_how:
             audit["session_tmp"] = tmp_how
+        if meta is not None and meta.unwatched:
+            audit["guard_watch"] = meta.unwatched
         if landlock.dropped:
             audit["landlock_dropped"] = list(landlock.dropped)
         def release(launch: Launch) -> None:

@@ -48,6 +48,7 @@ from .fstree import (
     remove_tree,
     write_tree,
 )
+from .watch import Watch
 
 TYPE_CHECKING = False
 
@@ -89,10 +90,12 @@ class MetadataGuard:
     `restore_content`: keep a copy of every existing protected path and put
     it back when it changed (the Landlock backend, where they are writable
     during the run). Without it (bubblewrap, where mounts hold them) only
-    which paths existed is recorded.
+    which paths existed is recorded. `watch`: settle names as they appear
+    while the command runs (watch.py), not only after it.
     """
 
-    def __init__(self, profile: Profile, state_dir: str, *, restore_content: bool) -> None:
+    def __init__(self, profile: Profile, state_dir: str, *, restore_content: bool,
+                 watch: bool = True) -> None:
         self.roots = ([profile.workspace] if profile.workspace_writable else []) + list(
             profile.write_roots)
         self.content = restore_content
@@ -103,6 +106,7 @@ class MetadataGuard:
         self.stale: list[Neutralised] = []
         self.fs = Roots([])
         self._seen: set[str] = set()
+        self.watch: Watch | None = None
         from ...paths import sha256_hex
 
         key = sha256_hex(profile.workspace.encode())[:32]
@@ -142,6 +146,45 @@ class MetadataGuard:
             except BaseException:
                 self._leave()
                 raise
+        if watch:
+            self._watch()
+
+    def _watch(self) -> None:
+        """Settle each protected name as it appears (and, when copies are kept, each
+        protected directory as it changes) for as long as this guard is alive."""
+        import threading
+
+        from .watch import Watch
+
+        names: dict[str, set[str]] = {}
+        trees: set[str] = set()
+        for path in self.paths:
+            names.setdefault(os.path.dirname(path), set()).add(os.path.basename(path))
+            if self.content and os.path.isdir(path) and not os.path.islink(path):
+                trees.add(path)
+        for gitdir in self.gitdirs:
+            # What leads git elsewhere appears there: worktrees, modules, the index.
+            names.setdefault(gitdir, set()).update(("worktrees", "modules", "index"))
+        self._lock = threading.Lock()
+        self.during: list[Neutralised] = []
+        self.watch = Watch(names, trees, self._settle_now)
+
+    @property
+    def unwatched(self) -> str:
+        """Why names are settled only after the run ("" when they are watched)."""
+        return self.watch.failed if self.watch is not None else ""
+
+    def _settle_now(self, path: str) -> None:
+        """One watched path, settled as the sweep after the run would settle it."""
+        with self._lock, _FileLock(self._snap_lock):
+            if self.alive_fd < 0:
+                return
+            gitdirs = self._recorded()[1]
+            parent = os.path.dirname(path)
+            if parent in gitdirs and os.path.basename(path) in ("worktrees", "modules", "index"):
+                self.during += self._sweep(([], [parent]), seen=gitdirs)
+            else:
+                self.during += self._sweep(([path], []), seen=gitdirs)
 
     def _leave(self) -> None:
         """Give up this guard's alive file (it guards nothing, or failed to start)."""
@@ -290,6 +333,9 @@ class MetadataGuard:
         self.stale = []
         if self.alive_fd < 0:
             return done
+        if self.watch is not None:
+            self.watch.close()
+            done += self.during
         try:
             with _FileLock(self._snap_lock):
                 done += self._sweep(self._recorded())
@@ -304,7 +350,8 @@ class MetadataGuard:
                 self.alive_fd = -1
         return done
 
-    def _sweep(self, recorded: tuple[list[str], list[str]]) -> list[Neutralised]:
+    def _sweep(self, recorded: tuple[list[str], list[str]],
+               seen: list[str] | None = None) -> list[Neutralised]:
         """Every path of the baseline back to what it was, every new repository made inert.
 
         Covers every path the baseline knows, not only this command's: the
@@ -316,7 +363,7 @@ class MetadataGuard:
         self.fs = Roots(self.roots)
         # Repositories the person had are swept by their own entry below; one
         # the command made that leads to one of them must not "neutralise" it.
-        self._seen = {os.path.normpath(g) for g in gitdirs}
+        self._seen = {os.path.normpath(g) for g in (gitdirs if seen is None else seen)}
         try:
             for path in paths:
                 self._attempt(self._settle, path, done)

@@ -230,6 +230,8 @@ class LandlockDriver(ParkingDriver):
                                     "reaper": reaper}
         if tmp_how:
             audit["session_tmp"] = tmp_how
+        if undo.guard is not None and undo.guard.unwatched:
+            audit["guard_watch"] = undo.guard.unwatched
         if report.dropped:
             audit["landlock_dropped"] = list(report.dropped)
         if undo.cgroup is not None:

@@ -1,0 +1,161 @@
+"""Protected names neutralised as they appear, while the command still runs.
+
+The guard's sweep after a command is complete but late: a `.vscode/tasks.json`,
+`.mcp.json` or `.git/commondir` the command created was live on the host for
+its whole life, hours for a started server. The parents of the protected
+names are a small fixed set (the workspace's top, each repository's git
+directory, the home when it is writable), so an inotify watch on each, set up
+with the guard and dropped at its release, reports a creation at once; the
+guard then settles that one name as its sweep would. The command sees its
+file vanish (or its next write into a vanished directory fail) instead of
+exiting 0 with its work quietly undone later.
+
+Under the Landlock backend, which cannot hold existing names read-only, the
+protected directories themselves are watched too, so a hook written into
+`.git/hooks` is put back as soon as it is closed.
+
+The window between creation and neutralisation is the event's delivery and
+one settle (milliseconds; `bench/watch.py` measures it). A name under a
+parent that does not exist when the command starts (`.husky/_` before
+`.husky`) is not watched and waits for the sweep. An inotify instance that
+cannot be had (the per-user limit) leaves the sweep alone to act, and says
+so in the report.
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import struct
+import threading
+
+TYPE_CHECKING = False
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+# inotify(7) events: a name made, moved in, closed after writing, or removed.
+IN_MODIFY = 0x002
+IN_CLOSE_WRITE = 0x008
+IN_MOVED_FROM = 0x040
+IN_MOVED_TO = 0x080
+IN_CREATE = 0x100
+IN_DELETE = 0x200
+IN_Q_OVERFLOW = 0x4000
+IN_ONLYDIR = 0x01000000
+IN_DONT_FOLLOW = 0x02000000
+IN_NONBLOCK = os.O_NONBLOCK
+IN_CLOEXEC = os.O_CLOEXEC
+
+#: (inotify_init1, inotify_add_watch) by seccomp architecture name.
+_NR = {"x86_64": (294, 254), "aarch64": (26, 27)}
+_EVENT = struct.Struct("iIII")
+
+
+class Watch:
+    """A thread that calls `settle(path)` for each watched path that changes.
+
+    `names`: directory -> the entries in it watched for appearing or changing;
+    `trees`: directories whose every change settles the directory itself.
+    """
+
+    def __init__(self, names: dict[str, set[str]], trees: set[str],
+                 settle: Callable[[str], None]) -> None:
+        self.failed = ""
+        self._settle = settle
+        self._names = names
+        self._trees = trees
+        self._wd: dict[int, str] = {}
+        self._fd = -1
+        self._stop_r, self._stop_w = os.pipe2(os.O_CLOEXEC)
+        self._thread: threading.Thread | None = None
+        try:
+            self._fd = _inotify_init()
+            for path in sorted({*names, *trees}):
+                self._add(path)
+        except OSError as exc:
+            self.failed = f"inotify unavailable ({exc.strerror or exc}): swept after the run only"
+            self.close()
+            return
+        self._thread = threading.Thread(target=self._loop, name="stockade-watch", daemon=True)
+        self._thread.start()
+
+    def _add(self, path: str) -> None:
+        mask = (IN_CREATE | IN_MOVED_TO | IN_MOVED_FROM | IN_DELETE | IN_CLOSE_WRITE
+                | IN_MODIFY | IN_ONLYDIR | IN_DONT_FOLLOW)
+        try:
+            wd = _inotify_add_watch(self._fd, path, mask)
+        except (FileNotFoundError, NotADirectoryError, PermissionError):
+            return  # gone, not a directory, or not ours to read: the sweep covers it
+        self._wd[wd] = path
+
+    def _loop(self) -> None:
+        while True:
+            try:
+                ready, _, _ = select.select([self._fd, self._stop_r], [], [])
+            except (OSError, ValueError):
+                return
+            if self._stop_r in ready:
+                return
+            try:
+                data = os.read(self._fd, 1 << 16)
+            except BlockingIOError:
+                continue
+            except OSError:
+                return
+            for path in self._paths(data):
+                try:
+                    self._settle(path)
+                except Exception:
+                    pass
+
+    def _paths(self, data: bytes) -> list[str]:
+        """The watched paths the events in `data` touch, each once, in order."""
+        out: list[str] = []
+        pos = 0
+        while pos + _EVENT.size <= len(data):
+            wd, mask, _cookie, length = _EVENT.unpack_from(data, pos)
+            raw = data[pos + _EVENT.size:pos + _EVENT.size + length].rstrip(b"\0")
+            pos += _EVENT.size + length
+            if mask & IN_Q_OVERFLOW:
+                # Events were lost: every watched path, as the sweep would.
+                out.extend(os.path.join(p, n) for p, names in self._names.items() for n in names)
+                out.extend(self._trees)
+                continue
+            parent = self._wd.get(wd)
+            if parent is None:
+                continue
+            if parent in self._trees:
+                out.append(parent)
+            name = os.fsdecode(raw)
+            if name in self._names.get(parent, ()):
+                out.append(os.path.join(parent, name))
+        return list(dict.fromkeys(out))
+
+    def close(self) -> None:
+        """Stop the thread, after a settle in progress has finished."""
+        if self._stop_w >= 0:
+            os.write(self._stop_w, b"x")
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join()
+        for fd in (self._fd, self._stop_r, self._stop_w):
+            if fd >= 0:
+                os.close(fd)
+        self._fd = self._stop_r = self._stop_w = -1
+
+
+def _syscall(index: int, *args: object) -> int:
+    from .seccomp import libc_syscall, native_arch
+
+    numbers = _NR.get(native_arch())
+    if numbers is None:
+        raise OSError(38, "no inotify syscall numbers for this architecture")
+    return libc_syscall()(numbers[index], *args)
+
+
+def _inotify_init() -> int:
+    return _syscall(0, IN_NONBLOCK | IN_CLOEXEC)
+
+
+def _inotify_add_watch(fd: int, path: str, mask: int) -> int:
+    return _syscall(1, fd, os.fsencode(path), mask)
