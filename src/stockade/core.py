@@ -65,6 +65,9 @@ class SessionWorkspace:
         self.read_scope = read_scope
         self.processes: set[BackgroundProcess] = set()
         self.mode: str | None = None  # set by a mode change approved for this session
+        #: The private layers over the toolchain caches, made by this session at
+        #: its first writing command and removed with it: never found by name.
+        self.cache_dir: str | None = None
 
 
 class Approve:
@@ -307,8 +310,9 @@ class SandboxCore:
             # what they were still using.
             for driver in self._drivers():
                 driver.close_session(session_id)
-            if ws.tmp_dir:
-                remove_session_tmp(ws.tmp_dir)
+            for made in (ws.tmp_dir, ws.cache_dir):
+                if made:
+                    remove_session_tmp(made)
 
     def close(self) -> None:
         """Close every session, then the proxy and the ledger."""
@@ -599,8 +603,16 @@ class SandboxCore:
                      caps: SandboxCapabilities, cwd: str, backend: str,
                      endpoint: tuple[str, int, str, str | None] | None = None) -> Profile:
         c = self.config
-        return build_profile(
-            private=self._private, tmp_size_mb=c.tmp_size_mb, max_file_size_mb=c.max_file_size_mb,
+        if ws.cache_dir is None and c.scratch and mode != READ_ONLY:
+            import tempfile
+
+            base = os.path.join(self.state_dir, "caches")
+            os.makedirs(base, mode=0o700, exist_ok=True)
+            ws.cache_dir = tempfile.mkdtemp(prefix=session_key(ws.session_id)[:12] + "-",
+                                            dir=base)
+        profile = build_profile(
+            private=self._private, cache_dir=ws.cache_dir, tmp_size_mb=c.tmp_size_mb,
+            max_file_size_mb=c.max_file_size_mb,
             proxy_socket=endpoint[0] if endpoint else None,
             proxy_port=endpoint[1] if endpoint else None,
             proxy_secret=endpoint[3] if endpoint else None,
@@ -610,6 +622,10 @@ class SandboxCore:
             use_scratch=c.scratch, secret_env=tuple(c.secret_env) if c.secret_env is not None
             else _default_secrets(), session_tmp=ws.tmp_dir, backend=backend,
         )
+        for _cache, private, _var in profile.caches:
+            for part in ("upper", "work"):
+                os.makedirs(os.path.join(private, part), mode=0o700, exist_ok=True)
+        return profile
 
     def audit(self, cmd: SandboxCommand, ws: SessionWorkspace, mode: str,
                caps: SandboxCapabilities | None, backend: str, outcome: str, started: float,

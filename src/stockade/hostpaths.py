@@ -345,16 +345,19 @@ def local_sockets(env: Mapping[str, str]) -> list[str]:
     return socks
 
 
-def scratch(env: Mapping[str, str], platform: str = "", *, network: bool = False) -> list[str]:
-    """Directories outside the workspace a toolchain must write to in order to build at all.
+def caches(env: Mapping[str, str], platform: str = "", *, network: bool = False
+           ) -> list[tuple[str, str]]:
+    """(directory, the variable that moves it or "") of each toolchain cache a build
+    must write to in order to run at all.
 
     A compiler's cache is shared across projects and too large to keep in one,
     and without it `go test` or `cargo build` cannot run: a sandbox that
-    permits editing and forbids checking produces unverified change. Named
-    directories, never the home itself -- a rule reaching $HOME would hand over
-    ssh keys with the compiler's scratch space. The environment is read first,
-    because the machine with GOCACHE somewhere unusual is the one most likely
-    to be denied.
+    permits editing and forbids checking produces unverified change. But the
+    host's own next build reads these without checking them (Go links an
+    object its cache index names; pip installs a cached wheel), so a command
+    never writes them: it gets a private layer over each (profile.py). The
+    environment is read first, because the machine with GOCACHE somewhere
+    unusual is the one most likely to be denied. Never the home itself.
     """
     home = env.get("HOME", "")
     # macOS toolchains default to ~/Library/Caches, not the XDG location:
@@ -363,43 +366,49 @@ def scratch(env: Mapping[str, str], platform: str = "", *, network: bool = False
     default_cache = os.path.join(home, "Library", "Caches") if darwin else os.path.join(
         home, ".cache")
     cache = env.get("XDG_CACHE_HOME") or (default_cache if home else "")
-    out: list[str] = []
+    out: list[tuple[str, str]] = []
 
     def add(var: str, *default: str) -> None:
-        value = env.get(var, "")
+        value = env.get(var, "") if var else ""
         if value and os.path.isabs(value):
-            out.append(value)
+            out.append((value, var))
         elif default and all(default):
-            out.append(os.path.join(*default))
+            out.append((os.path.join(*default), var))
 
     # Build caches: written by every build, needed even offline.
     add("GOCACHE", cache, "go-build")
+    add("CCACHE_DIR", cache, "ccache")
+    add("SCCACHE_DIR", cache, "sccache")
     if network:
-        # Caches of sources fetched from the network are written only when a
-        # command may fetch. Go and Cargo compile what they extracted there
-        # without re-verifying it, so a writable copy is code the host's next
-        # build runs; offline, the command can read them but not change them.
+        # Caches of sources fetched from the network only when a command may
+        # fetch: offline it has nothing to add to them.
         gopath = env.get("GOPATH") or (os.path.join(home, "go") if home else "")
         add("GOMODCACHE", gopath, "pkg", "mod")
         # Caches only, never a directory of executables on PATH: ~/.cargo/bin
         # and PNPM_HOME hold the programs the user runs next.
         cargo = env.get("CARGO_HOME") or (os.path.join(home, ".cargo") if home else "")
         if cargo:
-            out += [os.path.join(cargo, "registry"), os.path.join(cargo, "git")]
+            out += [(os.path.join(cargo, "registry"), ""), (os.path.join(cargo, "git"), "")]
         add("npm_config_cache", home, ".npm")
-        add("PNPM_STORE_DIR", home, ".local/share/pnpm/store")
+        add("npm_config_store_dir", home, ".local/share/pnpm/store")
         add("YARN_CACHE_FOLDER", cache, "yarn")
         add("PIP_CACHE_DIR", cache, "pip")
         if darwin and home:
-            out.append(os.path.join(home, "Library", "Caches", "Yarn"))
+            out.append((os.path.join(home, "Library", "Caches", "Yarn"), ""))
         add("UV_CACHE_DIR", cache, "uv")
         # Gradle's home also holds init.d/ and gradle.properties, which every
         # later build on the host executes or obeys: only its caches.
         gradle = env.get("GRADLE_USER_HOME") or (os.path.join(home, ".gradle") if home else "")
         if gradle:
-            out.append(os.path.join(gradle, "caches"))
+            out.append((os.path.join(gradle, "caches"), ""))
         if home:
-            out.append(os.path.join(home, ".m2", "repository"))
+            out.append((os.path.join(home, ".m2", "repository"), ""))
     # Never the home itself, whatever an environment variable says.
     root = os.path.normpath(home or "/")
-    return [os.path.normpath(p) for p in out if p and os.path.normpath(p) != root]
+    return [(os.path.normpath(p), var) for p, var in out
+            if p and os.path.normpath(p) != root]
+
+
+def scratch(env: Mapping[str, str], platform: str = "", *, network: bool = False) -> list[str]:
+    """The directories of `caches`."""
+    return [path for path, _var in caches(env, platform, network=network)]

@@ -16,6 +16,7 @@ import sys
 from . import gitmeta, hostpaths
 from .capabilities import FULL_ACCESS, READ_ONLY, NetworkPolicy, is_under
 from .errors import SandboxUnavailable
+from .paths import sha256_hex
 
 TYPE_CHECKING = False
 
@@ -179,7 +180,7 @@ class Profile:
     """Everything a driver needs, decided: paths are canonical, lists are final."""
 
     __slots__ = (
-        "cwd", "env", "granted_sockets", "hidden", "home", "mask_other_homes",
+        "caches", "cwd", "env", "granted_sockets", "hidden", "home", "mask_other_homes",
         "max_file_size_mb", "max_memory_mb", "mode", "network", "private_around",
         "protected", "proxy_port",
         "proxy_secret", "proxy_socket", "read_extra", "read_roots", "read_scope", "runtime_dir",
@@ -217,6 +218,7 @@ class Profile:
         max_file_size_mb: int | None = None,
         spawn_subprocess: bool = True,
         private_around: tuple[str, ...] = (),
+        caches: tuple[tuple[str, str, str], ...] = (),
     ) -> None:
         for name, value in locals().items():
             if name != "self":
@@ -246,6 +248,11 @@ class Profile:
     #: stockade's own directories that hold the workspace (a provisioned
     #: session's): hidden whole, with the workspace shown inside.
     private_around: tuple[str, ...]
+    #: (a toolchain cache, this session's private layer over it, the variable
+    #: that moves it): bubblewrap lays the layer over the cache, the other
+    #: backends point the variable at the layer's `upper` and keep the cache
+    #: read-only.
+    caches: tuple[tuple[str, str, str], ...]
     sockets: tuple[str, ...]
     granted_sockets: tuple[str, ...]
     protected: tuple[Protected, ...]
@@ -629,23 +636,41 @@ def build_profile(
     tmp_size_mb: int | None = None,
     max_file_size_mb: int | None = None,
     listdir: Callable[[str], list[str]] = os.listdir,
+    cache_dir: str | None = None,
 ) -> Profile:
-    """Decide the boundary for one command. All paths in are canonical."""
+    """Decide the boundary for one command. All paths in are canonical.
+
+    `cache_dir`: the session's directory for its private layers over the
+    toolchain caches (`hostpaths.caches`); without one they stay read-only.
+    """
     writable_ws = mode != READ_ONLY and any(is_under(workspace, w) for w in capabilities.fs_write)
     home = host_env.get("HOME", "")
     granted = [os.path.realpath(p) for p in hostpaths.paths(list(granted_sockets), host_env)]
 
     write_roots: list[str] = []
+    layers: list[tuple[str, str, str]] = []
+    relocated: dict[str, str] = {}
     if mode != READ_ONLY:
         write_roots.extend(w for w in capabilities.fs_write if not is_under(w, workspace))
-        extras = hostpaths.paths(list(writable), host_env)
-        if use_scratch:
-            extras += hostpaths.scratch(host_env,
-                                        network=capabilities.network.kind != NetworkPolicy.NONE)
-        for p in extras:
+        for p in hostpaths.paths(list(writable), host_env):
             real = os.path.realpath(p)
             if kind(real) == DIR and (not home or real != os.path.realpath(home)):
                 write_roots.append(real)
+        if use_scratch and cache_dir:
+            network = capabilities.network.kind != NetworkPolicy.NONE
+            for p, var in hostpaths.caches(host_env, network=network):
+                real = os.path.realpath(p)
+                if kind(real) != DIR or (home and real == os.path.realpath(home)):
+                    continue
+                layer = os.path.join(cache_dir, sha256_hex(real.encode())[:16])
+                if backend == "bubblewrap":
+                    layers.append((real, layer, var))  # an overlay at the cache's path
+                elif var:
+                    # No mount namespace to lay a layer over it: the cache stays
+                    # read-only, and the toolchain is pointed at the private copy.
+                    layers.append((real, layer, var))
+                    write_roots.append(os.path.join(layer, "upper"))
+                    relocated[var] = os.path.join(layer, "upper")
     write_roots = sorted(set(write_roots))
 
     # What is explicitly granted is never hidden: asking for fs_read of ~/.aws
@@ -767,5 +792,7 @@ def build_profile(
         max_file_size_mb=max_file_size_mb,
         max_memory_mb=capabilities.max_memory_mb,
         spawn_subprocess=capabilities.spawn_subprocess or mode == FULL_ACCESS,
-        env=sandbox_env(host_env, command_env or {}, secret_env, backend=backend),
+        env={**sandbox_env(host_env, command_env or {}, secret_env, backend=backend),
+             **{k: v for k, v in relocated.items() if k not in (command_env or {})}},
+        caches=tuple(layers),
     )

@@ -432,3 +432,41 @@ def test_protected_names_are_neutralised_while_the_command_runs(box: Box) -> Non
                if w[:1] == ["window"]}
     assert set(windows) == set(LIVE_NAMES), out
     assert max(windows.values()) < 1000, out
+
+
+# -- the toolchain caches the host's own builds read -------------------------------------
+
+#: (the cache under HOME, the variable that moves it): one build cache, one of a
+#: compiler wrapper's, and (with network) a package manager's.
+CACHES = ((".cache/go-build", "GOCACHE"), (".cache/ccache", "CCACHE_DIR"),
+          (".cache/pip", "PIP_CACHE_DIR"))
+
+
+def test_a_build_cache_is_reused_and_never_written(box: Box, reused: bool = True) -> None:
+    """A command reads the host's warm caches but what it writes there (an index entry
+    Go would link without re-hashing, a ccache object, a pip wheel) never reaches them:
+    the host's next build would once have used the command's objects."""
+    for rel, _var in CACHES:
+        box.write(box.home / rel / "00" / "entry", "host object\n")
+        for d in (box.home / rel, box.home / rel / "00", *(box.home / rel).parents):
+            if d == box.home.parent:
+                break
+            os.chmod(d, 0o755)
+            box.runner.own(d)
+    before = snapshot(box.home / ".cache")
+    script = "; ".join(
+        f'd="${{{var}:-$HOME/{rel}}}"; cat "$d/00/entry"; mkdir -p "$d/ff" "$d/00" && '
+        f'echo planted > "$d/ff/evil" && echo poisoned > "$d/00/entry" && echo "wrote {var}"'
+        for rel, var in CACHES)
+    control = box.mkdir("control-home")
+    subprocess.run(["sh", "-c", script], env={"HOME": str(control), "PATH": "/usr/bin:/bin"},
+                   capture_output=True, check=False, timeout=60)
+    res = box.sh(script, mode="workspace-write", options=["--network", "all", "--yes"])
+    out = text(res)
+    # The build works: it reads the host's entries (where a layer can lie over
+    # them) and writes its own.
+    assert out.count("host object") == (len(CACHES) if reused else 0), out
+    assert out.count("wrote ") == len(CACHES), out
+    assert snapshot(box.home / ".cache") == before, out
+    # Unconfined, the same script does write them.
+    assert all((control / rel / "ff" / "evil").exists() for rel, _var in CACHES)

@@ -379,3 +379,10 @@ def test_a_planted_rebase_plan_runs_nothing(box: Box) -> None:
 
 def test_protected_names_are_neutralised_while_the_command_runs(box: Box) -> None:
     iso.test_protected_names_are_neutralised_while_the_command_runs(box)
+
+
+def test_a_build_cache_is_reused_and_never_written(box: Box) -> None:
+    """Without a mount namespace there is no layer to lay over a cache: it stays
+    read-only and its variable points the toolchain at the session's private copy,
+    which starts empty."""
+    iso.test_a_build_cache_is_reused_and_never_written(box, reused=False)

@@ -54,12 +54,13 @@ if TYPE_CHECKING:
 
 def build_bwrap_args(profile: Profile, bwrap: str, *, inner: list[str] | None = None,
                      extra_mounts: list[str] | tuple[str, ...] = (),
-                     tmp_size_mb: int | None = None) -> list[str]:
+                     tmp_size_mb: int | None = None, overlay: bool = False) -> list[str]:
     """bwrap's command line for `profile`, ending in `-- inner` (pure).
 
     `extra_mounts` are bwrap mount arguments applied after the profile's own
     (the init's read-only view of itself and its interpreter); `tmp_size_mb`
-    caps a fresh /tmp (bwrap 0.10 and newer understand `--size`).
+    caps a fresh /tmp and `overlay` lays the caches' private layers over
+    them (bwrap 0.10 and newer understand `--size` and `--overlay`).
     """
     a: list[str] = [bwrap]
     # A user namespace even for root: without it root's capabilities would be
@@ -136,9 +137,18 @@ def build_bwrap_args(profile: Profile, bwrap: str, *, inner: list[str] | None = 
     ws = profile.workspace
     a += ["--bind" if profile.workspace_writable else "--ro-bind", ws, ws]
 
-    # 5. Writable roots outside the workspace (fs_write, scratch, writable).
+    # 5. Writable roots outside the workspace (fs_write, writable), then the
+    #    toolchain caches the host's own builds read without checking: a
+    #    private layer over each, so a build reuses them and changes none.
+    #    Without overlays (bwrap before 0.10) the layer starts empty.
     for root in profile.write_roots:
         a += ["--bind-try", root, root]
+    for cache, private, _var in profile.caches:
+        if overlay:
+            a += ["--overlay-src", cache, "--overlay", os.path.join(private, "upper"),
+                  os.path.join(private, "work"), cache]
+        else:
+            a += ["--bind", os.path.join(private, "upper"), cache]
 
     # 6. Protected metadata that exists: read-only. A missing name gets no
     #    mount (a mount point would have to be created on the host); the
@@ -268,9 +278,10 @@ class BubblewrapDriver(ParkingDriver):
                                nproc=nproc_limit(self._max_pids, own_user_namespace=True),
                                lifeline_fd=lifeline[0], ready_fd=ready[1],
                                park_fd=park_fd)
-            tmp_cap = profile.tmp_size_mb if bwrap_has_size(self.bwrap, self._state_dir) else None
+            newer = bwrap_has_size(self.bwrap, self._state_dir)  # --size and --overlay: 0.10
             args = build_bwrap_args(profile, self.bwrap, inner=init.argv,
-                                    extra_mounts=init.mounts, tmp_size_mb=tmp_cap)
+                                    extra_mounts=init.mounts, overlay=newer,
+                                    tmp_size_mb=profile.tmp_size_mb if newer else None)
             args, ns_fds, tmp_how, _ = self._session_tmps.enter(profile, args)
             cgroup = self._cgroup(profile)
         except BaseException:

@@ -91,6 +91,8 @@ def landlock_rules(profile: Profile, proxy_ports: Sequence[int] = ()) -> Landloc
     read = [*profile.read_roots, *profile.read_extra, *ALWAYS_READ]
     write = [profile.workspace] if profile.workspace_writable else []
     write += [*profile.write_roots, *ALWAYS_WRITE]
+    # The caches as bwrap shows them: the session's private layer, mounted there.
+    write += [cache for cache, _layer, _var in profile.caches]
     if profile.runtime_dir:
         # bwrap puts an empty private tmpfs there; tools that keep sockets
         # and locks in XDG_RUNTIME_DIR would fail on it for no gain.
