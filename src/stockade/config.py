@@ -3,7 +3,10 @@
 Read from the user's config dir, then `./stockade.toml` (which the sandbox
 keeps read-only, so a command cannot choose the boundary of the next one).
 The project's file is content an agent may have written before, or outside,
-the sandbox, so it may only narrow the user's settings unless trusted.
+the sandbox, so it may only narrow the user's settings unless trusted, and it
+is read as the workspace's content is (`fsroot`): a link there is not
+followed. No settings file is waited on (a FIFO, a device) or read past
+`MAX_SETTINGS_BYTES`.
 Unknown keys and wrong types are errors naming the key and the file: a
 misspelt `unreadable` that silently did nothing would hide nothing.
 """
@@ -335,10 +338,20 @@ def load_config(env: Mapping[str, str] | None = None, cwd: str | None = None,
     used: list[str] = []
     project: list[str] = []
     for path, kind in sources:
-        if not os.path.isfile(path):
+        follow = kind == USER
+        try:
+            data = _read_bytes(path, follow=follow)
+        except OSError as exc:
+            # A project file that links to the user's own config is the user's word.
+            real = "" if follow else _users_own(path, used)
+            if not real:
+                raise ConfigError(f"{path}: {settings_problem(path, exc, follow=follow)}"
+                                  ) from exc
+            data, kind = read_settings(real, follow=True), USER
+        if data is None:
             continue
-        if kind == PROJECT and not _same_file(path, used):
-            data, table = read_project_file(path)
+        table = _parse(data, path)
+        if kind == PROJECT:
             from .trust import check_project
 
             # A key the arguments set never takes effect from the file.
@@ -346,8 +359,6 @@ def load_config(env: Mapping[str, str] | None = None, cwd: str | None = None,
                           {k: v for k, v in table.items() if k not in given}, path, data, env,
                           _shell_cwd())
             project.append(path)
-        else:
-            table = _read_table(path)
         _merge(merged, table, path)
         used.append(path)
     merged.update(given)
@@ -370,8 +381,9 @@ def allowed_settings(env: Mapping[str, str], **overrides: object) -> dict[str, o
     """Every setting the user's own file (and `overrides`) allow: a project file's yardstick."""
     merged: dict[str, object] = {}
     for path, kind in config_sources(env, "/"):
-        if kind == USER and os.path.isfile(path):
-            _merge(merged, _read_table(path), path)
+        data = read_settings(path, follow=True) if kind == USER else None
+        if data is not None:
+            _merge(merged, _parse(data, path), path)
     return _allowed(merged, _given(overrides))
 
 
@@ -414,28 +426,75 @@ def _shell_cwd() -> str:
         return "/"
 
 
-def _same_file(path: str, others: list[str]) -> bool:
-    # A project file that is a link to the user's own config is the user's word.
-    return any(os.path.realpath(path) == os.path.realpath(o) for o in others)
+def _users_own(path: str, used: list[str]) -> str:
+    """The real path of the user's file `path` links to, or "" when it is no such link."""
+    real = os.path.realpath(path)
+    return real if any(real == os.path.realpath(u) for u in used) else ""
 
 
-def read_project_file(path: str) -> tuple[bytes, dict[str, object]]:
-    """The bytes and the parsed table: trust is judged on exactly what was parsed."""
+#: The most stockade reads of a settings file: far past any real one, and a bound on what
+#: a planted file (a terabyte of holes costs nothing) can make it hold in memory.
+MAX_SETTINGS_BYTES = 1 << 20
+
+
+def _read_bytes(path: str, *, follow: bool) -> bytes | None:
+    """A settings file's bytes, None when there is none; OSError when it cannot be one.
+
+    `follow`: the user's own file may be a link into their dotfiles; the
+    project's is the workspace's, where a link let a command choose which
+    file -- another project's trusted one -- spoke for this workspace.
+    """
+    from .fsroot import read_fd, read_file
+
     try:
-        with open(path, "rb") as fh:
-            data = fh.read()
-    except OSError as exc:
-        raise ConfigError(f"{path}: cannot read: {exc.strerror}") from exc
-    return data, _parse(data, path)
-
-
-def _read_table(path: str) -> dict[str, object]:
+        if not follow:
+            return read_file(path, MAX_SETTINGS_BYTES)
+        # Non-blocking either way: a FIFO opened for reading waits for a writer forever.
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK | os.O_NOCTTY)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
     try:
-        with open(path, "rb") as fh:
-            raw = fh.read()
+        return read_fd(fd, MAX_SETTINGS_BYTES, path)
+    finally:
+        os.close(fd)
+
+
+def read_settings(path: str, *, follow: bool) -> bytes | None:
+    """`_read_bytes`, its refusal a ConfigError naming the file and what is wrong with it."""
+    try:
+        return _read_bytes(path, follow=follow)
     except OSError as exc:
-        raise ConfigError(f"{path}: cannot read: {exc.strerror}") from exc
-    return _parse(raw, path)
+        raise ConfigError(f"{path}: {settings_problem(path, exc, follow=follow)}") from exc
+
+
+def settings_problem(path: str, exc: OSError, *, follow: bool) -> str:
+    """What is wrong with the settings file at `path` that `exc` refused, in a few words."""
+    import errno
+    import stat
+
+    if exc.errno == errno.EFBIG:
+        return (f"larger than {MAX_SETTINGS_BYTES >> 20} MiB, more than any settings file "
+                "holds; remove it")
+    try:
+        mode = os.stat(path, follow_symlinks=follow).st_mode
+    except OSError:
+        mode = 0
+    if stat.S_ISLNK(mode):
+        return ("is a symbolic link, which stockade does not follow for a project's "
+                "settings; put the file itself there, or remove it")
+    for test, kind in ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"),
+                       (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+                       (stat.S_ISDIR, "a directory")):
+        if test(mode):
+            return f"not a regular file ({kind}); remove it"
+    return f"cannot read: {exc.strerror or exc}"
+
+
+def read_project_file(path: str) -> tuple[bytes, dict[str, object]] | None:
+    """The bytes and the parsed table, read as the workspace's (see `_read_bytes`); None
+    when there is no file. Trust is judged on exactly what was parsed."""
+    data = read_settings(path, follow=False)
+    return None if data is None else (data, _parse(data, path))
 
 
 def _parse(raw: bytes, path: str) -> dict[str, object]:

@@ -216,6 +216,22 @@ def digest(data: bytes) -> str:
     return sha256_hex(data)
 
 
+def real_path(path: str) -> str:
+    """`path` with the links above it resolved and its own name kept, whatever it is now.
+
+    A project file is read without following a link at its name, and its
+    record is looked up by the same name: a link planted there after the
+    read must not turn the lookup into one for the file it points to,
+    another project's trusted file with the same bytes.
+    """
+    head, name = os.path.split(os.path.abspath(path))
+    return os.path.join(os.path.realpath(head), name)
+
+
+#: Far past any number of files a person trusts; a bound on what a damaged store costs.
+MAX_STORE_BYTES = 16 << 20
+
+
 def store_path(env: Mapping[str, str]) -> str:
     from .paths import state_dir
 
@@ -236,21 +252,37 @@ class TrustStore:
 
     def entries(self) -> dict[str, str]:
         import json
+        from errno import EFBIG
+
+        from .config import settings_problem
+        from .fsroot import read_fd
 
         try:
-            fd = os.open(self.path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+            # Non-blocking: a FIFO here would hold every start-up in a project that
+            # widens anything, waiting for a writer.
+            fd = os.open(self.path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
+                         | os.O_NOCTTY)
         except FileNotFoundError:
             return {}
         except OSError as exc:
             raise ConfigError(f"{self.path}: cannot read the trust store: {exc.strerror}"
                               ) from exc
-        with os.fdopen(fd, "rb") as fh:
-            st = os.fstat(fh.fileno())
+        try:
+            st = os.fstat(fd)
             # Whoever can write this file can widen every project's boundary.
             if st.st_uid != os.geteuid() or st.st_mode & 0o022:
                 raise ConfigError(f"{self.path}: the trust store must be yours and writable "
                                   f"only by you; remove it and trust the files again")
-            raw = fh.read()
+            try:
+                raw = read_fd(fd, MAX_STORE_BYTES, self.path)
+            except OSError as exc:
+                problem = (f"larger than {MAX_STORE_BYTES >> 20} MiB" if exc.errno == EFBIG
+                           else settings_problem(self.path, exc, follow=False).removesuffix(
+                               "; remove it"))
+                raise ConfigError(f"{self.path}: the trust store is {problem}; remove it and "
+                                  "trust the files again") from exc
+        finally:
+            os.close(fd)
         try:
             data = json.loads(raw)
             files = data["files"]
@@ -264,20 +296,20 @@ class TrustStore:
         return {path: entry["sha256"] for path, entry in files.items()}
 
     def recorded(self, path: str) -> str | None:
-        return self.entries().get(os.path.realpath(path))
+        return self.entries().get(real_path(path))
 
     def is_trusted(self, path: str, sha256: str) -> bool:
         return self.recorded(path) == sha256
 
     def trust(self, path: str, sha256: str) -> None:
         entries = self.entries()
-        entries[os.path.realpath(path)] = sha256
+        entries[real_path(path)] = sha256
         self._write(entries)
 
     def revoke(self, path: str) -> bool:
         entries = self.entries()
-        real = os.path.realpath(path)
-        key = real if real in entries else os.path.abspath(path)
+        key = next((k for k in (real_path(path), os.path.realpath(path),
+                                os.path.abspath(path)) if k in entries), "")
         if entries.pop(key, None) is None:
             return False
         self._write(entries)
@@ -341,12 +373,13 @@ def trust_file(path: str, env: Mapping[str, str], cwd: str) -> list[str]:
     """Record `path` as trusted; the lines say what it now allows beyond the user's config."""
     from .config import allowed_settings, read_project_file
 
-    if not os.path.isfile(path):
+    read = read_project_file(path)
+    if read is None:
         raise InvalidCommand(f"{path}: no such file to trust")
-    data, table = read_project_file(path)
+    data, table = read
     found = widenings(allowed_settings(env), table, env)
     TrustStore.for_env(env).trust(path, digest(data))
-    real = os.path.realpath(path)
+    real = real_path(path)
     lines = [f"trusted {real} (sha256 {digest(data)[:16]}…)"]
     if not found:
         lines.append("it asks for nothing wider than your own config")
@@ -357,14 +390,21 @@ def trust_file(path: str, env: Mapping[str, str], cwd: str) -> list[str]:
 
 
 def list_trusted(env: Mapping[str, str]) -> list[str]:
+    from .config import MAX_SETTINGS_BYTES, settings_problem
+    from .fsroot import read_file
+
     store = TrustStore.for_env(env)
     lines = []
     for path, sha in sorted(store.entries().items()):
+        # Read as `load_config` reads it: each is in a workspace a command can write.
         try:
-            with open(path, "rb") as fh:
-                state = "trusted" if digest(fh.read()) == sha else "changed: untrusted again"
-        except OSError:
+            data = read_file(path, MAX_SETTINGS_BYTES)
+        except FileNotFoundError:
             state = "missing"
+        except OSError as exc:
+            state = f"untrusted: {settings_problem(path, exc, follow=False)}"
+        else:
+            state = "trusted" if digest(data) == sha else "changed: untrusted again"
         lines.append(f"{path}  {sha[:16]}…  {state}")
     return lines or [f"no trusted files ({store.path})"]
 
@@ -372,4 +412,4 @@ def list_trusted(env: Mapping[str, str]) -> list[str]:
 def revoke_file(path: str, env: Mapping[str, str]) -> list[str]:
     if not TrustStore.for_env(env).revoke(path):
         raise InvalidCommand(f"{path}: not a trusted file (see: stockade trust --list)")
-    return [f"revoked {os.path.realpath(path)}"]
+    return [f"revoked {real_path(path)}"]

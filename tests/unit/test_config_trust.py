@@ -212,9 +212,11 @@ def test_trust_follows_the_real_path_and_the_content(home, tmp_path):
     shutil.copy(path, other / "stockade.toml")
     with pytest.raises(ConfigError, match="wider"):
         load_config(env, str(other))
+    # Nor through a link: a command in `other` could plant one to any file trusted anywhere.
     (other / "stockade.toml").unlink()
     os.symlink(path, other / "stockade.toml")
-    assert load_config(env, str(other)).mode == "full-access"
+    with pytest.raises(ConfigError, match="symbolic link"):
+        load_config(env, str(other))
 
 
 def test_store_is_private_atomic_and_revocable(home, tmp_path):

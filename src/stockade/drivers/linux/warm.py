@@ -690,6 +690,9 @@ class WarmLaunch(Launch):
             parked = self._pool.take(self._profile)
             if parked is not None:
                 try:
+                    # Whatever the mode, read-only too: taking it sweeps what a killed
+                    # run left (one stat when nothing), which a dispatch without it
+                    # left live for the person's next `git commit`.
                     self._guard = self._pool.guard(self._profile)
                 except BaseException:
                     self._pool._retire(parked)
