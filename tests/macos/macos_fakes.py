@@ -21,6 +21,8 @@ DOCKER_SOCKS = ("/Users/dev/.docker/run/docker.sock", "/private/var/run/docker.s
 SCRATCH = "/private/var/folders/zz/abc123/T/stockade-k3y"
 PROXY_PORT = 43123
 GOCACHE = "/Users/dev/Library/Caches/go-build"
+#: The session's private layers over the toolchain caches (stockade's state).
+CACHE_LAYERS = "/Users/dev/.local/state/stockade/caches/s1"
 
 # Every store hostpaths hides by default, as the Linux isolation suite plants them.
 HIDDEN_DECOYS = (
@@ -86,7 +88,7 @@ def mac_profile(
     return build_profile(
         mode=mode, workspace=workspace, cwd=workspace, capabilities=caps, read_scope=scope,
         host_env=host_env, writable=writable, granted_sockets=granted, backend="seatbelt",
-        kind=lambda p: fs.get(p, MISSING),
+        kind=lambda p: fs.get(p, MISSING), cache_dir=CACHE_LAYERS,
     )
 
 

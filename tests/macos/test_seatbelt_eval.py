@@ -35,6 +35,9 @@ from sbpl_eval import Policy, Request
 
 from stockade.capabilities import NetworkPolicy, SandboxCapabilities
 
+#: Where the profile points GOCACHE: the session's private copy of the build cache.
+GO_LAYER = mac_profile("workspace-write").env["GOCACHE"]
+
 PTY = frozenset({"com.apple.sandbox.pty"})
 
 
@@ -87,7 +90,10 @@ CASES = [
     row("ww-scratch-tmpdir", "ww", lambda p: p.create(f"{SCRATCH}/pip-build/x"), True),
     # Source caches are writable only when the command may fetch (network).
     row("ww-cargo-scratch", "ww", lambda p: p.create(f"{HOME}/.cargo/registry/x.crate"), False),
-    row("ww-go-build-cache", "ww", lambda p: p.create(f"{GOCACHE}/01/abc-d"), True),
+    # The host's build cache is read, never written: GOCACHE names the session's copy.
+    row("ww-go-build-cache", "ww", lambda p: p.create(f"{GOCACHE}/01/abc-d"), False),
+    row("ww-go-build-cache-read", "ww", lambda p: p.read(f"{GOCACHE}/01/abc-d"), True),
+    row("ww-go-build-private", "ww", lambda p: p.create(f"{GO_LAYER}/01/abc-d"), True),
     row("ww-dev-null-write", "ww", lambda p: p.write("/dev/null"), True),
     row("ww-dev-fd-write", "ww", lambda p: p.write("/dev/fd/2"), True),
     row("ww-urandom-read", "ww", lambda p: p.read("/dev/urandom"), True),

@@ -132,9 +132,11 @@ class MetadataGuard:
                         # the next run whatever its mode: when only writable
                         # runs swept, a hook stayed live through any number
                         # of read-only ones, and the next `git commit` ran it.
-                        # A read-only run has no writable roots of its own;
-                        # the baseline's paths are reached from the workspace.
-                        roots, self.roots = self.roots, self.roots or [profile.workspace]
+                        # The killed runs' writable roots, not only this run's:
+                        # a read-only run has none, and a `--allow-write`
+                        # directory of theirs held names they left live.
+                        roots, self.roots = self.roots, sorted(
+                            {*self.roots, *self._recorded_roots()} or {profile.workspace})
                         self.stale = self._sweep(self._recorded())
                         self.roots = roots
                     remove_tree(self.dir)
@@ -237,9 +239,18 @@ class MetadataGuard:
             return paths, gitdirs
         for line in lines:
             kind, _, path = line.partition(" ")
-            if path:
+            if path and kind in ("p", "g"):
                 (gitdirs if kind == "g" else paths).append(path)
         return sorted(set(paths)), sorted(set(gitdirs))
+
+    def _recorded_roots(self) -> list[str]:
+        """The writable roots of every run that recorded into this baseline."""
+        try:
+            with open(os.path.join(self.dir, "manifest"), "rb") as fh:
+                lines = fh.read().decode("utf-8", "surrogateescape").split("\0")
+        except OSError:
+            return []
+        return sorted({line[2:] for line in lines if line.startswith("r ")})
 
     def _record(self) -> None:
         """Add to the baseline every path it does not know yet, as it is now.
@@ -307,6 +318,8 @@ class MetadataGuard:
         finally:
             os.close(dir_fd)
             self.fs.close()
+        known_roots = set(self._recorded_roots())
+        manifest += [f"r {root}" for root in self.roots if root not in known_roots]
         if manifest:
             with open(os.path.join(self.dir, "manifest"), "ab") as fh:
                 fh.write(("\0".join(manifest) + "\0").encode("utf-8", "surrogateescape"))

@@ -723,6 +723,8 @@ class WarmLaunch(Launch):
         self._inner, parked.launch = parked.launch, None
         assert self._inner is not None and proc is not None
         self.report.audit.update(self._inner.report.audit, start=START_WARM)
+        if guard is not None and guard.unwatched:
+            self.report.audit["guard_watch"] = guard.unwatched
         return proc
 
 
