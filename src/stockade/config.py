@@ -41,6 +41,7 @@ _FIELDS: dict[str, tuple[str, object]] = {
     "writable": (_STR_LIST, []),
     "granted_sockets": (_STR_LIST, []),
     "scratch": ("bool", True),
+    "allow_home_workspace": ("bool", False),
     "secret_env": (_STR_LIST, None),
     "commands_per_minute": ("int", 300),
     "ledger": ("path-or-false", ""),
@@ -127,6 +128,7 @@ class SandboxConfig:
         writable: Sequence[str] = (),
         granted_sockets: Sequence[str] = (),
         scratch: bool = True,
+        allow_home_workspace: bool = False,
         secret_env: Sequence[str] | None = None,
         commands_per_minute: int = 300,
         ledger: str | bool = "",
@@ -169,6 +171,9 @@ class SandboxConfig:
         self.writable = list(writable or ())
         self.granted_sockets = list(granted_sockets or ())
         self.scratch = scratch
+        #: A workspace holding the home may be written only when the person says
+        #: so: every dotfile a login, a shell, `less` or a build reads is in it.
+        self.allow_home_workspace = allow_home_workspace
         self.secret_env = list(secret_env) if secret_env is not None else None
         self.commands_per_minute = commands_per_minute
         self.ledger = ledger

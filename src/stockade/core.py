@@ -402,6 +402,8 @@ class SandboxCore:
             if denial is not None:
                 raise CapabilityDenied(denial.reason)
             sandboxed = should_sandbox(mode, cmd.preference)
+            if sandboxed and mode != READ_ONLY:
+                refuse_home_workspace(ws.cwd, self.env, self.config.allow_home_workspace)
             ceiling = self.config.max_memory_mb
             asked = caps.max_memory_mb
             if sandboxed and ceiling and (asked is None or asked > ceiling):
@@ -656,6 +658,25 @@ class SandboxCore:
 #: script that ends without `close()` would otherwise leave its processes'
 #: writes in the workspace unswept until some later command came along.
 _OPEN_CORES: set[SandboxCore] = set()
+
+
+def refuse_home_workspace(workspace: str, env: Mapping[str, str], allowed: bool) -> None:
+    """A writing mode in a workspace that holds the home is the person's explicit choice.
+
+    An MCP client started in the home gives a workspace of `~`, and a command
+    there wrote fifty kinds of file that the host's next `less`, login or
+    build ran; protecting them by name never ends, so the whole home is
+    refused instead, with the way to accept it.
+    """
+    from .hostpaths import home_workspace
+
+    home = home_workspace(workspace, env) if not allowed else ""
+    if home:
+        raise CapabilityDenied(
+            f"the workspace {workspace} holds your home directory ({home}), where a writing "
+            "command could leave files that your shell, git, less, editors and builds run "
+            "later; use a project directory as the workspace, or read-only mode, or set "
+            "allow_home_workspace = true in ~/.config/stockade/config.toml to accept it")
 
 
 def remove_session_tmp(path: str) -> None:

@@ -182,6 +182,23 @@ HOME_PROTECTED = (".bashrc", ".bash_profile", ".bash_login", ".bash_logout", ".p
                   ".xmonad", ".config/xmonad", ".fluxbox", ".config/lxsession", ".dmrc")
 
 
+def home_workspace(workspace: str, env: Mapping[str, str]) -> str:
+    """The home directory `workspace` holds (is, or is an ancestor of), else "".
+
+    A writable home is not a project: the files a login, a shell, `less`,
+    `git log`, an editor or a build run without asking are in it by the
+    hundred (`~/.config/lesskey`, `~/.config/user-tmpfiles.d`, REPL start-up
+    files, toolchain shims, install configs), and no list of names ends.
+    """
+    home = env.get("HOME", "")
+    if not home.startswith("/") or os.path.normpath(home) == "/":
+        return ""
+    real = os.path.realpath(home)
+    from .fsroot import within
+
+    return real if within(real, os.path.realpath(workspace)) is not None else ""
+
+
 def expand(path: str, env: Mapping[str, str]) -> str:
     """`~` and `~/x` expanded from env's HOME, here rather than by a shell.
 

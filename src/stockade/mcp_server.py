@@ -642,6 +642,11 @@ def build_server(options: argparse.Namespace) -> Any:
                          mode=options.mode, backend=options.backend,
                          default_timeout_seconds=options.timeout)
     mode = parse_mode(config.mode)
+    if mode == "workspace-write":
+        # Said at start, not at the first tool call: the client shows it to the person.
+        from .core import refuse_home_workspace
+
+        refuse_home_workspace(workspace, env, config.allow_home_workspace)
     hosts = tuple(sorted({_host_arg(h) for h in options.allow_host or ()}))
     session_id = options.session or f"mcp-{os.getpid()}-{os.urandom(4).hex()}"
     notes: dict[str, str] = {}

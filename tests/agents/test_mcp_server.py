@@ -605,3 +605,17 @@ def test_a_hostile_reason_cannot_repaint_the_question(tmp_path: Path) -> None:
     run(go())
     assert "\x1b" not in asked[0] and "\r" not in asked[0]
     assert "\\x1b[2J" in asked[0]
+
+
+def test_a_writable_workspace_of_home_is_refused_at_start(tmp_path: Path) -> None:
+    """An MCP client started in the home gives a workspace of `~`: in workspace-write the
+    server refuses to start, in one line naming the setting that accepts it."""
+    home = tmp_path / "home"
+    home.mkdir()
+    env = {**_env(tmp_path), "HOME": str(home)}
+    res = subprocess.run([sys.executable, "-m", "stockade", "mcp", "--workspace", str(home),
+                          "--mode", "workspace-write"], stdin=subprocess.DEVNULL,
+                         capture_output=True, env=env, timeout=60, check=False)
+    assert res.returncode == 77, res.stderr
+    lines = res.stderr.decode().strip().splitlines()
+    assert len(lines) == 1 and "allow_home_workspace" in lines[0], lines

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import Box, Listener, text, unix_listener
+from .conftest import Box, Listener, snapshot, text, unix_listener
 
 pytestmark = pytest.mark.isolation
 
@@ -236,9 +236,55 @@ echo done
 """
 
 
+#: Per-user files ordinary tools obey by running what they name; no list of names ends.
+HOME_CLASS_ATTACK = r"""
+mkdir -p .config/user-tmpfiles.d .local/share/dbus-1/services .config/uv .config/hg
+printf '#env\nLESSOPEN=|%s/.lp.sh %%s\n' "$HOME" > .config/lesskey
+printf '#!/bin/sh\ntouch $M\n' > .lp.sh && chmod +x .lp.sh
+echo 'C /tmp/x - - - - /etc/shadow' > .config/user-tmpfiles.d/evil.conf
+echo '[D-BUS Service]' > .local/share/dbus-1/services/evil.service
+echo 'index-url = "http://127.0.0.1:9/simple"' > .config/uv/uv.toml
+printf '[hooks]\npre-commit = touch $M\n' > .config/hg/hgrc
+echo 'script-shell=/tmp/evil' >> .npmrc
+echo done
+"""
+HOME_CLASS_FILES = (".config/lesskey", ".lp.sh", ".config/user-tmpfiles.d/evil.conf",
+                    ".local/share/dbus-1/services/evil.service", ".config/uv/uv.toml",
+                    ".config/hg/hgrc")
+
+
+def test_a_workspace_of_home_is_refused_for_writing(box: Box) -> None:
+    """A writing command in a workspace that holds the home is refused unless the person
+    set allow_home_workspace: one command once left fifty kinds of file there that the
+    host's next `less`, login or build ran, and the class has no end."""
+    m = marker(box, "home-class")
+    script = HOME_CLASS_ATTACK.replace("$M", str(m))
+    control = box.mkdir("controls/home-class")
+    unconfined(box, script, control)
+    assert all((control / rel).exists() for rel in HOME_CLASS_FILES)
+    before = snapshot(box.home)
+    for cwd in (box.home, box.root):  # the home itself, and a directory above it
+        res = box.sh(script, mode="workspace-write", options=["--workspace", str(cwd)],
+                     cwd=cwd)
+        assert res.returncode == 77, text(res)
+        err = res.stderr.decode()
+        assert "allow_home_workspace" in err and len(err.strip().splitlines()) == 1, err
+    assert snapshot(box.home) == before
+    # Read-only still works there, and a project inside the home is no home workspace.
+    assert box.sh("echo fine", options=["--workspace", str(box.home)],
+                  cwd=box.home).returncode == 0
+    project = box.home / "project"
+    project.mkdir()
+    box.runner.own(project)
+    res = box.sh("echo x > f && echo ok", mode="workspace-write",
+                 options=["--workspace", str(project)], cwd=project)
+    assert b"ok" in res.stdout, text(res)
+
+
 def test_a_workspace_of_home_keeps_start_up_files_and_doors_shut(box: Box) -> None:
     """An MCP client started in ~ makes the home the workspace: what a login, a
     shell, systemd or the next ssh connection would run stays as it was."""
+    box.user_config("allow_home_workspace = true")  # asked for by name
     bashrc = box.home / ".bashrc"
     before = bashrc.read_bytes()
     m = marker(box, "home")
@@ -263,6 +309,7 @@ def test_a_workspace_of_home_keeps_start_up_files_and_doors_shut(box: Box) -> No
 
 def test_a_workspace_of_home_still_hides_credentials(box: Box) -> None:
     """The workspace's own write grant is not a request to see what is hidden in it."""
+    box.user_config("allow_home_workspace = true")  # asked for by name
     res = box.sh("cat .aws/credentials .ssh/id_rsa 2>&1; echo end", mode="workspace-write",
                  options=["--workspace", str(box.home)], cwd=box.home)
     out = text(res)
@@ -284,6 +331,7 @@ UNBORN = (".config/containers/auth.json", ".cargo/credentials.toml", ".pgpass", 
 
 def test_a_credential_store_that_did_not_exist_is_not_left_behind(box: Box) -> None:
     """A store with no file gets no mask; what a command writes there is neutralised."""
+    box.user_config("allow_home_workspace = true")  # asked for by name
     control = box.mkdir("controls/unborn")
     unconfined(box, UNBORN_STORES, control)
     assert all((control / rel).exists() for rel in UNBORN)
@@ -298,6 +346,7 @@ def test_a_credential_store_that_did_not_exist_is_not_left_behind(box: Box) -> N
 def test_a_link_at_a_stores_name_does_not_mask_the_workspace(box: Box) -> None:
     """`ln -s ~ ~/.mozilla` made every later command in a workspace of ~ see an
     empty home: the mask for the browser profile went over the link's target."""
+    box.user_config("allow_home_workspace = true")  # asked for by name
     link = box.home / ".mozilla"
     os.symlink(box.home, link)
     box.runner.own(link)
@@ -332,6 +381,7 @@ def test_renaming_the_directory_above_a_mask_unmasks_nothing(
         box: Box, listeners: list[Listener]) -> None:
     """A workspace of ~: hidden paths, runtime sockets and stockade's state are
     hidden by path, so the directories above them must not move either."""
+    box.user_config("allow_home_workspace = true")  # asked for by name
     sock_dir = box.home / ".colima" / "default"
     sock_dir.mkdir(parents=True)
     box.runner.own(box.home / ".colima", sock_dir)

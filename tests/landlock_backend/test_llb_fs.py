@@ -347,6 +347,11 @@ def test_a_workspace_of_home_is_refused(box: Box) -> None:
     before = snapshot(box.home)
     res = box.sh(trust.HOME_ATTACK.replace("$M", str(box.sibling / "m")),
                  mode="workspace-write", options=["--workspace", str(box.home)], cwd=box.home)
+    assert res.returncode == 77 and b"allow_home_workspace" in res.stderr, text(res)
+    # Asked for by name, the backend still refuses what it cannot hide.
+    box.user_config("allow_home_workspace = true")
+    res = box.sh(trust.HOME_ATTACK.replace("$M", str(box.sibling / "m")),
+                 mode="workspace-write", options=["--workspace", str(box.home)], cwd=box.home)
     assert res.returncode == 125 and b"holds a hidden path" in res.stderr, text(res)
     assert snapshot(box.home) == before
 

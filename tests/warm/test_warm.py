@@ -481,7 +481,7 @@ def test_nothing_is_parked_over_a_path_the_last_command_removed(world: World) ->
     world.env["HOME"] = str(world.ws)  # a workspace of ~
     (world.ws / ".docker").mkdir()
     (world.ws / ".docker" / "config.json").write_text('{"auths": {}}\n')
-    sb = world.sandbox()
+    sb = world.sandbox(allow_home_workspace=True)
     pool = pool_of(sb)
     run(sb, "/bin/true")
     settle(pool)
