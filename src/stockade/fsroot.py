@@ -285,6 +285,32 @@ class Root:
         with open(out, "wb") as fh:
             fh.write(data)
 
+    def replace(self, rel: str, data: bytes, mode: int = 0o644) -> None:
+        """A new regular file at `rel` holding `data`, in place of whatever entry is there.
+
+        Written under a fresh name beside it, then renamed over it: what a
+        command left at `rel` is unlinked, never opened, so a FIFO there
+        cannot hold the write and a file hard-linked to one outside the
+        root is not written through.
+        """
+        fd, name = self.parent(rel)
+        try:
+            tmp = f".stockade-new-{os.urandom(6).hex()}"
+            out = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
+                          | os.O_CLOEXEC, mode, dir_fd=fd)
+            try:
+                with open(out, "wb") as fh:
+                    fh.write(data)
+                os.rename(tmp, name, src_dir_fd=fd, dst_dir_fd=fd)
+            except BaseException:
+                try:
+                    os.unlink(tmp, dir_fd=fd)
+                except OSError:
+                    pass
+                raise
+        finally:
+            os.close(fd)
+
     def makedirs(self, rel: str, mode: int = 0o700) -> None:
         """Every missing directory of `rel`, beneath the root, none through a symlink."""
         done = ""

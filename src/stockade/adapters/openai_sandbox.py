@@ -46,6 +46,17 @@ the client created the session with (a state from elsewhere needs
 `StockadeSandboxClient(root=...)`). A root the manifest named is never
 cleared for a snapshot restore: it is the live project.
 
+A default root is the private workspace of the session it was made for.
+The client owns it because it recorded making it in this process, never
+because of the path's shape or the state's word: a state it did not create
+is not resumed into a default root a client here still holds, and
+`delete()` removes only the directory it recorded, through a descriptor of
+its base. The record is kept in memory, not in stockade's state: a restart
+ends every session the process ran, and a record on disk, keyed by what a
+stored state carries, would be believed from that state again. A default
+root left by a process that is gone is kept, and resumed only with
+`root=`, as a named root.
+
 Not supported, and refused with the reason rather than run outside the
 boundary: `run_as` users, manifest users and groups, and
 `extra_path_grants` (grant paths with `allow_read`/`allow_write`).
@@ -59,12 +70,16 @@ import asyncio
 import collections
 import copy
 import dataclasses
+import errno
 import io
 import logging
 import os
+import stat
 import tarfile
 import tempfile
+import threading
 import uuid
+import weakref
 from pathlib import Path
 from typing import Any, Literal
 
@@ -110,6 +125,7 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
         "(0.24 or later): pip install 'stockade[openai-agents]'"
     ) from exc
 
+from .. import fsroot
 from ..command import SandboxCommand
 from ..errors import CapabilityDenied, CommandTimeout, SandboxError
 
@@ -154,9 +170,13 @@ if [ -n "$2" ]; then exec head -c "$2" -- "$1"; fi
 exec cat -- "$1"
 """
 
+# Opening a FIFO to write waits for a reader: a write onto one a command
+# planted held the file API until the command's timeout.
 _WRITE = _PRELUDE + r"""
 inside "$1"
-mkdir -p -- "$(dirname -- "$1")" && inside "$1" && exec cat > "$1"
+mkdir -p -- "$(dirname -- "$1")" && inside "$1" || exit
+if [ -e "$1" ] && [ ! -f "$1" ]; then echo "$1 is not a regular file" >&2; exit 114; fi
+exec cat > "$1"
 """
 
 # noclobber opens with O_EXCL, which also refuses a symlink planted at the name.
@@ -273,14 +293,18 @@ class StockadeSandboxSession(BaseSandboxSession):
 
     Built on the SDK's exec-only session (the shape remote backends take),
     never on the local one: nothing here touches the workspace from the
-    host process, apart from creating its root.
+    host process, apart from making a default root (and, in the client,
+    removing it), through a descriptor of its base.
     """
 
     state: StockadeSandboxSessionState
 
     def __init__(self, *, state: StockadeSandboxSessionState, config: Any = None,
-                 sandbox_options: dict[str, Any] | None = None) -> None:
+                 sandbox_options: dict[str, Any] | None = None,
+                 owned: _Owned | None = None) -> None:
         self.state = state
+        # The client's record of the root it made, or None: never the state's flag.
+        self._owned = owned
         self._config = config
         self._sandbox_options = dict(sandbox_options or {})
         self._sandbox: Any = None
@@ -369,7 +393,10 @@ class StockadeSandboxSession(BaseSandboxSession):
     async def _prepare_backend_workspace(self) -> None:
         root = Path(self.state.manifest.root)
         try:
-            root.mkdir(parents=True, exist_ok=True)
+            if self._owned is not None:
+                self._owned.make()
+            else:
+                root.mkdir(parents=True, exist_ok=True)
             await self._stockade()
         except (OSError, SandboxError) as e:
             raise WorkspaceStartError(path=root, cause=e) from e
@@ -637,6 +664,8 @@ class StockadeSandboxSession(BaseSandboxSession):
         try:
             with tarfile.open(fileobj=io.BytesIO(payload), mode="r:*") as tar:
                 validate_tarfile(tar, allow_external_symlink_targets=False)
+                for member in tar.getmembers():
+                    _check_member(member.name)
         except UnsafeTarMemberError as e:
             raise WorkspaceArchiveWriteError(
                 path=root, context={"reason": e.reason, "member": e.member}, cause=e) from e
@@ -670,12 +699,12 @@ class StockadeSandboxSession(BaseSandboxSession):
         # machine: clearing it for the snapshot deleted its .git history and
         # whatever was written there after the run. It is already the
         # newest copy, so it is kept as it is and never cleared.
-        if not self.state.workspace_root_owned:
+        if self._owned is None:
             return
         await super()._restore_snapshot_into_workspace_on_resume()
 
     async def _clear_workspace_root_on_resume(self) -> None:
-        if not self.state.workspace_root_owned:
+        if self._owned is None:
             raise WorkspaceStartError(path=Path(self.state.manifest.root), context={
                 "reason": "stockade never clears a workspace root the manifest named"})
         await super()._clear_workspace_root_on_resume()
@@ -821,24 +850,23 @@ class StockadeSandboxClient(BaseSandboxClient[StockadeSandboxClientOptions | Non
         manifest = manifest if manifest is not None else Manifest()
         _check_manifest(manifest)
         self._validate_manifest_for_create(manifest)
-        owned = False
+        owned = None
         if manifest.root == _DEFAULT_MANIFEST_ROOT:
             # Not under /tmp: the sandbox has a /tmp of its own there.
             base = self._workspace_base()
             os.makedirs(base, mode=0o700, exist_ok=True)
-            root = tempfile.mkdtemp(prefix=_OWNED_PREFIX, dir=base)
-            manifest = manifest.model_copy(update={"root": root}, deep=True)
-            owned = True
+            owned = _Owned.new(os.path.realpath(base))
+            manifest = manifest.model_copy(update={"root": owned.path}, deep=True)
         session_id = uuid.uuid4()
         state = StockadeSandboxSessionState(
             session_id=session_id, manifest=manifest,
             snapshot=resolve_snapshot(snapshot, str(session_id)),
-            workspace_root_owned=owned, options=resolved)
+            workspace_root_owned=owned is not None, options=resolved)
         self._made[session_id] = _Made(
-            root=os.path.realpath(manifest.root), owned=owned, options=resolved,
-            host_entries=_host_entries(manifest),
+            root=owned.path if owned is not None else os.path.realpath(manifest.root),
+            owned=owned, options=resolved, host_entries=_host_entries(manifest),
             snapshot=state.snapshot.model_copy(deep=True))
-        return self._wrap(state)
+        return self._wrap(state, owned)
 
     def _workspace_base(self) -> str:
         from ..config import SandboxConfig
@@ -846,40 +874,25 @@ class StockadeSandboxClient(BaseSandboxClient[StockadeSandboxClientOptions | Non
         config = self._config if self._config is not None else SandboxConfig()
         return str(config.resolved_workspace_root(os.environ))
 
-    def _wrap(self, state: StockadeSandboxSessionState) -> SandboxSession:
+    def _wrap(self, state: StockadeSandboxSessionState,
+              owned: _Owned | None) -> SandboxSession:
         inner = StockadeSandboxSession(state=state, config=self._config,
-                                       sandbox_options=self._sandbox_options)
+                                       sandbox_options=self._sandbox_options, owned=owned)
         return self._wrap_session(inner, instrumentation=self._instrumentation)
 
-    def _is_own_root(self, root: str) -> bool:
-        """True for a directory this client's `create()` makes: its base's child, no link."""
-        base = os.path.realpath(self._workspace_base())
-        name = os.path.basename(root)
-        if os.path.dirname(root) != base or not name.startswith(_OWNED_PREFIX):
-            return False
-        try:
-            st = os.lstat(root)
-        except OSError:
-            return False
-        import stat
-
-        return stat.S_ISDIR(st.st_mode) and st.st_uid == os.getuid()
-
     async def delete(self, session: SandboxSession) -> SandboxSession:
-        """Remove the workspace if this client made it (never one the manifest named)."""
+        """Remove the workspace if this client recorded making it (never a named one)."""
         inner = session._inner
         if not isinstance(inner, StockadeSandboxSession):
             raise TypeError("StockadeSandboxClient.delete expects a StockadeSandboxSession")
         await inner._close_stockade()
         made = self._made.get(inner.state.session_id)
-        # Never the state's word: a stored `workspace_root_owned` aimed at a
-        # person's project made this an rmtree of it. Checked again here, as
-        # the directory may have been swapped for a link since.
-        root = made.root if made is not None else os.path.realpath(inner.state.manifest.root)
-        if (made is None or made.owned) and self._is_own_root(root):
-            import shutil
-
-            shutil.rmtree(root, ignore_errors=True)
+        # Only this client's own record, carried by a session it wrapped: a
+        # root believed from the state (its flag, or a default-looking path)
+        # made this an rmtree of another live session's workspace.
+        owned = inner._owned
+        if owned is not None and made is not None and made.owned is owned:
+            await asyncio.to_thread(owned.remove)
         return session
 
     async def resume(self, state: SandboxSessionState) -> SandboxSession:
@@ -889,8 +902,10 @@ class StockadeSandboxClient(BaseSandboxClient[StockadeSandboxClientOptions | Non
         but not widen them past the client's; its root, its snapshot and any
         manifest entry the host process would read from its own filesystem
         must be the ones this client created the session with (or, for a
-        state from elsewhere, `root=`/a root under the client's own base, no
-        snapshot and no such entries). Anything else is refused.
+        state from elsewhere, `root=`, no snapshot and no such entries, and
+        never a root this client does not own: the root is not owned, and one
+        that is, holds or lies beneath another session's default root is
+        refused). Anything else is refused.
         """
         if not isinstance(state, StockadeSandboxSessionState):
             raise TypeError("StockadeSandboxClient.resume expects a StockadeSandboxSessionState")
@@ -903,8 +918,15 @@ class StockadeSandboxClient(BaseSandboxClient[StockadeSandboxClientOptions | Non
         else:
             pinned = self._default_options or StockadeSandboxClientOptions()
             host_entries, snapshot = {}, NoopSnapshot(id=str(state.session_id))
-            owned = self._root is None and self._is_own_root(claimed)
-            root = self._root if self._root is not None else (claimed if owned else "")
+            owned, root = None, self._root or ""
+            for asked in {claimed, root} - {""}:
+                live = _live_root_touching(asked)
+                if live is not None:
+                    raise CapabilityDenied(
+                        f"the stored session state would resume into {asked}, the private "
+                        f"workspace of another session (the default root {live}, made by a "
+                        "StockadeSandboxClient in this process and not deleted): only the "
+                        "client that made it resumes that session's own state there")
         if claimed != root:
             raise CapabilityDenied(
                 f"the stored session state names the workspace {state.manifest.root}, not "
@@ -932,8 +954,9 @@ class StockadeSandboxClient(BaseSandboxClient[StockadeSandboxClientOptions | Non
                 "by the client that created the session")
         state = state.model_copy(update={
             "manifest": state.manifest.model_copy(update={"root": root}),
-            "snapshot": snapshot.model_copy(deep=True), "workspace_root_owned": owned})
-        return self._wrap(state)
+            "snapshot": snapshot.model_copy(deep=True),
+            "workspace_root_owned": owned is not None})
+        return self._wrap(state, owned)
 
     def deserialize_session_state(self, payload: dict[str, object]) -> SandboxSessionState:
         return self._deserialize_session_state_payload(payload, StockadeSandboxSessionState)
@@ -942,7 +965,7 @@ class StockadeSandboxClient(BaseSandboxClient[StockadeSandboxClientOptions | Non
 @dataclasses.dataclass(frozen=True)
 class _Made:
     root: str
-    owned: bool
+    owned: _Owned | None
     options: StockadeSandboxClientOptions
     host_entries: dict[str, Any]
     snapshot: SnapshotBase
@@ -950,26 +973,114 @@ class _Made:
 
 _OWNED_PREFIX = "openai-sandbox-"
 
+
+class _Owned:
+    """A default root a client in this process made: its base, its name, and the
+    directory made there, by device and inode.
+
+    Removed and made again only as that: a directory or a link put at its
+    name since is neither deleted nor taken for it.
+    """
+
+    __slots__ = ("__weakref__", "base", "ident", "name")
+
+    def __init__(self, base: str, name: str, ident: tuple[int, int] | None) -> None:
+        self.base = base
+        self.name = name
+        #: None while the directory is removed (the SDK deletes a session
+        #: after each run and resumes its state into the root on the next).
+        self.ident = ident
+
+    @property
+    def path(self) -> str:
+        return os.path.join(self.base, self.name)
+
+    @classmethod
+    def new(cls, base: str) -> _Owned:
+        made = tempfile.mkdtemp(prefix=_OWNED_PREFIX, dir=base)
+        owned = cls(base, os.path.basename(made), None)
+        owned.ident = owned._identity()
+        with _LIVE_LOCK:
+            _LIVE[owned.path] = owned
+        return owned
+
+    def _identity(self) -> tuple[int, int]:
+        with fsroot.Root(self.base) as base:
+            st = base.lstat(self.name)
+        if st is None or not stat.S_ISDIR(st.st_mode):
+            raise fsroot.Refused(errno.ENOENT, f"no workspace root at {self.path}")
+        return st.st_dev, st.st_ino
+
+    def make(self) -> None:
+        """The recorded directory, or a new one at its name when it was removed."""
+        with fsroot.Root(self.base) as base:
+            st = base.lstat(self.name)
+            if st is None:
+                os.mkdir(self.name, 0o700, dir_fd=base.fd)
+                self.ident = self._identity()
+            elif (st.st_dev, st.st_ino) != self.ident:
+                raise fsroot.Refused(errno.EEXIST, f"{self.path} is no longer the workspace "
+                                     "root this client made: something else is at its name")
+
+    def remove(self) -> None:
+        """Remove the recorded directory, if it is still the one at its name."""
+        try:
+            base = fsroot.Root(self.base)
+        except OSError:
+            self.ident = None
+            return
+        with base:
+            st = base.lstat(self.name)
+            if (st is not None and stat.S_ISDIR(st.st_mode)
+                    and (st.st_dev, st.st_ino) == self.ident):
+                base.remove(self.name)
+        self.ident = None
+
+
+#: Each default root a client in this process made, while a client or a
+#: session still holds its record; a state another client resumes never
+#: reaches one of them.
+_LIVE: weakref.WeakValueDictionary[str, _Owned] = weakref.WeakValueDictionary()
+_LIVE_LOCK = threading.Lock()
+
+
+def _live_root_touching(path: str) -> str | None:
+    """The live default root `path` is, lies beneath or holds; None when it touches none."""
+    with _LIVE_LOCK:
+        roots = list(_LIVE.keys())
+    for root in roots:
+        if fsroot.within(path, root) is not None or fsroot.within(root, path) is not None:
+            return root
+    return None
+
+
 #: Entries whose content is in the manifest itself. Every other kind has the
 #: host process read its own filesystem (a `local_file` of ~/.ssh/id_ed25519)
 #: or reach out with its credentials (a mount, a repository).
 _DATA_ENTRIES = ("file", "dir")
 
 
-def _host_entries(manifest: Manifest) -> dict[str, Any]:
-    """Each entry not made of the manifest's own data, by path, as its JSON."""
-    found: dict[str, Any] = {}
+def _entries(manifest: Manifest) -> list[tuple[str, Any]]:
+    """Every manifest entry, children included, as (its path in the workspace, entry)."""
+    found: list[tuple[str, Any]] = []
 
     def walk(prefix: str, entries: dict[Any, Any]) -> None:
         for name, entry in entries.items():
             path = f"{prefix}{Path(str(name)).as_posix()}"
-            dumped = entry.model_dump(mode="json")
-            if dumped.get("type") in _DATA_ENTRIES:
-                walk(path + "/", getattr(entry, "children", {}) or {})
-            else:
-                found[path] = dumped
+            found.append((path, entry))
+            walk(path + "/", getattr(entry, "children", {}) or {})
 
     walk("", manifest.entries)
+    return found
+
+
+def _host_entries(manifest: Manifest) -> dict[str, Any]:
+    """Each entry not made of the manifest's own data, by path, as its JSON."""
+    found: dict[str, Any] = {}
+    for path, entry in _entries(manifest):
+        dumped = entry.model_dump(mode="json")
+        if dumped.get("type") not in _DATA_ENTRIES:
+            found[path] = dumped
     return found
 
 
@@ -985,8 +1096,7 @@ def _widening(asked: StockadeSandboxClientOptions,
 
     def under_any(path: str, roots: tuple[str, ...]) -> bool:
         p = os.path.abspath(path)
-        return any(p == r or p.startswith(r.rstrip("/") + "/")
-                   for r in (os.path.abspath(x) for x in roots))
+        return any(fsroot.within(p, os.path.abspath(r)) is not None for r in roots)
 
     wider: list[str] = []
     if MODES.index(asked.mode) > MODES.index(pinned.mode):
@@ -1019,6 +1129,32 @@ def _check_manifest(manifest: Manifest) -> None:
     if manifest.users or manifest.groups:
         raise ValueError("StockadeSandboxClient does not support manifest users or groups: "
                          "every command runs as the calling user, inside the sandbox")
+    # A stored state's entry names are data: refused here, before any is joined
+    # to the root, not left to each place that joins one.
+    for path, _entry in _entries(manifest):
+        try:
+            fsroot.check_name(path)
+        except fsroot.UnsafeName as exc:
+            raise InvalidManifestPathError(
+                rel=path, reason="absolute" if path.startswith("/") else "escape_root",
+                context={"stockade": str(exc)}) from exc
+
+
+def _check_member(name: str) -> None:
+    """Refuse an archive member that would not stay beneath the workspace.
+
+    `./` and a directory's trailing `/` are how tar spells names (the
+    workspace's own archive is `tar -cf - .`), so they are taken off first.
+    """
+    while name.startswith("./"):
+        name = name[2:]
+    name = name.rstrip("/")
+    if name in ("", "."):
+        return
+    try:
+        fsroot.check_name(name)
+    except fsroot.UnsafeName as exc:
+        raise UnsafeTarMemberError(member=name, reason=str(exc)) from exc
 
 
 def _no_user(user: str | User | None) -> None:
