@@ -765,20 +765,30 @@ def _nothing_left_of_session_tmps(box: Box) -> None:
 
 # -- known limits (README), pinned so they cannot silently change -------------------------
 
-@pytest.mark.xfail(strict=True, reason="a repository created deep in the tree and not "
-                   "registered as a gitlink is not found without a walk of the tree; the "
-                   "host's own `git add -A` then registers it and `git status` enters it")
-def test_an_unregistered_nested_repository_after_the_hosts_add(box: Box) -> None:
+DEEP_REPO = ("mkdir -p a/b && cd a/b && git init -q . && git -c user.name=t -c user.email=t@t "
+             "commit -q --allow-empty -m x && git config core.fsmonitor 'touch {m}; false' "
+             "&& echo planted")
+
+
+def test_a_repository_created_deep_in_the_tree_is_made_inert(box: Box) -> None:
+    """`git init` in a directory that already existed, never registered as a gitlink:
+    the host's `git status` in `a/b` (a prompt on `cd`) and its `git add -A` at the top
+    then ran the command's fsmonitor."""
     init_repo(box)
-    m = marker(box, "unregistered")
-    box.sh(f"mkdir -p a/b && cd a/b && git init -q . && git -c user.name=t -c user.email=t@t "
-           f"commit -q --allow-empty -m x && git config core.fsmonitor 'touch {m}; false'",
-           mode="workspace-write")
+    box.mkdir("ws/a/b")
+    m = marker(box, "deep")
+    control = copy_workspace(box, "deep")
+    unconfined(box, DEEP_REPO.format(m=m), control)
+    git(box, "status", cwd=control / "a" / "b")
+    assert m.exists()  # unconfined, the host's git runs it
+    m.unlink()
+    res = box.sh(DEEP_REPO.format(m=m), mode="workspace-write")
+    assert b"planted" in res.stdout, text(res)
+    git(box, "status", cwd=box.ws / "a" / "b")
     git(box, "add", "-A")
     git(box, "status")
-    assert not m.exists()
-
-
+    assert not m.exists(), text(res)
+    assert (box.ws / "a" / "b" / ".git").is_dir()  # the work stays, inert
 
 
 # -- found by the second attack on the guard -----------------------------------------------

@@ -391,3 +391,7 @@ def test_a_build_cache_is_reused_and_never_written(box: Box) -> None:
     read-only and its variable points the toolchain at the session's private copy,
     which starts empty."""
     iso.test_a_build_cache_is_reused_and_never_written(box, reused=False)
+
+
+def test_a_repository_created_deep_in_the_tree_is_made_inert(box: Box) -> None:
+    trust.test_a_repository_created_deep_in_the_tree_is_made_inert(box)

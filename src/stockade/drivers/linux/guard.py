@@ -56,6 +56,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
     from ...profile import Profile
+    from .treewatch import TreeWatch
 
 #: The config a repository gets when the one the command wrote cannot be parsed.
 MINIMAL_CONFIG = b"[core]\n\trepositoryformatversion = 0\n\tbare = false\n"
@@ -95,7 +96,7 @@ class MetadataGuard:
     """
 
     def __init__(self, profile: Profile, state_dir: str, *, restore_content: bool,
-                 watch: bool = True) -> None:
+                 watch: bool = True, tree: TreeWatch | None = None) -> None:
         self.roots = ([profile.workspace] if profile.workspace_writable else []) + list(
             profile.write_roots)
         self.content = restore_content
@@ -106,7 +107,9 @@ class MetadataGuard:
         self.stale: list[Neutralised] = []
         self.fs = Roots([])
         self._seen: set[str] = set()
+        self._final = True
         self.watch: Watch | None = None
+        self.tree = tree
         from ...paths import sha256_hex
 
         key = sha256_hex(profile.workspace.encode())[:32]
@@ -184,7 +187,7 @@ class MetadataGuard:
             gitdirs = self._recorded()[1]
             parent = os.path.dirname(path)
             if parent in gitdirs and os.path.basename(path) in ("worktrees", "modules", "index"):
-                self.during += self._sweep(([], [parent]), seen=gitdirs)
+                self.during += self._sweep(([], [parent]), seen=gitdirs, final=False)
             else:
                 self.during += self._sweep(([path], []), seen=gitdirs)
 
@@ -351,7 +354,8 @@ class MetadataGuard:
             done += self.during
         try:
             with _FileLock(self._snap_lock):
-                done += self._sweep(self._recorded())
+                created = self.tree.drain() if self.tree is not None else []
+                done += self._sweep(self._recorded(), created=created)
                 os.close(self.alive_fd)
                 self.alive_fd = -1
                 os.unlink(self._alive)
@@ -363,8 +367,8 @@ class MetadataGuard:
                 self.alive_fd = -1
         return done
 
-    def _sweep(self, recorded: tuple[list[str], list[str]],
-               seen: list[str] | None = None) -> list[Neutralised]:
+    def _sweep(self, recorded: tuple[list[str], list[str]], seen: list[str] | None = None,
+               created: list[str] | None = None, final: bool = True) -> list[Neutralised]:
         """Every path of the baseline back to what it was, every new repository made inert.
 
         Covers every path the baseline knows, not only this command's: the
@@ -377,11 +381,17 @@ class MetadataGuard:
         # Repositories the person had are swept by their own entry below; one
         # the command made that leads to one of them must not "neutralise" it.
         self._seen = {os.path.normpath(g) for g in (gitdirs if seen is None else seen)}
+        # While the command runs, an index may be caught half written: only the
+        # sweep after it may take an unreadable one for hostile.
+        self._final = final
         try:
             for path in paths:
                 self._attempt(self._settle, path, done)
             for gitdir in gitdirs:
                 self._attempt(self._new_in_gitdir, gitdir, done)
+            for dot_git in created or ():
+                # Anywhere in the tree, found by the tree's watch (treewatch.py).
+                self._attempt(self._created_repository, dot_git, done)
             for root in self.fs.paths:
                 self._attempt(self._bare_shaped, root, done)
         finally:
@@ -539,6 +549,9 @@ class MetadataGuard:
             done.append(Neutralised(path, "created by the command: the person's tools would "
                                     "read or run it", moved))
 
+    def _created_repository(self, dot_git: str, done: list[Neutralised]) -> None:
+        self._inert_repository(dot_git, os.path.dirname(dot_git), done, 0)
+
     def _inert_git_entry(self, path: str, done: list[Neutralised]) -> None:
         name = os.path.basename(path)
         if name in ("rebase-merge", "sequencer"):
@@ -622,7 +635,8 @@ class MetadataGuard:
             if kind in ("wt", "mod"):
                 sub = os.path.join(gitdir, "worktrees" if kind == "wt" else "modules", name)
                 self._inert_gitdir(sub, worktree, done, 1)
-            elif kind == "index" and self._gitlinks(os.path.join(gitdir, "index")) is None:
+            elif kind == "index" and self._final and self._gitlinks(
+                    os.path.join(gitdir, "index")) is None:
                 # Changed, and git can read it but stockade cannot: the
                 # gitlinks it holds are unknown, so it must not stay.
                 self._move(os.path.join(gitdir, "index"), done,

@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from ...profile import Profile
     from ..base import Launch
     from .guard import MetadataGuard
+    from .treewatch import TreeWatch
     from .warm import WarmPool
 
 
@@ -35,6 +36,7 @@ class ParkingDriver(Driver):
 
         self._sessions: dict[str, str] = {}
         self._session_tmps = SessionTmps()
+        self._trees: dict[str, TreeWatch] = {}
         self._warm: WarmPool | None = None
         if size > 0:
             from .warm import WarmPool
@@ -64,6 +66,10 @@ class ParkingDriver(Driver):
             workspace = self._sessions.pop(session_id, None)
             if self._warm is not None and workspace is not None:
                 self._warm.drop(workspace)
+            if workspace is not None and workspace not in self._sessions.values():
+                tree = self._trees.pop(workspace, None)
+                if tree is not None:
+                    tree.close()
         finally:
             self._session_tmps.close_session(session_id)
 
@@ -75,6 +81,9 @@ class ParkingDriver(Driver):
                 self._warm.close()
             flush_removals()
         finally:
+            for tree in self._trees.values():
+                tree.close()
+            self._trees.clear()
             self._session_tmps.close()
 
     def explain_failure(self, returncode: int, stderr: bytes) -> str | None:
@@ -86,7 +95,17 @@ class ParkingDriver(Driver):
     def _guard(self, profile: Profile) -> MetadataGuard:
         from .guard import MetadataGuard
 
-        return MetadataGuard(profile, self._state_dir, restore_content=self.RESTORE_CONTENT)
+        tree = None
+        if profile.workspace_writable:
+            # The first writing command on a workspace walks it once; the rest
+            # pay for what they change (treewatch.py).
+            tree = self._trees.get(profile.workspace)
+            if tree is None:
+                from .treewatch import TreeWatch
+
+                tree = self._trees[profile.workspace] = TreeWatch(profile.workspace)
+        return MetadataGuard(profile, self._state_dir, restore_content=self.RESTORE_CONTENT,
+                             tree=tree)
 
     def _prepare(self, argv: list[str], profile: Profile, *, park_fd: int | None = None,
                  guard: bool | MetadataGuard = True) -> Launch:

@@ -49,7 +49,7 @@ IN_CLOEXEC = os.O_CLOEXEC
 
 #: (inotify_init1, inotify_add_watch) by seccomp architecture name.
 _NR = {"x86_64": (294, 254), "aarch64": (26, 27)}
-_EVENT = struct.Struct("iIII")
+EVENT = struct.Struct("iIII")
 
 
 class Watch:
@@ -70,7 +70,7 @@ class Watch:
         self._stop_r, self._stop_w = os.pipe2(os.O_CLOEXEC)
         self._thread: threading.Thread | None = None
         try:
-            self._fd = _inotify_init()
+            self._fd = inotify_init()
             for path in sorted({*names, *trees}):
                 self._add(path)
         except OSError as exc:
@@ -81,10 +81,11 @@ class Watch:
         self._thread.start()
 
     def _add(self, path: str) -> None:
+        # Closed after writing, not each write: a file is settled once it is whole.
         mask = (IN_CREATE | IN_MOVED_TO | IN_MOVED_FROM | IN_DELETE | IN_CLOSE_WRITE
-                | IN_MODIFY | IN_ONLYDIR | IN_DONT_FOLLOW)
+                | IN_ONLYDIR | IN_DONT_FOLLOW)
         try:
-            wd = _inotify_add_watch(self._fd, path, mask)
+            wd = inotify_add_watch(self._fd, path, mask)
         except (FileNotFoundError, NotADirectoryError, PermissionError):
             return  # gone, not a directory, or not ours to read: the sweep covers it
         self._wd[wd] = path
@@ -113,10 +114,10 @@ class Watch:
         """The watched paths the events in `data` touch, each once, in order."""
         out: list[str] = []
         pos = 0
-        while pos + _EVENT.size <= len(data):
-            wd, mask, _cookie, length = _EVENT.unpack_from(data, pos)
-            raw = data[pos + _EVENT.size:pos + _EVENT.size + length].rstrip(b"\0")
-            pos += _EVENT.size + length
+        while pos + EVENT.size <= len(data):
+            wd, mask, _cookie, length = EVENT.unpack_from(data, pos)
+            raw = data[pos + EVENT.size:pos + EVENT.size + length].rstrip(b"\0")
+            pos += EVENT.size + length
             if mask & IN_Q_OVERFLOW:
                 # Events were lost: every watched path, as the sweep would.
                 out.extend(os.path.join(p, n) for p, names in self._names.items() for n in names)
@@ -153,9 +154,9 @@ def _syscall(index: int, *args: object) -> int:
     return libc_syscall()(numbers[index], *args)
 
 
-def _inotify_init() -> int:
+def inotify_init() -> int:
     return _syscall(0, IN_NONBLOCK | IN_CLOEXEC)
 
 
-def _inotify_add_watch(fd: int, path: str, mask: int) -> int:
+def inotify_add_watch(fd: int, path: str, mask: int) -> int:
     return _syscall(1, fd, os.fsencode(path), mask)
