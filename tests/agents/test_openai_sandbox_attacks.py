@@ -265,17 +265,16 @@ def test_a_write_is_judged_by_its_own_effect_not_another_commands_restore(base: 
         await b.start()
         try:
             started = await a.pty_exec_start(
-                "printf '#!/bin/sh\\necho pwned\\n' > .git/hooks/pre-commit; sleep 5",
-                yield_time_s=0.5)
+                "printf '#!/bin/sh\\necho pwned\\n' > .git/hooks/pre-commit; touch a-wrote; "
+                "sleep 5", yield_time_s=0.5)
             assert started.process_id is not None
-            # Landlock lets the write land (the guard undoes it later): wait
-            # for it, so B's write really does meet a restore.
-            hook = ws / ".git" / "hooks" / "pre-commit"
+            # Landlock lets the write land (the guard's watch undoes it at once):
+            # wait for it, so B's write really does meet a restore.
             for _ in range(200):
-                if hook.exists():
+                if (ws / "a-wrote").exists():
                     break
                 await asyncio.sleep(0.05)
-            assert hook.exists()
+            assert (ws / "a-wrote").exists()
             try:
                 await b.write(Path("f.txt"), io.BytesIO(b"b's work\n"))
             except Exception as exc:

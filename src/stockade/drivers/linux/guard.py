@@ -171,7 +171,14 @@ class MetadataGuard:
             # What leads git elsewhere appears there: worktrees, modules, the index.
             names.setdefault(gitdir, set()).update(("worktrees", "modules", "index"))
         self._lock = threading.Lock()
-        self.during: list[Neutralised] = []
+        # What any guard of this baseline settled while this one's command ran
+        # is reported by this one too: the name may be its command's, whichever
+        # watch came first.
+        self._during = os.path.join(self.dir, "during")
+        try:
+            self._during_from = os.stat(self._during).st_size
+        except OSError:
+            self._during_from = 0
         self.watch = Watch(names, trees, self._settle_now)
 
     @property
@@ -187,9 +194,23 @@ class MetadataGuard:
             gitdirs = self._recorded()[1]
             parent = os.path.dirname(path)
             if parent in gitdirs and os.path.basename(path) in ("worktrees", "modules", "index"):
-                self.during += self._sweep(([], [parent]), seen=gitdirs, final=False)
+                done = self._sweep(([], [parent]), seen=gitdirs, final=False)
             else:
-                self.during += self._sweep(([path], []), seen=gitdirs)
+                done = self._sweep(([path], []), seen=gitdirs)
+            if done:
+                with open(self._during, "ab") as fh:
+                    fh.write("".join(f"{n.path}\0{n.what}\0{n.moved_to}\0" for n in done)
+                             .encode("utf-8", "surrogateescape"))
+
+    def _settled_during(self) -> list[Neutralised]:
+        """What the watches of this baseline settled since this guard's start."""
+        try:
+            with open(self._during, "rb") as fh:
+                fh.seek(self._during_from)
+                fields = fh.read().decode("utf-8", "surrogateescape").split("\0")
+        except OSError:
+            return []
+        return [Neutralised(*fields[i:i + 3]) for i in range(0, len(fields) - 2, 3)]
 
     def _leave(self) -> None:
         """Give up this guard's alive file (it guards nothing, or failed to start)."""
@@ -351,9 +372,10 @@ class MetadataGuard:
             return done
         if self.watch is not None:
             self.watch.close()
-            done += self.during
         try:
             with _FileLock(self._snap_lock):
+                if self.watch is not None:
+                    done += self._settled_during()
                 created = self.tree.drain() if self.tree is not None else []
                 done += self._sweep(self._recorded(), created=created)
                 os.close(self.alive_fd)
