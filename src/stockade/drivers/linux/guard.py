@@ -183,8 +183,12 @@ class MetadataGuard:
 
     @property
     def unwatched(self) -> str:
-        """Why names are settled only after the run ("" when they are watched)."""
-        return self.watch.failed if self.watch is not None else ""
+        """What the watches could not follow ("" when they follow everything): names
+        then wait for the sweep, repositories for a walk of the tree."""
+        why = [self.watch.failed if self.watch is not None else "",
+               f"tree: {self.tree.incomplete}, walked after the run"
+               if self.tree is not None and self.tree.incomplete else ""]
+        return "; ".join(w for w in why if w)
 
     def _settle_now(self, path: str) -> None:
         """One watched path, settled as the sweep after the run would settle it."""

@@ -1,0 +1,86 @@
+"""The tree's watch (drivers/linux/treewatch.py): repositories made anywhere are found,
+and where the watch cannot follow, it says so and walks the tree instead."""
+
+from __future__ import annotations
+
+import os
+import struct
+import time
+from pathlib import Path
+
+import pytest
+
+from stockade.drivers.linux import treewatch
+from stockade.drivers.linux.treewatch import TreeWatch
+
+
+def drained(tree: TreeWatch, want: str, seconds: float = 5.0) -> list[str]:
+    """Drain until `want` shows up (the event thread takes a moment) or time runs out."""
+    got: list[str] = []
+    deadline = time.monotonic() + seconds
+    while want not in got and time.monotonic() < deadline:
+        got += tree.drain()
+        time.sleep(0.01)
+    return got
+
+
+@pytest.fixture
+def ws(tmp_path: Path) -> Path:
+    for i in range(20):
+        (tmp_path / "ws" / f"d{i}" / "e").mkdir(parents=True)
+    (tmp_path / "ws" / ".git").mkdir()  # the person's
+    (tmp_path / "ws" / "d3" / "old" / ".git").mkdir(parents=True)  # the person's too
+    return tmp_path / "ws"
+
+
+def test_a_repository_made_deep_in_an_existing_directory_is_found(ws: Path) -> None:
+    tree = TreeWatch(str(ws))
+    try:
+        assert tree.drain() == [] and not tree.incomplete
+        (ws / "d7" / "e" / ".git").mkdir()
+        assert str(ws / "d7" / "e" / ".git") in drained(tree, str(ws / "d7" / "e" / ".git"))
+        # In a directory made after the start, with its content made at once.
+        (ws / "new" / "a" / "b" / ".git").mkdir(parents=True)
+        assert str(ws / "new" / "a" / "b" / ".git") in drained(
+            tree, str(ws / "new" / "a" / "b" / ".git"))
+        # A .git file (a worktree's or a submodule's pointer) counts as much.
+        (ws / "d9" / ".git").write_text("gitdir: elsewhere\n")
+        assert str(ws / "d9" / ".git") in drained(tree, str(ws / "d9" / ".git"))
+    finally:
+        tree.close()
+
+
+def test_past_the_watch_limit_it_says_so_and_walks(ws: Path,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    calls = [0]
+    real = treewatch.inotify_add_watch
+
+    def limited(fd: int, path: str, mask: int) -> int:
+        calls[0] += 1
+        if calls[0] > 5:
+            raise OSError(28, "No space left on device")
+        return real(fd, path, mask)
+
+    monkeypatch.setattr(treewatch, "inotify_add_watch", limited)
+    tree = TreeWatch(str(ws))
+    try:
+        assert "max_user_watches" in tree.incomplete
+        (ws / "d19" / "e" / ".git").mkdir()  # under no watch: only the walk finds it
+        assert tree.drain() == [str(ws / "d19" / "e" / ".git")]
+    finally:
+        tree.close()
+
+
+def test_an_overflowed_queue_makes_the_next_drain_walk(ws: Path) -> None:
+    tree = TreeWatch(str(ws))
+    try:
+        with tree._lock:
+            tree._events(struct.pack("iIII", -1, treewatch.IN_Q_OVERFLOW, 0, 0))
+        assert "overflowed" in tree.incomplete
+        os.makedirs(ws / "d2" / "e" / "x" / ".git")
+        assert str(ws / "d2" / "e" / "x" / ".git") in drained(
+            tree, str(ws / "d2" / "e" / "x" / ".git"))
+        # What the person had is never reported, walk or not.
+        assert str(ws / "d3" / "old" / ".git") not in tree.drain()
+    finally:
+        tree.close()
