@@ -4,8 +4,9 @@ import sys
 # and an MCP client starts the server in the project: a module a sandboxed
 # command wrote there (`json.py`, `asyncio/`) would then be imported by this
 # unconfined process. The entry leaves before anything else is imported. It
-# cannot help with a `stockade/` there, imported before this file runs: the
-# console script, or `python -P -m stockade`, is the start that holds.
+# cannot help with what runpy imports before this file runs (a `stockade/`,
+# `importlib.py`, `warnings.py` there): the console script, or
+# `python -P -m stockade`, is the start that holds.
 if not sys.flags.safe_path and sys.path:
     del sys.path[0]
 

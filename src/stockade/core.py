@@ -697,6 +697,14 @@ def remove_session_tmp(path: str) -> None:
         from .process import run_plain
 
         run_plain(["/bin/rm", "-rf", "--one-file-system", "--", path], timeout=120)
+    if os.path.lexists(path):
+        # A directory the command made unsearchable (chmod 000) stops rm for
+        # anyone but root; the tree is the session's, so its owner may open it.
+        # chmod -R changes no link's target and descends through none.
+        from .process import run_plain
+
+        run_plain(["/bin/chmod", "-R", "u+rwX", "--", path], timeout=120)
+        run_plain(["/bin/rm", "-rf", "--one-file-system", "--", path], timeout=120)
 
 
 def _close_at_exit(core: SandboxCore) -> None:

@@ -384,10 +384,15 @@ def git_protection(gitdir: str, worktree: str, kind: Callable[[str], str],
     # what its config names may lie inside one (a linked worktree of a repo
     # whose core.hooksPath is `.husky/_`, a workspace inside a monorepo).
     inside = any(is_under(gitdir, r) for r in roots)
+    if inside and _through_link(gitdir):
+        # Named inside a writable root but reached through a link the command
+        # planted (a gitlink `sub` with `sub -> ../victim`): a mount there
+        # would bind the other repository read-write.
+        return []
     out = [Protected(gitdir, PIN)] if inside else []
 
     def protect(path: str) -> None:
-        if not any(is_under(path, r) for r in roots):
+        if not any(is_under(path, r) for r in roots) or _through_link(path):
             return
         k = kind(path)
         if k == LINK:
@@ -452,6 +457,16 @@ def git_protection(gitdir: str, worktree: str, kind: Callable[[str], str],
                 out.extend(git_protection(pointed, checkout, kind, roots, home, depth + 1,
                                           global_configs))
     return out
+
+
+def _through_link(path: str) -> bool:
+    """Whether a directory on the way to `path` is a symbolic link.
+
+    `kind` looks at the last name only (lstat follows every other one), and
+    a mount of such a path lands wherever the link leads.
+    """
+    parent = os.path.dirname(path)
+    return os.path.realpath(parent) != parent
 
 
 def _enclosing_repository(root: str, kind: Callable[[str], str]) -> tuple[str, str] | None:

@@ -470,3 +470,19 @@ def test_a_build_cache_is_reused_and_never_written(box: Box, reused: bool = True
     assert snapshot(box.home / ".cache") == before, out
     # Unconfined, the same script does write them.
     assert all((control / rel / "ff" / "evil").exists() for rel, _var in CACHES)
+
+
+def test_a_sessions_cache_layer_is_removed_even_when_made_unsearchable(box: Box) -> None:
+    """A layer left with a directory of mode 000 stayed in the person's state for good
+    (only root's rm gets through one)."""
+    rel = ".cache/go-build"
+    box.write(box.home / rel / "00" / "entry", "host object\n")
+    for d in (box.home / ".cache", box.home / rel, box.home / rel / "00"):
+        os.chmod(d, 0o755)
+        box.runner.own(d)
+    res = box.sh(f'd="${{GOCACHE:-$HOME/{rel}}}"; mkdir -p "$d/zz/deep" && echo p > '
+                 '"$d/zz/deep/f" && chmod 000 "$d/zz/deep" "$d/zz" && echo locked',
+                 mode="workspace-write")
+    assert b"locked" in res.stdout, text(res)
+    caches = box.state / "state" / "stockade" / "caches"
+    assert not caches.exists() or list(caches.iterdir()) == [], list(caches.rglob("*"))

@@ -212,24 +212,28 @@ def test_commondir_planted_during_a_run_is_never_live(repo: Box) -> None:
 
 # -- what stockade does on the host with an index the command wrote --------------------
 
-def crafted_index(gitlinks: list[str], shared: str = "") -> bytes:
-    """A version 2 git index whose entries are `gitlinks` (mode 160000), named as given;
-    with `shared`, a `link` extension naming `sharedindex.<shared>` (a split index)."""
+def crafted_index(gitlinks: list[str], shared: str = "", files: int = 0) -> bytes:
+    """A version 2 git index whose entries are `gitlinks` (mode 160000), named as given,
+    then `files` regular files; with `shared`, a `link` extension naming
+    `sharedindex.<shared>` (a split index)."""
     import hashlib
     import struct
 
-    body = b""
-    for name in gitlinks:
+    entries = [(name, 0o160000) for name in gitlinks]
+    entries += [(f"f/{i:07d}", 0o100644) for i in range(files)]
+    parts = []
+    for name, mode in entries:
         raw = name.encode()
-        entry = (struct.pack(">10I", 0, 0, 0, 0, 0, 0, 0o160000, 0, 0, 0) + bytes(20)
+        entry = (struct.pack(">10I", 0, 0, 0, 0, 0, 0, mode, 0, 0, 0) + bytes(20)
                  + struct.pack(">H", min(len(raw), 0xFFF)) + raw)
-        body += entry + b"\0" * (8 - len(entry) % 8)
+        parts.append(entry + b"\0" * (8 - len(entry) % 8))
+    body = b"".join(parts)
     ext = b""
     if shared:
         empty_ewah = struct.pack(">III", 0, 0, 0)
         data = bytes.fromhex(shared) + empty_ewah * 2
         ext = b"link" + struct.pack(">I", len(data)) + data
-    content = b"DIRC" + struct.pack(">II", 2, len(gitlinks)) + body + ext
+    content = b"DIRC" + struct.pack(">II", 2, len(entries)) + body + ext
     return content + hashlib.sha1(content).digest()
 
 
@@ -342,3 +346,38 @@ def test_control_a_hook_written_on_the_host_runs_at_commit(repo: Box) -> None:
     box = repo
     box.write(box.ws / ".git" / "hooks" / "pre-commit", HOOK, 0o755)
     assert _host_commit_runs_planted_hook(box)
+
+
+def test_a_gitlink_through_a_symlink_binds_nothing_outside(repo: Box) -> None:
+    """A gitlink `sub` with `sub -> ../victim` made the next profile bind the other
+    repository's .git (writable: a PIN) where the link led; only Landlock inside
+    stopped the write."""
+    box = repo
+    victim = box.sibling / "victim"
+    _host_repo(box, victim)
+    before = snapshot(victim)
+    res = box.sh('ln -s ../sibling/victim sub && git update-index --add --cacheinfo '
+                 '160000,"$(git rev-parse HEAD)",sub && echo linked', mode="workspace-write",
+                 env=box.env(**GIT_ENV))
+    assert b"linked" in res.stdout, text(res)
+    res = box.sh("grep -c victim /proc/self/mountinfo; echo x > sub/.git/description; "
+                 "echo end", mode="workspace-write", env=box.env(**GIT_ENV))
+    out = text(res)
+    assert "end" in out and out.splitlines()[0] == "0", out
+    assert snapshot(victim) == before, out
+
+
+def test_a_large_index_cannot_hold_back_the_watch(repo: Box) -> None:
+    """A command that kept renaming a huge crafted index into place made the watch parse
+    it on every event, and a `.git/commondir` planted meanwhile stayed live for seconds."""
+    box = repo
+    box.write(box.ws / "p-big", crafted_index(["d/x"], files=300_000))
+    # Each big index renamed into place once made the watch parse it; the person's
+    # index is back before the commondir, so the host's commit is an ordinary one.
+    plant = ('cp .git/index .git/index.orig; for i in 1 2 3 4; do cp p-big .git/i.tmp && '
+             'mv .git/i.tmp .git/index; done; mv .git/index.orig .git/index; '
+             'cp -a .git/. .evil/ && printf "%s" "$1" > .evil/hooks/pre-commit && '
+             'chmod +x .evil/hooks/pre-commit && echo ../.evil > .git/commondir')
+    ran, window, out = commit_during(box, plant_and_time(plant, ".git/commondir"))
+    assert not ran, out
+    assert 0 <= window < WINDOW_MS, out

@@ -395,3 +395,7 @@ def test_a_build_cache_is_reused_and_never_written(box: Box) -> None:
 
 def test_a_repository_created_deep_in_the_tree_is_made_inert(box: Box) -> None:
     trust.test_a_repository_created_deep_in_the_tree_is_made_inert(box)
+
+
+def test_a_sessions_cache_layer_is_removed_even_when_made_unsearchable(box: Box) -> None:
+    iso.test_a_sessions_cache_layer_is_removed_even_when_made_unsearchable(box)

@@ -69,16 +69,17 @@ def test_session_from_context_variable(tmp_path, env):
 
 def test_cwd_must_stay_inside_the_workspace(tmp_path, env):
     sandbox, driver = make(tmp_path, env)
-    ws = sandbox.open_session("s", str(tmp_path / "home"))
-    (tmp_path / "home" / "sub").mkdir()
-    (tmp_path / "home" / "escape").symlink_to(tmp_path)
+    (tmp_path / "proj").mkdir()
+    ws = sandbox.open_session("s", str(tmp_path / "proj"))
+    (tmp_path / "proj" / "sub").mkdir()
+    (tmp_path / "proj" / "escape").symlink_to(tmp_path)
     sandbox.execute(SandboxCommand("true", session_id="s", cwd="sub"))
     for bad in ("..", "/etc", "escape"):
         with pytest.raises(CapabilityDenied, match="cwd outside workspace"):
             sandbox.execute(SandboxCommand("true", session_id="s", cwd=bad))
     with pytest.raises(InvalidCommand, match="NUL"):
         SandboxCommand("true", cwd="a\x00b")
-    assert driver.runs == 1 and ws.cwd.endswith("home")
+    assert driver.runs == 1 and ws.cwd.endswith("proj")
 
 
 def test_within_baseline_runs_without_asking(tmp_path, env):
@@ -304,6 +305,19 @@ def test_full_access_runs_in_the_workspace_not_in_stockades_cwd(tmp_path, env, m
     assert out.stdout.decode().strip() == ws.cwd and out.backend == "none"
 
 
+def test_a_writable_workspace_holding_the_home_is_refused(tmp_path, env):
+    """Unless the person's config accepts it: every dotfile a tool runs is in there."""
+    sandbox, driver = make(tmp_path, env)
+    sandbox.open_session("s", str(tmp_path))  # a directory above the home
+    with pytest.raises(CapabilityDenied, match="allow_home_workspace"):
+        sandbox.execute(SandboxCommand("true", session_id="s"))
+    assert driver.runs == 0
+    sandbox, driver = make(tmp_path, env, allow_home_workspace=True)
+    sandbox.open_session("s", env["HOME"])
+    sandbox.execute(SandboxCommand("true", session_id="s"))
+    assert driver.runs == 1
+
+
 def test_fs_write_in_read_only_is_refused_before_anyone_is_asked(tmp_path, env):
     asker = FakeApprovalRequester("approved-session")
     sandbox, driver = make(tmp_path, env, mode="read-only", requester=asker)
@@ -328,7 +342,8 @@ def test_a_proxy_refusal_for_the_commands_key_marks_it_denied(tmp_path, env):
 
 def test_the_denial_hint_is_kept_in_the_ledger(tmp_path, env):
     sandbox, _ = make(tmp_path, env)
-    sandbox.open_session("s", str(tmp_path / "home"))
+    (tmp_path / "proj").mkdir()
+    sandbox.open_session("s", str(tmp_path / "proj"))
     # FakeDriver runs unconfined: the error text is what the hint is made from.
     out = sandbox.execute(SandboxCommand(
         "sh", ["-c", "echo 'sh: 1: cannot create /etc/x: Read-only file system' >&2; exit 2"],

@@ -84,3 +84,26 @@ def test_an_overflowed_queue_makes_the_next_drain_walk(ws: Path) -> None:
         assert str(ws / "d3" / "old" / ".git") not in tree.drain()
     finally:
         tree.close()
+
+
+def test_without_inotify_the_names_are_polled(tmp_path: Path,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """Another program can use up the user's inotify instances: the watch falls back to a
+    timer rather than leaving a created name live for the command's life."""
+    from stockade.drivers.linux import watch
+
+    def exhausted() -> int:
+        raise OSError(24, "Too many open files")
+
+    monkeypatch.setattr(watch, "inotify_init", exhausted)
+    seen: list[str] = []
+    w = watch.Watch({str(tmp_path): {".vscode"}}, set(), seen.append)
+    try:
+        assert "polled" in w.failed
+        (tmp_path / ".vscode").mkdir()
+        deadline = time.monotonic() + 5
+        while not seen and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert seen == [str(tmp_path / ".vscode")]
+    finally:
+        w.close()

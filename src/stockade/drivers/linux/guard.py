@@ -168,8 +168,9 @@ class MetadataGuard:
             if self.content and os.path.isdir(path) and not os.path.islink(path):
                 trees.add(path)
         for gitdir in self.gitdirs:
-            # What leads git elsewhere appears there: worktrees, modules, the index.
-            names.setdefault(gitdir, set()).update(("worktrees", "modules", "index"))
+            # New worktrees and modules appear there. Not the index: its gitlinks
+            # wait for the sweep after the run (see `_gitlinks`).
+            names.setdefault(gitdir, set()).update(("worktrees", "modules"))
         self._lock = threading.Lock()
         # What any guard of this baseline settled while this one's command ran
         # is reported by this one too: the name may be its command's, whichever
@@ -197,7 +198,7 @@ class MetadataGuard:
                 return
             gitdirs = self._recorded()[1]
             parent = os.path.dirname(path)
-            if parent in gitdirs and os.path.basename(path) in ("worktrees", "modules", "index"):
+            if parent in gitdirs and os.path.basename(path) in ("worktrees", "modules"):
                 done = self._sweep(([], [parent]), seen=gitdirs, final=False)
             else:
                 done = self._sweep(([path], []), seen=gitdirs)
@@ -407,8 +408,8 @@ class MetadataGuard:
         # Repositories the person had are swept by their own entry below; one
         # the command made that leads to one of them must not "neutralise" it.
         self._seen = {os.path.normpath(g) for g in (gitdirs if seen is None else seen)}
-        # While the command runs, an index may be caught half written: only the
-        # sweep after it may take an unreadable one for hostile.
+        # While the command runs no index is read (`_gitlinks`): only the sweep
+        # after it judges gitlinks, and an unreadable index.
         self._final = final
         try:
             for path in paths:
@@ -422,6 +423,7 @@ class MetadataGuard:
                 self._attempt(self._bare_shaped, root, done)
         finally:
             self.fs.close()
+            self._final = True
         return done
 
     # -- reaching the workspace ----------------------------------------------------------
@@ -457,6 +459,11 @@ class MetadataGuard:
         return gitmeta.read_config(*where) if where is not None else None
 
     def _gitlinks(self, index: str) -> list[str] | None:
+        """An index's gitlinks; none while the command runs: an index is as large as
+        the command makes it, and parsing one on the watch's thread held back the
+        names behind it for seconds. The sweep after the run reads them all."""
+        if not self._final:
+            return []
         where = self.fs.locate(index)
         return gitmeta.index_gitlinks(*where) if where is not None else []
 
@@ -661,8 +668,7 @@ class MetadataGuard:
             if kind in ("wt", "mod"):
                 sub = os.path.join(gitdir, "worktrees" if kind == "wt" else "modules", name)
                 self._inert_gitdir(sub, worktree, done, 1)
-            elif kind == "index" and self._final and self._gitlinks(
-                    os.path.join(gitdir, "index")) is None:
+            elif kind == "index" and self._gitlinks(os.path.join(gitdir, "index")) is None:
                 # Changed, and git can read it but stockade cannot: the
                 # gitlinks it holds are unknown, so it must not stay.
                 self._move(os.path.join(gitdir, "index"), done,
@@ -790,7 +796,8 @@ class MetadataGuard:
                 st = root.lstat(j(sub, entry))
                 if st is not None:
                     state.append(f"{kind} {entry} {st.st_dev}:{st.st_ino}")
-        state += [f"link {p}" for p in gitmeta.index_gitlinks(root, j("index")) or ()]
+        if self._final:
+            state += [f"link {p}" for p in gitmeta.index_gitlinks(root, j("index")) or ()]
         st = root.lstat(j("index"))
         if st is not None:
             state.append(f"index {st.st_ino}:{st.st_mtime_ns}:{st.st_ctime_ns}:{st.st_size}")

@@ -17,9 +17,10 @@ protected directories themselves are watched too, so a hook written into
 The window between creation and neutralisation is the event's delivery and
 one settle (milliseconds; `bench/watch.py` measures it). A name under a
 parent that does not exist when the command starts (`.husky/_` before
-`.husky`) is not watched and waits for the sweep. An inotify instance that
-cannot be had (the per-user limit) leaves the sweep alone to act, and says
-so in the report.
+`.husky`) is not watched and waits for the sweep. Where no inotify instance
+can be had (the per-user limit, which any program of the user's can use up)
+the same names are looked at every 50 ms instead, and the audit record says
+so.
 """
 
 from __future__ import annotations
@@ -69,15 +70,22 @@ class Watch:
         self._fd = -1
         self._stop_r, self._stop_w = os.pipe2(os.O_CLOEXEC)
         self._thread: threading.Thread | None = None
+        loop = self._loop
         try:
             self._fd = inotify_init()
             for path in sorted({*names, *trees}):
                 self._add(path)
         except OSError as exc:
-            self.failed = f"inotify unavailable ({exc.strerror or exc}): swept after the run only"
-            self.close()
-            return
-        self._thread = threading.Thread(target=self._loop, name="stockade-watch", daemon=True)
+            # Another program (another sandbox, even) can use up the user's
+            # inotify instances: the names are then looked at on a timer, which
+            # holds within its period instead of for the command's life.
+            self.failed = (f"inotify unavailable ({exc.strerror or exc}): protected names "
+                           f"polled every {POLL_SECONDS * 1000:.0f} ms")
+            if self._fd >= 0:
+                os.close(self._fd)
+                self._fd = -1
+            loop = self._poll
+        self._thread = threading.Thread(target=loop, name="stockade-watch", daemon=True)
         self._thread.start()
 
     def _add(self, path: str) -> None:
@@ -109,6 +117,37 @@ class Watch:
                     self._settle(path)
                 except Exception:
                     pass
+
+    def _state(self) -> dict[str, tuple[int, ...]]:
+        """What the watched paths are now: each name's identity, each tree's entries'."""
+        out: dict[str, tuple[int, ...]] = {}
+        for parent, names in self._names.items():
+            for name in names:
+                out[os.path.join(parent, name)] = _identity(os.path.join(parent, name))
+        for tree in self._trees:
+            ids: list[int] = list(_identity(tree))
+            try:
+                for entry in sorted(os.listdir(tree)):
+                    ids += _identity(os.path.join(tree, entry))
+            except OSError:
+                pass
+            out[tree] = tuple(ids)
+        return out
+
+    def _poll(self) -> None:
+        before = self._state()
+        while True:
+            ready, _, _ = select.select([self._stop_r], [], [], POLL_SECONDS)
+            if ready:
+                return
+            now = self._state()
+            for path, ident in now.items():
+                if before.get(path) != ident:
+                    try:
+                        self._settle(path)
+                    except Exception:  # the sweep after the run reports it
+                        pass
+            before = self._state()
 
     def _paths(self, data: bytes) -> list[str]:
         """The watched paths the events in `data` touch, each once, in order."""
@@ -143,6 +182,18 @@ class Watch:
             if fd >= 0:
                 os.close(fd)
         self._fd = self._stop_r = self._stop_w = -1
+
+
+#: The period of the timer that stands in for inotify where it cannot be had.
+POLL_SECONDS = 0.05
+
+
+def _identity(path: str) -> tuple[int, ...]:
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return ()
+    return (st.st_ino, st.st_mode, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
 
 
 def _syscall(index: int, *args: object) -> int:
