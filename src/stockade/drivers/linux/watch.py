@@ -70,6 +70,7 @@ class Watch:
         self._fd = -1
         self._stop_r, self._stop_w = os.pipe2(os.O_CLOEXEC)
         self._thread: threading.Thread | None = None
+        self._stopped = threading.Event()
         loop = self._loop
         try:
             self._fd = inotify_init()
@@ -85,8 +86,21 @@ class Watch:
                 os.close(self._fd)
                 self._fd = -1
             loop = self._poll
-        self._thread = threading.Thread(target=loop, name="stockade-watch", daemon=True)
+        self._thread = threading.Thread(target=self._run, args=(loop,), name="stockade-watch",
+                                        daemon=True)
         self._thread.start()
+
+    def _run(self, loop: Callable[[], None]) -> None:
+        try:
+            loop()
+        finally:
+            fds = (self._fd, self._stop_r)
+            self._stopped.set()
+            # Closing an inotify descriptor waits for the kernel to retire its
+            # watches (about 15 ms here): done here, off the command's path.
+            for fd in fds:
+                if fd >= 0:
+                    os.close(fd)
 
     def _add(self, path: str) -> None:
         # Closed after writing, not each write: a file is settled once it is whole.
@@ -173,14 +187,19 @@ class Watch:
         return list(dict.fromkeys(out))
 
     def close(self) -> None:
-        """Stop the thread, after a settle in progress has finished."""
-        if self._stop_w >= 0:
+        """Stop the thread, after a settle in progress has finished (the thread then
+        closes its own descriptors)."""
+        if self._stop_w < 0:
+            return
+        if self._thread is None:
+            for fd in (self._fd, self._stop_r):
+                if fd >= 0:
+                    os.close(fd)
+        else:
             os.write(self._stop_w, b"x")
-        if self._thread is not None and self._thread is not threading.current_thread():
-            self._thread.join()
-        for fd in (self._fd, self._stop_r, self._stop_w):
-            if fd >= 0:
-                os.close(fd)
+            if self._thread is not threading.current_thread():
+                self._stopped.wait()
+        os.close(self._stop_w)
         self._fd = self._stop_r = self._stop_w = -1
 
 
