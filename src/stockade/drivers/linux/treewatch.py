@@ -59,9 +59,21 @@ class TreeWatch:
         #: The repositories the person had: what a rescan compares against.
         self.existing = set(self._walk(root, watch=self._fd >= 0))
         if self._fd >= 0:
-            self._thread = threading.Thread(target=self._loop, name="stockade-treewatch",
+            self._thread = threading.Thread(target=self._run, name="stockade-treewatch",
                                             daemon=True)
             self._thread.start()
+
+    def _run(self) -> None:
+        try:
+            self._loop()
+        finally:
+            with self._lock:
+                fds, self._fd, self._stop_r = (self._fd, self._stop_r), -1, -1
+            # Retiring a thousand watches takes the kernel milliseconds: not on
+            # the path of the command or of the session's close.
+            for fd in fds:
+                if fd >= 0:
+                    os.close(fd)
 
     def _walk(self, top: str, *, watch: bool) -> list[str]:
         """Every `.git` beneath `top` (not inside one, no link followed), watching each
@@ -147,11 +159,15 @@ class TreeWatch:
         return sorted(p for p in found if os.path.lexists(p))
 
     def close(self) -> None:
-        if self._stop_w >= 0:
+        """Stop watching; the thread closes its own descriptors as it goes."""
+        if self._stop_w < 0:
+            return
+        if self._thread is None:
+            for fd in (self._fd, self._stop_r):
+                if fd >= 0:
+                    os.close(fd)
+            self._fd = self._stop_r = -1
+        else:
             os.write(self._stop_w, b"x")
-        if self._thread is not None:
-            self._thread.join()
-        for fd in (self._fd, self._stop_r, self._stop_w):
-            if fd >= 0:
-                os.close(fd)
-        self._fd = self._stop_r = self._stop_w = -1
+        os.close(self._stop_w)
+        self._stop_w = -1

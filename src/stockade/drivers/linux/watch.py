@@ -85,6 +85,9 @@ class Watch:
             if self._fd >= 0:
                 os.close(self._fd)
                 self._fd = -1
+            # Taken now, not by the thread: a name made before it first looks
+            # must still count as made.
+            self._before = self._state()
             loop = self._poll
         self._thread = threading.Thread(target=self._run, args=(loop,), name="stockade-watch",
                                         daemon=True)
@@ -149,7 +152,7 @@ class Watch:
         return out
 
     def _poll(self) -> None:
-        before = self._state()
+        before = self._before
         while True:
             ready, _, _ = select.select([self._stop_r], [], [], POLL_SECONDS)
             if ready:
