@@ -267,3 +267,36 @@ def test_a_stale_baseline_is_swept_in_the_killed_runs_other_roots(ws: Path, stat
     fresh = MetadataGuard(reading, state, restore_content=False, watch=False)
     assert str(other / ".envrc") in [n.path for n in fresh.release()]
     assert not (other / ".envrc").exists()
+
+
+def test_what_a_created_repository_keeps_cannot_lock_out_later_commands(tmp_path: Path,
+                                                                       state: str) -> None:
+    """A repository the command made, with a rebase plan that runs a program, a link at
+    `rebase-merge`, a 64 MiB sparse hook sample and a sparse `info/`: every one stopped
+    the next command (a link cannot be held read-only; the Landlock baseline refused
+    to copy so much) or ran at the person's `git rebase --continue`."""
+    for plant in ("plan", "link", "sample", "info"):
+        ws = tmp_path / plant
+        ws.mkdir()
+        guard = Guard(make_profile(ws), state)
+        git = ws / ".git"
+        (git / "hooks").mkdir(parents=True)
+        (git / "HEAD").write_text("ref: refs/heads/main\n")
+        if plant == "plan":
+            (git / "rebase-merge").mkdir()
+            (git / "rebase-merge" / "git-rebase-todo").write_text("exec touch /tmp/pwned\n")
+        elif plant == "link":
+            (git / "rebase-merge").symlink_to(tmp_path)
+        elif plant == "sample":
+            with (git / "hooks" / "pre-commit.sample").open("wb") as fh:
+                fh.truncate((64 << 20) + 1)
+        else:
+            (git / "info").mkdir()
+            with (git / "info" / "exclude").open("wb") as fh:
+                fh.truncate(65 << 20)
+        release(guard)
+        assert not os.path.lexists(git / "rebase-merge"), plant
+        assert os.listdir(git / "hooks") == [], plant
+        assert not (git / "info" / "exclude").exists(), plant
+        # The next command starts, and its baseline is taken.
+        release(Guard(make_profile(ws), state))

@@ -63,6 +63,11 @@ MINIMAL_CONFIG = b"[core]\n\trepositoryformatversion = 0\n\tbare = false\n"
 #: A created repository nested deeper than this is not followed but moved to
 #: the quarantine whole: git itself recurses into every level.
 MAX_DEPTH = 32
+#: More than this in a rebase plan, `info/` or a hook (samples included) of a
+#: repository the command made is not git's own: moved, so that the Landlock
+#: baseline's copy of it stays small.
+KEPT_MAX_BYTES = 1 << 20
+SAMPLE_MAX_BYTES = 64 << 10
 
 
 class Neutralised:
@@ -587,11 +592,8 @@ class MetadataGuard:
 
     def _inert_git_entry(self, path: str, done: list[Neutralised]) -> None:
         name = os.path.basename(path)
-        if name in ("rebase-merge", "sequencer"):
-            # A rebase the command left half done is kept, unless its plan runs
-            # a program at the person's `git rebase --continue`.
-            if self._plans_exec(path):
-                self._move(path, done, "a rebase plan with exec lines")
+        if name in ("rebase-merge", "sequencer", "info"):
+            self._kept_git_dir(path, done)
         elif name == "hooks":
             self._inert_hooks(path, done)
         elif name in ("config", "config.worktree"):
@@ -599,6 +601,48 @@ class MetadataGuard:
         else:
             self._move(path, done, "git would follow it to another repository's config"
                        if name == "commondir" else "created by the command")
+
+    def _kept_git_dir(self, path: str, done: list[Neutralised]) -> None:
+        """A rebase left half done, or `info/`, in a repository the command touched:
+        kept unless it runs something or would stop later commands.
+
+        A plan with `exec` lines runs at the person's `git rebase --continue`. A
+        link here, or more than `KEPT_MAX_BYTES`, made every later profile (a
+        link cannot be held read-only) or Landlock baseline (too large to copy)
+        refuse: one sparse file locked the person out of the workspace.
+        """
+        kind = self._kind(path)
+        if not kind:
+            return
+        if kind != "dir":
+            self._move(path, done, "not a directory git keeps there")
+        elif os.path.basename(path) != "info" and self._plans_exec(path):
+            self._move(path, done, "a rebase plan with exec lines")
+        elif self._size(path) > KEPT_MAX_BYTES:
+            self._move(path, done, f"more than {KEPT_MAX_BYTES >> 20} MiB of git metadata")
+
+    def _size(self, path: str) -> int:
+        """Bytes of `path`, or beneath it (by st_size, not read), counted until past
+        KEPT_MAX_BYTES."""
+        where = self.fs.locate(path)
+        st = where[0].lstat(where[1]) if where is not None else None
+        if where is None or st is None:
+            return 0
+        if st.st_mode & 0o170000 != 0o040000:
+            return st.st_size
+        root, rel = where
+        total, stack, seen = 0, [rel], 0
+        while stack and total <= KEPT_MAX_BYTES and seen < GUARD_MAX_ENTRIES:
+            current = stack.pop()
+            for name in root.listdir(current):
+                seen += 1
+                st = root.lstat(f"{current}/{name}")
+                if st is None:
+                    continue
+                if st.st_mode & 0o170000 == 0o040000:
+                    stack.append(f"{current}/{name}")
+                total += st.st_size
+        return total if seen < GUARD_MAX_ENTRIES else KEPT_MAX_BYTES + 1
 
     def _inert_repository(self, dot_git: str, worktree: str, done: list[Neutralised],
                           depth: int) -> None:
@@ -635,6 +679,8 @@ class MetadataGuard:
         common = os.path.join(gitdir, "commondir")
         if self._kind(common) and not self._commondir_is_main(gitdir):
             self._move(common, done, "git would follow it to another repository's config")
+        for name in ("rebase-merge", "sequencer", "info"):
+            self._attempt(self._kept_git_dir, os.path.join(gitdir, name), done)
         # Gitlinks are checked out where git puts this repository's worktree:
         # a (kept) core.worktree, a linked worktree's `gitdir` file, or beside it.
         worktree = self._worktree_of(gitdir) or worktree
@@ -722,9 +768,14 @@ class MetadataGuard:
             self._move(hooks, done, "not a hooks directory")
             return
         for entry in self._listdir(hooks):
-            if entry.endswith(gitmeta.SAMPLE_SUFFIX):
-                continue
             path = os.path.join(hooks, entry)
+            if entry.endswith(gitmeta.SAMPLE_SUFFIX):
+                # git never runs a sample; one that is not a small file is not
+                # git's, and only weighs on the Landlock baseline's copy.
+                if self._kind(path) == "file" and self._size(path) <= SAMPLE_MAX_BYTES:
+                    continue
+                self._move(path, done, "not a sample git ships")
+                continue
             done.append(Neutralised(path, "a git hook the command created",
                                     self._quarantine(path)))
 
