@@ -263,14 +263,7 @@ class Root:
             fd = self.open(rel, _READ_FLAGS)
         except OSError:
             return b""
-        try:
-            if not stat.S_ISREG(os.fstat(fd).st_mode):
-                return b""
-            return os.read(fd, size)
-        except OSError:
-            return b""
-        finally:
-            os.close(fd)
+        return _head(fd, size)
 
     # -- changing --------------------------------------------------------------------
 
@@ -386,6 +379,28 @@ def read_fd(fd: int, cap: int, what: str = "") -> bytes:
     if len(data) > cap:
         raise Refused(errno.EFBIG, f"larger than {cap} bytes: {what}")
     return data
+
+
+def head_of(path: str, size: int = 1 << 16) -> bytes:
+    """`Root.head` for a file named by its path: the last name is not followed, and
+    what is not a regular file reads as b"" without being waited on."""
+    try:
+        fd = os.open(path, _READ_FLAGS)
+    except OSError:
+        return b""
+    return _head(fd, size)
+
+
+def _head(fd: int, size: int) -> bytes:
+    """Up to `size` bytes of the regular file open at `fd`, which it closes."""
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return b""
+        return os.read(fd, size)
+    except OSError:
+        return b""
+    finally:
+        os.close(fd)
 
 
 def read_file(path: str, cap: int) -> bytes:

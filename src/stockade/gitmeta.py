@@ -17,9 +17,8 @@ config in 2.46), and a denylist written today would miss tomorrow's.
 from __future__ import annotations
 
 import os
-import stat
 
-from .fsroot import Root, UnsafeName, check_name, read_file
+from .fsroot import Root, UnsafeName, check_name, head_of, read_file
 
 TYPE_CHECKING = False
 
@@ -320,19 +319,7 @@ def read_head(path: str, size: int = 1 << 16) -> bytes:
     """The first `size` bytes of a regular file a command may have written; b"" if there
     is none. Never follows a final symlink and never blocks on a FIFO planted at the name.
     """
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
-                     | os.O_NOCTTY)
-    except OSError:
-        return b""
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            return b""
-        return os.read(fd, size)
-    except OSError:
-        return b""
-    finally:
-        os.close(fd)
+    return head_of(path, size)
 
 
 def runner_files(hooks_dir: str, worktree: str) -> list[str]:

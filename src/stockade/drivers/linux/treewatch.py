@@ -19,17 +19,17 @@ the cost of the walk.
 from __future__ import annotations
 
 import os
-import select
 import threading
 
 from .watch import (
-    EVENT,
     IN_CREATE,
     IN_MOVED_FROM,
     IN_MOVED_TO,
     IN_Q_OVERFLOW,
+    events,
     inotify_add_watch,
     inotify_init,
+    read_events,
 )
 
 IN_ISDIR = 0x40000000
@@ -107,28 +107,14 @@ class TreeWatch:
         return found
 
     def _loop(self) -> None:
-        while True:
-            try:
-                ready, _, _ = select.select([self._fd, self._stop_r], [], [])
-            except (OSError, ValueError):
-                return
-            if self._stop_r in ready:
-                return
-            try:
-                data = os.read(self._fd, 1 << 16)
-            except BlockingIOError:
-                continue
-            except OSError:
-                return
-            with self._lock:
-                self._events(data)
+        read_events(self._fd, self._stop_r, self._locked_events)
+
+    def _locked_events(self, data: bytes) -> None:
+        with self._lock:
+            self._events(data)
 
     def _events(self, data: bytes) -> None:
-        pos = 0
-        while pos + EVENT.size <= len(data):
-            wd, mask, _cookie, length = EVENT.unpack_from(data, pos)
-            raw = data[pos + EVENT.size:pos + EVENT.size + length].rstrip(b"\0")
-            pos += EVENT.size + length
+        for wd, mask, name in events(data):
             if mask & IN_Q_OVERFLOW:
                 self.incomplete = "inotify's event queue overflowed"
                 continue
@@ -138,7 +124,7 @@ class TreeWatch:
             parent = self._wd.get(wd)
             if parent is None:
                 continue
-            path = os.path.join(parent, os.fsdecode(raw))
+            path = os.path.join(parent, name)
             if os.path.basename(path) == ".git":
                 if mask & (IN_CREATE | IN_MOVED_TO):
                     self._found.add(path)

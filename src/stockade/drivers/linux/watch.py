@@ -33,7 +33,7 @@ import threading
 TYPE_CHECKING = False
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Iterator
 
 # inotify(7) events: a name made, moved in, closed after writing, or removed.
 IN_MODIFY = 0x002
@@ -50,7 +50,7 @@ IN_CLOEXEC = os.O_CLOEXEC
 
 #: (inotify_init1, inotify_add_watch) by seccomp architecture name.
 _NR = {"x86_64": (294, 254), "aarch64": (26, 27)}
-EVENT = struct.Struct("iIII")
+_EVENT = struct.Struct("iIII")
 
 
 class Watch:
@@ -116,24 +116,14 @@ class Watch:
         self._wd[wd] = path
 
     def _loop(self) -> None:
-        while True:
+        read_events(self._fd, self._stop_r, self._handle)
+
+    def _handle(self, data: bytes) -> None:
+        for path in self._paths(data):
             try:
-                ready, _, _ = select.select([self._fd, self._stop_r], [], [])
-            except (OSError, ValueError):
-                return
-            if self._stop_r in ready:
-                return
-            try:
-                data = os.read(self._fd, 1 << 16)
-            except BlockingIOError:
-                continue
-            except OSError:
-                return
-            for path in self._paths(data):
-                try:
-                    self._settle(path)
-                except Exception:
-                    pass
+                self._settle(path)
+            except Exception:  # the sweep after the run reports it
+                pass
 
     def _state(self) -> dict[str, tuple[int, ...]]:
         """What the watched paths are now: each name's identity, each tree's entries'."""
@@ -169,11 +159,7 @@ class Watch:
     def _paths(self, data: bytes) -> list[str]:
         """The watched paths the events in `data` touch, each once, in order."""
         out: list[str] = []
-        pos = 0
-        while pos + EVENT.size <= len(data):
-            wd, mask, _cookie, length = EVENT.unpack_from(data, pos)
-            raw = data[pos + EVENT.size:pos + EVENT.size + length].rstrip(b"\0")
-            pos += EVENT.size + length
+        for wd, mask, name in events(data):
             if mask & IN_Q_OVERFLOW:
                 # Events were lost: every watched path, as the sweep would.
                 out.extend(os.path.join(p, n) for p, names in self._names.items() for n in names)
@@ -184,7 +170,6 @@ class Watch:
                 continue
             if parent in self._trees:
                 out.append(parent)
-            name = os.fsdecode(raw)
             if name in self._names.get(parent, ()):
                 out.append(os.path.join(parent, name))
         return list(dict.fromkeys(out))
@@ -204,6 +189,35 @@ class Watch:
                 self._stopped.wait()
         os.close(self._stop_w)
         self._fd = self._stop_r = self._stop_w = -1
+
+
+def events(data: bytes) -> Iterator[tuple[int, int, str]]:
+    """(watch descriptor, mask, name) of each inotify event in `data`."""
+    pos = 0
+    while pos + _EVENT.size <= len(data):
+        wd, mask, _cookie, length = _EVENT.unpack_from(data, pos)
+        raw = data[pos + _EVENT.size:pos + _EVENT.size + length].rstrip(b"\0")
+        pos += _EVENT.size + length
+        yield wd, mask, os.fsdecode(raw)
+
+
+def read_events(fd: int, stop_r: int, handle: Callable[[bytes], None]) -> None:
+    """Hand each batch of inotify events read from `fd` to `handle`, until `stop_r`
+    becomes readable or `fd` fails."""
+    while True:
+        try:
+            ready, _, _ = select.select([fd, stop_r], [], [])
+        except (OSError, ValueError):
+            return
+        if stop_r in ready:
+            return
+        try:
+            data = os.read(fd, 1 << 16)
+        except BlockingIOError:
+            continue
+        except OSError:
+            return
+        handle(data)
 
 
 #: The period of the timer that stands in for inotify where it cannot be had.
