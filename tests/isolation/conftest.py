@@ -47,6 +47,17 @@ MINIMAL_PATH = "/usr/local/bin:/usr/bin:/bin"
 #: A bwrap forced by config for every sandbox in this run (`make test`'s second
 #: pass, see system_bwrap.py); empty: whichever stockade chooses.
 FORCED_BWRAP = os.environ.get("STOCKADE_TEST_BWRAP", "")
+
+
+def _older_than_0_10(bwrap: str) -> bool:
+    out = subprocess.run([bwrap, "--version"], capture_output=True, text=True, timeout=10,
+                         check=False).stdout.split()
+    parts = [int(p) for p in (out[-1].split(".") if out else []) if p.isdigit()]
+    return tuple(parts[:2]) < (0, 10)
+
+
+#: A forced bwrap without `--size` and `--overlay`: the caches' layer starts empty.
+OLD_BWRAP = bool(FORCED_BWRAP) and _older_than_0_10(FORCED_BWRAP)
 IS_ROOT = os.geteuid() == 0
 # Unprivileged runs need root to switch user; without root the suite runs as
 # whoever started it and says so in the header.

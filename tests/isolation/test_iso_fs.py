@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import SH_TRY, Box, attempts, quarantined, snapshot, text
+from .conftest import OLD_BWRAP, SH_TRY, Box, attempts, quarantined, snapshot, text
 
 pytestmark = pytest.mark.isolation
 
@@ -464,7 +464,8 @@ def test_a_build_cache_is_reused_and_never_written(box: Box, reused: bool = True
     res = box.sh(script, mode="workspace-write", options=["--network", "all", "--yes"])
     out = text(res)
     # The build works: it reads the host's entries (where a layer can lie over
-    # them) and writes its own.
+    # them: not under Landlock, nor a bwrap older than 0.10) and writes its own.
+    reused = reused and not OLD_BWRAP
     assert out.count("host object") == (len(CACHES) if reused else 0), out
     assert out.count("wrote ") == len(CACHES), out
     assert snapshot(box.home / ".cache") == before, out
