@@ -190,13 +190,24 @@ def home_workspace(workspace: str, env: Mapping[str, str]) -> str:
     hundred (`~/.config/lesskey`, `~/.config/user-tmpfiles.d`, REPL start-up
     files, toolchain shims, install configs), and no list of names ends.
     """
-    home = env.get("HOME", "")
-    if not home.startswith("/") or os.path.normpath(home) == "/":
-        return ""
-    real = os.path.realpath(home)
     from .fsroot import within
 
-    return real if within(real, os.path.realpath(workspace)) is not None else ""
+    # The account's own home too: HOME unset, relative or pointed elsewhere
+    # must not turn the person's real home into an ordinary project.
+    homes = [env.get("HOME", "")]
+    try:
+        import pwd
+
+        homes.append(pwd.getpwuid(os.geteuid()).pw_dir)
+    except (ImportError, KeyError):
+        pass
+    top = os.path.realpath(workspace)
+    for home in homes:
+        if home.startswith("/") and os.path.normpath(home) != "/":
+            real = os.path.realpath(home)
+            if within(real, top) is not None:
+                return real
+    return ""
 
 
 def expand(path: str, env: Mapping[str, str]) -> str:

@@ -207,3 +207,27 @@ def test_a_tarball_round_trips(ws: Path) -> None:
     assert read_files(str(ws), ["bin/run"]) == {"bin/run": b"#!/bin/sh\n"}
     with tarfile.open(fileobj=io.BytesIO(make_tarball(str(ws)))) as tar:
         assert tar.getnames() == ["bin", "bin/run", "lib"]
+
+
+@pytest.mark.parametrize("links", [[("d/p", ".."), ("l", "d/p/..")], [("p", "."), ("l", "p/..")]])
+def test_a_tarball_cannot_place_links_that_climb_out(ws: Path,
+                                                     links: list[tuple[str, str]]) -> None:
+    """Each link lexically inside, but `l` resolves through `p` to the workspace's parent."""
+    import io
+    import tarfile
+
+    from stockade.cluster.workspace_io import extract_tarball
+
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        for name, target in links:
+            if "/" in name:
+                info = tarfile.TarInfo(name.split("/")[0])
+                info.type = tarfile.DIRTYPE
+                tar.addfile(info)
+            info = tarfile.TarInfo(name)
+            info.type, info.linkname = tarfile.SYMTYPE, target
+            tar.addfile(info)
+    with pytest.raises(InvalidCommand, match="tarball refused"):
+        extract_tarball(str(ws), buf.getvalue())
+    assert not (ws / "l").is_symlink()

@@ -2,6 +2,7 @@
 
 import asyncio
 import json
+import os
 import sqlite3
 
 import pytest
@@ -316,6 +317,22 @@ def test_a_writable_workspace_holding_the_home_is_refused(tmp_path, env):
     sandbox.open_session("s", env["HOME"])
     sandbox.execute(SandboxCommand("true", session_id="s"))
     assert driver.runs == 1
+
+
+def test_the_accounts_home_is_refused_whatever_home_says(tmp_path):
+    """HOME unset, relative or elsewhere once made the real home an ordinary project."""
+    import pwd
+
+    real_home = pwd.getpwuid(os.geteuid()).pw_dir
+    if not os.path.isdir(real_home):
+        pytest.skip(f"this account's home {real_home} does not exist")
+    for env in ({"PATH": "/usr/bin:/bin"}, {"HOME": ".", "PATH": "/usr/bin:/bin"},
+                {"HOME": str(tmp_path), "PATH": "/usr/bin:/bin"}):
+        sandbox, driver = make(tmp_path, env)
+        sandbox.open_session("s", real_home)
+        with pytest.raises(CapabilityDenied, match="allow_home_workspace"):
+            sandbox.execute(SandboxCommand("true", session_id="s"))
+        assert driver.runs == 0
 
 
 def test_fs_write_in_read_only_is_refused_before_anyone_is_asked(tmp_path, env):

@@ -130,7 +130,9 @@ def _extract(tar: tarfile.TarFile, ws: fsroot.Root, member: tarfile.TarInfo) -> 
             os.close(fd)
     elif member.issym():
         target = member.linkname
-        if target.startswith("/") or fsroot.within(
+        # Lexically inside is not inside once links already placed are followed
+        # (`d/p -> ..`, then `l -> d/p/..`): a target that climbs is refused.
+        if target.startswith("/") or ".." in target.split("/") or fsroot.within(
                 os.path.join(ws.path, head, target), ws.path) is None:
             raise InvalidCommand(f"tarball refused: {member.name} links outside the "
                                  f"workspace, to {target}")
