@@ -307,7 +307,9 @@ from stockade.adapters.langchain import StockadeExecutionPolicy
 ws = Path(sys.argv[1])
 policy = StockadeExecutionPolicy(mode="workspace-write")
 proc = policy.spawn(workspace=ws, env={}, command=["/bin/bash"])
-proc.stdin.write("mkdir -p .vscode && echo '{}' > .vscode/tasks.json && echo made\\n")
+# `;`: the guard's watch may take .vscode away before the write lands, and the
+# shell must still answer.
+proc.stdin.write("mkdir -p .vscode; echo '{}' > .vscode/tasks.json; echo made\\n")
 proc.stdin.flush()
 assert proc.stdout.readline() == "made\\n"
 print("exiting", flush=True)
