@@ -416,7 +416,10 @@ class SandboxCore:
             endpoint = None
             if sandboxed and caps.network.kind == NetworkPolicy.HOSTS:
                 endpoint = self.proxy_endpoint(sid, caps.network, backend)
-            profile = self.make_profile(ws, cmd, mode, caps, cwd, backend, endpoint)
+            profile = self.make_profile(
+                ws, cmd, mode, caps, cwd, backend, endpoint,
+                repositories=driver.repositories(ws.cwd) if sandboxed and mode != READ_ONLY
+                else ())
             try:
                 launch = driver.prepare(cmd.argv, profile)
             except BaseException:
@@ -603,7 +606,8 @@ class SandboxCore:
 
     def make_profile(self, ws: SessionWorkspace, cmd: SandboxCommand, mode: str,
                      caps: SandboxCapabilities, cwd: str, backend: str,
-                     endpoint: tuple[str, int, str, str | None] | None = None) -> Profile:
+                     endpoint: tuple[str, int, str, str | None] | None = None,
+                     repositories: tuple[str, ...] = ()) -> Profile:
         c = self.config
         if ws.cache_dir is None and c.scratch and mode != READ_ONLY:
             import tempfile
@@ -623,6 +627,7 @@ class SandboxCore:
             unreadable=c.unreadable, writable=c.writable, granted_sockets=c.granted_sockets,
             use_scratch=c.scratch, secret_env=tuple(c.secret_env) if c.secret_env is not None
             else _default_secrets(), session_tmp=ws.tmp_dir, backend=backend,
+            repositories=repositories,
         )
         for _cache, private, _var in profile.caches:
             for part in ("upper", "work"):

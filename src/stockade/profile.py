@@ -326,18 +326,33 @@ def protected_under(root: str, kind: Callable[[str], str] = path_kind,
                 "in a writable workspace. Replace the link with the real directory or file, "
                 "or run in read-only mode."
             )
-        if name == ".git" and k == DIR:
-            out.extend(git_protection(path, root, kind, roots, home, 0, global_configs))
-        elif name == ".git" and k == FILE:
-            out.append(Protected(path, FILE))
-            gitdir = _read_gitdir_pointer(path)
-            if gitdir:
-                out.extend(git_protection(gitdir, root, kind, roots, home, 0, global_configs))
+        if name == ".git" and k in (DIR, FILE):
+            out.extend(repository_protection(path, kind, roots, home, global_configs))
         elif k == MISSING:
             out.append(Protected(path, WATCH))
         else:
             out.append(Protected(path, k if k in (DIR, FILE) else FILE))
     return out
+
+
+def repository_protection(path: str, kind: Callable[[str], str], roots: tuple[str, ...],
+                          home: str = "", global_configs: tuple[str, ...] = ()
+                          ) -> list[Protected]:
+    """What must not change in the repository at `path`: a `.git` directory or
+    `gitdir:` file, or a directory git takes for a git directory by its shape."""
+    k = kind(path)
+    if os.path.basename(path) != ".git":
+        return git_protection(path, path, kind, roots, home, 0, global_configs) \
+            if k == DIR else []
+    worktree = os.path.dirname(path)
+    if k == DIR:
+        return git_protection(path, worktree, kind, roots, home, 0, global_configs)
+    if k != FILE:
+        return []
+    gitdir = _read_gitdir_pointer(path)
+    return [Protected(path, FILE)] + (
+        git_protection(gitdir, worktree, kind, roots, home, 0, global_configs)
+        if gitdir else [])
 
 
 #: A directory that must stay where it is: writable inside, but a mount point,
@@ -652,11 +667,14 @@ def build_profile(
     max_file_size_mb: int | None = None,
     listdir: Callable[[str], list[str]] = os.listdir,
     cache_dir: str | None = None,
+    repositories: tuple[str, ...] = (),
 ) -> Profile:
     """Decide the boundary for one command. All paths in are canonical.
 
     `cache_dir`: the session's directory for its private layers over the
     toolchain caches (`hostpaths.caches`); without one they stay read-only.
+    `repositories`: the person's repositories deeper in the workspace, as
+    the driver found them (`Driver.repositories`).
     """
     writable_ws = mode != READ_ONLY and any(is_under(workspace, w) for w in capabilities.fs_write)
     home = host_env.get("HOME", "")
@@ -778,6 +796,17 @@ def build_profile(
         # guard's own baseline, whose loss left a planted ~/bin/git live.
         masked = [Protected(p, FILE) for p, _ in hidden] + [Protected(s, FILE) for s in sockets]
         protected.extend(hold_ancestors(protected + masked, writable_all, kind))
+        # The person's repositories deeper in the tree (a vendored clone, a
+        # bare fixture), which a walk of fixed names never reaches: held as
+        # the top's are, but not their ancestors. A directory above one
+        # renamed and rebuilt holds a repository the command made, which the
+        # guard makes inert (drivers/linux/treewatch.py).
+        known = {p.path for p in protected}
+        for repo in repositories:
+            if repo not in known and writable_ws and is_under(repo, workspace) \
+                    and repo != workspace:
+                protected.extend(repository_protection(repo, kind, writable_all, home,
+                                                       global_configs))
 
     return Profile(
         mode=mode,

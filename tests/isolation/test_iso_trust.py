@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import os
+import shutil
 import subprocess
 import time
 from pathlib import Path
@@ -841,3 +842,128 @@ def test_a_planted_rebase_plan_runs_nothing(box: Box) -> None:
     assert "a rebase plan with exec lines" in text(res), text(res)
     git(box, "rebase", "--continue")
     assert not m.exists(), f"the host's rebase --continue ran a planted exec\n{text(res)}"
+
+
+# -- repositories beyond the top: existing deep ones, bare-shaped ones, after a kill -----------
+
+ARM_VENDORED = ("git -C vendor/dep config core.fsmonitor 'touch {m}; false'; "
+                "printf '#!/bin/sh\\ntouch {m}\\n' > vendor/dep/.git/hooks/pre-commit; "
+                "chmod +x vendor/dep/.git/hooks/pre-commit; echo tried")
+
+
+def _vendored(box: Box) -> Path:
+    init_repo(box)
+    dep = box.mkdir("ws/vendor/dep")
+    init_repo(box, dep)
+    shutil.rmtree(dep / ".git" / "hooks")  # as a clone without samples has it
+    return dep
+
+
+def test_an_existing_repository_deep_in_the_tree_is_held(box: Box) -> None:
+    """A vendored clone's config and hooks were writable and never compared: the host's
+    `git status` (a prompt on `cd vendor/dep`) and `git commit` there obeyed them."""
+    dep = _vendored(box)
+    m = marker(box, "vendored")
+    control = copy_workspace(box, "vendored")
+    unconfined(box, ARM_VENDORED.format(m=m), control)
+    git(box, "status", cwd=control / "vendor" / "dep")
+    assert m.exists()  # unconfined, the host's git runs it
+    m.unlink()
+    res = box.sh(ARM_VENDORED.format(m=m), mode="workspace-write")
+    assert b"tried" in res.stdout, text(res)
+    git(box, "status", cwd=dep)
+    git(box, "commit", "--allow-empty", "-qm", "host", cwd=dep)
+    assert not m.exists(), text(res)
+    config = (dep / ".git" / "config").read_text()
+    assert "fsmonitor" not in config, config
+    # What the person works with there still works, inside and out.
+    res = box.sh("git -C vendor/dep log --oneline | wc -l && echo x > vendor/dep/b && "
+                 "git -C vendor/dep add b && git -C vendor/dep -c user.name=t "
+                 "-c user.email=t@t commit -qm inside && echo committed",
+                 mode="workspace-write")
+    assert b"committed" in res.stdout, text(res)
+
+
+BARE_SHAPED = ("mkdir -p a && git init -q --bare a/b && git --git-dir=a/b config core.bare false"
+               " && git --git-dir=a/b config core.worktree .. && "
+               "git --git-dir=a/b config core.fsmonitor 'touch {m}; false' && echo planted")
+
+
+def test_a_bare_shaped_repository_made_deep_in_the_tree_is_made_inert(box: Box) -> None:
+    """No `.git` name anywhere: git takes a directory with HEAD, objects/ and refs/ for a
+    git directory, so the host's `git status` inside it obeyed its config."""
+    init_repo(box)
+    m = marker(box, "bare")
+    control = copy_workspace(box, "bare")
+    unconfined(box, BARE_SHAPED.format(m=m), control)
+    git(box, "status", cwd=control / "a" / "b")
+    assert m.exists()
+    m.unlink()
+    res = box.sh(BARE_SHAPED.format(m=m), mode="workspace-write")
+    assert b"planted" in res.stdout, text(res)
+    git(box, "status", cwd=box.ws / "a" / "b")
+    assert not m.exists(), text(res)
+    assert (box.ws / "a" / "b" / "HEAD").is_file()  # the work stays, inert
+
+
+REARM = """
+import sys
+sys.path.insert(0, {site!r})
+from stockade import SandboxCommand, SandboxConfig, SyncWorkspaceSandbox
+sb = SyncWorkspaceSandbox(SandboxConfig(mode="workspace-write", ledger=False{backend}))
+sb.open_session("s", {ws!r})
+def sh(script):
+    r = sb.execute(SandboxCommand("sh", ["-c", script], session_id="s"))
+    return r.stdout.decode() + r.stderr.decode()
+print(sh("git init -q a/b && echo made"))
+print(sh("git -C a/b config core.fsmonitor 'touch {m}; false' && echo armed"))
+sb.close()
+"""
+
+
+def test_a_repository_made_inert_cannot_be_rearmed_by_the_next_command(
+        box: Box, backend: str = "") -> None:
+    """Made by one command, it is not the person's afterwards: in the same process the
+    next command's changes to it are undone too; in a new one (the CLI) it is held."""
+    init_repo(box)
+    box.mkdir("ws/a/b")
+    m = marker(box, "rearmed")
+    code = REARM.format(site=box.runner.site, ws=str(box.ws), backend=backend, m=m)
+    res = box.host([box.runner.python, "-I", "-c", code], capture_output=True, timeout=120)
+    assert res.returncode == 0 and "made" in text(res) and "armed" in text(res), text(res)
+    git(box, "status", cwd=box.ws / "a" / "b")
+    assert not m.exists(), text(res)
+    res = box.sh(f"git -C a/b config core.fsmonitor 'touch {m}; false'; echo tried",
+                 mode="workspace-write")
+    assert b"tried" in res.stdout, text(res)
+    git(box, "status", cwd=box.ws / "a" / "b")
+    assert not m.exists(), text(res)
+
+
+def test_a_repository_made_by_a_killed_stockade_is_made_inert_by_the_next(box: Box) -> None:
+    """The next process walks the tree afresh: without the killed run's record of what
+    the tree had, it took the killed command's repository for the person's."""
+    init_repo(box)
+    box.mkdir("ws/a/b")
+    m = marker(box, "killed")
+    script = (f"git init -q a/b && git -C a/b config core.fsmonitor 'touch {m}; false' && "
+              "echo planted && exec sleep 60")
+    proc = box.runner.popen(box.runner.cli_argv(["run", "--mode", "workspace-write", "--",
+                                                 "/bin/sh", "-c", script]),
+                            cwd=str(box.ws), env=box.env(), stdin=subprocess.DEVNULL,
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    try:
+        assert proc.stdout is not None
+        assert proc.stdout.readline() == b"planted\n"
+    finally:
+        proc.kill()
+        proc.wait(timeout=10)
+    # Control: as the kill left it, the host's git obeys it.
+    control = copy_workspace(box, "killed")
+    git(box, "status", cwd=control / "a" / "b")
+    assert m.exists()
+    m.unlink()
+    res = box.run(["/bin/true"], mode="workspace-write")
+    assert res.returncode == 0, text(res)
+    git(box, "status", cwd=box.ws / "a" / "b")
+    assert not m.exists(), text(res)

@@ -399,3 +399,21 @@ def test_a_repository_created_deep_in_the_tree_is_made_inert(box: Box) -> None:
 
 def test_a_sessions_cache_layer_is_removed_even_when_made_unsearchable(box: Box) -> None:
     iso.test_a_sessions_cache_layer_is_removed_even_when_made_unsearchable(box)
+
+
+def test_an_existing_repository_deep_in_the_tree_is_held(box: Box) -> None:
+    """No mount holds it here: the guard's copies put its config and hooks back."""
+    trust.test_an_existing_repository_deep_in_the_tree_is_held(box)
+
+
+def test_a_bare_shaped_repository_made_deep_in_the_tree_is_made_inert(box: Box) -> None:
+    trust.test_a_bare_shaped_repository_made_deep_in_the_tree_is_made_inert(box)
+
+
+def test_a_repository_made_inert_cannot_be_rearmed_by_the_next_command(box: Box) -> None:
+    trust.test_a_repository_made_inert_cannot_be_rearmed_by_the_next_command(
+        box, ', backend="landlock"')
+
+
+def test_a_repository_made_by_a_killed_stockade_is_made_inert_by_the_next(box: Box) -> None:
+    trust.test_a_repository_made_by_a_killed_stockade_is_made_inert_by_the_next(box)

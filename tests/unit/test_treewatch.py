@@ -107,3 +107,43 @@ def test_without_inotify_the_names_are_polled(tmp_path: Path,
         assert seen == [str(tmp_path / ".vscode")]
     finally:
         w.close()
+
+
+def test_a_directory_shaped_as_a_git_directory_counts_as_a_repository(ws: Path) -> None:
+    """`git init --bare a/b`: no `.git` name, yet git takes `a/b` for a git directory."""
+    (ws / "d4" / "e" / "fixture.git" / "objects").mkdir(parents=True)  # the person's
+    (ws / "d4" / "e" / "fixture.git" / "refs").mkdir()
+    (ws / "d4" / "e" / "fixture.git" / "HEAD").write_text("ref: refs/heads/main\n")
+    tree = TreeWatch(str(ws))
+    try:
+        assert tree.held() == (str(ws / "d3" / "old" / ".git"),
+                               str(ws / "d4" / "e" / "fixture.git"))
+        bare = ws / "d5" / "b"
+        (bare / "objects").mkdir(parents=True)
+        (bare / "refs").mkdir()
+        (bare / "HEAD").write_text("ref: refs/heads/main\n")
+        assert str(bare) in drained(tree, str(bare))
+        # Half the shape is no repository: git would not take it for one.
+        (ws / "d6" / "objects").mkdir()
+        (ws / "d6" / "HEAD").write_text("x\n")
+        time.sleep(0.2)
+        assert str(ws / "d6") not in tree.drain()
+    finally:
+        tree.close()
+
+
+def test_what_appeared_stays_made_and_is_never_held(ws: Path) -> None:
+    """A repository a command made is made inert after every later command, and never
+    taken for the person's (held read-only) while the watch lives."""
+    tree = TreeWatch(str(ws))
+    try:
+        (ws / "d8" / ".git").mkdir()
+        drained(tree, str(ws / "d8" / ".git"))
+        assert tree.drain() == [str(ws / "d8" / ".git")]  # again, until it is gone
+        assert str(ws / "d8" / ".git") not in tree.held()
+        tree.adopt([str(ws / "d3" / "old" / ".git")])  # a killed run's, by its record
+        assert tree.held() == ()
+        (ws / "d8" / ".git").rmdir()
+        assert tree.drain() == [str(ws / "d3" / "old" / ".git")]
+    finally:
+        tree.close()

@@ -192,6 +192,12 @@ class Driver:
         """The confined launch for `argv` under `profile`; nothing has started yet."""
         raise NotImplementedError
 
+    def repositories(self, workspace: str) -> tuple[str, ...]:
+        """The person's git repositories beneath `workspace` that a look at fixed
+        names does not find (a vendored clone): the pipeline holds them too.
+        A backend that keeps no watch of the tree finds none."""
+        return ()
+
     def explain_failure(self, returncode: int, stderr: bytes) -> str | None:
         """After a run: the reason the *sandbox* failed to start, or None if the
         command ran. A message here becomes `SandboxUnavailable`, never a

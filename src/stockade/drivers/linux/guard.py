@@ -145,8 +145,11 @@ class MetadataGuard:
                         # directory of theirs held names they left live.
                         roots, self.roots = self.roots, sorted(
                             {*self.roots, *self._recorded_roots()} or {profile.workspace})
-                        self.stale = self._sweep(self._recorded())
+                        made = self._made_while_killed()
+                        self.stale = self._sweep(self._recorded(), created=made)
                         self.roots = roots
+                        if tree is not None:
+                            tree.adopt(made)
                     remove_tree(self.dir)
                 if not self.paths:
                     self._leave()
@@ -266,12 +269,7 @@ class MetadataGuard:
         """(paths, git directories) the baseline on disk knows, from its manifest."""
         paths: list[str] = []
         gitdirs: list[str] = []
-        try:
-            with open(os.path.join(self.dir, "manifest"), "rb") as fh:
-                lines = fh.read().decode("utf-8", "surrogateescape").split("\0")
-        except OSError:
-            return paths, gitdirs
-        for line in lines:
+        for line in self._manifest():
             kind, _, path = line.partition(" ")
             if path and kind in ("p", "g"):
                 (gitdirs if kind == "g" else paths).append(path)
@@ -279,12 +277,30 @@ class MetadataGuard:
 
     def _recorded_roots(self) -> list[str]:
         """The writable roots of every run that recorded into this baseline."""
+        return sorted({line[2:] for line in self._manifest() if line.startswith("r ")})
+
+    def _made_while_killed(self) -> list[str]:
+        """The repositories in the workspace that its killed runs' trees did not have.
+
+        The next process's watch, walking the tree afresh, would take a
+        repository a killed command made deep in it for the person's.
+        """
+        had = {line[2:] for line in self._manifest() if line.startswith("e ")}
+        from .treewatch import repositories
+
+        return sorted({p for top in self._recorded_trees() for p in repositories(top)} - had)
+
+    def _recorded_trees(self) -> list[str]:
+        """The workspaces whose repositories the baseline's manifest lists."""
+        return sorted({line[2:] for line in self._manifest() if line.startswith("T ")})
+
+    def _manifest(self) -> list[str]:
+        """The manifest's lines: `p`ath, `g`it directory, `r`oot, `T`ree, `e`xisting."""
         try:
             with open(os.path.join(self.dir, "manifest"), "rb") as fh:
-                lines = fh.read().decode("utf-8", "surrogateescape").split("\0")
+                return fh.read().decode("utf-8", "surrogateescape").split("\0")
         except OSError:
             return []
-        return sorted({line[2:] for line in lines if line.startswith("r ")})
 
     def _record(self) -> None:
         """Add to the baseline every path it does not know yet, as it is now.
@@ -354,6 +370,10 @@ class MetadataGuard:
             self.fs.close()
         known_roots = set(self._recorded_roots())
         manifest += [f"r {root}" for root in self.roots if root not in known_roots]
+        if self.tree is not None and self.tree.root not in self._recorded_trees():
+            # What the tree had, for the next process should this one be killed.
+            manifest.append(f"T {self.tree.root}")
+            manifest += [f"e {repo}" for repo in sorted(self.tree.existing)]
         if manifest:
             with open(os.path.join(self.dir, "manifest"), "ab") as fh:
                 fh.write(("\0".join(manifest) + "\0").encode("utf-8", "surrogateescape"))
@@ -587,8 +607,12 @@ class MetadataGuard:
             done.append(Neutralised(path, "created by the command: the person's tools would "
                                     "read or run it", moved))
 
-    def _created_repository(self, dot_git: str, done: list[Neutralised]) -> None:
-        self._inert_repository(dot_git, os.path.dirname(dot_git), done, 0)
+    def _created_repository(self, path: str, done: list[Neutralised]) -> None:
+        """A `.git`, or a directory git takes for a git directory (treewatch.py)."""
+        if os.path.basename(path) == ".git":
+            self._inert_repository(path, os.path.dirname(path), done, 0)
+        elif self._kind(path) == "dir":
+            self._inert_gitdir(path, path, done, 0)
 
     def _inert_git_entry(self, path: str, done: list[Neutralised]) -> None:
         name = os.path.basename(path)

@@ -9,6 +9,8 @@ differs only in whether it keeps copies to put back (`RESTORE_CONTENT`).
 
 from __future__ import annotations
 
+import threading
+
 from ..base import Driver
 
 TYPE_CHECKING = False
@@ -37,6 +39,7 @@ class ParkingDriver(Driver):
         self._sessions: dict[str, str] = {}
         self._session_tmps = SessionTmps()
         self._trees: dict[str, TreeWatch] = {}
+        self._trees_lock = threading.Lock()
         self._warm: WarmPool | None = None
         if size > 0:
             from .warm import WarmPool
@@ -92,18 +95,24 @@ class ParkingDriver(Driver):
 
         return explain(returncode, stderr)
 
-    def _guard(self, profile: Profile) -> MetadataGuard:
-        from .guard import MetadataGuard
+    def repositories(self, workspace: str) -> tuple[str, ...]:
+        return self._tree(workspace).held()
 
-        tree = None
-        if profile.workspace_writable:
-            # The first writing command on a workspace walks it once; the rest
-            # pay for what they change (treewatch.py).
-            tree = self._trees.get(profile.workspace)
+    def _tree(self, workspace: str) -> TreeWatch:
+        """The workspace's watch: the first writing command walks it once, the rest
+        pay for what they change (treewatch.py)."""
+        with self._trees_lock:
+            tree = self._trees.get(workspace)
             if tree is None:
                 from .treewatch import TreeWatch
 
-                tree = self._trees[profile.workspace] = TreeWatch(profile.workspace)
+                tree = self._trees[workspace] = TreeWatch(workspace)
+            return tree
+
+    def _guard(self, profile: Profile) -> MetadataGuard:
+        from .guard import MetadataGuard
+
+        tree = self._tree(profile.workspace) if profile.workspace_writable else None
         return MetadataGuard(profile, self._state_dir, restore_content=self.RESTORE_CONTENT,
                              tree=tree)
 

@@ -9,6 +9,14 @@ every directory; from then on a new directory is watched as it appears and a
 `.git` created or moved in anywhere is remembered, and the guard makes each
 inert when its command ends. A command's cost is then what it changed.
 
+A repository is a `.git` (directory or pointer file), or a directory laid
+out as one (`HEAD`, `objects/`, `refs/`: `git init --bare a/b` with a
+`core.worktree`), which git takes for a git directory before it looks for
+`.git`. Those the person had when the watch began (`existing`) are held like
+the workspace's own (`profile.build_profile`); those that appeared since
+(`made`) stay the command's: the guard makes every one inert again after
+each command, so one it made inert cannot be re-armed by the next.
+
 It fails safe. Where the watch cannot follow (the kernel's limit on watches
 reached, the event queue overflowed, a directory moved so its path is
 stale), it says so (`incomplete`) and the next drain walks the tree again,
@@ -32,6 +40,11 @@ from .watch import (
     read_events,
 )
 
+TYPE_CHECKING = False
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
 IN_ISDIR = 0x40000000
 IN_IGNORED = 0x8000
 IN_ONLYDIR = 0x01000000
@@ -39,8 +52,59 @@ IN_DONT_FOLLOW = 0x02000000
 _MASK = IN_CREATE | IN_MOVED_TO | IN_MOVED_FROM | IN_ONLYDIR | IN_DONT_FOLLOW
 
 
+#: Entries that make a directory a git directory to git, whatever its name.
+GITDIR_SHAPE = ("HEAD", "objects", "refs")
+
+
+def bare_shaped(path: str) -> bool:
+    """Whether git takes `path` itself for a git directory (no link followed)."""
+    import stat
+
+    want = {"HEAD": stat.S_ISREG, "objects": stat.S_ISDIR, "refs": stat.S_ISDIR}
+    for name, test in want.items():
+        try:
+            if not test(os.lstat(os.path.join(path, name)).st_mode):
+                return False
+        except OSError:
+            return False
+    return True
+
+
+def repositories(top: str, on_directory: Callable[[str], None] | None = None, *,
+                 shaped_top: bool = False) -> list[str]:
+    """Every repository beneath `top` (see the module's doc; not inside one, no link
+    followed), calling `on_directory` for each directory before reading it.
+    `shaped_top`: `top` itself counts when shaped as a git directory (the
+    workspace's own shape is the guard's `_bare_shaped`)."""
+    found: list[str] = []
+    stack = [top]
+    while stack:
+        path = stack.pop()
+        if on_directory is not None:
+            on_directory(path)
+        try:
+            entries = list(os.scandir(path))
+        except OSError:
+            continue
+        if (shaped_top or path != top) and sum(e.name in GITDIR_SHAPE for e in entries) == 3 \
+                and bare_shaped(path):
+            found.append(path)
+            continue
+        for entry in entries:
+            if entry.name == ".git":
+                found.append(entry.path)
+                continue
+            try:
+                # The directory entry's type, no stat: a file costs nothing.
+                if entry.is_dir(follow_symlinks=False):
+                    stack.append(entry.path)
+            except OSError:
+                continue
+    return found
+
+
 class TreeWatch:
-    """The `.git` entries that appear beneath `root` while it is watched."""
+    """The repositories beneath `root`: those it had, and those that appeared since."""
 
     def __init__(self, root: str) -> None:
         self.root = root
@@ -49,6 +113,8 @@ class TreeWatch:
         self._wd: dict[int, str] = {}
         self._lock = threading.Lock()
         self._found: set[str] = set()
+        #: The repositories that appeared while watched, as the guard has seen them.
+        self.made: set[str] = set()
         self._stop_r, self._stop_w = os.pipe2(os.O_CLOEXEC)
         self._fd = -1
         self._thread: threading.Thread | None = None
@@ -76,35 +142,19 @@ class TreeWatch:
                     os.close(fd)
 
     def _walk(self, top: str, *, watch: bool) -> list[str]:
-        """Every `.git` beneath `top` (not inside one, no link followed), watching each
-        directory on the way when `watch`."""
-        found: list[str] = []
-        stack = [top]
-        while stack:
-            path = stack.pop()
-            if watch and not self.incomplete:
-                try:
-                    self._wd[inotify_add_watch(self._fd, path, _MASK)] = path
-                    self.directories += 1
-                except OSError as exc:
-                    if exc.errno == 28:  # ENOSPC: the per-user watch limit
-                        self.incomplete = ("the kernel's inotify watch limit "
-                                           "(fs.inotify.max_user_watches) was reached")
-            try:
-                entries = list(os.scandir(path))
-            except OSError:
-                continue
-            for entry in entries:
-                if entry.name == ".git":
-                    found.append(entry.path)
-                    continue
-                try:
-                    # The directory entry's type, no stat: a file costs nothing.
-                    if entry.is_dir(follow_symlinks=False):
-                        stack.append(entry.path)
-                except OSError:
-                    continue
-        return found
+        return repositories(top, self._add_watch if watch else None,
+                            shaped_top=top != self.root)
+
+    def _add_watch(self, path: str) -> None:
+        if self.incomplete:
+            return
+        try:
+            self._wd[inotify_add_watch(self._fd, path, _MASK)] = path
+            self.directories += 1
+        except OSError as exc:
+            if exc.errno == 28:  # ENOSPC: the per-user watch limit
+                self.incomplete = ("the kernel's inotify watch limit "
+                                   "(fs.inotify.max_user_watches) was reached")
 
     def _loop(self) -> None:
         read_events(self._fd, self._stop_r, self._locked_events)
@@ -125,9 +175,14 @@ class TreeWatch:
             if parent is None:
                 continue
             path = os.path.join(parent, name)
-            if os.path.basename(path) == ".git":
+            if name == ".git":
                 if mask & (IN_CREATE | IN_MOVED_TO):
                     self._found.add(path)
+            elif name in GITDIR_SHAPE and mask & (IN_CREATE | IN_MOVED_TO):
+                # Perhaps a git directory by its shape: judged at the drain.
+                self._found.add(parent)
+                if mask & IN_ISDIR:
+                    self._found.update(self._walk(path, watch=True))
             elif mask & IN_ISDIR and mask & IN_MOVED_FROM:
                 # Its watches move with it under their old paths.
                 self.incomplete = self.incomplete or "a directory was moved"
@@ -136,13 +191,30 @@ class TreeWatch:
                 self._found.update(self._walk(path, watch=True))
 
     def drain(self) -> list[str]:
-        """The `.git` paths that appeared since the last drain (all that exist and
-        were not the person's, after a rescan when the watch could not follow)."""
+        """Every repository that appeared while watched and still exists (after a
+        rescan when the watch could not follow); they join `made`."""
         with self._lock:
             found, self._found = self._found, set()
             if self.incomplete:
                 found |= set(self._walk(self.root, watch=False)) - self.existing
-        return sorted(p for p in found if os.path.lexists(p))
+            found = {p for p in found
+                     if os.path.basename(p) == ".git" or (p != self.root and bare_shaped(p))}
+            self.made = {p for p in self.made | found if os.path.lexists(p)}
+            self.existing -= self.made
+            return sorted(self.made)
+
+    def adopt(self, paths: list[str]) -> None:
+        """`paths` were made by commands stockade did not see end (it was killed)."""
+        with self._lock:
+            self.made.update(paths)
+            self.existing.difference_update(paths)
+
+    def held(self) -> tuple[str, ...]:
+        """The person's repositories beneath the root (not its own `.git`), to hold."""
+        with self._lock:
+            top = os.path.join(self.root, ".git")
+            return tuple(sorted(p for p in self.existing
+                                if p != top and os.path.lexists(p)))
 
     def close(self) -> None:
         """Stop watching; the thread closes its own descriptors as it goes."""
