@@ -417,3 +417,9 @@ def test_a_repository_made_inert_cannot_be_rearmed_by_the_next_command(box: Box)
 
 def test_a_repository_made_by_a_killed_stockade_is_made_inert_by_the_next(box: Box) -> None:
     trust.test_a_repository_made_by_a_killed_stockade_is_made_inert_by_the_next(box)
+
+
+@pytest.mark.xfail(strict=True, reason="Known limits: the guard puts a held repository's "
+                   "metadata back as it is removed, so the directory is never empty")
+def test_a_directory_holding_your_repository_can_be_removed(box: Box) -> None:
+    trust.test_a_directory_holding_your_repository_can_be_removed(box)
