@@ -11,6 +11,7 @@ import os
 import sys
 
 from .errors import ConfigError
+from .hiddenset import default_hidden
 
 TYPE_CHECKING = False
 
@@ -21,92 +22,6 @@ if TYPE_CHECKING:
 #: socket is per-boot and per-login, so no configuration file can name it;
 #: the token stands for whatever SSH_AUTH_SOCK holds at the time.
 SSH_AGENT_TOKEN = "ssh-agent"
-
-# Credential stores hidden when nobody said otherwise. The rule for being on
-# this list is narrow: it holds a secret, and no ordinary tool needs to read it
-# as a subprocess of an ordinary command. `aws` and `kubectl` are the
-# exceptions people meet first, which is why the setting REPLACES this list
-# rather than adding to it.
-_DEFAULT_HIDDEN_IN_HOME = (
-    # Cloud and cluster logins.
-    ".aws",
-    ".config/gcloud",
-    ".azure",
-    ".kube",
-    # Registry and forge tokens: what lets a command push, publish or open a
-    # pull request in the user's name, which no sandboxed command should do.
-    ".docker/config.json",
-    ".config/containers/auth.json",  # podman, buildah, skopeo: `docker login`'s twin
-    ".netrc",
-    ".git-credentials",
-    ".config/git/credentials",  # credential-store reads it beside ~/.git-credentials
-    ".npmrc",
-    ".pypirc",
-    ".cargo/credentials",  # the name older cargo still writes
-    ".cargo/credentials.toml",
-    ".gem/credentials",
-    ".local/share/gem/credentials",
-    ".nuget/NuGet/NuGet.Config",  # feed passwords in clear text, as .npmrc holds its tokens
-    ".config/gh",
-    ".config/hub",
-    ".config/glab-cli",
-    ".terraform.d/credentials.tfrc.json",
-    ".vault-token",
-    # Database passwords, read by every psql or mysql a command starts.
-    ".pgpass",
-    ".my.cnf",
-    ".mylogin.cnf",
-    # Histories: whatever the user once typed, tokens pasted into a
-    # `curl -H` or `export` included, and a command never needs its own.
-    ".bash_history",
-    ".zsh_history",
-    ".zhistory",
-    ".histfile",
-    ".local/share/fish/fish_history",
-    ".python_history",
-    ".node_repl_history",
-    ".psql_history",
-    ".mysql_history",
-    ".sqlite_history",
-    ".lesshst",
-    ".irb_history",
-    ".rediscli_history",
-    # Browser and mail profiles: saved passwords and live session cookies,
-    # a login to everything without a password. Test browsers make their own.
-    ".mozilla",
-    "snap/firefox/common/.mozilla",  # Ubuntu's default Firefox is the snap
-    ".config/google-chrome",
-    ".config/chromium",
-    ".config/BraveSoftware",
-    ".config/microsoft-edge",
-    ".thunderbird",
-    # Keyrings and password managers.
-    ".gnupg",
-    ".password-store",
-    ".local/share/keyrings",
-    ".local/share/kwalletd",
-    ".config/keepassxc",
-    ".config/op",
-    # Coding agents' own logins: a command that read one would act as the
-    # agent's user with the agent's subscription, outside every sandbox.
-    ".claude/.credentials.json",
-    ".claude.json",
-    ".codex/auth.json",
-    ".config/github-copilot",
-    ".gemini/oauth_creds.json",
-    ".aider/oauth-keys.env",
-)
-
-#: Names in ~/.ssh that are public or are ssh's own settings, never a key.
-_SSH_PUBLIC = ("config", "known_hosts", "known_hosts.old", "authorized_keys",
-               "authorized_keys2", "environment", "rc")
-
-# Readable only to root, which a sandbox run as root still is (the user
-# namespace maps uid 0 to itself): without these the root user's commands
-# read the host's password hashes and SSH host keys.
-_ROOT_ONLY_SECRETS = ("/etc/shadow", "/etc/gshadow", "/etc/shadow-", "/etc/gshadow-",
-                      "/etc/ssh/ssh_host_rsa_key", "/etc/ssh/ssh_host_ecdsa_key",
-                      "/etc/ssh/ssh_host_ed25519_key", "/etc/ssh/ssh_host_dsa_key")
 
 #: What the person's own tools read or run from a project without asking, by
 #: name at the top of every writable root. This is the one list; README's
@@ -246,85 +161,22 @@ def paths(spec: str | list[str] | tuple[str, ...], env: Mapping[str, str]) -> li
     return out
 
 
-def _xdg_relocated(rel: str, env: Mapping[str, str]) -> str:
-    """`rel` under $XDG_CONFIG_HOME or $XDG_DATA_HOME when that moves it, else "".
-
-    gh, git, podman and fish follow these variables, so on a machine that sets
-    them the token lives there and ~/.config/gh is an empty name.
-    """
-    for prefix, var in ((".config/", "XDG_CONFIG_HOME"), (".local/share/", "XDG_DATA_HOME")):
-        base = env.get(var, "")
-        if rel.startswith(prefix) and base.startswith("/"):
-            return os.path.join(base, rel[len(prefix):])
-    return ""
-
-
-def ssh_private_keys(ssh_dir: str,
-                     listdir: Callable[[str], list[str]] = os.listdir) -> list[str]:
-    """The private keys in ~/.ssh, told apart by name alone.
-
-    One listdir per command is cheap; opening each file to look for a PEM
-    header is not. A key is `id_*` or `identity` (ssh's defaults), a name whose
-    `.pub` sits beside it (what ssh-keygen -f writes), or a `.pem`, `.key` or
-    `.ppk` (a cloud console's or PuTTY's download). A key named otherwise,
-    with no public half beside it, is missed: `unreadable` can name it.
-    """
-    try:
-        names = set(listdir(ssh_dir))
-    except OSError:
-        return []
-    keys = []
-    for name in sorted(names):
-        if name.endswith(".pub") or name in _SSH_PUBLIC:
-            continue
-        if (name.startswith("id_") or name == "identity" or name + ".pub" in names
-                or name.endswith((".pem", ".key", ".ppk"))):
-            keys.append(os.path.join(ssh_dir, name))
-    return keys
-
-
-def default_unreadable(env: Mapping[str, str], granted: list[str] | tuple[str, ...],
-                       listdir: Callable[[str], list[str]] = os.listdir) -> list[str]:
-    """The credential stores hidden when nobody configured `unreadable`.
-
-    With the agent's socket granted, `~/.ssh` is hidden whole: ssh asks the
-    agent to sign and never opens a key. Without it only the private keys are
-    hidden, and ssh keeps its config and known_hosts: by default there is no
-    network for ssh to use a key on, and a key that a command can read is a
-    key it can print into its output, where the agent's transcript keeps it.
-    """
-    home = env.get("HOME", "")
-    hidden: list[str] = []
-    if home:
-        for rel in _DEFAULT_HIDDEN_IN_HOME:
-            hidden.append(os.path.join(home, rel))
-            moved = _xdg_relocated(rel, env)
-            if moved:
-                hidden.append(moved)
-        sock = env.get("SSH_AUTH_SOCK", "")
-        ssh_dir = os.path.join(home, ".ssh")
-        if sock and sock in granted:
-            hidden.append(ssh_dir)
-        else:
-            hidden.extend(ssh_private_keys(ssh_dir, listdir))
-    hidden.extend(_ROOT_ONLY_SECRETS)
-    return hidden
-
-
 def unreadable(spec: str | list[str] | None, env: Mapping[str, str],
                granted: list[str] | tuple[str, ...],
-               listdir: Callable[[str], list[str]] = os.listdir) -> list[str]:
-    """The configured unreadable list. Unset means the defaults, not nothing.
+               listdir: Callable[[str], list[str]] = os.listdir
+               ) -> tuple[list[str], list[str]]:
+    """(hidden, shown): the configured unreadable list, or the default's classes.
 
-    Setting it REPLACES the defaults, so a session that needs one back can say
-    so; the literal "none" hides nothing at all -- the only way to say that
-    without a magic empty string.
+    Unset means the defaults (hiddenset.py), not nothing. Setting it
+    REPLACES them, so a session that needs one back can say so; the literal
+    "none" hides nothing at all -- the only way to say that without a magic
+    empty string. Only the default shows anything back inside what it hides.
     """
     if spec is None:
-        return default_unreadable(env, granted, listdir)
+        return default_hidden(env, granted, listdir)
     if spec == "none" or spec == ["none"]:
-        return []
-    return paths(spec, env)
+        return [], []
+    return paths(spec, env), []
 
 
 def local_sockets(env: Mapping[str, str]) -> list[str]:

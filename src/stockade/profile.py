@@ -21,7 +21,7 @@ from .paths import sha256_hex
 TYPE_CHECKING = False
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Mapping
+    from collections.abc import Callable, Mapping, Sequence
     from typing import Any
 
     from .capabilities import SandboxCapabilities
@@ -184,8 +184,8 @@ class Profile:
         "max_file_size_mb", "max_memory_mb", "mode", "network", "private_around",
         "protected", "proxy_port",
         "proxy_secret", "proxy_socket", "read_extra", "read_roots", "read_scope", "runtime_dir",
-        "session_tmp", "sockets", "spawn_subprocess", "system_links", "tmp_size_mb", "workspace",
-        "workspace_writable", "write_roots",
+        "session_tmp", "shown", "sockets", "spawn_subprocess", "system_links", "tmp_size_mb",
+        "workspace", "workspace_writable", "write_roots",
     )
 
     def __init__(
@@ -219,6 +219,7 @@ class Profile:
         spawn_subprocess: bool = True,
         private_around: tuple[str, ...] = (),
         caches: tuple[tuple[str, str, str], ...] = (),
+        shown: tuple[tuple[str, str], ...] = (),
     ) -> None:
         for name, value in locals().items():
             if name != "self":
@@ -245,6 +246,9 @@ class Profile:
     system_links: tuple[tuple[str, str], ...]
     write_roots: tuple[str, ...]
     hidden: tuple[tuple[str, str], ...]
+    #: Paths inside a hidden directory that come back read-only, after its
+    #: mask (what toolchains read in `~/.config`, a grant inside `~/.aws`).
+    shown: tuple[tuple[str, str], ...]
     #: stockade's own directories that hold the workspace (a provisioned
     #: session's): hidden whole, with the workspace shown inside.
     private_around: tuple[str, ...]
@@ -632,13 +636,61 @@ def interpreter_prefixes() -> tuple[str, ...]:
                          (sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix)}))
 
 
-def _outermost(hidden: list[tuple[str, str]]) -> tuple[tuple[str, str], ...]:
-    """The hidden paths without those inside a hidden directory: the directory's
-    mask covers them already, and bwrap cannot place a mount inside it once
-    it is read-only (the ledger under stockade's hidden data directory)."""
+def _outermost(hidden: list[tuple[str, str]], shown: tuple[tuple[str, str], ...] = ()
+               ) -> tuple[tuple[str, str], ...]:
+    """The hidden paths without those a hidden directory's mask covers already:
+    bwrap cannot place a mount inside it once it is read-only (the ledger
+    under stockade's hidden data directory). What lies in a path shown back
+    (git's credentials in a shown `~/.config/git`) keeps its own mask."""
     dirs = [p for p, k in hidden if k == DIR]
+    back = [p for p, _k in shown]
     return tuple(sorted({(p, k) for p, k in hidden
-                         if not any(p != d and is_under(p, d) for d in dirs)}))
+                         if not any(p != d and is_under(p, d) for d in dirs)
+                         or any(p != b and is_under(p, b) for b in back)}))
+
+
+def _show_back(hidden: list[tuple[str, str]], wanted: Sequence[str], must: Sequence[str],
+               kind: Callable[[str], str], listdir: Callable[[str], list[str]]
+               ) -> tuple[list[tuple[str, str]], tuple[tuple[str, str], ...]]:
+    """(hidden, shown): `wanted` paths inside a hidden directory shown back, and
+    every hidden directory that holds or is one of `must` opened up around it.
+
+    A mask is mounted after the workspace and the writable roots, so one
+    above them would cover them: such a directory is replaced by its entries,
+    minus the one on the way, down to the grant (a workspace in
+    `~/.config/nvim` sees its own tree, and `~/.config/gh` stays hidden).
+    A link is never shown back by a bind: the sandbox gets the link itself,
+    and its target is shown, or not, where it lives.
+    """
+    out: list[tuple[str, str]] = []
+    todo = list(hidden)
+    while todo:
+        path, k = todo.pop()
+        inner = [m for m in must if is_under(m, path)]
+        if k != DIR or not inner:
+            out.append((path, k))
+            continue
+        try:
+            names = sorted(listdir(path))
+        except OSError:
+            continue  # cannot be opened up: left visible rather than covering the grant
+        for name in names:
+            child = os.path.join(path, name)
+            ck = kind(child)
+            if child in inner or child in wanted or ck in (LINK, MISSING):
+                continue
+            todo.append((child, DIR if ck == DIR else FILE))
+    dirs = [p for p, k in out if k == DIR]
+    shown: dict[str, str] = {}
+    for p in wanted:
+        # The name as the area holds it; a link above it inside leads elsewhere.
+        real = os.path.join(os.path.realpath(os.path.dirname(p)), os.path.basename(p))
+        if not any(real != d and is_under(real, d) for d in dirs):
+            continue
+        k = kind(real)
+        if k != MISSING:
+            shown[real] = k if k in (DIR, LINK) else FILE
+    return out, tuple(sorted(shown.items()))
 
 
 def build_profile(
@@ -735,14 +787,13 @@ def build_profile(
     #: Credential stores that do not exist yet, watched where a command may create them.
     unborn: list[str] = []
     writable_here = (workspace, *capabilities.fs_write, *write_roots)
-    for p in hostpaths.unreadable(unreadable, host_env, granted, listdir):
+    hidden_paths, shown_paths = hostpaths.unreadable(unreadable, host_env, granted, listdir)
+    for p in hidden_paths:
         real = os.path.realpath(p)
         # The workspace's own write grant is not a request to see what is
         # hidden inside it: a workspace of ~ must not unmask ~/.aws.
         if any(is_under(real, g) and g != "/" and not is_under(workspace, g) for g in grants):
             continue
-        if any(is_under(ca, real) for ca in ca_bundles):
-            continue  # a CA bundle kept under a hidden directory stays readable
         if real != os.path.abspath(p) and any(is_under(w, real) for w in writable_here):
             # A link a command planted at a store's name (`ln -s ~ ~/.azure`)
             # made every later command mask the whole home it pointed to.
@@ -752,6 +803,16 @@ def build_profile(
             hidden.append((real, DIR if k == DIR else FILE))
         else:
             unborn.append(real)
+    # Granted paths, CA bundles and caches inside a hidden directory come back
+    # after its mask, as the default's allowlist does.
+    layered = tuple(cache for cache, _layer, _var in layers)
+    wanted = [*shown_paths, *(g for g in grants if g != "/"), *ca_bundles, *layered]
+    must = (workspace, *capabilities.fs_write,
+            *(w for w in write_roots if w not in relocated.values()))
+    hidden, shown = _show_back(hidden, wanted, must, kind, listdir)
+    # Inside stockade's directory around the workspace only the workspace
+    # shows: a mask there would make a mount point, a name, of what it hides.
+    hidden = [(p, k) for p, k in hidden if not any(is_under(p, a) for a in around)]
     sockets = []
     for s in hostpaths.local_sockets(host_env):
         real = os.path.realpath(s)
@@ -819,7 +880,8 @@ def build_profile(
                          if p != "/"),
         system_links=links,
         write_roots=tuple(write_roots),
-        hidden=_outermost(hidden),
+        hidden=_outermost(hidden, shown),
+        shown=shown,
         private_around=tuple(sorted(set(around), key=lambda q: (q.count("/"), q))),
         sockets=tuple(sorted(set(sockets))),
         granted_sockets=tuple(g for g in granted if kind(g) == SOCKET),

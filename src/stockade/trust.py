@@ -83,8 +83,10 @@ def _unreadable(spec: object, env: Mapping[str, str], granted: object) -> set[st
     from .hostpaths import paths, unreadable
 
     sockets = paths(granted, env) if granted else []  # type: ignore[arg-type]
-    return {os.path.normpath(p)
-            for p in unreadable(spec, env, sockets)}  # type: ignore[arg-type]
+    # What the default shows back inside its areas is left out: a list that
+    # hides an area whole is narrower than the default, never wider.
+    hidden, _shown = unreadable(spec, env, sockets)  # type: ignore[arg-type]
+    return {os.path.normpath(p) for p in hidden}
 
 
 def _secret_env(spec: object) -> set[str]:

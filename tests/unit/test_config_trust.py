@@ -158,9 +158,9 @@ def test_narrower_settings_apply_silently(home):
 
 def test_unreadable_superset_of_the_defaults_is_narrower(tmp_path):
     env = {"HOME": str(tmp_path / "home")}
-    from stockade.hostpaths import default_unreadable
+    from stockade.hiddenset import default_hidden
 
-    listed = ", ".join(f'"{p}"' for p in [*default_unreadable(env, []), "/srv/keys"])
+    listed = ", ".join(f'"{p}"' for p in [*default_hidden(env, [])[0], "/srv/keys"])
     (tmp_path / "stockade.toml").write_text(f"[sandbox]\nunreadable = [{listed}]\n")
     assert "/srv/keys" in load_config(env, str(tmp_path)).unreadable  # type: ignore[operator]
 

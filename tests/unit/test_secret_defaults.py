@@ -2,8 +2,8 @@
 
 import pytest
 
-from stockade import hostpaths
-from stockade.capabilities import capabilities_for_mode
+from stockade import hiddenset
+from stockade.capabilities import capabilities_for_mode, is_under
 from stockade.profile import (
     DEFAULT_SECRET_ENV,
     DIR,
@@ -40,16 +40,28 @@ def profile(mode="workspace-write", entries=None, **kw):
 
 
 def defaults(env=None, granted=(), ssh=SSH_LISTING):
+    """The default hidden set as (hidden, shown)."""
     env = {"HOME": HOME, **(env or {})}
-    return hostpaths.default_unreadable(env, list(granted), listing({SSH: ssh}))
+    return hiddenset.default_hidden(env, list(granted), listing({SSH: ssh}))
 
 
-def test_private_keys_hidden_by_name_public_files_and_settings_kept():
-    hidden = defaults()
-    keys = {p[len(SSH) + 1:] for p in hidden if p.startswith(SSH + "/")}
-    assert keys == {"id_rsa", "id_ed25519_sk", "github", "aws-prod.pem", "server.key",
-                    "putty.ppk", "identity"}
-    assert SSH not in hidden  # ssh keeps reading config and known_hosts
+def covered(path, env=None, granted=(), ssh=SSH_LISTING):
+    """Whether `path` is hidden: under a hidden path, and not under one shown back
+    inside it -- unless hidden again by name beneath that."""
+    hidden, shown = defaults(env, granted, ssh)
+    best = max((h for h in hidden if is_under(path, h)), key=len, default=None)
+    if best is None:
+        return False
+    return not any(is_under(path, s) and is_under(s, best) and s != best for s in shown)
+
+
+def test_in_ssh_only_public_names_stay_readable():
+    for name in ("id_rsa", "id_ed25519_sk", "github", "aws-prod.pem", "server.key",
+                 "putty.ppk", "identity", "notes.txt", "deploy_key", "a-key-added-later"):
+        assert covered(f"{SSH}/{name}"), name
+    for name in ("config", "known_hosts", "known_hosts.old", "authorized_keys", "id_rsa.pub",
+                 "id_ed25519-cert.pub", "github.pub"):
+        assert not covered(f"{SSH}/{name}"), name
 
 
 def test_whole_ssh_dir_hidden_when_agent_granted_and_not_listed():
@@ -57,14 +69,14 @@ def test_whole_ssh_dir_hidden_when_agent_granted_and_not_listed():
         raise AssertionError(f"listed {path}: the whole directory is hidden anyway")
 
     env = {"HOME": HOME, "SSH_AUTH_SOCK": "/run/agent.sock"}
-    hidden = hostpaths.default_unreadable(env, ["/run/agent.sock"], refuse)
+    hidden, shown = hiddenset.default_hidden(env, ["/run/agent.sock"], refuse)
     assert SSH in hidden
-    assert not any(p.startswith(SSH + "/") for p in hidden)
+    assert not any(is_under(p, SSH) for p in shown)
 
 
-def test_missing_or_unlistable_ssh_dir_hides_no_key():
-    assert not any(".ssh" in p for p in hostpaths.default_unreadable(
-        {"HOME": HOME}, [], listing({})))
+def test_unlistable_ssh_dir_shows_nothing_back():
+    hidden, shown = hiddenset.default_hidden({"HOME": HOME}, [], listing({}))
+    assert SSH in hidden and not any(is_under(p, SSH) for p in shown)
 
 
 @pytest.mark.parametrize("rel", [
@@ -81,39 +93,79 @@ def test_missing_or_unlistable_ssh_dir_hides_no_key():
     ".gemini/oauth_creds.json", ".config/gcloud",
 ])
 def test_credential_store_hidden_by_default(rel):
-    assert f"{HOME}/{rel}" in defaults()
+    assert covered(f"{HOME}/{rel}")
+
+
+@pytest.mark.parametrize("rel", [
+    # The classes: stores no list named, in the areas where tools keep logins.
+    ".m2/settings.xml", ".gradle/gradle.properties", ".cache/huggingface/token",
+    ".config/sops/age/keys.txt", ".minikube/profiles/minikube/client.key",
+    ".config/rclone/rclone.conf", ".s3cfg", ".boto", ".oci/config", ".config/hcloud/cli.toml",
+    ".config/doctl/config.yaml", ".config/pypoetry/auth.toml", ".composer/auth.json",
+    ".databrickscfg", ".snowsql/config", ".config/netlify/config.json",
+    ".local/share/com.vercel.cli/auth.json", ".fly/config.yml", ".local/share/opencode/auth.json",
+    ".config/goose/secrets.yaml", ".config/a-cli-from-next-year/token",
+    ".local/share/a-cli-from-next-year/token", ".local/state/a-tool/history",
+    ".cache/a-tool/session", ".local/share/jupyter/runtime/kernel-1.json",
+])
+def test_stores_of_a_class_are_hidden_without_a_name(rel):
+    assert covered(f"{HOME}/{rel}")
 
 
 def test_ordinary_settings_stay_readable():
-    hidden = defaults()
     for rel in (".bashrc", ".gitconfig", ".config/git/config", ".cargo/config.toml",
-                ".ssh/config", ".ssh/known_hosts", ".config", ".local/share", ".cargo"):
-        assert f"{HOME}/{rel}" not in hidden, rel
+                ".cargo/registry/index", ".ssh/config", ".ssh/known_hosts", ".cache/pip/http",
+                ".cache/go-build/00", ".m2/repository/org", ".gradle/caches/modules-2",
+                ".local/share/uv/python", ".config/pypoetry/config.toml",
+                ".cache/huggingface/hub/models--x", ".local/share/jupyter/kernels/python3"):
+        assert not covered(f"{HOME}/{rel}"), rel
 
 
-def test_xdg_locations_hidden_where_they_move_the_store():
-    hidden = defaults({"XDG_CONFIG_HOME": "/x/conf", "XDG_DATA_HOME": "/x/data"})
-    assert {"/x/conf/gh", "/x/conf/git/credentials", "/x/data/keyrings",
-            "/x/data/fish/fish_history", f"{HOME}/.config/gh"} <= set(hidden)
+def test_xdg_locations_hidden_where_they_move_the_area():
+    env = {"XDG_CONFIG_HOME": "/x/conf", "XDG_DATA_HOME": "/x/data", "XDG_CACHE_HOME": "/x/c"}
+    for path in ("/x/conf/gh/hosts.yml", "/x/conf/git/credentials", "/x/data/keyrings/k",
+                 "/x/data/fish/fish_history", "/x/c/huggingface/token",
+                 f"{HOME}/.config/gh/hosts.yml"):
+        assert covered(path, env), path
+    assert not covered("/x/conf/git/config", env)
     # A relative value is not a location (the XDG spec says ignore it).
-    assert not any(p.startswith("rel/") for p in defaults({"XDG_CONFIG_HOME": "rel/conf"}))
+    hidden, _shown = defaults({"XDG_CONFIG_HOME": "rel/conf"})
+    assert not any(p.startswith("rel/") for p in hidden)
 
 
-def test_profile_masks_keys_as_files_and_keeps_ssh_config():
+def test_profile_masks_areas_and_shows_back_what_tools_read():
     entries = {SSH: DIR, f"{SSH}/id_rsa": FILE, f"{SSH}/config": FILE,
-               f"{SSH}/known_hosts": FILE, f"{HOME}/.pgpass": FILE, f"{HOME}/.mozilla": DIR}
+               f"{SSH}/known_hosts": FILE, f"{HOME}/.pgpass": FILE, f"{HOME}/.mozilla": DIR,
+               f"{HOME}/.config": DIR, f"{HOME}/.config/git": DIR,
+               f"{HOME}/.config/git/credentials": FILE}
     p = profile(entries=entries, listdir=listing({SSH: ["id_rsa", "config", "known_hosts"]}))
-    assert {(f"{SSH}/id_rsa", FILE), (f"{HOME}/.pgpass", FILE),
-            (f"{HOME}/.mozilla", DIR)} <= set(p.hidden)
-    assert not any(path in (SSH, f"{SSH}/config", f"{SSH}/known_hosts") for path, _ in p.hidden)
+    assert {(SSH, DIR), (f"{HOME}/.pgpass", FILE), (f"{HOME}/.mozilla", DIR),
+            (f"{HOME}/.config", DIR), (f"{HOME}/.config/git/credentials", FILE)} <= set(p.hidden)
+    assert set(p.shown) == {(f"{SSH}/config", FILE), (f"{SSH}/known_hosts", FILE),
+                            (f"{HOME}/.config/git", DIR)}
 
 
-def test_explicit_read_grant_of_a_key_unhides_it():
+def test_explicit_read_grant_of_a_key_shows_it_back():
     caps = capabilities_for_mode("read-only", "/work/proj").replace(
         fs_read=(f"{SSH}/id_rsa",))
-    p = profile("read-only", entries={f"{SSH}/id_rsa": FILE}, capabilities=caps,
+    p = profile("read-only", entries={SSH: DIR, f"{SSH}/id_rsa": FILE}, capabilities=caps,
                 listdir=listing({SSH: ["id_rsa"]}))
-    assert p.hidden == ()
+    assert p.hidden == ((SSH, DIR),) and p.shown == ((f"{SSH}/id_rsa", FILE),)
+
+
+def test_a_workspace_inside_an_area_opens_it_up_around_itself():
+    ws = f"{HOME}/.config/nvim"
+    entries = {f"{HOME}/.config": DIR, ws: DIR, f"{HOME}/.config/gh": DIR,
+               f"{HOME}/.config/git": DIR}
+    files = {"/usr": DIR, "/etc": DIR, **entries}
+    p = build_profile(mode="workspace-write", workspace=ws, cwd=ws,
+                      capabilities=capabilities_for_mode("workspace-write", ws),
+                      read_scope="host", host_env={"HOME": HOME, "PATH": "/usr/bin"},
+                      kind=lambda q: files.get(q, MISSING), use_scratch=False,
+                      listdir=listing({f"{HOME}/.config": ["nvim", "gh", "git"], SSH: []}))
+    assert (f"{HOME}/.config/gh", DIR) in p.hidden
+    assert not any(is_under(ws, h) for h, _ in p.hidden)
+    assert (f"{HOME}/.config/git", DIR) not in p.hidden  # shown by the default anyway
 
 
 # -- the environment ----------------------------------------------------------------------

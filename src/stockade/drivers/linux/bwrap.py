@@ -16,7 +16,7 @@ import sys
 from ...capabilities import NetworkPolicy, is_under
 from ...errors import SandboxUnavailable
 from ...paths import state_dir as state_dir_of
-from ...profile import DIR, FILE, HOLD, PIN, STRICT
+from ...profile import DIR, FILE, HOLD, LINK, PIN, STRICT
 from ..base import Launch
 from .bwrap_binary import (
     bwrap_has_size,
@@ -143,12 +143,10 @@ def build_bwrap_args(profile: Profile, bwrap: str, *, inner: list[str] | None = 
     #    Without overlays (bwrap before 0.10) the layer starts empty.
     for root in profile.write_roots:
         a += ["--bind-try", root, root]
+    masked = [p for p, kind in profile.hidden if kind == DIR]
     for cache, private, _var in profile.caches:
-        if overlay:
-            a += ["--overlay-src", cache, "--overlay", os.path.join(private, "upper"),
-                  os.path.join(private, "work"), cache]
-        else:
-            a += ["--bind", os.path.join(private, "upper"), cache]
+        if not any(is_under(cache, d) for d in masked):  # else after the mask, in 7
+            a += _cache_layer(cache, private, overlay)
 
     # 6. Protected metadata that exists: read-only. A missing name gets no
     #    mount (a mount point would have to be created on the host); the
@@ -166,18 +164,33 @@ def build_bwrap_args(profile: Profile, bwrap: str, *, inner: list[str] | None = 
     # 7. Hidden credentials and runtime sockets, over anything writable and over
     #    the protected mounts: a read-only bind of ~/.ssh (a workspace of ~)
     #    would otherwise bring back the private keys masked inside it.
+    #    A hidden directory's shown paths (what toolchains read in ~/.config,
+    #    a grant inside ~/.aws) and caches come back inside its empty tmpfs
+    #    before it turns read-only; a store the host makes there meanwhile
+    #    lands in the real directory, which nothing shows.
     for path, kind in profile.hidden:
-        if kind == DIR:
-            a += ["--tmpfs", path, "--remount-ro", path]
-        else:
+        if kind != DIR:
             a += ["--ro-bind", "/dev/null", path]
+            continue
+        a += ["--tmpfs", path]
+        for back, back_kind in profile.shown:
+            if is_under(back, path) and back != path:
+                a += _show(back, back_kind)
+        for cache, private, _var in profile.caches:
+            if is_under(cache, path):
+                a += _cache_layer(cache, private, overlay)
+        for sock in profile.granted_sockets:
+            if is_under(sock, path):
+                a += ["--bind", sock, sock]
+        a += ["--remount-ro", path]
     for sock in profile.sockets:
         # connect() to a character device fails with ECONNREFUSED.
         a += ["--ro-bind", "/dev/null", sock]
 
     # 8. Granted sockets come back last, through whatever hid their directory.
     for sock in profile.granted_sockets:
-        a += ["--bind", sock, sock]
+        if not any(is_under(sock, d) for d in masked):
+            a += ["--bind", sock, sock]
 
     a += [*extra_mounts]
     for path in remount:
@@ -185,6 +198,24 @@ def build_bwrap_args(profile: Profile, bwrap: str, *, inner: list[str] | None = 
     a += ["--chdir", profile.cwd, "--"]
     a += inner if inner is not None else []
     return a
+
+
+def _show(path: str, kind: str) -> list[str]:
+    """A shown path inside a mask: a link as the link itself, never through
+    its target (which is shown, or not, where it lives)."""
+    if kind != LINK:
+        return ["--ro-bind-try", path, path]
+    try:
+        return ["--symlink", os.readlink(path), path]
+    except OSError:
+        return []
+
+
+def _cache_layer(cache: str, private: str, overlay: bool) -> list[str]:
+    if overlay:
+        return ["--overlay-src", cache, "--overlay", os.path.join(private, "upper"),
+                os.path.join(private, "work"), cache]
+    return ["--bind", os.path.join(private, "upper"), cache]
 
 
 class BubblewrapDriver(ParkingDriver):

@@ -86,6 +86,56 @@ def _listdir(path: str) -> list[str]:
         return []
 
 
+def shown_back(profile: Profile, roots: Sequence[str],
+               listdir: Callable[[str], list[str]] | None = None,
+               kind: Callable[[str], str] = path_kind) -> tuple[list[str], list[str]]:
+    """(reads, listed): the paths shown back inside hidden directories under
+    `roots`, split around what is hidden inside them again (git's
+    credentials in a shown ~/.config/git), and the hidden directories
+    above them, which may be listed but not read.
+
+    A link gets no rule: the rule would follow it out of the hidden
+    directory, and its target is granted, or not, where it lives.
+    """
+    hidden = [p for p, _k in profile.hidden]
+    reads: list[str] = []
+    listed: list[str] = []
+    for path, k in profile.shown:
+        if k != LINK and any(is_under(path, r) for r in roots):
+            inside = [h for h in hidden if is_under(h, path) and h != path]
+            grants, dirs = split_grant(path, inside, listdir=listdir, kind=kind)
+            reads += grants
+            listed += dirs
+    listed += [d for d, k in profile.hidden if k == DIR and any(is_under(p, d) for p in reads)]
+    return reads, listed
+
+
+def inner_reads(profile: Profile, *, extra: Sequence[str] = (),
+                listdir: Callable[[str], list[str]] | None = None,
+                kind: Callable[[str], str] = path_kind) -> tuple[list[str], list[str]]:
+    """(reads, listed) for the Landlock layer behind bubblewrap's mounts: the
+    read roots split around the hidden set, as the Landlock backend grants them.
+
+    bwrap's masks are bind mounts on the entries they hid: a credential the
+    host replaces by rename during a long run (`git credential-store`, a
+    shell writing its history, a new key in ~/.ssh) is a new entry that no
+    mask covers. Landlock rules hold inodes: the new entry has none, so this
+    second layer still refuses it.
+    """
+    hidden = [p for p, _kind in profile.hidden]
+    reads: list[str] = []
+    listed: list[str] = []
+    roots = [*profile.read_roots, *profile.read_extra]
+    for root in roots:
+        grants, dirs = split_grant(root, hidden, listdir=listdir, kind=kind)
+        reads += grants
+        listed += dirs
+    shown, masks = shown_back(profile, roots, listdir=listdir, kind=kind)
+    reads += [*shown, *extra]
+    granted = set(reads)
+    return reads, [d for d in [*listed, *masks] if d not in granted]
+
+
 def other_homes(home: str, *, listdir: Callable[[str], list[str]] | None = None,
                 kind: Callable[[str], str] = path_kind,
                 realpath: Callable[[str], str] = os.path.realpath) -> list[str]:
@@ -150,7 +200,8 @@ def landlock_backend_rules(profile: Profile, *, tmpdir: str, private: Sequence[s
         listed.extend(dirs)
 
     if profile.read_scope == STRICT:
-        for root in profile.read_roots:
+        roots: list[str] = list(profile.read_roots)
+        for root in roots:
             split(root, hidden)
     else:
         # /run/user holds every user's runtime dir (session bus, keyring,
@@ -161,8 +212,12 @@ def landlock_backend_rules(profile: Profile, *, tmpdir: str, private: Sequence[s
         if profile.mask_other_homes:
             unlistable += other_homes(profile.home, listdir=listdir, kind=kind)
         split("/", [*unlistable, *hidden, *profile.sockets, *private])
+        roots = ["/", *profile.read_extra]
         for extra in profile.read_extra:
             split(extra, hidden)
+    shown, masks = shown_back(profile, roots, listdir=listdir, kind=kind)
+    reads += shown
+    listed += masks
     reads += [p for p in SYS_READ_PATHS if kind(p) == DIR]
     reads.append("/proc")
     if python_prefix:

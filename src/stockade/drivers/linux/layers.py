@@ -81,14 +81,18 @@ def launch_env(env: Mapping[str, str]) -> dict[str, str]:
     return {k: v for k, v in env.items() if not _is_loader_var(k)}
 
 
-def landlock_rules(profile: Profile, proxy_ports: Sequence[int] = ()) -> LandlockRules:
-    """Read+execute on what the profile shows, everything on what it lets the command write.
-
-    Hidden credentials get no rule: bwrap covers them with an empty tmpfs
-    or /dev/null, and Landlock cannot subtract from a directory granted
-    above them, so a rule could only add.
+def landlock_rules(profile: Profile, proxy_ports: Sequence[int] = ()
+                   ) -> tuple[LandlockRules, list[str]]:
+    """(rules, listed): read+execute on what the profile shows minus what it
+    hides (`inner_reads`), everything on what it lets the command write, and
+    the directories split on the way, which may be listed but not read.
     """
-    read = [*profile.read_roots, *profile.read_extra, *ALWAYS_READ]
+    from .landlock_rules import inner_reads
+
+    # The init's interpreter and modules, which it imports from after Landlock.
+    python = os.path.dirname(os.path.dirname(init_python()))
+    reads, listed = inner_reads(profile, extra=(python, INIT_DIR))
+    read = [*reads, *ALWAYS_READ]
     write = [profile.workspace] if profile.workspace_writable else []
     write += [*profile.write_roots, *ALWAYS_WRITE]
     # The caches as bwrap shows them: the session's private layer, mounted there.
@@ -103,7 +107,7 @@ def landlock_rules(profile: Profile, proxy_ports: Sequence[int] = ()) -> Landloc
     # "hosts" allows connect to the in-sandbox proxy bridge only: a
     # program ignoring HTTP_PROXY fails instead of reaching past the proxy.
     return LandlockRules(read, write, restrict_tcp=kind != "all",
-                         tcp_connect=tuple(proxy_ports) if kind == "hosts" else ())
+                         tcp_connect=tuple(proxy_ports) if kind == "hosts" else ()), listed
 
 
 def init_config(profile: Profile, *, proxy_ports: Sequence[int] = (),
@@ -125,10 +129,12 @@ def init_config(profile: Profile, *, proxy_ports: Sequence[int] = (),
     kind = profile.network.kind
     if kind not in SECCOMP_MODES["bubblewrap"]:
         raise ValueError(f"no seccomp socket gate for network policy {kind!r}")
+    rules, listed = landlock_rules(profile, proxy_ports)
     config: dict[str, object] = {
         "v": CONFIG_VERSION,
         "seccomp": SECCOMP_MODES["bubblewrap"][kind],
-        "landlock": landlock_rules(profile, proxy_ports).to_json(),
+        "landlock": rules.to_json(),
+        "landlock_list": listed,
         "require_landlock": require_landlock,
         "keep_fds": sorted(set(keep_fds)),
         "env": env_changes(profile.env if env is None else env),

@@ -1,0 +1,203 @@
+"""What a command cannot read when nobody configured `unreadable`: logins, by class.
+
+A list of credential files never ends: every new CLI adds a token file, under
+a name no list has yet. So the default hides the *areas* where tools keep
+their state -- `~/.config`, `~/.local/share`, `~/.local/state`, `~/.cache`,
+`~/.ssh` and the dot-directories of cloud and build tools -- whole, and shows
+back only what toolchains read there, each entry with its reason. A store
+that appears in an area tomorrow is hidden today. The top-level dotfiles
+cannot be an area (the home is the project's parent), so they keep a
+curated list.
+
+Pure functions of the environment and a `listdir`, like hostpaths.
+"""
+
+from __future__ import annotations
+
+import os
+
+TYPE_CHECKING = False
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping
+
+#: Areas hidden whole, and what comes back inside each, read-only. An entry
+#: is here because a build, a test run or an editor a command starts reads it,
+#: and by convention it holds settings or artifacts, never a login; a file
+#: inside one that does (git's credential store) is hidden by name on top.
+AREAS: dict[str, tuple[str, ...]] = {
+    ".config": (
+        # Version control and its helpers: identity, ignores, attributes.
+        "git", "jj", "lazygit", "pre-commit",
+        # Python's installers and linters: indexes, settings.
+        "pip", "uv", "pypoetry/config.toml", "ruff", "black", "flake8", "pycodestyle",
+        "yapf", "pylintrc", "mypy", "matplotlib", "ipython",
+        # Other toolchains' settings: `go env -w` values, Yarn, pnpm, ccache, clangd, rustfmt.
+        "go", "yarn", "pnpm", "ccache", "clangd", "rustfmt", "containers/registries.conf",
+        "containers/storage.conf", "containers/containers.conf", "containers/policy.json",
+        # Shells, prompts, editors and pagers a command may start.
+        "fish", "nushell", "powershell", "xonsh", "starship.toml", "direnv", "mise",
+        "nvim", "vim", "helix", "nano", "micro", "emacs", "bat", "htop", "procps", "tmux",
+        "lesskey", "ripgrep", "fd", "gdb", "lldb",
+        # Fonts and desktop basics that browsers and plotting libraries read.
+        "fontconfig", "gtk-3.0", "gtk-4.0", "user-dirs.dirs", "user-dirs.locale",
+        "mimeapps.list",
+    ),
+    ".local/share": (
+        # Interpreters and tools that managers installed: a venv's python may live here.
+        "uv", "pipx", "virtualenv", "virtualenvs", "pypoetry", "hatch", "pdm", "mise",
+        "rtx", "fnm", "nvm", "pnpm", "coursier", "gem", "aquaproj-aqua",
+        # Jupyter's kernel specs (never `runtime`: its connection files drive live kernels).
+        "jupyter/kernels", "jupyter/nbextensions", "jupyter/labextensions",
+        # Editors' and shells' installed parts (fish's history is hidden by name).
+        "nvim", "vim", "fish", "bash-completion", "zsh", "nano", "direnv",
+        # What desktop libraries look up.
+        "fonts", "icons", "mime", "applications", "man",
+    ),
+    ".local/state": (
+        # mise's record of trusted configs, which `mise exec` checks.
+        "mise",
+    ),
+    ".cache": (
+        # Toolchains' caches: downloads and build outputs, read on every build.
+        "pip", "uv", "pypoetry", "pdm", "hatch", "virtualenv", "pipenv", "pip-tools",
+        "pre-commit", "go-build", "golangci-lint", "yarn", "pnpm", "node", "node-gyp",
+        "typescript", "deno", "bun", "ccache", "sccache", "bazel", "bazelisk", "zig",
+        "coursier", "JNA", "composer", "rebar3", "R", "vcpkg", "cmake", "clangd",
+        "black", "ruff", "pylint", "jedi", "mypy", "nvim", "helix", "starship",
+        # Browsers test frameworks download, and what they and plotting libraries cache.
+        "ms-playwright", "ms-playwright-go", "puppeteer", "Cypress", "selenium", "electron",
+        "matplotlib", "fontconfig", "mesa_shader_cache",
+        # Model and dataset caches (never `huggingface/token`, the login beside them).
+        "huggingface/hub", "huggingface/datasets", "huggingface/modules", "torch",
+    ),
+    # Build tools' homes: their caches and wrappers, not their settings files,
+    # which hold repository passwords (settings.xml, gradle.properties).
+    ".m2": ("repository", "wrapper"),
+    ".gradle": ("caches", "wrapper", "native", "jdks", "init.d", "init.gradle",
+                "init.gradle.kts", "daemon"),
+    ".ivy2": ("cache", "local"),
+    ".sbt": ("boot", "launchers", "plugins", "1.0/plugins", "1.0/global.sbt"),
+    ".cargo": ("bin", "registry", "git", "config", "config.toml", "env", ".crates.toml",
+               ".crates2.json", ".global-cache", ".package-cache", ".package-cache-mutate"),
+    ".nuget": ("packages",),
+    ".composer": ("vendor", "cache", "composer.json", "composer.lock"),
+    ".pub-cache": ("hosted", "git", "bin", "global_packages"),
+    ".conan2": ("p", "profiles", "settings.yml", "global.conf", "extensions"),
+    ".terraform.d": ("plugins", "plugin-cache"),
+    ".docker": ("cli-plugins",),
+    ".ollama": ("models",),
+    ".android": ("cache", "avd"),
+    # Cloud, cluster and deploy CLIs: tokens and keys all through.
+    ".aws": (), ".azure": (), ".oci": (), ".kube": (), ".minikube": (), ".talos": (),
+    ".bluemix": (), ".ibmcloud": (), ".cf": (), ".fly": (), ".netlify": (), ".vercel": (),
+    ".pulumi": (), ".ngrok2": (), ".tsh": (), ".cloudflared": (), ".wrangler": (),
+    ".supabase": (), ".railway": (), ".doppler": (), ".infracost": (), ".snowsql": (),
+    ".snowflake": (), ".databricks": (), ".dbt": (), ".mc": (), ".gsutil": (),
+    ".circleci": (), ".travis": (), ".heroku": (), ".jfrog": (), ".chef": (),
+    ".vagrant.d": (), ".expo": (), ".kaggle": (), ".huggingface": (),
+    # Keyrings, password managers, certificate stores, wallets, mail.
+    ".gnupg": (), ".password-store": (), ".pki": (), ".mozilla": (), ".thunderbird": (),
+    ".purple": (), ".electrum": (), ".bitcoin": (), ".ethereum": (), ".subversion": (),
+    ".conan": (),
+    # Other coding agents and editors' homes, which keep API keys in their settings.
+    ".continue": (), ".codeium": (), ".aider": (), ".mongodb": (),
+}
+
+#: Top-level files and directories hidden by name: logins kept beside the
+#: dotfiles (firejail's disable lists are the widest curated set), histories,
+#: and the few stores inside a directory that is not an area.
+NAMES = (
+    # Forges, registries and package managers.
+    ".netrc", ".authinfo", ".authinfo.gpg", ".git-credentials", ".npmrc", ".yarnrc.yml",
+    ".pypirc", ".gem/credentials", ".bundle/config", ".lein/credentials.clj.gpg",
+    ".dockercfg", ".vault-token", ".vault_pass.txt", ".s3cfg", ".boto", ".passwd-s3fs",
+    ".rclone.conf", ".databrickscfg", ".sentryclirc", ".env", ".aider.conf.yml",
+    # Database logins.
+    ".pgpass", ".my.cnf", ".mylogin.cnf",
+    # Mail and chat logins.
+    ".msmtprc", ".mbsyncrc", ".fetchmailrc", ".muttrc", ".mutt", ".neomuttrc",
+    # Histories: whatever was typed, tokens pasted into `curl -H` or `export` included.
+    ".bash_history", ".zsh_history", ".zhistory", ".histfile", ".sh_history",
+    ".ksh_history", ".python_history", ".node_repl_history", ".ts_node_repl_history",
+    ".irb_history", ".pry_history", ".scala_history", ".psql_history", ".mysql_history",
+    ".sqlite_history", ".rediscli_history", ".dbshell", ".influx_history", ".cqlsh_history",
+    ".Rhistory", ".octave_hist", ".gdb_history", ".lesshst", ".viminfo",
+    ".julia/logs/repl_history.jl", ".ipython/profile_default/history.sqlite",
+    # Browsers outside the areas (Ubuntu's Firefox is a snap).
+    "snap/firefox/common/.mozilla", "snap/chromium/common/chromium",
+    # Coding agents' logins: a command that read one acts as the agent's user.
+    ".claude/.credentials.json", ".claude.json", ".codex/auth.json",
+    ".gemini/oauth_creds.json", ".gemini/.env", ".cursor/mcp.json",
+    # Build tools' settings with passwords, for where CARGO_HOME and friends moved the area.
+    ".cargo/credentials", ".cargo/credentials.toml", ".gradle/gradle.properties",
+    ".m2/settings.xml", ".m2/settings-security.xml", ".docker/config.json",
+    # Inside areas, for a login kept beside what is shown back.
+    ".config/git/credentials", ".local/share/fish/fish_history", ".local/share/gem/credentials",
+)
+
+#: Names in ~/.ssh known to be public; everything else there counts as a key.
+SSH_PUBLIC = ("config", "known_hosts", "known_hosts.old", "authorized_keys", "authorized_keys2")
+
+#: Readable only to root, which a sandbox run as root still is (the user
+#: namespace maps uid 0 to itself): the host's password hashes and SSH identity.
+ROOT_ONLY = ("/etc/shadow", "/etc/gshadow", "/etc/shadow-", "/etc/gshadow-",
+             "/etc/ssh/ssh_host_rsa_key", "/etc/ssh/ssh_host_ecdsa_key",
+             "/etc/ssh/ssh_host_ed25519_key", "/etc/ssh/ssh_host_dsa_key")
+
+#: Where the XDG variables move an area: tools that follow them keep their
+#: tokens there, and the default name is then an empty one.
+_XDG = {".config": "XDG_CONFIG_HOME", ".local/share": "XDG_DATA_HOME",
+        ".local/state": "XDG_STATE_HOME", ".cache": "XDG_CACHE_HOME"}
+
+
+def _relocated(rel: str, env: Mapping[str, str]) -> str:
+    """`rel` where an XDG variable moves its area, else ""."""
+    for area, var in _XDG.items():
+        base = env.get(var, "")
+        if base.startswith("/") and (rel == area or rel.startswith(area + "/")):
+            return os.path.join(base, rel[len(area) + 1:]) if rel != area else base
+    return ""
+
+
+def _places(home: str, rel: str, env: Mapping[str, str]) -> list[str]:
+    moved = _relocated(rel, env)
+    return [os.path.join(home, rel)] + ([moved] if moved else [])
+
+
+def default_hidden(env: Mapping[str, str], granted: list[str] | tuple[str, ...],
+                   listdir: Callable[[str], list[str]] = os.listdir
+                   ) -> tuple[list[str], list[str]]:
+    """(hidden, shown): the default hidden set, and the paths inside it shown back.
+
+    With the agent's socket granted, `~/.ssh` is hidden whole: ssh asks the
+    agent to sign and never opens a key. Without it ssh keeps its config,
+    known_hosts and public keys, and everything else there counts as a key,
+    whatever its name.
+    """
+    home = env.get("HOME", "")
+    hidden: list[str] = []
+    shown: list[str] = []
+    if home:
+        for area, back in AREAS.items():
+            for place in _places(home, area, env):
+                hidden.append(place)
+                shown.extend(os.path.join(place, rel) for rel in back)
+        for rel in NAMES:
+            hidden.extend(_places(home, rel, env))
+        ssh = os.path.join(home, ".ssh")
+        hidden.append(ssh)
+        sock = env.get("SSH_AUTH_SOCK", "")
+        if not (sock and sock in granted):
+            shown.extend(os.path.join(ssh, name) for name in ssh_public(ssh, listdir))
+    hidden.extend(ROOT_ONLY)
+    return hidden, shown
+
+
+def ssh_public(ssh_dir: str, listdir: Callable[[str], list[str]] = os.listdir) -> list[str]:
+    """The names in `ssh_dir` known to be public: a key under any other name stays hidden."""
+    try:
+        names = listdir(ssh_dir)
+    except OSError:
+        return []
+    return sorted(n for n in names if n in SSH_PUBLIC or n.endswith(".pub"))
