@@ -976,3 +976,129 @@ def test_a_directory_holding_your_repository_can_be_removed(box: Box) -> None:
     res = box.sh("rm -rf vendor; echo rc=$?", mode="workspace-write")
     assert b"rc=0" in res.stdout, text(res)
     assert not dep.exists(), text(res)
+
+
+# Shapes git takes for a git directory that a lstat of HEAD, objects/ and refs/
+# as a file and two directories missed: objects through a link, HEAD as a link
+# into refs/, and a `commondir` whose target holds objects, refs and the config.
+ARMED = (r"printf '[core]\n\trepositoryformatversion = 0\n\tbare = false\n\tworktree = .\n"
+         r"\tfsmonitor = \"touch {m}.{n}; false\"\n' > {where}/config")
+ODD_SHAPES = "\n".join([
+    "mkdir -p a/v1/refs/heads a/store && echo 'ref: refs/heads/main' > a/v1/HEAD",
+    "ln -s ../store a/v1/objects", ARMED.format(m="{m}", n=1, where="a/v1"),
+    "mkdir -p a/v2/refs/heads a/v2/objects && ln -s refs/heads/main a/v2/HEAD",
+    ARMED.format(m="{m}", n=2, where="a/v2"),
+    "mkdir -p a/v3 a/c3/refs/heads a/c3/objects && echo 'ref: refs/heads/main' > a/v3/HEAD",
+    "echo ../c3 > a/v3/commondir",
+    r"printf '[core]\n\trepositoryformatversion = 0\n\tpager = \"touch {m}.3; cat\"\n'"
+    " > a/c3/config",
+    "echo planted"])
+
+
+def _odd_shapes_ran(box: Box, where: Path, m: Path) -> list[str]:
+    for n in ("1", "2"):
+        git(box, "status", cwd=where / "a" / f"v{n}")
+    # A pager runs only on a terminal: `script` gives git one.
+    box.host(["script", "-qc", "git branch", "/dev/null"], cwd=where / "a" / "v3",
+             capture_output=True, stdin=subprocess.DEVNULL)
+    return sorted(p.name for p in m.parent.glob(m.name + ".*"))
+
+
+def test_every_shape_git_takes_for_a_repository_is_made_inert(box: Box) -> None:
+    init_repo(box)
+    m = marker(box, "shape")
+    control = copy_workspace(box, "shape")
+    unconfined(box, ODD_SHAPES.format(m=m), control)
+    assert len(_odd_shapes_ran(box, control, m)) == 3  # unconfined, git obeys all three
+    for p in m.parent.glob(m.name + ".*"):
+        p.unlink()
+    res = box.sh(ODD_SHAPES.format(m=m), mode="workspace-write")
+    assert b"planted" in res.stdout, text(res)
+    assert _odd_shapes_ran(box, box.ws, m) == [], text(res)
+
+
+HIDDEN_IN_A_GITDIR = ("mkdir -p d/.git/objects d/.git/refs/heads && "
+                      "echo 'ref: refs/heads/main' > d/.git/HEAD && git init -q d/.git/sub && "
+                      "git -C d/.git/sub config core.fsmonitor 'touch {m}; false' && {last}"
+                      "echo planted")
+
+
+@pytest.mark.parametrize("last", ["mv d/.git d/P && ", ""], ids=["renamed", "left"])
+def test_a_repository_built_inside_a_git_directory_is_made_inert(box: Box, last: str) -> None:
+    """The watch never looked inside a git directory, and the walk of one moved in
+    stopped at it: a repository built there was never found."""
+    init_repo(box)
+    m = marker(box, "insidegit")
+    inner = "d/P/sub" if last else "d/.git/sub"
+    control = copy_workspace(box, "insidegit")
+    unconfined(box, HIDDEN_IN_A_GITDIR.format(m=m, last=last), control)
+    git(box, "status", cwd=control / inner)
+    assert m.exists()
+    m.unlink()
+    res = box.sh(HIDDEN_IN_A_GITDIR.format(m=m, last=last), mode="workspace-write")
+    assert b"planted" in res.stdout, text(res)
+    git(box, "status", cwd=box.ws / inner)
+    assert not m.exists(), text(res)
+
+
+def test_a_repository_made_while_another_process_starts_is_not_taken_for_yours(
+        box: Box) -> None:
+    """A second stockade process walking the tree while the first's command ran took
+    that command's new repository for the person's: held it, recorded it, and
+    the first's sweep then skipped it."""
+    init_repo(box)
+    m = marker(box, "overlap")
+    script = (f"git init -q x && git -C x config core.fsmonitor 'touch {m}; false' && "
+              f"echo planted && while [ ! -e go ]; do sleep 0.05; done")
+    first = box.runner.popen(box.runner.cli_argv(["run", "--mode", "workspace-write", "--",
+                                                  "/bin/sh", "-c", script]),
+                             cwd=str(box.ws), env=box.env(), stdin=subprocess.DEVNULL,
+                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    try:
+        assert first.stdout is not None
+        assert first.stdout.readline() == b"planted\n"
+        second = box.runner.popen(box.runner.cli_argv(
+            ["run", "--mode", "workspace-write", "--", "/bin/sh", "-c",
+             "echo started; while [ ! -e go2 ]; do sleep 0.05; done"]),
+            cwd=str(box.ws), env=box.env(), stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+        try:
+            assert second.stdout is not None
+            assert second.stdout.readline() == b"started\n"
+            box.write(box.ws / "go", "")
+            assert first.wait(timeout=60) == 0
+        finally:
+            box.write(box.ws / "go2", "")
+            second.wait(timeout=60)
+    finally:
+        first.kill()
+        first.wait(timeout=10)
+    git(box, "status", cwd=box.ws / "x")
+    assert not m.exists()
+    res = box.run(["/bin/true"], mode="workspace-write")  # and later runs keep it inert
+    git(box, "status", cwd=box.ws / "x")
+    assert not m.exists(), text(res)
+
+
+def test_a_link_left_in_a_made_repository_does_not_lock_you_out(box: Box) -> None:
+    """A worktree pointer left as a link made every later run refuse to start: a held
+    repository's metadata cannot be mounted read-only through a link."""
+    init_repo(box)
+    res = box.sh("git init -q z && mkdir -p z/.git/worktrees/w && "
+                 "ln -s /etc/hostname z/.git/worktrees/w/gitdir", mode="workspace-write")
+    assert res.returncode == 0, text(res)
+    for _ in range(2):
+        res = box.run(["/bin/true"], mode="workspace-write")
+        assert res.returncode == 0, text(res)
+
+
+def test_many_repositories_made_by_a_command_do_not_lock_you_out(box: Box) -> None:
+    """Seventy bare-shaped directories, a megabyte of `info/` each, became the person's
+    for the next process, whose Landlock copies ran past their budget."""
+    init_repo(box)
+    res = box.sh("for i in $(seq 70); do mkdir -p r$i/objects r$i/refs r$i/info && "
+                 "echo 'ref: refs/heads/main' > r$i/HEAD && "
+                 "head -c 1000000 /dev/zero > r$i/info/exclude; done", mode="workspace-write")
+    assert res.returncode == 0, text(res)
+    res = box.run(["/bin/true"], mode="workspace-write")
+    assert res.returncode == 0, text(res)

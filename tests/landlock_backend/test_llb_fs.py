@@ -423,3 +423,25 @@ def test_a_repository_made_by_a_killed_stockade_is_made_inert_by_the_next(box: B
                    "metadata back as it is removed, so the directory is never empty")
 def test_a_directory_holding_your_repository_can_be_removed(box: Box) -> None:
     trust.test_a_directory_holding_your_repository_can_be_removed(box)
+
+
+def test_every_shape_git_takes_for_a_repository_is_made_inert(box: Box) -> None:
+    trust.test_every_shape_git_takes_for_a_repository_is_made_inert(box)
+
+
+@pytest.mark.parametrize("last", ["mv d/.git d/P && ", ""], ids=["renamed", "left"])
+def test_a_repository_built_inside_a_git_directory_is_made_inert(box: Box, last: str) -> None:
+    trust.test_a_repository_built_inside_a_git_directory_is_made_inert(box, last)
+
+
+def test_a_repository_made_while_another_process_starts_is_not_taken_for_yours(
+        box: Box) -> None:
+    trust.test_a_repository_made_while_another_process_starts_is_not_taken_for_yours(box)
+
+
+def test_a_link_left_in_a_made_repository_does_not_lock_you_out(box: Box) -> None:
+    trust.test_a_link_left_in_a_made_repository_does_not_lock_you_out(box)
+
+
+def test_many_repositories_made_by_a_command_do_not_lock_you_out(box: Box) -> None:
+    trust.test_many_repositories_made_by_a_command_do_not_lock_you_out(box)

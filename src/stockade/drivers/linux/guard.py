@@ -147,6 +147,7 @@ class MetadataGuard:
                             {*self.roots, *self._recorded_roots()} or {profile.workspace})
                         made = self._made_while_killed()
                         self.stale = self._sweep(self._recorded(), created=made)
+                        _remember_made(base, self.dir, made)
                         self.roots = roots
                         if tree is not None:
                             tree.adopt(made)
@@ -408,6 +409,7 @@ class MetadataGuard:
                     done += self._settled_during()
                 created = self.tree.drain() if self.tree is not None else []
                 done += self._sweep(self._recorded(), created=created)
+                _remember_made(os.path.dirname(self.dir), self.dir, created)
                 os.close(self.alive_fd)
                 self.alive_fd = -1
                 os.unlink(self._alive)
@@ -696,6 +698,13 @@ class MetadataGuard:
         if gitdir in self._seen:
             return  # the person's (swept as such), or reached twice by a cycle of links
         self._seen.add(gitdir)
+        for name in ("config", "config.worktree", "hooks", "commondir", "gitdir", "info",
+                     "rebase-merge", "sequencer"):
+            # A link where git reads its metadata: a later run that holds this
+            # repository cannot mount it read-only, and refused to start.
+            if self._kind(os.path.join(gitdir, name)) == "link":
+                self._move(os.path.join(gitdir, name), done,
+                           "a link where git reads its metadata")
         for name in ("config", "config.worktree"):
             if self._kind(os.path.join(gitdir, name)):
                 self._attempt(self._inert_config, os.path.join(gitdir, name), done)
@@ -920,6 +929,48 @@ class MetadataGuard:
             return False
         target = self._pointer(os.path.join(gitdir, "commondir"), gitdir)
         return bool(target) and target == os.path.realpath(os.path.dirname(parent))
+
+
+def _made_file(base: str, key_dir: str) -> str:
+    return os.path.join(base, os.path.basename(key_dir) + ".made")
+
+
+def _remember_made(base: str, key_dir: str, made: list[str]) -> None:
+    """Keep, past the baseline, which repositories commands made (held by the
+    baseline's lock): a later process's walk must not take them for the person's."""
+    path = _made_file(base, key_dir)
+    known = set(_read(path).split("\0")) - {""} if os.path.exists(path) else set()
+    keep = sorted(p for p in known | set(made) if os.path.lexists(p))
+    if keep or known:
+        tmp = f"{path}.{os.getpid()}"
+        with open(tmp, "wb") as fh:
+            fh.write("\0".join(keep).encode("utf-8", "surrogateescape"))
+        os.replace(tmp, path)
+
+
+def made_by_commands(state_dir: str, workspace: str, found: set[str]) -> set[str]:
+    """Of the repositories `found` beneath `workspace` by a fresh walk, those commands
+    made: remembered as made, or missing from what a live or killed run's
+    baseline recorded as existing.
+
+    A second process's walk, while the first one's command ran, found the
+    repository that command had just made and held it as the person's: the
+    first one's sweep then skipped it, and its fsmonitor stayed armed.
+    """
+    from ...paths import sha256_hex
+
+    base = os.path.join(state_dir, "guard")
+    key_dir = os.path.join(base, sha256_hex(workspace.encode())[:32])
+    made = found & set(_read(_made_file(base, key_dir)).split("\0")) \
+        if os.path.exists(_made_file(base, key_dir)) else set()
+    try:
+        with open(os.path.join(key_dir, "manifest"), "rb") as fh:
+            lines = fh.read().decode("utf-8", "surrogateescape").split("\0")
+    except OSError:
+        return made
+    if f"T {workspace}" in lines:
+        made |= found - {line[2:] for line in lines if line.startswith("e ")}
+    return made
 
 
 def _same(have: object, want: object) -> bool:

@@ -104,9 +104,12 @@ class ParkingDriver(Driver):
         with self._trees_lock:
             tree = self._trees.get(workspace)
             if tree is None:
+                from .guard import made_by_commands
                 from .treewatch import TreeWatch
 
                 tree = self._trees[workspace] = TreeWatch(workspace)
+                tree.adopt(sorted(made_by_commands(self._state_dir, workspace,
+                                                   set(tree.existing))))
             return tree
 
     def _guard(self, profile: Profile) -> MetadataGuard:

@@ -52,30 +52,50 @@ IN_DONT_FOLLOW = 0x02000000
 _MASK = IN_CREATE | IN_MOVED_TO | IN_MOVED_FROM | IN_ONLYDIR | IN_DONT_FOLLOW
 
 
-#: Entries that make a directory a git directory to git, whatever its name.
-GITDIR_SHAPE = ("HEAD", "objects", "refs")
+#: Entries that may make a directory a git directory to git, whatever its name.
+GITDIR_SHAPE = ("HEAD", "objects", "refs", "commondir")
 
 
 def bare_shaped(path: str) -> bool:
-    """Whether git takes `path` itself for a git directory (no link followed)."""
+    """Whether git may take `path` itself for a git directory (no link followed here).
+
+    git asks for a `HEAD` that is a file or a link into `refs/`, and
+    `objects` and `refs` it can enter -- through links, and in the
+    directory a `commondir` names when there is one. So: a `HEAD` that is
+    not a directory, and `commondir`, or `objects` and `refs` of any kind
+    but a file. Wider than git, never narrower.
+    """
     import stat
 
-    want = {"HEAD": stat.S_ISREG, "objects": stat.S_ISDIR, "refs": stat.S_ISDIR}
-    for name, test in want.items():
+    def mode(name: str) -> int:
         try:
-            if not test(os.lstat(os.path.join(path, name)).st_mode):
-                return False
+            return os.lstat(os.path.join(path, name)).st_mode
         except OSError:
-            return False
-    return True
+            return 0
+
+    head = mode("HEAD")
+    if not head or stat.S_ISDIR(head):
+        return False
+    if mode("commondir"):
+        return True
+    return all(m and not stat.S_ISREG(m) for m in (mode("objects"), mode("refs")))
+
+
+def _shaped(names: set[str]) -> bool:
+    return "HEAD" in names and ("commondir" in names or {"objects", "refs"} <= names)
 
 
 def repositories(top: str, on_directory: Callable[[str], None] | None = None, *,
                  shaped_top: bool = False) -> list[str]:
-    """Every repository beneath `top` (see the module's doc; not inside one, no link
-    followed), calling `on_directory` for each directory before reading it.
+    """Every repository beneath `top` (see the module's doc; no link followed),
+    calling `on_directory` for each directory before reading it.
+
+    The walk goes on inside a repository: a directory built inside one and
+    renamed (`mv d/.git d/P`) holds what was made there unseen. Only
+    `objects` of a git directory is skipped, git's own fan-out of hashes.
     `shaped_top`: `top` itself counts when shaped as a git directory (the
-    workspace's own shape is the guard's `_bare_shaped`)."""
+    workspace's own shape is the guard's `_bare_shaped`).
+    """
     found: list[str] = []
     stack = [top]
     while stack:
@@ -86,13 +106,15 @@ def repositories(top: str, on_directory: Callable[[str], None] | None = None, *,
             entries = list(os.scandir(path))
         except OSError:
             continue
-        if (shaped_top or path != top) and sum(e.name in GITDIR_SHAPE for e in entries) == 3 \
-                and bare_shaped(path):
+        names = {e.name for e in entries}
+        gitdir = os.path.basename(path) == ".git" or (
+            _shaped(names) and bare_shaped(path))
+        if gitdir and (shaped_top or path != top) and os.path.basename(path) != ".git":
             found.append(path)
-            continue
         for entry in entries:
             if entry.name == ".git":
                 found.append(entry.path)
+            if gitdir and entry.name == "objects":
                 continue
             try:
                 # The directory entry's type, no stat: a file costs nothing.
@@ -175,20 +197,18 @@ class TreeWatch:
             if parent is None:
                 continue
             path = os.path.join(parent, name)
-            if name == ".git":
-                if mask & (IN_CREATE | IN_MOVED_TO):
+            if mask & (IN_CREATE | IN_MOVED_TO):
+                if name == ".git":
                     self._found.add(path)
-            elif name in GITDIR_SHAPE and mask & (IN_CREATE | IN_MOVED_TO):
-                # Perhaps a git directory by its shape: judged at the drain.
-                self._found.add(parent)
+                elif name in GITDIR_SHAPE:
+                    self._found.add(parent)  # perhaps a git directory: judged at the drain
                 if mask & IN_ISDIR:
+                    # Made (or moved in) with content before the watch could see
+                    # it; a `.git` too, where a repository can be built unseen.
                     self._found.update(self._walk(path, watch=True))
             elif mask & IN_ISDIR and mask & IN_MOVED_FROM:
                 # Its watches move with it under their old paths.
                 self.incomplete = self.incomplete or "a directory was moved"
-            elif mask & IN_ISDIR and mask & (IN_CREATE | IN_MOVED_TO):
-                # Made (or moved in) with content before the watch could see it.
-                self._found.update(self._walk(path, watch=True))
 
     def drain(self) -> list[str]:
         """Every repository that appeared while watched and still exists (after a

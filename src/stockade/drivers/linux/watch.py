@@ -106,9 +106,10 @@ class Watch:
                     os.close(fd)
 
     def _add(self, path: str) -> None:
-        # Closed after writing, not each write: a file is settled once it is whole.
-        mask = (IN_CREATE | IN_MOVED_TO | IN_MOVED_FROM | IN_DELETE | IN_CLOSE_WRITE
-                | IN_ONLYDIR | IN_DONT_FOLLOW)
+        # Each write, not only the close after it: a command that keeps the
+        # file open (`exec 3>>.git/config`) left what it wrote live for its run.
+        mask = (IN_CREATE | IN_MOVED_TO | IN_MOVED_FROM | IN_DELETE | IN_MODIFY
+                | IN_CLOSE_WRITE | IN_ONLYDIR | IN_DONT_FOLLOW)
         try:
             wd = inotify_add_watch(self._fd, path, mask)
         except (FileNotFoundError, NotADirectoryError, PermissionError):
