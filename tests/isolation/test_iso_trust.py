@@ -981,8 +981,10 @@ def test_a_directory_holding_your_repository_can_be_removed(box: Box) -> None:
 # Shapes git takes for a git directory that a lstat of HEAD, objects/ and refs/
 # as a file and two directories missed: objects through a link, HEAD as a link
 # into refs/, and a `commondir` whose target holds objects, refs and the config.
-ARMED = (r"printf '[core]\n\trepositoryformatversion = 0\n\tbare = false\n\tworktree = .\n"
-         r"\tfsmonitor = \"touch {m}.{n}; false\"\n' > {where}/config")
+ARMED = ("git config -f {where}/config core.repositoryformatversion 0 && "
+         "git config -f {where}/config core.bare false && "
+         "git config -f {where}/config core.worktree . && "
+         "git config -f {where}/config core.fsmonitor 'touch {m}.{n}; false'")
 ODD_SHAPES = "\n".join([
     "mkdir -p a/v1/refs/heads a/store && echo 'ref: refs/heads/main' > a/v1/HEAD",
     "ln -s ../store a/v1/objects", ARMED.format(m="{m}", n=1, where="a/v1"),
@@ -990,8 +992,7 @@ ODD_SHAPES = "\n".join([
     ARMED.format(m="{m}", n=2, where="a/v2"),
     "mkdir -p a/v3 a/c3/refs/heads a/c3/objects && echo 'ref: refs/heads/main' > a/v3/HEAD",
     "echo ../c3 > a/v3/commondir",
-    r"printf '[core]\n\trepositoryformatversion = 0\n\tpager = \"touch {m}.3; cat\"\n'"
-    " > a/c3/config",
+    "git config -f a/c3/config core.pager 'touch {m}.3; cat'",
     "echo planted"])
 
 
