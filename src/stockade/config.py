@@ -46,7 +46,8 @@ _FIELDS: dict[str, tuple[str, object]] = {
     "commands_per_minute": ("int", 300),
     "ledger": ("path-or-false", ""),
     "approval_timeout_seconds": ("number", 120.0),
-    "max_memory_mb": ("int-or-none", None),
+    # Unset: a bound derived from the machine (`memory_default_mb`); 0: none.
+    "max_memory_mb": ("count-or-none", None),
     "tmp_size_mb": ("int", 1024),
     # A default, so one runaway file cannot fill the filesystem holding your
     # home (RLIMIT_FSIZE: the write that passes it fails with EFBIG).
@@ -209,6 +210,15 @@ class SandboxConfig:
             raise ConfigError(f"no backend declares the setting {key!r}")
         return option[1]
 
+    def memory_default_mb(self) -> int | None:
+        """The bound on a command's tree where neither this config nor the command
+        sets max_memory_mb: the machine's (Linux), unless max_memory_mb = 0."""
+        if self.max_memory_mb is not None:
+            return None  # 0: no bound; a number reaches every command as its ceiling
+        from .drivers.linux.limits import machine_memory_default
+
+        return machine_memory_default()
+
     def resolved_workspace_root(self, env: Mapping[str, str]) -> str:
         if self.workspace_root:
             return os.path.expanduser(self.workspace_root)
@@ -251,6 +261,8 @@ def _validate(values: Mapping[str, object], source: str) -> None:
             and 0 < value < float("inf"),
             "int": isinstance(value, int) and not isinstance(value, bool) and value > 0,
             "count": isinstance(value, int) and not isinstance(value, bool) and value >= 0,
+            "count-or-none": value is None or (isinstance(value, int)
+                                               and not isinstance(value, bool) and value >= 0),
             "str": isinstance(value, str),
             "path": isinstance(value, str) and "\x00" not in value,
             "int-or-none": value is None or (isinstance(value, int)
@@ -264,6 +276,7 @@ def _validate(values: Mapping[str, object], source: str) -> None:
         if not ok:
             want = {"number": "a positive finite number", "int": "a positive integer",
                     "count": "0 or a positive integer",
+                    "count-or-none": "0 or a positive integer",
                     "path-or-false": "a path or false", "int-or-none": "a positive integer",
                     "paths-or-none":
                     "a list of paths or \"none\""}.get(kind, f"a {kind}")
@@ -361,8 +374,8 @@ def load_config(env: Mapping[str, str] | None = None, cwd: str | None = None,
 
             # A key the arguments set never takes effect from the file.
             check_project(_allowed(merged, given),
-                          {k: v for k, v in table.items() if k not in given}, path, data, env,
-                          _shell_cwd())
+                          _as_limits({k: v for k, v in table.items() if k not in given}),
+                          path, data, env, _shell_cwd())
             project.append(path)
         _merge(merged, table, path)
         used.append(path)
@@ -411,7 +424,22 @@ def _allowed(merged: dict[str, object], given: dict[str, object]) -> dict[str, o
     allowed.update(merged)
     allowed.update(given)
     allowed.setdefault("command_policy", {})
-    return allowed
+    if allowed.get("max_memory_mb") is None:
+        from .drivers.linux.limits import machine_memory_default
+
+        allowed["max_memory_mb"] = machine_memory_default()
+    return _as_limits(allowed)
+
+
+def _as_limits(values: dict[str, object]) -> dict[str, object]:
+    """max_memory_mb as `stockade.trust` ranks a limit: 0 (no bound) is None.
+
+    Without it a project file's `max_memory_mb = 0`, or one above the
+    machine's default, would pass for narrower and lift the bound untrusted.
+    """
+    if values.get("max_memory_mb") == 0:
+        return {**values, "max_memory_mb": None}
+    return values
 
 
 def _merge(merged: dict[str, object], table: dict[str, object], path: str) -> None:

@@ -492,7 +492,8 @@ class SandboxCore:
             hint = proxy_hint(*refused)
         limit = report.limit_exceeded
         if limit == MEMORY:
-            hint = (f"killed by the sandbox: out of memory (limit {caps.max_memory_mb} MiB; "
+            bound = report.audit.get("memory_mb") or caps.max_memory_mb
+            hint = (f"killed by the sandbox: out of memory (limit {bound} MiB; "
                     "ask for a larger max_memory_mb)")
         elif limit == PIDS:
             hint = "the sandbox refused more processes: the process limit (max_pids) was reached"

@@ -224,8 +224,32 @@ def auto_choice(backends: dict[str, dict[str, object]]) -> str:
     return ""
 
 
+def memory_limit(config: object = None) -> str:
+    """The memory bound a command gets when it asks for none, and where it comes from."""
+    from .config import SandboxConfig
+    from .drivers.linux.limits import FROM_DEFAULT, FROM_SETTING, mechanism, memory_in_force
+
+    cfg = config if isinstance(config, SandboxConfig) else SandboxConfig()
+    kind = mechanism()[0]
+    default = cfg.memory_default_mb()
+    mb, source = memory_in_force(cfg.max_memory_mb, default, kind)
+    if source == FROM_SETTING:
+        held = ("RLIMIT_AS of each process only" if kind == "rlimit"
+                else "its cgroup's memory limit, and RLIMIT_AS of each process")
+        return f"{mb} MiB per command (max_memory_mb): {held}"
+    if source == FROM_DEFAULT:
+        return (f"{mb} MiB per command (default: three quarters of physical memory; "
+                "max_memory_mb sets another, 0 none): its cgroup's memory limit, no RLIMIT_AS")
+    if cfg.max_memory_mb == 0:
+        return "none (max_memory_mb = 0)"
+    return (f"none: the default ({default} MiB) needs a cgroup, and as RLIMIT_AS it would "
+            "bound each process, not their sum; set max_memory_mb for a per-process bound")
+
+
 def report(*, as_json: bool = False, configured_bwrap: str = "", config: object = None) -> int:
     facts = kernel_facts()
+    if sys.platform.startswith("linux"):
+        facts["memory_limit"] = memory_limit(config)
     backends = backend_status(configured_bwrap, config)
     auto = auto_choice(backends)
     if as_json:

@@ -28,6 +28,7 @@ from .limits import (
     ExecCgroup,
     exec_cgroup,
     mechanism,
+    memory_in_force,
     nproc_limit,
     prime_migration,
     read_limits,
@@ -102,7 +103,15 @@ def build_bwrap_args(profile: Profile, bwrap: str, *, inner: list[str] | None = 
     #    namespace it was mounted in -- interfaces, MAC addresses, counters --
     #    and its hardware; commands get the few parts tools read (CPU count,
     #    cgroup limits, hugepage settings for JVMs) and nothing else.
-    a += ["--dev", "/dev", "--proc", "/proc", "--tmpfs", "/sys"]
+    #    /dev is a tmpfs too (bwrap's --size cannot bound --dev) and writing
+    #    there fills RAM: it is made read-only at the very end, after the
+    #    proxy's socket is bound in, and /dev/shm gets a tmpfs of /tmp's size.
+    #    Every bwrap stockade accepts (--disable-userns: 0.8) knows --size.
+    a += ["--dev", "/dev"]
+    if profile.tmp_size_mb:
+        a += ["--size", str(profile.tmp_size_mb << 20)]
+    a += ["--tmpfs", "/dev/shm", "--proc", "/proc", "--tmpfs", "/sys"]
+    remount.append("/dev")
     for path in SYS_READ_PATHS:
         a += ["--ro-bind-try", path, path]
     a += ["--remount-ro", "/sys"]
@@ -237,6 +246,7 @@ class BubblewrapDriver(ParkingDriver):
             "env": env, "workspace": workspace, "state_dir": state_dir,
             "bwrap_path": config.bwrap, "max_pids": config.max_pids,
             "cpu_percent": config.cpu_quota_percent,
+            "memory_default_mb": config.memory_default_mb(),
             # A kernel without Landlock is reported, not fatal, while bwrap
             # stands -- unless the user said it must hold.
             "require_landlock": bool(config.require_landlock),
@@ -250,11 +260,13 @@ class BubblewrapDriver(ParkingDriver):
     def __init__(self, *, env: Mapping[str, str] | None = None, workspace: str = "",
                  bwrap_path: str = "", state_dir: str = "", probe: bool = True,
                  max_pids: int | None = 200, cpu_percent: int | None = None,
+                 memory_default_mb: int | None = None,
                  require_landlock: bool = False, warm_sandboxes: int = 0,
                  warm_idle_seconds: float = 300.0, warm_watch: tuple[str, ...] = ()) -> None:
         self._require_landlock = require_landlock
         self._max_pids = max_pids
         self._cpu_percent = cpu_percent
+        self._memory_default = memory_default_mb
         self._env = dict(env) if env is not None else dict(os.environ)
         self._workspace = workspace
         self._configured = bwrap_path
@@ -333,6 +345,8 @@ class BubblewrapDriver(ParkingDriver):
             audit["guard_watch"] = meta.unwatched
         if landlock.dropped:
             audit["landlock_dropped"] = list(landlock.dropped)
+        audit["memory_mb"], audit["memory_from"] = memory_in_force(
+            profile.max_memory_mb, self._memory_default, mechanism()[0])
         def release(launch: Launch) -> None:
             launch.report.sandbox_started = init_started(ready[0])
             for fd in owned:
@@ -384,5 +398,7 @@ class BubblewrapDriver(ParkingDriver):
         probe_userns(self.bwrap, cache_dir=self._state_dir)
 
     def _cgroup(self, profile: Profile) -> ExecCgroup | None:
-        return exec_cgroup(profile.max_memory_mb, self._max_pids, self._cpu_percent,
+        memory_mb, _ = memory_in_force(profile.max_memory_mb, self._memory_default,
+                                       mechanism()[0])
+        return exec_cgroup(memory_mb, self._max_pids, self._cpu_percent,
                            prefix="stockade", report_dir=self._state_dir)

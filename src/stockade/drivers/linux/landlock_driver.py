@@ -44,6 +44,7 @@ from .limits import (
     ScopeCgroup,
     exec_cgroup,
     mechanism,
+    memory_in_force,
     nproc_limit,
     prime_migration,
     read_limits,
@@ -125,6 +126,7 @@ class LandlockDriver(ParkingDriver):
         kwargs: dict[str, Any] = {
             "env": env, "workspace": workspace, "state_dir": state_dir,
             "max_pids": config.max_pids, "cpu_percent": config.cpu_quota_percent,
+            "memory_default_mb": config.memory_default_mb(),
             "min_abi": config.landlock_min_abi,
             # stockade's own files, kept out of the host read scope: without
             # a mount namespace nothing else hides them.
@@ -139,18 +141,21 @@ class LandlockDriver(ParkingDriver):
 
     def __init__(self, *, env: Mapping[str, str] | None = None, workspace: str = "",
                  state_dir: str = "", max_pids: int | None = 200,
-                 cpu_percent: int | None = None, min_abi: int = DEFAULT_MIN_ABI,
+                 cpu_percent: int | None = None, memory_default_mb: int | None = None,
+                 min_abi: int = DEFAULT_MIN_ABI,
                  ledger: str | None = None, workspace_root: str = "",
                  abi: Callable[[], int] | None = None, warm_sandboxes: int = 0,
                  warm_idle_seconds: float = 300.0, warm_watch: tuple[str, ...] = ()) -> None:
         """`ledger` and `workspace_root`: stockade's own files, kept out of the
         host read scope with its state directory; `abi` replaces the kernel's
-        answer (tests)."""
+        answer (tests); `memory_default_mb`: the tree's bound when the profile sets
+        none (see `memory_in_force`)."""
         self._env = dict(env) if env is not None else dict(os.environ)
         self._workspace = workspace
         self._state_dir = os.path.realpath(state_dir or state_dir_of(self._env))
         self._max_pids = max_pids
         self._cpu_percent = cpu_percent
+        self._memory_default = memory_default_mb
         self._min_abi = min_abi
         self._private = private_paths(self._env, state=self._state_dir, ledger=ledger,
                                       workspace_root=workspace_root)
@@ -238,6 +243,8 @@ class LandlockDriver(ParkingDriver):
             args = undo.cgroup.enter_argv(args, env)
         launch = Launch(args, launch_env(env), profile.cwd, extra_fds=extra_fds,
                         cleanup=undo.run)
+        audit["memory_mb"], audit["memory_from"] = memory_in_force(
+            profile.max_memory_mb, self._memory_default, mechanism()[0])
         launch.report.audit.update(audit, limits=undo.cgroup.kind if undo.cgroup is not None
                                    else mechanism()[0])
         return launch
@@ -263,7 +270,9 @@ class LandlockDriver(ParkingDriver):
         return made, made
 
     def _cgroup(self, profile: Profile) -> ExecCgroup | None:
-        return exec_cgroup(profile.max_memory_mb, self._max_pids, self._cpu_percent,
+        memory_mb, _ = memory_in_force(profile.max_memory_mb, self._memory_default,
+                                       mechanism()[0])
+        return exec_cgroup(memory_mb, self._max_pids, self._cpu_percent,
                            prefix="stockade-ll", report_dir=self._state_dir)
 
 

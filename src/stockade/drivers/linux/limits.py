@@ -41,6 +41,52 @@ class Limits:
         return bool(self.memory_mb or self.max_pids or self.cpu_percent)
 
 
+def default_memory_mb(meminfo: str) -> int | None:
+    """The bound on a command's tree when nothing sets one, from /proc/meminfo's text.
+
+    Three quarters of physical memory, leaving the host a quarter (at least
+    1 GiB, at most half) for the desktop, the agent and stockade: a build of
+    ordinary size stays far below it, and a runaway one is killed before the
+    host has to swap its own programs out. None where MemTotal cannot be read.
+    """
+    for line in meminfo.splitlines():
+        key, _, value = line.partition(":")
+        if key == "MemTotal" and value.split()[:1] and value.split()[0].isdigit():
+            total = int(value.split()[0]) >> 10
+            return total - min(max(total // 4, 1024), total // 2) or None
+    return None
+
+
+def machine_memory_default() -> int | None:
+    """`default_memory_mb` of this machine."""
+    return default_memory_mb(_read("/proc/meminfo"))
+
+
+#: `memory_from` in the audit record: where the memory bound in force came from.
+FROM_SETTING = "max_memory_mb"
+FROM_DEFAULT = "default"
+FROM_NOTHING = "none"
+
+
+def memory_in_force(explicit: int | None, default: int | None,
+                    kind: str) -> tuple[int | None, str]:
+    """(MiB or None, where it came from) for one command (pure).
+
+    `explicit` is the profile's max_memory_mb (the config's ceiling or the
+    command's own ask): a cgroup bound and RLIMIT_AS, as always. The machine
+    default only ever becomes a cgroup's bound: as RLIMIT_AS it would refuse
+    the address space node (every WebAssembly memory reserves about 10 GiB),
+    sanitizers and the Go race detector reserve without using, and under
+    `rlimit` it would bound each process, never the host's sum, so there it
+    does not apply.
+    """
+    if explicit:
+        return explicit, FROM_SETTING
+    if default and kind != "rlimit":
+        return default, FROM_DEFAULT
+    return None, FROM_NOTHING
+
+
 def parse_proc_cgroup(text: str) -> dict[str, str]:
     """`/proc/self/cgroup` as {controller: path}; the v2 entry is under ""."""
     out: dict[str, str] = {}
