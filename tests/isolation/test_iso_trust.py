@@ -1103,3 +1103,26 @@ def test_many_repositories_made_by_a_command_do_not_lock_you_out(box: Box) -> No
     assert res.returncode == 0, text(res)
     res = box.run(["/bin/true"], mode="workspace-write")
     assert res.returncode == 0, text(res)
+
+
+@pytest.mark.xfail(strict=True, reason="Known limits: a repository a command makes deep in the "
+                   "tree is made inert when the command ends, not as it appears")
+def test_a_deep_repository_is_inert_while_its_command_still_runs(box: Box) -> None:
+    init_repo(box)
+    box.mkdir("ws/a/b")
+    m = marker(box, "deeplive")
+    script = (f"git init -q a/b && git -C a/b config core.fsmonitor 'touch {m}; false' && "
+              "echo planted && while [ ! -e go ]; do sleep 0.05; done")
+    proc = box.runner.popen(box.runner.cli_argv(["run", "--mode", "workspace-write", "--",
+                                                 "/bin/sh", "-c", script]),
+                            cwd=str(box.ws), env=box.env(), stdin=subprocess.DEVNULL,
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    try:
+        assert proc.stdout is not None
+        assert proc.stdout.readline() == b"planted\n"
+        git(box, "status", cwd=box.ws / "a" / "b")
+        live = m.exists()
+    finally:
+        box.write(box.ws / "go", "")
+        proc.wait(timeout=60)
+    assert not live
