@@ -41,9 +41,18 @@ def canonical_path(path: str, *, what: str = "path") -> str:
 def is_under(path: str, root: str) -> bool:
     """True when `path` is `root` or beneath it, lexically after normalising both:
     `/a/bc` is not under `/a/b`, and neither is `/a/b/../c`."""
+    if _normal(path) and _normal(root):
+        # Already normal (the profile's paths are canonical): a prefix test.
+        return path == root or path.startswith("/" if root == "/" else root + "/")
     from .fsroot import within
 
     return within(path, root) is not None
+
+
+def _normal(path: str) -> bool:
+    return (path.startswith("/") and "//" not in path and "/./" not in path
+            and "/../" not in path and not path.endswith(("/.", "/.."))
+            and (path == "/" or not path.endswith("/")))
 
 
 def _paths_within(inner: tuple[str, ...], outer: tuple[str, ...]) -> bool:

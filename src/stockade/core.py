@@ -35,6 +35,7 @@ from .errors import CapabilityDenied, CommandTimeout, InvalidCommand, SandboxUna
 from .hooks import run_before_hooks
 from .ledger import DENIED, ERROR, RAN, TIMED_OUT, Ledger
 from .paths import changeable_by_others, data_dir, private_paths, session_key, state_dir
+from .patterns import workspace_patterns
 from .process import Outcome
 from .profile import HOST, STRICT, build_profile
 
@@ -416,10 +417,11 @@ class SandboxCore:
             endpoint = None
             if sandboxed and caps.network.kind == NetworkPolicy.HOSTS:
                 endpoint = self.proxy_endpoint(sid, caps.network, backend)
+            patterns = workspace_patterns(self.config.unreadable) if sandboxed else ()
             profile = self.make_profile(
                 ws, cmd, mode, caps, cwd, backend, endpoint,
                 repositories=driver.repositories(ws.cwd) if sandboxed and mode != READ_ONLY
-                else ())
+                else (), matched=driver.matching(ws.cwd, patterns) if patterns else ())
             try:
                 launch = driver.prepare(cmd.argv, profile)
             except BaseException:
@@ -608,7 +610,8 @@ class SandboxCore:
     def make_profile(self, ws: SessionWorkspace, cmd: SandboxCommand, mode: str,
                      caps: SandboxCapabilities, cwd: str, backend: str,
                      endpoint: tuple[str, int, str, str | None] | None = None,
-                     repositories: tuple[str, ...] = ()) -> Profile:
+                     repositories: tuple[str, ...] = (),
+                     matched: tuple[str, ...] = ()) -> Profile:
         c = self.config
         if ws.cache_dir is None and c.scratch and mode != READ_ONLY:
             import tempfile
@@ -628,7 +631,7 @@ class SandboxCore:
             unreadable=c.unreadable, writable=c.writable, granted_sockets=c.granted_sockets,
             use_scratch=c.scratch, secret_env=tuple(c.secret_env) if c.secret_env is not None
             else _default_secrets(), session_tmp=ws.tmp_dir, backend=backend,
-            repositories=repositories,
+            repositories=repositories, matched=matched,
         )
         for _cache, private, _var in profile.caches:
             for part in ("upper", "work"):

@@ -246,6 +246,24 @@ def memory_limit(config: object = None) -> str:
             "bound each process, not their sum; set max_memory_mb for a per-process bound")
 
 
+def hidden(config: object = None, env: dict[str, str] | None = None) -> list[tuple[str, str]]:
+    """(path, why) of what a command cannot read here when it asks for nothing."""
+    from .config import SandboxConfig
+    from .hiddenset import explain
+    from .hostpaths import paths
+
+    cfg = config if isinstance(config, SandboxConfig) else SandboxConfig()
+    env = dict(os.environ) if env is None else env
+    spec = cfg.unreadable
+    if spec is None:
+        granted = paths(list(cfg.granted_sockets or ()), env)
+        return explain(env, granted)
+    if spec == "none" or spec == ["none"]:
+        return []
+    return [(p, "your unreadable setting (it replaces the default)")
+            for p in paths(spec, env) if os.path.lexists(p)]
+
+
 def report(*, as_json: bool = False, configured_bwrap: str = "", config: object = None) -> int:
     facts = kernel_facts()
     if sys.platform.startswith("linux"):
@@ -255,7 +273,8 @@ def report(*, as_json: bool = False, configured_bwrap: str = "", config: object 
     if as_json:
         import json
 
-        print(json.dumps({"kernel": facts, "backends": backends, "auto": auto or None},
+        print(json.dumps({"kernel": facts, "backends": backends, "auto": auto or None,
+                          "hidden": [{"path": p, "why": w} for p, w in hidden(config)]},
                          indent=2))
     else:
         print("backends:")
@@ -283,4 +302,7 @@ def report(*, as_json: bool = False, configured_bwrap: str = "", config: object 
         print("kernel:")
         for key, value in facts.items():
             print(f"  {key}: {value}")
+        print("hidden from every command (README: What is hidden by default):")
+        for path, why in hidden(config) or [("nothing", "unreadable = \"none\"")]:
+            print(f"  {path}: {why}")
     return 0 if auto else 1

@@ -99,7 +99,12 @@ AREAS: dict[str, tuple[str, ...]] = {
     # Keyrings, password managers, certificate stores, wallets, mail.
     ".gnupg": (), ".password-store": (), ".pki": (), ".mozilla": (), ".thunderbird": (),
     ".purple": (), ".electrum": (), ".bitcoin": (), ".ethereum": (), ".subversion": (),
-    ".conan": (),
+    ".conan": (), ".cert": (),
+    # Database and time-series clients' logins (cqlsh, clickhouse-client,
+    # influx, go-sqlcmd), as ~/.my.cnf is for mysql.
+    ".cassandra": (), ".clickhouse-client": (), ".influxdbv2": (), ".sqlcmd": (),
+    # Old EC2 API tools' keys; IRC clients' configs, which hold SASL and NickServ passwords.
+    ".ec2": (), ".irssi": (),
     # Other coding agents and editors' homes, which keep API keys in their settings.
     ".continue": (), ".codeium": (), ".aider": (), ".mongodb": (),
 }
@@ -113,10 +118,11 @@ NAMES = (
     ".pypirc", ".gem/credentials", ".bundle/config", ".lein/credentials.clj.gpg",
     ".dockercfg", ".vault-token", ".vault_pass.txt", ".s3cfg", ".boto", ".passwd-s3fs",
     ".rclone.conf", ".databrickscfg", ".sentryclirc", ".env", ".aider.conf.yml",
+    ".gitcookies", ".ansible/galaxy_token", ".wakatime.cfg", ".vnc/passwd",
     # Database logins.
     ".pgpass", ".my.cnf", ".mylogin.cnf",
     # Mail and chat logins.
-    ".msmtprc", ".mbsyncrc", ".fetchmailrc", ".muttrc", ".mutt", ".neomuttrc",
+    ".msmtprc", ".esmtprc", ".mbsyncrc", ".fetchmailrc", ".muttrc", ".mutt", ".neomuttrc",
     # Histories: whatever was typed, tokens pasted into `curl -H` or `export` included.
     ".bash_history", ".zsh_history", ".zhistory", ".histfile", ".sh_history",
     ".ksh_history", ".python_history", ".node_repl_history", ".ts_node_repl_history",
@@ -124,6 +130,9 @@ NAMES = (
     ".sqlite_history", ".rediscli_history", ".dbshell", ".influx_history", ".cqlsh_history",
     ".Rhistory", ".octave_hist", ".gdb_history", ".lesshst", ".viminfo",
     ".julia/logs/repl_history.jl", ".ipython/profile_default/history.sqlite",
+    # Neovim's shada (history, registers, marks) where versions before 0.8 keep it,
+    # inside the shown ~/.local/share/nvim; newer ones keep it in ~/.local/state.
+    ".local/share/nvim/shada",
     # Browsers outside the areas (Ubuntu's Firefox is a snap).
     "snap/firefox/common/.mozilla", "snap/chromium/common/chromium",
     # Coding agents' logins: a command that read one acts as the agent's user.
@@ -190,7 +199,10 @@ def default_hidden(env: Mapping[str, str], granted: list[str] | tuple[str, ...],
         sock = env.get("SSH_AUTH_SOCK", "")
         if not (sock and sock in granted):
             shown.extend(os.path.join(ssh, name) for name in ssh_public(ssh, listdir))
-    hidden.extend(ROOT_ONLY)
+    if os.geteuid() == 0:
+        # Another user cannot read them at all; splitting /etc around them costs
+        # the Landlock layer two hundred rules on every command.
+        hidden.extend(ROOT_ONLY)
     return hidden, shown
 
 
@@ -201,3 +213,36 @@ def ssh_public(ssh_dir: str, listdir: Callable[[str], list[str]] = os.listdir) -
     except OSError:
         return []
     return sorted(n for n in names if n in SSH_PUBLIC or n.endswith(".pub"))
+
+
+#: Why each kind of default entry is hidden, as `stockade doctor` says it.
+WHY_AREA = "where tools keep their logins and state; {n} shown back (hiddenset.AREAS)"
+WHY_WHOLE = "a cloud, deploy or keyring tool's store: tokens and keys all through"
+WHY_NAME = "a login, key or history kept beside the dotfiles"
+WHY_SSH = "private keys, whatever their names: only {names} shown back"
+WHY_SSH_AGENT = "the agent's socket is granted: ssh asks it to sign and reads no key"
+WHY_ROOT = "readable only to root: the host's password hashes or SSH identity"
+
+
+def explain(env: Mapping[str, str], granted: list[str] | tuple[str, ...],
+            listdir: Callable[[str], list[str]] = os.listdir,
+            exists: Callable[[str], bool] = os.path.lexists) -> list[tuple[str, str]]:
+    """(path, why) for each default entry present on this machine."""
+    home = env.get("HOME", "")
+    out: list[tuple[str, str]] = []
+    if home:
+        for area, back in AREAS.items():
+            for place in _places(home, area, env):
+                if exists(place):
+                    n = sum(exists(os.path.join(place, rel)) for rel in back)
+                    out.append((place, WHY_AREA.format(n=n) if back else WHY_WHOLE))
+        for rel in NAMES:
+            out.extend((p, WHY_NAME) for p in _places(home, rel, env) if exists(p))
+        ssh = os.path.join(home, ".ssh")
+        if exists(ssh):
+            sock = env.get("SSH_AUTH_SOCK", "")
+            names = ", ".join(ssh_public(ssh, listdir)) or "nothing"
+            out.append((ssh, WHY_SSH_AGENT if sock and sock in granted
+                        else WHY_SSH.format(names=names)))
+    out.extend((p, WHY_ROOT) for p in ROOT_ONLY if exists(p))
+    return out

@@ -168,15 +168,23 @@ def unreadable(spec: str | list[str] | None, env: Mapping[str, str],
     """(hidden, shown): the configured unreadable list, or the default's classes.
 
     Unset means the defaults (hiddenset.py), not nothing. Setting it
-    REPLACES them, so a session that needs one back can say so; the literal
-    "none" hides nothing at all -- the only way to say that without a magic
-    empty string. Only the default shows anything back inside what it hides.
+    REPLACES them, so a session that needs one back can say so, unless it
+    lists "default"; the literal "none" hides nothing at all -- the only way
+    to say that without a magic empty string. Only the default shows
+    anything back inside what it hides.
     """
     if spec is None:
         return default_hidden(env, granted, listdir)
     if spec == "none" or spec == ["none"]:
         return [], []
-    return paths(spec, env), []
+    from .patterns import DEFAULT_TOKEN, PRESETS, is_pattern
+
+    entries = spec.split(os.pathsep) if isinstance(spec, str) else list(spec)
+    hidden, shown = (default_hidden(env, granted, listdir) if DEFAULT_TOKEN in entries
+                     else ([], []))
+    # Workspace patterns (`**/.env`) are the driver's to match (patterns.py).
+    host = [e for e in entries if not is_pattern(e) and e not in PRESETS and e != DEFAULT_TOKEN]
+    return hidden + paths(host, env), shown
 
 
 def local_sockets(env: Mapping[str, str]) -> list[str]:

@@ -642,11 +642,10 @@ def _outermost(hidden: list[tuple[str, str]], shown: tuple[tuple[str, str], ...]
     bwrap cannot place a mount inside it once it is read-only (the ledger
     under stockade's hidden data directory). What lies in a path shown back
     (git's credentials in a shown `~/.config/git`) keeps its own mask."""
-    dirs = [p for p, k in hidden if k == DIR]
-    back = [p for p, _k in shown]
+    dirs = {p for p, k in hidden if k == DIR}
+    back = {p for p, _k in shown}
     return tuple(sorted({(p, k) for p, k in hidden
-                         if not any(p != d and is_under(p, d) for d in dirs)
-                         or any(p != b and is_under(p, b) for b in back)}))
+                         if not _below_any(p, dirs) or _below_any(p, back)}))
 
 
 def _show_back(hidden: list[tuple[str, str]], wanted: Sequence[str], must: Sequence[str],
@@ -680,17 +679,43 @@ def _show_back(hidden: list[tuple[str, str]], wanted: Sequence[str], must: Seque
             if child in inner or child in wanted or ck in (LINK, MISSING):
                 continue
             todo.append((child, DIR if ck == DIR else FILE))
-    dirs = [p for p, k in out if k == DIR]
+    dirs = {p for p, k in out if k == DIR}
     shown: dict[str, str] = {}
+    # Resolved once per directory: the allowlist names some 200 paths in a
+    # dozen directories, and resolving each alone cost more than the rest of
+    # the profile (bench/hidden.py).
+    resolved: dict[str, str] = {}
     for p in wanted:
         # The name as the area holds it; a link above it inside leads elsewhere.
-        real = os.path.join(os.path.realpath(os.path.dirname(p)), os.path.basename(p))
-        if not any(real != d and is_under(real, d) for d in dirs):
+        real = _in_real_parent(p, resolved)
+        if not _below_any(real, dirs):
             continue
         k = kind(real)
         if k != MISSING:
             shown[real] = k if k in (DIR, LINK) else FILE
     return out, tuple(sorted(shown.items()))
+
+
+def _in_real_parent(path: str, resolved: dict[str, str]) -> str:
+    """`path`'s name in its directory's real path (the name itself not followed),
+    each directory resolved once in `resolved`."""
+    head, name = os.path.split(path)
+    if name in ("", ".", ".."):
+        return os.path.realpath(path)
+    if head not in resolved:
+        resolved[head] = os.path.realpath(head)
+    return os.path.join(resolved[head], name)
+
+
+def _below_any(path: str, dirs: set[str]) -> bool:
+    """True when a directory strictly above `path` (canonical) is one of `dirs`:
+    a walk up its few components, not a comparison with each directory."""
+    parent = os.path.dirname(path)
+    while parent != path:
+        if parent in dirs:
+            return True
+        path, parent = parent, os.path.dirname(parent)
+    return False
 
 
 def build_profile(
@@ -720,13 +745,15 @@ def build_profile(
     listdir: Callable[[str], list[str]] = os.listdir,
     cache_dir: str | None = None,
     repositories: tuple[str, ...] = (),
+    matched: tuple[str, ...] = (),
 ) -> Profile:
     """Decide the boundary for one command. All paths in are canonical.
 
     `cache_dir`: the session's directory for its private layers over the
     toolchain caches (`hostpaths.caches`); without one they stay read-only.
     `repositories`: the person's repositories deeper in the workspace, as
-    the driver found them (`Driver.repositories`).
+    the driver found them (`Driver.repositories`). `matched`: the workspace's
+    files `unreadable`'s patterns name (`Driver.matching`), hidden too.
     """
     writable_ws = mode != READ_ONLY and any(is_under(workspace, w) for w in capabilities.fs_write)
     home = host_env.get("HOME", "")
@@ -788,17 +815,30 @@ def build_profile(
     unborn: list[str] = []
     writable_here = (workspace, *capabilities.fs_write, *write_roots)
     hidden_paths, shown_paths = hostpaths.unreadable(unreadable, host_env, granted, listdir)
+    for p in matched:
+        # A link is hidden where it leads, if that matches too; masking it
+        # here would mask its target, inside the workspace or not.
+        k = kind(p)
+        if is_under(p, workspace) and k in (DIR, FILE):
+            hidden.append((p, k))
+    # The workspace's own write grant is not a request to see what is
+    # hidden inside it: a workspace of ~ must not unmask ~/.aws.
+    unmasking = [g for g in grants if g != "/" and not is_under(workspace, g)]
+    resolved: dict[str, str] = {}
     for p in hidden_paths:
-        real = os.path.realpath(p)
-        # The workspace's own write grant is not a request to see what is
-        # hidden inside it: a workspace of ~ must not unmask ~/.aws.
-        if any(is_under(real, g) and g != "/" and not is_under(workspace, g) for g in grants):
+        # realpath(p), resolving each directory once: a few hundred
+        # candidates live in a dozen directories (bench/hidden.py).
+        real = _in_real_parent(p, resolved)
+        k = kind(real)
+        if k == LINK:
+            real = os.path.realpath(real)
+            k = kind(real)
+        if any(is_under(real, g) for g in unmasking):
             continue
         if real != os.path.abspath(p) and any(is_under(w, real) for w in writable_here):
             # A link a command planted at a store's name (`ln -s ~ ~/.azure`)
             # made every later command mask the whole home it pointed to.
             continue
-        k = kind(real)
         if k != MISSING:
             hidden.append((real, DIR if k == DIR else FILE))
         else:

@@ -180,3 +180,26 @@ def test_fresh_tmp_is_size_capped_when_bwrap_can():
     i = args.index("--size")
     assert args[i + 1] == str(64 << 20) and args[i + 2:i + 4] == ["--tmpfs", "/tmp"]
     assert "--size" not in build_bwrap_args(profile(), "b", inner=[])
+
+
+def test_areas_with_something_shown_back_are_left_to_landlock_when_asked():
+    from stockade.drivers.linux.bwrap import landlock_areas
+
+    entries = {"/home/u/.config": DIR, "/home/u/.config/git": DIR, "/home/u/.aws": DIR,
+               "/home/u/.netrc": FILE}
+
+    def listdir(path):
+        return {"/home/u/.config": ["git", "gh"]}.get(path, [])
+
+    p = profile(entries=entries, listdir=listdir)
+    assert landlock_areas(p) == ("/home/u/.config",)
+    masked = build_bwrap_args(p, "b", inner=[])
+    assert "/home/u/.config" in pairs(masked, "--tmpfs")
+    assert "/home/u/.config/git" in pairs(masked, "--ro-bind-try")
+    left = build_bwrap_args(p, "b", inner=[], unmasked=landlock_areas(p))
+    assert "/home/u/.config" not in pairs(left, "--tmpfs")
+    assert "/home/u/.config/git" not in left
+    # What is hidden whole, and a file, keep their mounts beside Landlock's rules.
+    assert "/home/u/.aws" in pairs(left, "--tmpfs")
+    i = left.index("/home/u/.netrc")
+    assert left[i - 2:i] == ["--ro-bind", "/dev/null"]

@@ -225,3 +225,24 @@ def test_url_without_password_passes(value):
 def test_explicit_credentialed_url_is_the_callers_decision():
     env = sandbox_env({}, {"REDIS_URL": "redis://:pw@h"}, DEFAULT_SECRET_ENV, backend="none")
     assert env["REDIS_URL"] == "redis://:pw@h"
+
+
+def test_doctor_lists_what_is_hidden_here_and_why(tmp_path):
+    from stockade import doctor
+    from stockade.config import SandboxConfig
+
+    home = tmp_path / "home"
+    for rel in (".config/gh", ".config/git", ".ssh", ".aws", ".cache"):
+        (home / rel).mkdir(parents=True)
+    for rel in (".ssh/id_ed25519", ".ssh/known_hosts", ".git-credentials"):
+        (home / rel).write_text("x")
+    env = {"HOME": str(home)}
+    why = dict(doctor.hidden(SandboxConfig(), env))
+    assert "1 shown back" in why[str(home / ".config")]  # git
+    assert "tokens and keys" in why[str(home / ".aws")]
+    assert "known_hosts" in why[str(home / ".ssh")]
+    assert "beside the dotfiles" in why[str(home / ".git-credentials")]
+    assert str(home / ".local/share") not in why  # only what exists here
+    assert doctor.hidden(SandboxConfig(unreadable="none"), env) == []
+    mine = doctor.hidden(SandboxConfig(unreadable=[str(home / ".aws")]), env)
+    assert [p for p, _ in mine] == [str(home / ".aws")]

@@ -198,6 +198,13 @@ class Driver:
         A backend that keeps no watch of the tree finds none."""
         return ()
 
+    def matching(self, workspace: str, patterns: tuple[str, ...]) -> tuple[str, ...]:
+        """The files beneath `workspace` that `unreadable`'s workspace `patterns`
+        name (patterns.py), now. A backend without a watch of the tree walks it."""
+        from ..patterns import Matcher, walk_matches
+
+        return walk_matches(workspace, Matcher(patterns))
+
     def explain_failure(self, returncode: int, stderr: bytes) -> str | None:
         """After a run: the reason the *sandbox* failed to start, or None if the
         command ran. A message here becomes `SandboxUnavailable`, never a

@@ -55,13 +55,16 @@ if TYPE_CHECKING:
 
 def build_bwrap_args(profile: Profile, bwrap: str, *, inner: list[str] | None = None,
                      extra_mounts: list[str] | tuple[str, ...] = (),
-                     tmp_size_mb: int | None = None, overlay: bool = False) -> list[str]:
+                     tmp_size_mb: int | None = None, overlay: bool = False,
+                     unmasked: tuple[str, ...] = ()) -> list[str]:
     """bwrap's command line for `profile`, ending in `-- inner` (pure).
 
     `extra_mounts` are bwrap mount arguments applied after the profile's own
     (the init's read-only view of itself and its interpreter); `tmp_size_mb`
     caps a fresh /tmp and `overlay` lays the caches' private layers over
     them (bwrap 0.10 and newer understand `--size` and `--overlay`).
+    `unmasked`: hidden directories the init's Landlock layer alone hides
+    (`landlock_areas`), which get no mount here.
     """
     a: list[str] = [bwrap]
     # A user namespace even for root: without it root's capabilities would be
@@ -152,7 +155,7 @@ def build_bwrap_args(profile: Profile, bwrap: str, *, inner: list[str] | None = 
     #    Without overlays (bwrap before 0.10) the layer starts empty.
     for root in profile.write_roots:
         a += ["--bind-try", root, root]
-    masked = [p for p, kind in profile.hidden if kind == DIR]
+    masked = [p for p, kind in profile.hidden if kind == DIR and p not in unmasked]
     for cache, private, _var in profile.caches:
         if not any(is_under(cache, d) for d in masked):  # else after the mask, in 7
             a += _cache_layer(cache, private, overlay)
@@ -181,6 +184,8 @@ def build_bwrap_args(profile: Profile, bwrap: str, *, inner: list[str] | None = 
         if kind != DIR:
             a += ["--ro-bind", "/dev/null", path]
             continue
+        if path in unmasked:
+            continue
         a += ["--tmpfs", path]
         for back, back_kind in profile.shown:
             if is_under(back, path) and back != path:
@@ -207,6 +212,20 @@ def build_bwrap_args(profile: Profile, bwrap: str, *, inner: list[str] | None = 
     a += ["--chdir", profile.cwd, "--"]
     a += inner if inner is not None else []
     return a
+
+
+def landlock_areas(profile: Profile) -> tuple[str, ...]:
+    """The hidden directories with something shown back inside (`~/.config`,
+    `~/.cache`), which the init's Landlock layer can hide alone.
+
+    bwrap pays for each mount by rereading every mount made so far: an
+    empty tmpfs per area and a bind per path shown back cost a command 8 ms
+    on a developer's home (bench/hidden.py), where Landlock's rules, which
+    the init builds anyway, hide the same and cost nothing more.
+    """
+    inside = [p for p, _k in profile.shown] + [c for c, _l, _v in profile.caches]
+    return tuple(d for d, k in profile.hidden
+                 if k == DIR and any(is_under(p, d) and p != d for p in inside))
 
 
 def _show(path: str, kind: str) -> list[str]:
@@ -317,14 +336,21 @@ class BubblewrapDriver(ParkingDriver):
             # Behind bwrap's namespaces, the init adds no_new_privs, Landlock
             # and seccomp before it execs the command: a hole in one wall is
             # not an escape.
-            init = init_launch(profile, list(argv), require_landlock=self._require_landlock,
+            # Where the kernel has Landlock, the tools' areas are its to hide (see
+            # `landlock_areas`), and a sandbox where it then fails must not start.
+            from .layers import host_landlock_abi
+
+            areas = landlock_areas(profile) if host_landlock_abi(self._state_dir) else ()
+            init = init_launch(profile, list(argv),
+                               require_landlock=self._require_landlock or bool(areas),
                                nproc=nproc_limit(self._max_pids, own_user_namespace=True),
                                lifeline_fd=lifeline[0], ready_fd=ready[1],
                                park_fd=park_fd)
             newer = bwrap_has_size(self.bwrap, self._state_dir)  # --size and --overlay: 0.10
             args = build_bwrap_args(profile, self.bwrap, inner=init.argv,
                                     extra_mounts=init.mounts, overlay=newer,
-                                    tmp_size_mb=profile.tmp_size_mb if newer else None)
+                                    tmp_size_mb=profile.tmp_size_mb if newer else None,
+                                    unmasked=areas)
             args, ns_fds, tmp_how, _ = self._session_tmps.enter(profile, args)
             cgroup = self._cgroup(profile)
         except BaseException:
@@ -334,8 +360,6 @@ class BubblewrapDriver(ParkingDriver):
                 os.close(fd)
             raise
         owned = (*lifeline, *ready, *ns_fds)
-        from .layers import host_landlock_abi
-
         landlock = init.landlock_report(host_landlock_abi(self._state_dir))
         audit: dict[str, object] = {"landlock_abi": landlock.abi,
                                     "seccomp": init.config["seccomp"]}

@@ -98,16 +98,25 @@ class ParkingDriver(Driver):
     def repositories(self, workspace: str) -> tuple[str, ...]:
         return self._tree(workspace).held()
 
-    def _tree(self, workspace: str) -> TreeWatch:
-        """The workspace's watch: the first writing command walks it once, the rest
-        pay for what they change (treewatch.py)."""
+    def matching(self, workspace: str, patterns: tuple[str, ...]) -> tuple[str, ...]:
+        return self._tree(workspace, patterns).matched()
+
+    def _tree(self, workspace: str, patterns: tuple[str, ...] | None = None) -> TreeWatch:
+        """The workspace's watch: the first command that needs it walks it once, the
+        rest pay for what they change (treewatch.py)."""
         with self._trees_lock:
             tree = self._trees.get(workspace)
+            if tree is not None and patterns is not None and (
+                    tree.matcher is None or tree.matcher.patterns != patterns):
+                tree.close()  # asked with other patterns: walked again for them
+                tree = None
             if tree is None:
+                from ...patterns import Matcher
                 from .guard import made_by_commands
                 from .treewatch import TreeWatch
 
-                tree = self._trees[workspace] = TreeWatch(workspace)
+                tree = self._trees[workspace] = TreeWatch(
+                    workspace, Matcher(patterns) if patterns else None)
                 tree.adopt(sorted(made_by_commands(self._state_dir, workspace,
                                                    set(tree.existing))))
             return tree

@@ -45,6 +45,8 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable
 
+    from ...patterns import Matcher
+
 IN_ISDIR = 0x40000000
 IN_IGNORED = 0x8000
 IN_ONLYDIR = 0x01000000
@@ -86,7 +88,8 @@ def _shaped(names: set[str]) -> bool:
 
 
 def repositories(top: str, on_directory: Callable[[str], None] | None = None, *,
-                 shaped_top: bool = False) -> list[str]:
+                 shaped_top: bool = False,
+                 on_entry: Callable[[str], None] | None = None) -> list[str]:
     """Every repository beneath `top` (see the module's doc; no link followed),
     calling `on_directory` for each directory before reading it.
 
@@ -94,7 +97,8 @@ def repositories(top: str, on_directory: Callable[[str], None] | None = None, *,
     renamed (`mv d/.git d/P`) holds what was made there unseen. Only
     `objects` of a git directory is skipped, git's own fan-out of hashes.
     `shaped_top`: `top` itself counts when shaped as a git directory (the
-    workspace's own shape is the guard's `_bare_shaped`).
+    workspace's own shape is the guard's `_bare_shaped`). `on_entry` sees
+    every entry's path on the way.
     """
     found: list[str] = []
     stack = [top]
@@ -112,6 +116,8 @@ def repositories(top: str, on_directory: Callable[[str], None] | None = None, *,
         if gitdir and (shaped_top or path != top) and os.path.basename(path) != ".git":
             found.append(path)
         for entry in entries:
+            if on_entry is not None:
+                on_entry(entry.path)
             if entry.name == ".git":
                 found.append(entry.path)
             if gitdir and entry.name == "objects":
@@ -128,8 +134,11 @@ def repositories(top: str, on_directory: Callable[[str], None] | None = None, *,
 class TreeWatch:
     """The repositories beneath `root`: those it had, and those that appeared since."""
 
-    def __init__(self, root: str) -> None:
+    def __init__(self, root: str, matcher: Matcher | None = None) -> None:
         self.root = root
+        #: `unreadable`'s workspace patterns (patterns.py), and what they match.
+        self.matcher = matcher
+        self._matched: set[str] = set()
         self.incomplete = ""
         self.directories = 0
         self._wd: dict[int, str] = {}
@@ -165,7 +174,24 @@ class TreeWatch:
 
     def _walk(self, top: str, *, watch: bool) -> list[str]:
         return repositories(top, self._add_watch if watch else None,
-                            shaped_top=top != self.root)
+                            shaped_top=top != self.root,
+                            on_entry=self._match if self.matcher else None)
+
+    def _match(self, path: str) -> None:
+        assert self.matcher is not None
+        if self.matcher(os.path.relpath(path, self.root)):
+            self._matched.add(path)
+
+    def matched(self) -> tuple[str, ...]:
+        """The workspace's files `unreadable`'s patterns name, as they are now (after
+        a walk when the watch could not follow)."""
+        with self._lock:
+            self._catch_up()
+            if self.incomplete:
+                self._matched.clear()
+                self._walk(self.root, watch=False)
+            self._matched = {p for p in self._matched if os.path.lexists(p)}
+            return tuple(sorted(self._matched))
 
     def _add_watch(self, path: str) -> None:
         if self.incomplete:
@@ -198,6 +224,8 @@ class TreeWatch:
                 continue
             path = os.path.join(parent, name)
             if mask & (IN_CREATE | IN_MOVED_TO):
+                if self.matcher:
+                    self._match(path)
                 if name == ".git":
                     self._found.add(path)
                 elif name in GITDIR_SHAPE:
@@ -210,10 +238,22 @@ class TreeWatch:
                 # Its watches move with it under their old paths.
                 self.incomplete = self.incomplete or "a directory was moved"
 
+    def _catch_up(self) -> None:
+        """Read, under the lock, the events the thread has not: what was made just
+        before the question (a command's last act, a file the person saved a
+        moment before the next command) is answered for, not left in the queue."""
+        while self._fd >= 0:
+            try:
+                data = os.read(self._fd, 1 << 16)
+            except OSError:  # BlockingIOError: nothing left
+                return
+            self._events(data)
+
     def drain(self) -> list[str]:
         """Every repository that appeared while watched and still exists (after a
         rescan when the watch could not follow); they join `made`."""
         with self._lock:
+            self._catch_up()
             found, self._found = self._found, set()
             if self.incomplete:
                 found |= set(self._walk(self.root, watch=False)) - self.existing
