@@ -143,6 +143,10 @@ NAMES = (
     ".m2/settings.xml", ".m2/settings-security.xml", ".docker/config.json",
     # Inside areas, for a login kept beside what is shown back.
     ".config/git/credentials", ".local/share/fish/fish_history", ".local/share/gem/credentials",
+    ".local/share/uv/credentials", ".local/share/zsh/history", ".config/fish/fish_variables",
+    ".config/nushell/history.txt", ".config/nushell/history.sqlite3",
+    ".config/ipython/profile_default/history.sqlite", ".config/micro/buffers/history",
+    ".config/emacs/eshell/history", ".cache/nvim/codeium", ".cache/R/httr2",
 )
 
 #: Names in ~/.ssh known to be public; everything else there counts as a key.

@@ -52,6 +52,7 @@ def _regex(pattern: str) -> str:
     component, `**` crosses them, and a line without a slash matches at any depth."""
     import re  # only where patterns are set: `re` costs the CLI's path milliseconds
 
+    directory = pattern.endswith("/")
     body = pattern.strip("/")
     anchored = "/" in body
     out = []
@@ -69,10 +70,18 @@ def _regex(pattern: str) -> str:
         elif body[i] == "?":
             out.append("[^/]")
             i += 1
+        elif body[i] == "[" and "]" in body[i + 2:]:
+            # A class, as fnmatch reads one: `[!...]` negates.
+            end = body.index("]", i + 2)
+            inner = body[i + 1:end].replace("\\", "\\\\")
+            if inner.startswith("!"):
+                inner = "^" + inner[1:]
+            out.append("(?!/)[" + inner + "]")
+            i = end + 1
         else:
             out.append(re.escape(body[i]))
             i += 1
-    return ("^" if anchored else "^(?:.*/)?") + "".join(out) + "$"
+    return ("^" if anchored else "^(?:.*/)?") + "".join(out) + ("/$" if directory else "$")
 
 
 class Matcher:
@@ -92,7 +101,11 @@ class Matcher:
     def __bool__(self) -> bool:
         return self._yes is not None
 
-    def __call__(self, relative: str) -> bool:
+    def __call__(self, relative: str, is_dir: bool = False) -> bool:
+        """A file matches a pattern; a directory only one that ends in `/`, as in
+        .gitignore: `**/.env` must not hide a virtualenv named `.env`."""
+        if is_dir:
+            relative += "/"
         return bool(self._yes and self._yes.match(relative)
                     and not (self._no and self._no.match(relative)))
 
@@ -110,11 +123,12 @@ def walk_matches(root: str, matcher: Matcher) -> tuple[str, ...]:
         except OSError:
             continue
         for entry in entries:
-            if matcher(os.path.relpath(entry.path, root)):
-                out.append(entry.path)
             try:
-                if entry.is_dir(follow_symlinks=False):
-                    stack.append(entry.path)
+                is_dir = entry.is_dir(follow_symlinks=False)
             except OSError:
                 continue
+            if matcher(os.path.relpath(entry.path, root), is_dir):
+                out.append(entry.path)
+            if is_dir:
+                stack.append(entry.path)
     return tuple(sorted(out))

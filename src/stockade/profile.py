@@ -180,12 +180,12 @@ class Profile:
     """Everything a driver needs, decided: paths are canonical, lists are final."""
 
     __slots__ = (
-        "caches", "cwd", "env", "granted_sockets", "hidden", "home", "mask_other_homes",
-        "max_file_size_mb", "max_memory_mb", "mode", "network", "private_around",
-        "protected", "proxy_port",
-        "proxy_secret", "proxy_socket", "read_extra", "read_roots", "read_scope", "runtime_dir",
-        "session_tmp", "shown", "sockets", "spawn_subprocess", "system_links", "tmp_size_mb",
-        "workspace", "workspace_writable", "write_roots",
+        "absent", "caches", "cwd", "env", "granted_sockets", "hidden", "home",
+        "mask_other_homes", "max_file_size_mb", "max_memory_mb", "mode", "network",
+        "private_around", "protected", "proxy_port", "proxy_secret", "proxy_socket",
+        "read_extra", "read_roots", "read_scope", "runtime_dir", "session_tmp", "shown",
+        "sockets", "spawn_subprocess", "system_links", "tmp_size_mb", "workspace",
+        "workspace_writable", "write_roots",
     )
 
     def __init__(
@@ -220,6 +220,7 @@ class Profile:
         private_around: tuple[str, ...] = (),
         caches: tuple[tuple[str, str, str], ...] = (),
         shown: tuple[tuple[str, str], ...] = (),
+        absent: tuple[str, ...] = (),
     ) -> None:
         for name, value in locals().items():
             if name != "self":
@@ -249,6 +250,9 @@ class Profile:
     #: Paths inside a hidden directory that come back read-only, after its
     #: mask (what toolchains read in `~/.config`, a grant inside `~/.aws`).
     shown: tuple[tuple[str, str], ...]
+    #: Hidden names that do not exist yet: Landlock's rules leave room for
+    #: them, so one the host makes while the command runs has no rule.
+    absent: tuple[str, ...]
     #: stockade's own directories that hold the workspace (a provisioned
     #: session's): hidden whole, with the workspace shown inside.
     private_around: tuple[str, ...]
@@ -696,6 +700,38 @@ def _show_back(hidden: list[tuple[str, str]], wanted: Sequence[str], must: Seque
     return out, tuple(sorted(shown.items()))
 
 
+def _linked_out(hidden: Sequence[str], shown: Sequence[str],
+                listdir: Callable[[str], list[str]], kind: Callable[[str], str]
+                ) -> list[tuple[str, str]]:
+    """The targets of the links directly inside each hidden directory, but for
+    those shown back: a store kept elsewhere and linked in (`~/.config/gh ->
+    ~/dotfiles/gh`, a key in ~/.ssh) stays a store, wherever it lives."""
+    out: list[tuple[str, str]] = []
+    back = set(shown)
+    for area in hidden:
+        if listdir is os.listdir:
+            # The entries' own types: no lstat for each of ~/.config's hundreds.
+            try:
+                with os.scandir(area) as it:
+                    links = [e.path for e in it if e.is_symlink()]
+            except OSError:
+                continue
+        else:
+            try:
+                links = [os.path.join(area, n) for n in listdir(area)]
+            except OSError:
+                continue
+            links = [p for p in links if kind(p) == LINK]
+        for link in links:
+            if link in back:
+                continue
+            target = os.path.realpath(link)
+            k = kind(target)
+            if k in (DIR, FILE) and target != "/":
+                out.append((target, k))
+    return out
+
+
 def _in_real_parent(path: str, resolved: dict[str, str]) -> str:
     """`path`'s name in its directory's real path (the name itself not followed),
     each directory resolved once in `resolved`."""
@@ -816,10 +852,12 @@ def build_profile(
     writable_here = (workspace, *capabilities.fs_write, *write_roots)
     hidden_paths, shown_paths = hostpaths.unreadable(unreadable, host_env, granted, listdir)
     for p in matched:
-        # A link is hidden where it leads, if that matches too; masking it
-        # here would mask its target, inside the workspace or not.
+        # A link is hidden where it leads (`svc/.env -> ~/secrets/app.env`).
         k = kind(p)
-        if is_under(p, workspace) and k in (DIR, FILE):
+        if k == LINK:
+            p = os.path.realpath(p)
+            k = kind(p)
+        if k in (DIR, FILE):
             hidden.append((p, k))
     # The workspace's own write grant is not a request to see what is
     # hidden inside it: a workspace of ~ must not unmask ~/.aws.
@@ -843,6 +881,14 @@ def build_profile(
             hidden.append((real, DIR if k == DIR else FILE))
         else:
             unborn.append(real)
+    for target, k in _linked_out([h for h, hk in hidden if hk == DIR], shown_paths, listdir,
+                                 kind):
+        # Not a target that holds a writable root (a link to ~ would mask the
+        # home), nor, where only bubblewrap can mask inside one, one beneath it.
+        if not any(is_under(w, target) for w in writable_here) and (
+                backend == "bubblewrap" or not any(is_under(target, w)
+                                                   for w in writable_here)):
+            hidden.append((target, k))
     # Granted paths, CA bundles and caches inside a hidden directory come back
     # after its mask, as the default's allowlist does.
     layered = tuple(cache for cache, _layer, _var in layers)
@@ -922,6 +968,7 @@ def build_profile(
         write_roots=tuple(write_roots),
         hidden=_outermost(hidden, shown),
         shown=shown,
+        absent=tuple(sorted(set(unborn))),
         private_around=tuple(sorted(set(around), key=lambda q: (q.count("/"), q))),
         sockets=tuple(sorted(set(sockets))),
         granted_sockets=tuple(g for g in granted if kind(g) == SOCKET),

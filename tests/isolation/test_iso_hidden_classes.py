@@ -73,6 +73,8 @@ CHANGES = (
     ("new-key", ".ssh/id_ed25519_new"),  # ssh-keygen while the command runs
     ("new-top-level", ".pgpass"),  # a store that did not exist at start
     ("new-in-area", ".config/newcli/token"),  # the next CLI's login, made during the run
+    ("new-named", ".claude/.credentials.json"),  # a named store, its directory already there
+    ("new-in-shown", ".config/git/credentials"),  # a store inside a path shown back
 )
 
 # Signals it runs (a file in the workspace), waits for the host's `go`
@@ -102,6 +104,8 @@ def _before(box: Box) -> None:
     for name, rel in CHANGES:
         if name.startswith("new"):
             assert not (box.home / rel).exists(), rel
+        if name in ("new-named", "new-in-shown"):
+            (box.home / rel).parent.mkdir(parents=True, exist_ok=True)
     _own_tree(box, box.home)
 
 

@@ -224,8 +224,13 @@ def landlock_areas(profile: Profile) -> tuple[str, ...]:
     the init builds anyway, hide the same and cost nothing more.
     """
     inside = [p for p, _k in profile.shown] + [c for c, _l, _v in profile.caches]
+    # Not under a writable root: Landlock's write rule there reads everything
+    # beneath, so only the mount hides an area of a workspace of ~.
+    writable = ([profile.workspace] if profile.workspace_writable else []) + list(
+        profile.write_roots)
     return tuple(d for d, k in profile.hidden
-                 if k == DIR and any(is_under(p, d) and p != d for p in inside))
+                 if k == DIR and any(is_under(p, d) and p != d for p in inside)
+                 and not any(is_under(d, w) for w in writable))
 
 
 def _show(path: str, kind: str) -> list[str]:

@@ -192,7 +192,7 @@ class LandlockDriver(ParkingDriver):
             undo.tmpdir = made
             backend_rules = landlock_backend_rules(
                 profile, tmpdir=tmpdir, private=self._private,
-                python_prefix=os.path.dirname(os.path.dirname(python)))
+                python_prefix=python)
             rules = backend_rules.rules
             env = command_env(profile, tmpdir)
             mode = SECCOMP_MODES["landlock"][profile.network.kind]

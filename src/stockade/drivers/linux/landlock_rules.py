@@ -131,7 +131,7 @@ def shown_back(profile: Profile, roots: Sequence[str],
     # The profile's paths are canonical, so "beneath" is a prefix and "above"
     # a walk up a few components: with the default's ~20 shown paths and
     # ~25 hidden ones, comparing every pair cost more than the split itself.
-    hidden = [p for p, _k in profile.hidden]
+    hidden = [p for p, _k in profile.hidden] + list(profile.absent)
     reads: list[str] = []
     listed: list[str] = []
     for path, k in profile.shown:
@@ -166,7 +166,7 @@ def inner_reads(profile: Profile, *, extra: Sequence[str] = (),
     mask covers. Landlock rules hold inodes: the new entry has none, so this
     second layer still refuses it.
     """
-    hidden = [p for p, _kind in profile.hidden]
+    hidden = [p for p, _kind in profile.hidden] + list(profile.absent)
     reads: list[str] = []
     listed: list[str] = []
     roots = [*profile.read_roots, *profile.read_extra]
@@ -178,6 +178,19 @@ def inner_reads(profile: Profile, *, extra: Sequence[str] = (),
     reads += [*shown, *extra]
     granted = set(reads)
     return reads, [d for d in [*listed, *masks] if d not in granted]
+
+
+def interpreter_paths(python: str) -> list[str]:
+    """What the init's interpreter reads after Landlock: itself and its standard
+    library, never the directory above `bin/`.
+
+    That directory is the home for a `--prefix=$HOME` build or a copy in
+    ~/bin, and a rule on it read every hidden store beneath.
+    """
+    import sysconfig
+
+    paths = {python, sysconfig.get_path("stdlib"), sysconfig.get_path("platstdlib")}
+    return sorted(os.path.realpath(p) for p in paths if p)
 
 
 def other_homes(home: str, *, listdir: Callable[[str], list[str]] | None = None,
@@ -233,7 +246,7 @@ def landlock_backend_rules(profile: Profile, *, tmpdir: str, private: Sequence[s
     /dev, /sys, $XDG_RUNTIME_DIR or another user's home (`/`, `/home`,
     `/run`) stays unlistable: those names are other people's business.
     """
-    hidden = [p for p, _kind in profile.hidden]
+    hidden = [p for p, _kind in profile.hidden] + list(profile.absent)
     reads: list[str] = []
     listed: list[str] = []
     unlistable: list[str] = []
@@ -267,14 +280,14 @@ def landlock_backend_rules(profile: Profile, *, tmpdir: str, private: Sequence[s
     if python_prefix:
         # The init's interpreter may sit under an excluded home
         # (/root/.pyenv), and the init imports `resource` after Landlock.
-        reads.append(python_prefix)
+        reads += interpreter_paths(python_prefix)
 
     writes = [d for d in DEVICES if kind(d) not in (MISSING, LINK)]
     writes.append(tmpdir)
     writable = ([profile.workspace] if profile.workspace_writable else []) + list(
         profile.write_roots)
     for root in writable:
-        if any(is_under(h, root) for h in hidden):
+        if any(is_under(h, root) for h, _k in profile.hidden):
             # The profile never hides anything under a writable grant (an
             # explicit grant wins); if it did, Landlock could not honour it.
             raise SandboxUnavailable(

@@ -89,7 +89,7 @@ def _shaped(names: set[str]) -> bool:
 
 def repositories(top: str, on_directory: Callable[[str], None] | None = None, *,
                  shaped_top: bool = False,
-                 on_entry: Callable[[str], None] | None = None) -> list[str]:
+                 on_entry: Callable[[str, bool], None] | None = None) -> list[str]:
     """Every repository beneath `top` (see the module's doc; no link followed),
     calling `on_directory` for each directory before reading it.
 
@@ -98,7 +98,7 @@ def repositories(top: str, on_directory: Callable[[str], None] | None = None, *,
     `objects` of a git directory is skipped, git's own fan-out of hashes.
     `shaped_top`: `top` itself counts when shaped as a git directory (the
     workspace's own shape is the guard's `_bare_shaped`). `on_entry` sees
-    every entry's path on the way.
+    every entry's path on the way, and whether it is a directory.
     """
     found: list[str] = []
     stack = [top]
@@ -116,18 +116,17 @@ def repositories(top: str, on_directory: Callable[[str], None] | None = None, *,
         if gitdir and (shaped_top or path != top) and os.path.basename(path) != ".git":
             found.append(path)
         for entry in entries:
-            if on_entry is not None:
-                on_entry(entry.path)
-            if entry.name == ".git":
-                found.append(entry.path)
-            if gitdir and entry.name == "objects":
-                continue
             try:
                 # The directory entry's type, no stat: a file costs nothing.
-                if entry.is_dir(follow_symlinks=False):
-                    stack.append(entry.path)
+                is_dir = entry.is_dir(follow_symlinks=False)
             except OSError:
                 continue
+            if on_entry is not None:
+                on_entry(entry.path, is_dir)
+            if entry.name == ".git":
+                found.append(entry.path)
+            if is_dir and not (gitdir and entry.name == "objects"):
+                stack.append(entry.path)
     return found
 
 
@@ -177,9 +176,9 @@ class TreeWatch:
                             shaped_top=top != self.root,
                             on_entry=self._match if self.matcher else None)
 
-    def _match(self, path: str) -> None:
+    def _match(self, path: str, is_dir: bool) -> None:
         assert self.matcher is not None
-        if self.matcher(os.path.relpath(path, self.root)):
+        if self.matcher(os.path.relpath(path, self.root), is_dir):
             self._matched.add(path)
 
     def matched(self) -> tuple[str, ...]:
@@ -225,7 +224,7 @@ class TreeWatch:
             path = os.path.join(parent, name)
             if mask & (IN_CREATE | IN_MOVED_TO):
                 if self.matcher:
-                    self._match(path)
+                    self._match(path, bool(mask & IN_ISDIR))
                 if name == ".git":
                     self._found.add(path)
                 elif name in GITDIR_SHAPE:
