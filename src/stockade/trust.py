@@ -86,7 +86,20 @@ def _unreadable(spec: object, env: Mapping[str, str], granted: object) -> set[st
     # What the default shows back inside its areas is left out: a list that
     # hides an area whole is narrower than the default, never wider.
     hidden, _shown = unreadable(spec, env, sockets)  # type: ignore[arg-type]
-    return {os.path.normpath(p) for p in hidden}
+    # Workspace patterns count too: a project file that drops `dotenv`, or adds
+    # a `!` taking a match back, shows the person's `.env` (patterns.py).
+    from .patterns import workspace_patterns
+
+    patterns = workspace_patterns(spec)  # type: ignore[arg-type]
+    return {os.path.normpath(p) for p in hidden} | {
+        f"pattern {p}" for p in patterns if not p.startswith("!")}
+
+
+def _exceptions(spec: object) -> set[str]:
+    """The `!` patterns of an `unreadable`: each one shows what a pattern hid."""
+    from .patterns import workspace_patterns
+
+    return {p for p in workspace_patterns(spec) if p.startswith("!")}  # type: ignore[arg-type]
 
 
 def _secret_env(spec: object) -> set[str]:
@@ -134,7 +147,8 @@ def sandbox_widenings(allowed: Mapping[str, object], project: Mapping[str, objec
             wider, shown = bool(_hosts(have) - _hosts(value)), toml_value(have or [])
         elif key == "unreadable":
             granted = allowed.get("granted_sockets")
-            wider = bool(_unreadable(have, env, granted) - _unreadable(value, env, granted))
+            wider = bool(_unreadable(have, env, granted) - _unreadable(value, env, granted)
+                         or _exceptions(value) - _exceptions(have))
             if have is None:
                 shown = "the default list"
         elif key == "secret_env":
