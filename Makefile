@@ -26,13 +26,35 @@ demo: $(VENV)/.installed
 ISOLATION_CORE := tests/isolation/test_iso_fs.py tests/isolation/test_iso_secrets.py \
 	tests/isolation/test_iso_proc.py tests/isolation/test_iso_trust.py tests/isolation/test_iso_git.py
 
+# Every step runs whatever the ones before it did, and the end lists each as
+# passed, FAILED or SKIPPED (with why); the status fails if any did not pass.
+# A recipe that stopped at the first failure never ran the second pass, and
+# its log did not say so: a boundary broken only with the distribution's bwrap
+# stayed hidden behind any failure of the first. The second pass gets a bwrap
+# directory of its own run, so two runs at once do not replace each other's.
 test: $(VENV)/.dev-installed
-	$(BIN)/ruff check src tests bench
-	$(BIN)/mypy
-	$(BIN)/mypy --platform win32 src/stockade/drivers/windows
-	$(BIN)/python -m pytest
-	STOCKADE_TEST_BWRAP="$$($(BIN)/python tests/isolation/system_bwrap.py)" \
-		$(BIN)/python -m pytest -q $(ISOLATION_CORE)
+	@report=""; bad=0; \
+	step() { label="$$1"; shift; printf '\n== %s\n$$ %s\n' "$$label" "$$*"; "$$@"; rc=$$?; \
+	  if [ $$rc -eq 0 ]; then report="$$report  passed   $$label\n"; \
+	  else report="$$report  FAILED   $$label (exit $$rc)\n"; bad=1; fi; }; \
+	step "ruff" $(BIN)/ruff check src tests bench; \
+	step "mypy" $(BIN)/mypy; \
+	step "mypy, Windows driver" $(BIN)/mypy --platform win32 src/stockade/drivers/windows; \
+	step "first pass: the whole suite, stockade's own bwrap" $(BIN)/python -m pytest; \
+	dir=$$(mktemp -d /tmp/stockade-system-bwrap.XXXXXX) && \
+	bwrap=$$($(BIN)/python tests/isolation/system_bwrap.py "$$dir"); rc=$$?; \
+	if [ $$rc -eq 0 ] && [ -n "$$bwrap" ]; then \
+	  step "second pass: core attack suites, $$bwrap" \
+	    env STOCKADE_TEST_BWRAP="$$bwrap" $(BIN)/python -m pytest -q $(ISOLATION_CORE); \
+	else \
+	  report="$$report  SKIPPED  second pass: no distribution bwrap could be prepared" ; \
+	  report="$$report (tests/isolation/system_bwrap.py exit $$rc, see above)\n"; bad=1; \
+	fi; \
+	[ -n "$$dir" ] && rm -rf "$$dir"; \
+	printf '\n== make test\n%b' "$$report"; \
+	if [ $$bad -eq 0 ]; then echo "make test: every step passed"; \
+	else echo "make test: FAILED (see the steps above)"; fi; \
+	exit $$bad
 
 bench: $(VENV)/.installed
 	$(BIN)/python bench/exec_overhead.py

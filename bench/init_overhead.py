@@ -25,12 +25,13 @@ import time
 from stockade.capabilities import capabilities_for_mode
 from stockade.drivers.linux.bwrap import build_bwrap_args, locate_bwrap
 from stockade.drivers.linux.layers import (
-    INIT_PATH,
+    INNER_INIT_PATH,
     ensure_bytecode,
     init_argv,
     init_config,
     init_mounts,
     init_python,
+    inner_python,
     launch_env,
 )
 from stockade.profile import build_profile
@@ -82,17 +83,17 @@ def main() -> None:
         protected=tuple(p for p in profile.protected if not p.kind.startswith("missing")))
 
     def wrapped(inner: list[str]) -> list[str]:
-        argv = build_bwrap_args(profile, bwrap, inner=inner)
-        at = argv.index("--chdir")
-        argv[at:at] = init_mounts(args.python)
-        return argv
+        # As the driver does: the init's mounts go into /dev before it turns read-only.
+        return build_bwrap_args(profile, bwrap, inner=inner,
+                                extra_mounts=init_mounts(args.python))
 
     config = init_config(profile)
     config["timing"] = True
+    python = inner_python(args.python)  # where the sandbox shows it
     variants = {
         "raw": wrapped(["/bin/true"]),
-        "python": wrapped([args.python, "-I", "-S", "-c", "pass"]),
-        "init": wrapped(init_argv(args.python, INIT_PATH, config, ["/bin/true"])),
+        "python": wrapped([python, "-I", "-S", "-c", "pass"]),
+        "init": wrapped(init_argv(python, INNER_INIT_PATH, config, ["/bin/true"])),
     }
     start_env = launch_env(profile.env)
     samples: dict[str, list[float]] = {name: [] for name in variants}

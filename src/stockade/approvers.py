@@ -14,6 +14,8 @@ from .approval import APPROVED_ONCE, APPROVED_SESSION, DENIED, TIMEOUT
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from typing import Any
+
     from .approval import ApprovalRequest
 
 #: What the person types, and what it means. An empty line denies: pressing
@@ -28,21 +30,42 @@ DEFAULT_HINT = "run it from a terminal to be asked, or pass --yes to approve it 
 
 
 def printable(text: str, limit: int = 400) -> str:
-    """`text` with control characters spelled out, cut at `limit`.
+    """`text` on one line with control and format characters spelled out, cut at `limit`.
 
     The command and the reason are written by the agent: an escape sequence
     in them could move the cursor and repaint the question, so the person
-    would approve something other than what they read.
+    would approve something other than what they read. Beyond C0 and C1, a
+    line or paragraph separator (U+2028, U+2029) starts a line a form shows as
+    the question's own ("Request: ...", "Allow once"), and a bidi override
+    (U+202E) or another invisible format character (Cf) reverses or hides
+    what follows: each is shown as its escape, so the text stays one line
+    that reads as it is.
     """
     out = []
     for ch in text:
         code = ord(ch)
         if code < 0x20 or 0x7F <= code < 0xA0:
             out.append(f"\\x{code:02x}")
+        elif code >= 0xA0 and _unicodedata().category(ch) in _ESCAPED:
+            out.append(f"\\u{code:04x}" if code <= 0xFFFF else f"\\U{code:08x}")
         else:
             out.append(ch)
     joined = "".join(out)
     return joined if len(joined) <= limit else joined[:limit] + "…"
+
+
+#: Unicode categories never shown raw: format characters (bidi overrides and
+#: isolates, zero-width joiners, the BOM), line and paragraph separators,
+#: surrogates, private use and unassigned code points.
+_ESCAPED = frozenset({"Cf", "Zl", "Zp", "Cs", "Co", "Cn"})
+
+
+def _unicodedata() -> Any:
+    # Loaded for the first non-ASCII character only: this module is on
+    # `stockade run`'s path and keeps to `os` at import time.
+    import unicodedata
+
+    return unicodedata
 
 
 def describe_command(argv: list[str]) -> str:

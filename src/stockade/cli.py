@@ -28,14 +28,16 @@ if TYPE_CHECKING:
 USAGE = """usage: stockade <command> [options]
 
 commands:
-  run      run one command inside the sandbox
-  shell    an interactive shell inside the sandbox
-  doctor   report which backends can run here, and why not
-  audit    show the capability ledger
-  trust    let a project's stockade.toml widen your own config (like direnv allow)
-  policy   check a command against the command policy, list its rules
-  proxy    run the managed network proxy alone, with a live log
-  mcp      serve the sandbox to an MCP client over stdio
+  run         run one command inside the sandbox
+  explain     show the profile a command would get, without running it
+  shell       an interactive shell inside the sandbox
+  doctor      report which backends can run here, and why not
+  audit       show the capability ledger
+  config      show each effective setting and where it came from
+  trust       let a project's stockade.toml widen your own config (like direnv allow)
+  policy      check a command against the command policy, list its rules
+  proxy       run the managed network proxy alone, with a live log
+  mcp         serve the sandbox to an MCP client over stdio
   completion  print a bash, zsh or fish completion script
 
 `stockade <command> --help` describes each one; `stockade --version` names this one."""
@@ -56,6 +58,8 @@ RUN_OPTIONS: dict[str, tuple[bool, bool, str]] = {
                      "(asks for approval)"),
     "--deny-host": (True, True, "never let the command reach HOST, whatever else allows it"),
     "--no-subprocess": (False, False, "the command may start no process of its own (seccomp)"),
+    "--env": (True, True, "pass NAME with your value, or NAME=VALUE, to the command, though "
+              "it looks secret; the audit record names it, never its value"),
     "--timeout": (True, False, "seconds before the whole process tree is killed (default 60)"),
     "--max-output": (True, False, "capture output and stop past BYTES (split stdout/stderr)"),
     "--backend": (True, False, _backends.choices_help()),
@@ -74,19 +78,19 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "--backend": _backends.choices(),
 }
 RUN_USAGE = "usage: stockade run [options] -- CMD [ARGS...]"
+RUN_DESCRIPTION = ("Run one command inside the sandbox. stdin and stdout pass through, and "
+                   "stockade exits with the command's status; `stockade explain` shows what "
+                   "the command would get without running it.")
 
 EXIT_USAGE = 2
 
 
-def _help(usage: str, options: dict[str, tuple[bool, bool, str]]) -> str:
-    lines = [usage, "", "options:"]
-    for name, (takes, repeat, text) in options.items():
-        label = f"{name} {name[2:].upper().replace('-', '_')}" if takes else name
-        short = next((k for k, v in SHORT.items() if v == name), None)
-        if short:
-            label = f"{short}, {label}"
-        lines.append(f"  {label:<26} {text}{' (repeatable)' if repeat else ''}")
-    return "\n".join(lines)
+def _help(command: str) -> str:
+    """`stockade COMMAND --help`, from the one description of the CLI (clispec.py):
+    argparse renders it, so every subcommand's help has one style."""
+    from .clispec import help_text
+
+    return help_text(command)
 
 
 def parse_options(argv: list[str], options: dict[str, tuple[bool, bool, str]],
@@ -179,6 +183,27 @@ def _check_hosts(values: dict[str, object], usage: str) -> None:
                 raise UsageError(f"{flag} {str(entry)!r}: {problem}", usage)
 
 
+def _explicit_env(entries: list[str], usage: str) -> dict[str, str]:
+    """`--env NAME` (the caller's value) and `--env NAME=VALUE`, for one command.
+
+    The way to hand a command a secret the scrub would drop: `env NAME=value
+    cmd` put the value in argv, which the ledger keeps and `stockade audit`
+    prints. Here the value travels in the command's environment only.
+    """
+    env: dict[str, str] = {}
+    for entry in entries:
+        name, eq, value = str(entry).partition("=")
+        if not name or not name.replace("_", "a").isalnum() or name[0].isdigit():
+            raise UsageError(f"--env {str(entry)!r}: give NAME or NAME=VALUE", usage)
+        if not eq:
+            if name not in os.environ:
+                raise UsageError(f"--env {name}: {name} is not set here, so there is no "
+                                 f"value to pass (use --env {name}=VALUE)", usage)
+            value = os.environ[name]
+        env[name] = value
+    return env
+
+
 def cmd_run(argv: list[str]) -> int:
     if argv[:1] in (["-h"], ["--help"]):
         values: dict[str, object] = {"help": True}
@@ -186,7 +211,7 @@ def cmd_run(argv: list[str]) -> int:
     else:
         values, command = parse_options(argv, RUN_OPTIONS, RUN_USAGE)
     if values.get("help"):
-        print(_help(RUN_USAGE, RUN_OPTIONS))
+        print(_help("run"))
         return 0
     if not command:
         raise UsageError("no command given (put it after --)", RUN_USAGE)
@@ -207,7 +232,8 @@ def cmd_run(argv: list[str]) -> int:
     session = ws.session_id
     caps = requested_capabilities(values, sandbox, ws, mode, RUN_USAGE)
     cmd = SandboxCommand(command[0], command[1:], session_id=session, capabilities=caps,
-                         timeout=timeout, cwd=str(values["cwd"]) if values.get("cwd") else None)
+                         timeout=timeout, cwd=str(values["cwd"]) if values.get("cwd") else None,
+                         env=_explicit_env(values.get("env", []), RUN_USAGE))  # type: ignore[arg-type]
     capture = bool(values.get("json") or max_output)
     quiet = bool(values.get("quiet"))
     try:
@@ -352,27 +378,58 @@ def _run_passthrough(sandbox: SyncWorkspaceSandbox, cmd: SandboxCommand, quiet: 
 
 
 def _supervise_inherited(run: Run, core: SandboxCore) -> Outcome:
-    """Run with the terminal's stdin and stdout; stderr goes through a pipe we copy on.
+    """Run with the terminal's stdin; stderr, and stdout unless it is a terminal,
+    go through pipes we copy on.
 
-    Copied rather than inherited so its tail is there afterwards: without it
-    the pipeline cannot tell "Read-only file system" from any other failure,
-    and the person sees the command's error with no word on which rule did it.
+    stderr is copied rather than inherited so its tail is there afterwards:
+    without it the pipeline cannot tell "Read-only file system" from any
+    other failure, and the person sees the command's error with no word on
+    which rule did it. What reaches a pipe or a file is bounded by
+    `stream_output_bytes` (stdout and stderr together): past it the process
+    tree is killed, as a captured command's is past `max_output_bytes`, so a
+    flood never reaches the program reading us. A terminal's stdout stays the
+    command's own (a person is watching it, and `ls`, `git` and editors ask
+    whether they write to one).
     """
     launch = run.launch
-    read_end, write_end = os.pipe()
-    tail = _StderrTail(read_end)
+    budget = _Budget(int(getattr(core.config, "stream_output_bytes", 64 << 20)))
+    relays: list[_Relay] = []
+    stdio: dict[int, int] = {}
+    ends: list[int] = []
     try:
+        targets = (2,) if os.isatty(1) else (1, 2)
+    except OSError:
+        targets = (1, 2)
+    try:
+        for target in targets:
+            read_end, write_end = os.pipe()
+            ends.append(write_end)
+            stdio[target] = write_end
+            relays.append(_Relay(read_end, target, budget, keep=_Relay.KEEP if target == 2
+                                 else 0))
+        tail = relays[-1]
         try:
-            proc = launch.start(stdin=0, capture=False, stdio={2: write_end})
+            proc = launch.start(stdin=0, capture=False, stdio=stdio)
         finally:
-            os.close(write_end)
-        tail.start()
+            for fd in ends:
+                os.close(fd)
+        budget.kill = proc.kill
+        for relay in relays:
+            relay.start()
         core.ledger.warm()  # while the command runs
         outcome = proc.communicate(timeout=run.timeout)
+        for relay in relays[:-1]:
+            relay.finish()
         outcome.stderr = tail.finish()
     finally:
-        tail.finish()
+        for relay in relays:
+            relay.finish()
         launch.cleanup()
+    if budget.exceeded:
+        outcome.truncated = True
+        # Said on our stderr, which a reader of stdout does not mistake for output.
+        print(f"stockade: the command's output passed stream_output_bytes "
+              f"({budget.limit} bytes); its process tree was killed", file=sys.stderr)
     # A driver's own refusal to start (bwrap's, exit 125 here, not the
     # command's 1) is the first thing on stderr: only a tail that still
     # holds the start may be read for it.
@@ -380,15 +437,44 @@ def _supervise_inherited(run: Run, core: SandboxCore) -> Outcome:
     return outcome
 
 
-class _StderrTail:
-    """Copies a pipe to our stderr on a thread, keeping the last 4 KiB."""
+class _Budget:
+    """Bytes the relays may still pass on; past the limit, the tree is killed."""
+
+    def __init__(self, limit: int) -> None:
+        import _thread
+
+        self.limit = limit
+        self.left = limit
+        self.exceeded = False
+        self.kill: Callable[[], None] | None = None
+        self.lock = _thread.allocate_lock()
+
+    def take(self, size: int) -> int:
+        """How many of `size` bytes may pass; the first refusal kills the command."""
+        with self.lock:
+            allowed = min(size, self.left)
+            self.left -= allowed
+            first = allowed < size and not self.exceeded
+            if allowed < size:
+                self.exceeded = True
+        if first and self.kill is not None:
+            self.kill()
+        return allowed
+
+
+class _Relay:
+    """Copies a pipe to one of our descriptors on a thread, within a budget,
+    keeping the last `keep` bytes (stderr's 4 KiB tail)."""
 
     KEEP = 4096
 
-    def __init__(self, fd: int) -> None:
+    def __init__(self, fd: int, target: int, budget: _Budget, keep: int = 0) -> None:
         import _thread
 
         self.fd = fd
+        self.target = target
+        self.budget = budget
+        self.keep = keep
         self.data = b""
         self.whole = True  # False once the start has scrolled out of the tail
         self.done = _thread.allocate_lock()
@@ -412,14 +498,18 @@ class _StderrTail:
                     break
                 if not chunk:
                     break
-                self.data += chunk
-                if len(self.data) > self.KEEP:
-                    self.data = self.data[-self.KEEP:]
-                    self.whole = False
+                if self.keep:
+                    self.data += chunk
+                    if len(self.data) > self.keep:
+                        self.data = self.data[-self.keep:]
+                        self.whole = False
+                # Past the budget, keep draining so the command never blocks
+                # before the kill lands, and pass nothing on.
+                chunk = chunk[:self.budget.take(len(chunk))]
                 try:
-                    _write_all(2, chunk)
+                    _write_all(self.target, chunk)
                 except OSError:
-                    pass  # our stderr is gone; keep draining so the command never blocks
+                    pass  # our end is gone; keep draining so the command never blocks
         finally:
             self.done.release()
 
@@ -446,16 +536,18 @@ def _write_all(fd: int, data: bytes) -> None:
 # -- doctor, audit -------------------------------------------------------------
 
 DOCTOR_OPTIONS: dict[str, tuple[bool, bool, str]] = {
-    "--json": (False, False, "print JSON"),
+    "--json": (False, False, "print the report as one JSON object"),
     "--help": (False, False, "show this help"),
 }
+DOCTOR_USAGE = "usage: stockade doctor [--json]"
+DOCTOR_DESCRIPTION = ("Report each backend's availability and why, kernel features, what is "
+                      "hidden on this machine, and the bwrap in use.")
 
 
 def cmd_doctor(argv: list[str]) -> int:
-    values, _ = parse_options(argv, DOCTOR_OPTIONS, "usage: stockade doctor [--json]")
+    values, _ = parse_options(argv, DOCTOR_OPTIONS, DOCTOR_USAGE)
     if values.get("help"):
-        print("usage: stockade doctor [--json]\n\nReport each backend's availability and why, "
-              "kernel features, and the bwrap in use.")
+        print(_help("doctor"))
         return 0
     from .config import load_config
     from .doctor import report
@@ -466,8 +558,8 @@ def cmd_doctor(argv: list[str]) -> int:
 
 
 AUDIT_OPTIONS: dict[str, tuple[bool, bool, str]] = {
-    "--session": (True, False, "only this session"),
-    "--last": (True, False, "how many records (default 20)"),
+    "--session": (True, False, "only the records of this session"),
+    "--last": (True, False, "how many records, the newest (default 20)"),
     "--network": (False, False, "show network decisions instead of executions"),
     "--json": (False, False, "one JSON object per line"),
     "--help": (False, False, "show this help"),
@@ -478,7 +570,7 @@ AUDIT_USAGE = "usage: stockade audit [--session ID] [--last N] [--network] [--js
 def cmd_audit(argv: list[str]) -> int:
     values, rest = parse_options(argv, AUDIT_OPTIONS, AUDIT_USAGE)
     if values.get("help"):
-        print(_help(AUDIT_USAGE, AUDIT_OPTIONS))
+        print(_help("audit"))
         return 0
     if rest:
         raise UsageError(f"unexpected argument {rest[0]!r}", AUDIT_USAGE)
@@ -532,13 +624,14 @@ TRUST_OPTIONS: dict[str, tuple[bool, bool, str]] = {
     "--help": (False, False, "show this help"),
 }
 TRUST_USAGE = "usage: stockade trust [PATH] | --list | --revoke PATH"
+TRUST_EPILOG = ("PATH defaults to ./stockade.toml. Trust records the file's real path and "
+                "SHA-256; an edit untrusts it.")
 
 
 def cmd_trust(argv: list[str]) -> int:
     values, rest = parse_options(argv, TRUST_OPTIONS, TRUST_USAGE)
     if values.get("help"):
-        print(_help(TRUST_USAGE, TRUST_OPTIONS) + "\n\nPATH defaults to ./stockade.toml. "
-              "Trust records the file's real path and SHA-256; an edit untrusts it.")
+        print(_help("trust"))
         return 0
     if len(rest) > 1 or (rest and (values.get("list") or values.get("revoke"))) or (
             values.get("list") and values.get("revoke")):
@@ -557,19 +650,21 @@ def cmd_trust(argv: list[str]) -> int:
     return 0
 
 
-def _delegate(module: str, argv: list[str]) -> int:
+def _delegate(module: str, argv: list[str], entry: str = "main") -> int:
     import importlib
 
     try:
         mod = importlib.import_module(f"stockade.{module}")
     except ImportError as exc:
         print(f"stockade: {module.split('.')[0]} is not available: {exc}", file=sys.stderr)
-        return 125
-    return int(mod.main(argv))
+        return 69  # MissingDependency's status: an installation to complete, not a sandbox
+    return int(getattr(mod, entry)(argv))
 
 
 COMMANDS: dict[str, Callable[[list[str]], int]] = {
     "run": cmd_run,
+    "explain": lambda argv: _delegate("explain", argv),
+    "config": lambda argv: _delegate("explain", argv, "config_main"),
     "doctor": cmd_doctor,
     "audit": cmd_audit,
     "trust": cmd_trust,
@@ -599,8 +694,10 @@ def main(argv: list[str] | None = None) -> int:
         return handler(args[1:])
     except UsageError as exc:
         print(f"stockade: {escape(str(exc))}\n{exc.usage}", file=sys.stderr)
+        _json_failure(args, "UsageError", str(exc), EXIT_USAGE)
         return EXIT_USAGE
     except KeyboardInterrupt:
+        _json_failure(args, "KeyboardInterrupt", "interrupted", 130)
         return 130
     except BrokenPipeError:
         # `stockade audit | head`: the reader is done; no traceback for that.
@@ -610,6 +707,7 @@ def main(argv: list[str] | None = None) -> int:
         from .errors import SandboxError
 
         if isinstance(exc, SandboxError):
+            _json_failure(args, type(exc).__name__, str(exc), exc.exit_status)
             return _fail(exc)
         raise
 
@@ -619,6 +717,37 @@ def _fail(exc: SandboxError) -> int:
     message = escape(" ".join(str(exc).split()))
     print(f"stockade: {type(exc).__name__}: {message}", file=sys.stderr)
     return exc.exit_status
+
+
+def _json_failure(args: list[str], kind: str, message: str, status: int) -> None:
+    """`run --json` that ends without a result still prints its object, with the error
+    and the exit status: a refusal left stdout empty, and a caller parsing it got
+    nothing to tell a refusal from a crash."""
+    if args[:1] != ["run"] or not _wants_json(args[1:]):
+        return
+    import json
+
+    print(json.dumps({
+        "exit_code": None, "signal": None, "stdout": "", "stderr": "", "truncated": False,
+        "duration_ms": 0, "likely_sandbox_denied": False, "denial_hint": None,
+        "backend": None, "limit_exceeded": None, "timed_out": kind == "CommandTimeout",
+        "error": kind, "message": " ".join(message.split()), "status": status}))
+
+
+def _wants_json(argv: list[str]) -> bool:
+    """Whether `run`'s options, before the command, ask for --json: read without
+    parsing, since a failure to parse them must print the object too."""
+    i = 0
+    while i < len(argv):
+        arg = SHORT.get(argv[i], argv[i])
+        if arg == "--" or not arg.startswith("--"):
+            return False
+        name, eq, _ = arg.partition("=")
+        if name == "--json":
+            return True
+        spec = RUN_OPTIONS.get(name)
+        i += 2 if spec and spec[0] and not eq else 1
+    return False
 
 
 if __name__ == "__main__":

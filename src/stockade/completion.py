@@ -1,150 +1,182 @@
-"""`stockade completion bash|zsh|fish`: completion scripts from the parsers' own tables.
+"""`stockade completion bash|zsh|fish`: completion scripts from one description of the CLI.
 
-Written out from the same option tables `stockade` parses with (and, for the
-subcommands built on argparse, from their parsers), so a new flag completes
-the day it exists and a removed one stops completing.
+The description is `clispec.parser()`, the argparse parser that also renders
+every `--help`. bash's and zsh's scripts are generated from it by shtab
+(https://github.com/iterative/shtab) and shipped in `completions/`, so
+printing one costs no import of argparse or shtab; fish, which shtab does
+not write, is generated here from the same parser. A test regenerates all
+three and compares (`python -m stockade.completion --write` rewrites them).
+
+What completes: subcommands and their options with descriptions; each
+option's values (modes, backends, networks); a file where a value is a path
+(`--config`, `--allow-read`), a directory for `--workspace` and `--cwd`,
+nothing where it is a name, a number or a host (`--session`, `--timeout`,
+`--allow-host`, `--last`); after `--`, a command and then files.
 """
 
 from __future__ import annotations
 
+import os
 import sys
 
-from .cli import AUDIT_OPTIONS, CHOICES, COMMANDS, DOCTOR_OPTIONS, RUN_OPTIONS, UsageError
+from .cli import UsageError
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Iterator
-    from typing import Any
+    import argparse
 
 USAGE = "usage: stockade completion bash|zsh|fish"
 SHELLS = ("bash", "zsh", "fish")
+HERE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "completions")
+FILES = {"bash": "stockade.bash", "zsh": "_stockade", "fish": "stockade.fish"}
+
+#: Functions the generated bash and zsh scripts call (clispec's COMPLETE_*).
+PREAMBLE = {
+    "bash": """\
+# After `--`: the command's name, then files.
+_stockade_command_then_files() {
+  local i
+  for ((i = 1; i < COMP_CWORD; i++)); do
+    if [[ ${COMP_WORDS[i]} == -- ]]; then
+      if ((COMP_CWORD == i + 1)); then compgen -c -- "$1"; else compgen -f -- "$1"; fi
+      return
+    fi
+  done
+}
+# A value that is a name, a number or a host: nothing to offer.
+_stockade_nothing() { :; }
+""",
+    "zsh": """\
+# After `--`: the command's name and its own completion.
+_stockade_command_then_files() {
+  local i=${words[(i)--]}
+  if (( i < CURRENT )); then
+    shift $i words; (( CURRENT -= i )); _normal
+  fi
+}
+""",
+}
 
 
-def command_options() -> dict[str, list[tuple[str, bool, tuple[str, ...]]]]:
-    """Per subcommand: (option, takes a value, the values it may take)."""
-    from .shell import SHELL_OPTIONS
+def generate(shell: str) -> str:
+    """The script for `shell`, generated from clispec's parser (needs shtab for bash, zsh)."""
+    from .clispec import parser
 
-    tables = {"run": RUN_OPTIONS, "shell": SHELL_OPTIONS, "audit": AUDIT_OPTIONS,
-              "doctor": DOCTOR_OPTIONS}
-    out: dict[str, list[tuple[str, bool, tuple[str, ...]]]] = {}
-    for name, table in tables.items():
-        out[name] = [(opt, spec[0], CHOICES.get(opt, ()) if spec[0] else ())
-                     for opt, spec in table.items()]
-    for name, module in (("policy", "command_policy.cli"), ("proxy", "proxy.cli"),
-                         ("mcp", "mcp_server")):
-        out[name] = _argparse_options(module)
-    out["completion"] = [("--help", False, ())]
+    root = parser()
+    if shell == "fish":
+        return fish(root)
+    import shtab
+
+    return str(shtab.complete(root, shell=shell, preamble=PREAMBLE))  # type: ignore[arg-type]
+
+
+def _fish_quote(text: str) -> str:
+    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def fish(root: argparse.ArgumentParser) -> str:
+    """fish's script: one `complete` line per subcommand and option."""
+    import argparse
+
+    from .clispec import COMPLETE_COMMAND, COMPLETE_DIR, COMPLETE_FILE, subparsers
+
+    subs = subparsers(root)
+    lines = ["# stockade completion for fish: stockade completion fish | source",
+             "complete -c stockade -f"]
+    for name, sub in subs.items():
+        lines.append(f"complete -c stockade -n __fish_use_subcommand -a {name} "
+                     f"-d {_fish_quote(sub.description or '')}")
+    lines.append("complete -c stockade -n __fish_use_subcommand -s V -l version "
+                 "-d 'print the version'")
+    for name, sub in subs.items():
+        cond = f"-n '__fish_seen_subcommand_from {name}; and not contains -- -- (commandline -opc)'"
+        for action in _actions(sub):
+            longs = [o[2:] for o in action.option_strings if o.startswith("--")]
+            shorts = [o[1:] for o in action.option_strings if len(o) == 2]
+            complete = getattr(action, "complete", None)
+            if not action.option_strings:
+                if action.choices and not isinstance(action, argparse._SubParsersAction):
+                    lines.append(f"complete -c stockade {cond} -a "
+                                 f"{_fish_quote(' '.join(map(str, action.choices)))}")
+                elif complete is COMPLETE_FILE:
+                    lines.append(f"complete -c stockade {cond} -F")
+                continue
+            if not longs:
+                continue
+            flags = " ".join([*(f"-s {s}" for s in shorts), *(f"-l {x}" for x in longs)])
+            extra = ""
+            if action.nargs != 0:
+                if action.choices:
+                    extra = f" -x -a {_fish_quote(' '.join(map(str, action.choices)))}"
+                elif complete is COMPLETE_FILE:
+                    extra = " -r -F"
+                elif complete is COMPLETE_DIR:
+                    extra = " -x -a '(__fish_complete_directories)'"
+                else:
+                    extra = " -x"
+            lines.append(f"complete -c stockade {cond} {flags}{extra} "
+                         f"-d {_fish_quote(action.help or '')}")
+        if name in ("run", "explain", "shell") and any(
+                getattr(a, "complete", None) is COMPLETE_COMMAND for a in sub._actions):
+            after = (f"-n '__fish_seen_subcommand_from {name}; "
+                     "and contains -- -- (commandline -opc)'")
+            lines.append(f"complete -c stockade {after} -F -a '(__fish_complete_subcommand "
+                         "--fcs-skip=1)'")
+    return "\n".join(lines) + "\n"
+
+
+def _actions(parser: argparse.ArgumentParser) -> list[argparse.Action]:
+    import argparse
+
+    out: list[argparse.Action] = []
+    for action in parser._actions:
+        out.append(action)
+        if isinstance(action, argparse._SubParsersAction):
+            for child in action.choices.values():
+                out.extend(a for a in _actions(child) if a.option_strings)
     return out
 
 
-def _argparse_options(module: str) -> list[tuple[str, bool, tuple[str, ...]]]:
-    import importlib
+def command_options() -> dict[str, list[tuple[str, bool, tuple[str, ...]]]]:
+    """Per subcommand: (option, takes a value, the values it may take); for the docs' test."""
+    from .clispec import parser, subparsers
 
-    try:
-        parser = importlib.import_module(f"stockade.{module}")._parser()
-    except ImportError:  # an optional extra that is not installed
-        return [("--help", False, ())]
-    return list(dict.fromkeys(_walk(parser)))
-
-
-def _walk(parser: Any) -> Iterator[tuple[str, bool, tuple[str, ...]]]:
-    """Options of a parser and of its subcommands (`policy check --stdin`)."""
-    import argparse
-
-    for action in parser._actions:
-        if isinstance(action, argparse._SubParsersAction):
-            for sub in action.choices.values():
-                yield from _walk(sub)
-            continue
-        for opt in action.option_strings:
-            if opt.startswith("--"):
-                yield opt, action.nargs != 0, tuple(map(str, action.choices or ()))
+    out: dict[str, list[tuple[str, bool, tuple[str, ...]]]] = {}
+    for name, sub in subparsers(parser()).items():
+        rows = []
+        for action in _actions(sub):
+            for opt in action.option_strings:
+                if opt.startswith("--"):
+                    rows.append((opt, action.nargs != 0,
+                                 tuple(map(str, action.choices or ()))))
+        out[name] = list(dict.fromkeys(rows))
+    return out
 
 
-def bash(table: dict[str, list[tuple[str, bool, tuple[str, ...]]]]) -> str:
-    lines = ["# stockade completion for bash: eval \"$(stockade completion bash)\"",
-             "_stockade() {",
-             "    local cur=${COMP_WORDS[COMP_CWORD]} prev=${COMP_WORDS[COMP_CWORD-1]}",
-             "    local cmd=${COMP_WORDS[1]} i",
-             "    for ((i = 2; i < COMP_CWORD; i++)); do",
-             "        [[ ${COMP_WORDS[i]} == -- ]] && { COMPREPLY=($(compgen -c -- \"$cur\")); "
-             "return; }",
-             "    done",
-             "    if ((COMP_CWORD == 1)); then",
-             f"        COMPREPLY=($(compgen -W '{' '.join(COMMANDS)} --help --version' "
-             "-- \"$cur\"))",
-             "        return",
-             "    fi",
-             "    case $cmd in"]
-    for name, opts in table.items():
-        choice_cases = [f"            {opt}) COMPREPLY=($(compgen -W '{' '.join(ch)}' -- "
-                        "\"$cur\")); return;;" for opt, _, ch in opts if ch]
-        path_opts = [opt for opt, takes, ch in opts if takes and not ch]
-        lines.append(f"        {name})")
-        lines.append("            case $prev in")
-        lines += ["    " + c for c in choice_cases]
-        if path_opts:
-            lines.append(f"                {'|'.join(path_opts)}) COMPREPLY=($(compgen -f -- "
-                         "\"$cur\")); return;;")
-        lines.append("            esac")
-        if name == "completion":
-            lines.append(f"            COMPREPLY=($(compgen -W '{' '.join(SHELLS)} --help' -- "
-                         "\"$cur\"));;")
-        else:
-            words = " ".join(opt for opt, _, _ in opts)
-            lines.append(f"            COMPREPLY=($(compgen -W '{words} --' -- \"$cur\"));;")
-    lines += ["    esac", "}", "complete -F _stockade stockade", ""]
-    return "\n".join(lines)
-
-
-def zsh(table: dict[str, list[tuple[str, bool, tuple[str, ...]]]]) -> str:
-    lines = ["#compdef stockade", "# stockade completion for zsh: "
-             "eval \"$(stockade completion zsh)\"", "_stockade() {",
-             "    if (( CURRENT == 2 )); then",
-             f"        compadd -- {' '.join(COMMANDS)} --help --version",
-             "        return",
-             "    fi",
-             "    case ${words[2]} in"]
-    for name, opts in table.items():
-        specs = []
-        for opt, takes, choices in opts:
-            if choices:
-                specs.append(f"'{opt}[]:value:({' '.join(choices)})'")
-            elif takes:
-                specs.append(f"'{opt}[]:value:_files'")
-            else:
-                specs.append(f"'{opt}[]'")
-        if name == "completion":
-            specs.append(f"'1:shell:({' '.join(SHELLS)})'")
-        lines.append(f"        {name}) shift words; (( CURRENT-- )); _arguments -s "
-                     f"{' '.join(specs)} '*::command:_normal';;")
-    lines += ["    esac", "}", "compdef _stockade stockade", ""]
-    return "\n".join(lines)
-
-
-def fish(table: dict[str, list[tuple[str, bool, tuple[str, ...]]]]) -> str:
-    lines = ["# stockade completion for fish: stockade completion fish | source",
-             "complete -c stockade -f",
-             f"complete -c stockade -n __fish_use_subcommand -a '{' '.join(COMMANDS)}'",
-             "complete -c stockade -n __fish_use_subcommand -l version"]
-    for name, opts in table.items():
-        cond = f"-n '__fish_seen_subcommand_from {name}'"
-        for opt, takes, choices in opts:
-            extra = f" -x -a '{' '.join(choices)}'" if choices else " -r -F" if takes else ""
-            lines.append(f"complete -c stockade {cond} -l {opt[2:]}{extra}")
-        if name == "completion":
-            lines.append(f"complete -c stockade {cond} -a '{' '.join(SHELLS)}'")
-    return "\n".join(lines) + "\n"
+def write() -> None:
+    """Regenerate the shipped scripts (a maintainer's step, with shtab installed)."""
+    os.makedirs(HERE, exist_ok=True)
+    for shell, name in FILES.items():
+        with open(os.path.join(HERE, name), "w") as fh:
+            fh.write(generate(shell))
 
 
 def main(argv: list[str]) -> int:
     if argv[:1] in (["-h"], ["--help"]):
-        print(f"{USAGE}\n\nPrint a completion script. bash: eval \"$(stockade completion "
-              "bash)\"; zsh: the same with zsh; fish: stockade completion fish | source")
+        from .cli import _help
+
+        print(_help("completion"))
+        return 0
+    if argv == ["--write"]:
+        write()
         return 0
     if len(argv) != 1 or argv[0] not in SHELLS:
         got = f", got {argv[0]!r}" if argv else ""
         raise UsageError(f"completion needs one of {', '.join(SHELLS)}{got}", USAGE)
-    script = {"bash": bash, "zsh": zsh, "fish": fish}[argv[0]](command_options())
-    sys.stdout.write(script)
+    with open(os.path.join(HERE, FILES[argv[0]])) as fh:
+        sys.stdout.write(fh.read())
     return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -34,6 +34,8 @@ _FIELDS: dict[str, tuple[str, object]] = {
     "workspace_root": ("path", ""),
     "default_timeout_seconds": ("number", 60.0),
     "max_output_bytes": ("int", 1 << 20),
+    # What `stockade run` streams to a pipe or file before it ends the command.
+    "stream_output_bytes": ("int", 64 << 20),
     "backend": ("str", "auto"),
     "mode": ("str", "read-only"),
     "read_scope": ("str", "auto"),
@@ -122,6 +124,7 @@ class SandboxConfig:
         workspace_root: str = "",
         default_timeout_seconds: float = 60.0,
         max_output_bytes: int = 1 << 20,
+        stream_output_bytes: int = 64 << 20,
         backend: str = "auto",
         mode: str = "read-only",
         read_scope: str = "auto",
@@ -164,6 +167,9 @@ class SandboxConfig:
         self.workspace_root = workspace_root
         self.default_timeout_seconds = default_timeout_seconds
         self.max_output_bytes = max_output_bytes
+        #: The pass-through budget: what `stockade run` without `--json` lets
+        #: through to a pipe or file (stdout and stderr together), nothing held.
+        self.stream_output_bytes = stream_output_bytes
         self.backend = backend
         self.mode = mode
         self.read_scope = read_scope
@@ -222,9 +228,9 @@ class SandboxConfig:
     def resolved_workspace_root(self, env: Mapping[str, str]) -> str:
         if self.workspace_root:
             return os.path.expanduser(self.workspace_root)
-        base = env.get("XDG_DATA_HOME") or os.path.join(env.get("HOME") or "/tmp", ".local",
-                                                        "share")
-        return os.path.join(base, "stockade", "workspaces")
+        from .paths import data_dir
+
+        return os.path.join(data_dir(env), "workspaces")
 
     def ledger_path(self, env: Mapping[str, str]) -> str | None:
         if self.ledger is False:
@@ -335,7 +341,9 @@ def config_paths(env: Mapping[str, str], cwd: str) -> list[str]:
 
 def config_sources(env: Mapping[str, str], cwd: str) -> list[tuple[str, str]]:
     """(path, "user" | "project"): the user's own file, then the project's."""
-    base = env.get("XDG_CONFIG_HOME") or os.path.join(env.get("HOME") or "/", ".config")
+    from .paths import xdg_home
+
+    base = xdg_home(env, "XDG_CONFIG_HOME", ".config", no_home="/")
     return [(os.path.join(base, "stockade", "config.toml"), USER),
             (os.path.join(cwd, "stockade.toml"), PROJECT)]
 
@@ -363,10 +371,17 @@ def load_config(env: Mapping[str, str] | None = None, cwd: str | None = None,
             # A project file that links to the user's own config is the user's word.
             real = "" if follow else _users_own(path, used)
             if not real:
-                raise ConfigError(f"{path}: {settings_problem(path, exc, follow=follow)}"
+                # A file the caller named is theirs to fix, not to remove.
+                fix = "name a TOML file" if paths is not None else "remove it"
+                raise ConfigError(f"{path}: {settings_problem(path, exc, follow=follow, fix=fix)}"
                                   ) from exc
             data, kind = read_settings(real, follow=True), USER
         if data is None:
+            if paths is not None:
+                # Named and missing: the run went on with the defaults, and
+                # exited 0 under settings nobody chose.
+                raise ConfigError(f"{path}: no such file; name an existing TOML file "
+                                  "(--config FILE)")
             continue
         table = _parse(data, path)
         if kind == PROJECT:
@@ -500,8 +515,9 @@ def read_settings(path: str, *, follow: bool) -> bytes | None:
         raise ConfigError(f"{path}: {settings_problem(path, exc, follow=follow)}") from exc
 
 
-def settings_problem(path: str, exc: OSError, *, follow: bool) -> str:
-    """What is wrong with the settings file at `path` that `exc` refused, in a few words."""
+def settings_problem(path: str, exc: OSError, *, follow: bool, fix: str = "remove it") -> str:
+    """What is wrong with the settings file at `path` that `exc` refused, in a few words;
+    `fix` ends the words for a file that is not a regular one."""
     import errno
     import stat
 
@@ -519,7 +535,7 @@ def settings_problem(path: str, exc: OSError, *, follow: bool) -> str:
                        (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
                        (stat.S_ISDIR, "a directory")):
         if test(mode):
-            return f"not a regular file ({kind}); remove it"
+            return f"not a regular file ({kind}); {fix}"
     return f"cannot read: {exc.strerror or exc}"
 
 

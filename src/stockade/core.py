@@ -31,10 +31,23 @@ from .capabilities import (
 from .command import FORBID, SandboxOutput
 from .denial import denial_hint, likely_sandbox_denied, proxy_hint
 from .drivers import MEMORY, PIDS, should_sandbox
-from .errors import CapabilityDenied, CommandTimeout, InvalidCommand, SandboxUnavailable
+from .errors import (
+    CapabilityDenied,
+    CommandTimeout,
+    ConfigError,
+    InvalidCommand,
+    SandboxUnavailable,
+)
 from .hooks import run_before_hooks
 from .ledger import DENIED, ERROR, RAN, TIMED_OUT, Ledger
-from .paths import changeable_by_others, data_dir, private_paths, session_key, state_dir
+from .paths import (
+    changeable_by_others,
+    data_dir,
+    make_own_dir,
+    private_paths,
+    session_key,
+    state_dir,
+)
 from .patterns import workspace_patterns
 from .process import Outcome
 from .profile import HOST, STRICT, build_profile
@@ -151,8 +164,9 @@ class SandboxCore:
         # its profile) was neither hidden nor held in place -- a command with a
         # workspace of ~ moved the guard's baseline away and kept what it
         # planted.
-        os.makedirs(data_dir(self.env), mode=0o700, exist_ok=True)
-        os.makedirs(self.state_dir, mode=0o700, exist_ok=True)
+        # The ledger reports its own failure to write, and may live elsewhere.
+        make_own_dir(data_dir(self.env), self.env, "XDG_DATA_HOME", writable=False)
+        make_own_dir(self.state_dir, self.env, "XDG_STATE_HOME")
         exposed = changeable_by_others(self.state_dir)
         if exposed:
             raise SandboxUnavailable(
@@ -403,6 +417,8 @@ class SandboxCore:
             if denial is not None:
                 raise CapabilityDenied(denial.reason)
             sandboxed = should_sandbox(mode, cmd.preference)
+            if sandboxed and ws.cwd == "/":
+                raise CapabilityDenied(ROOT_WORKSPACE)
             if sandboxed and mode != READ_ONLY:
                 refuse_home_workspace(ws.cwd, self.env, self.config.allow_home_workspace)
             ceiling = self.config.max_memory_mb
@@ -411,6 +427,8 @@ class SandboxCore:
                 # A ceiling, not a privilege: a command may ask for less
                 # memory, never for more or for none (see SandboxCapabilities).
                 caps = caps.replace(max_memory_mb=ceiling)
+            if sandboxed and self._driver is None and self.config.backend == "none":
+                raise ConfigError(no_boundary(mode))
             driver = self.driver(sandboxed, ws.cwd)
             backend = driver.name
             driver.available()
@@ -437,7 +455,7 @@ class SandboxCore:
             self.audit(cmd, ws, mode, caps, backend, DENIED, started, denied=True,
                         detail={"reason": exc.reason})
             raise
-        except InvalidCommand as exc:
+        except (InvalidCommand, ConfigError) as exc:
             self.audit(cmd, ws, mode, caps, backend, ERROR, started,
                         detail={"error": str(exc)})
             raise
@@ -479,13 +497,16 @@ class SandboxCore:
             self.audit(cmd, ws, mode, caps, backend, ERROR, started,
                         detail={"error": str(error)})
             raise error
+        # The profile the command ran with names the rule: what it hides, whether
+        # it may fork, what its network is (stderr alone only names the call).
         kind = likely_sandbox_denied(out.exit_code, out.signal, out.stderr,
-                                     sandboxed=sandboxed)
+                                     sandboxed=sandboxed, profile=profile)
         hint = None
         if kind:
             # The backend's own words first: it knows which of its rules refused.
             hint = (driver.explain_run(launch, out.stderr)
-                    or denial_hint(kind, out.stderr, mode, workspace=ws.cwd, cwd=cwd))
+                    or denial_hint(kind, out.stderr, mode, workspace=ws.cwd, cwd=cwd,
+                                   profile=profile))
         refused = self._proxy_refusals.pop(endpoint[2], None) if endpoint else None
         if refused and not kind:
             # The proxy saw it first: the client's own error ("403", "tunnel
@@ -650,7 +671,7 @@ class SandboxCore:
             mode=mode, capabilities=caps.to_json() if caps else None, backend=backend,
             exit_code=exit_code, signal=signal,
             duration_ms=round((time.monotonic() - started) * 1000.0, 3), denied=denied,
-            outcome=outcome, detail=detail,
+            outcome=outcome, detail=detail, env=cmd.env or None,
         )
 
     def track(self, ws: SessionWorkspace, proc: BackgroundProcess) -> None:
@@ -667,6 +688,34 @@ class SandboxCore:
 #: script that ends without `close()` would otherwise leave its processes'
 #: writes in the workspace unswept until some later command came along.
 _OPEN_CORES: set[SandboxCore] = set()
+
+
+#: Why a sandboxed command may not have `/` as its workspace. The workspace is
+#: bound over everything else: under bubblewrap it brought back the host's /tmp,
+#: /dev, /run/user and other users' homes (and failed only because /home's mask
+#: could no longer be made read-only); under Landlock the command could not even
+#: list it. Writable, it is full access by another name.
+ROOT_WORKSPACE = (
+    "the workspace is / (the whole filesystem), which no sandbox can hold: bound as the "
+    "workspace it would cover the sandbox's private /tmp and the masked homes, and "
+    "writable it would confine nothing; run from a project directory or give --workspace "
+    "DIR (read-only mode reads the host from any workspace), or choose full-access mode "
+    "to run with no boundary")
+
+
+def no_boundary(mode: str) -> str:
+    """Why `backend = "none"` cannot run a command of `mode` (anything but full-access).
+
+    The none backend runs a command as it is. Built for a read-only command
+    it ran it unconfined while the audit said read-only; now the mode and
+    the backend must agree, and the person chooses which one gives way.
+    """
+    from .drivers.registry import choices
+
+    confining = ", ".join(c for c in choices() if c != "none")
+    return (f"backend 'none' is no boundary, so it runs only full-access commands, and this "
+            f"one is {mode}: choose mode full-access to run it unconfined, or a backend that "
+            f"confines it ({confining})")
 
 
 def refuse_home_workspace(workspace: str, env: Mapping[str, str], allowed: bool) -> None:

@@ -164,6 +164,21 @@ def bwrap_version(path: str) -> tuple[int, ...]:
     return tuple(int(p) for p in parts) if parts and all(p.isdigit() for p in parts) else ()
 
 
+def applicable(weaknesses: tuple[str, ...] | list[str], abi: int) -> list[str]:
+    """The caveats that hold on this kernel: one about an older ABI than `abi` does not."""
+    out = []
+    for line in weaknesses:
+        if line.startswith("Landlock ABI < "):
+            parts = [part.strip() for part in line.replace("; ABI < ", "\0ABI < ").split("\0")]
+            kept = [part.removeprefix("Landlock ") for part in parts
+                    if int(part.removeprefix("Landlock ").split()[2].rstrip(":")) > abi]
+            if kept:
+                out.append(f"Landlock {'; '.join(kept)} (this kernel: ABI {abi})")
+            continue
+        out.append(line)
+    return out
+
+
 def landlock_status(min_abi: int | None = None) -> dict[str, object]:
     """The Landlock backend: can it run here, and what it does not do that bubblewrap does."""
     from .drivers.linux.landlock_driver import WEAKNESSES, check_landlock
@@ -191,7 +206,7 @@ def landlock_status(min_abi: int | None = None) -> dict[str, object]:
     except SandboxUnavailable as exc:
         entry["available"] = False
         entry["why"] = str(exc)
-    entry["weaker_than_bubblewrap"] = list(WEAKNESSES)
+    entry["weaker_than_bubblewrap"] = applicable(WEAKNESSES, abi)
     drops = session_tmp_drops()
     if drops:
         entry["drops"] = drops
@@ -301,7 +316,12 @@ def report(*, as_json: bool = False, configured_bwrap: str = "", config: object 
         print(f"auto: {auto or 'nothing: every command would be refused'}")
         print("kernel:")
         for key, value in facts.items():
-            print(f"  {key}: {value}")
+            if isinstance(value, dict):
+                print(f"  {key}:")
+                for name, item in value.items():
+                    print(f"    {name}: {item}")
+            else:
+                print(f"  {key}: {value}")
         print("hidden from every command (README: What is hidden by default):")
         for path, why in hidden(config) or [("nothing", "unreadable = \"none\"")]:
             print(f"  {path}: {why}")

@@ -51,6 +51,21 @@ class SandboxDisabled(SandboxUnavailable):
     """`enabled = false` in the config: a deliberate fail-fast, never a bypass."""
 
 
+class MissingDependency(SandboxError, ModuleNotFoundError):
+    """An optional part of stockade is not installed; the message names the extra.
+
+    A ModuleNotFoundError too, so a caller that already caught the raw one
+    (`except ImportError`) keeps working.
+    """
+
+    exit_status = 69  # EX_UNAVAILABLE
+
+    def __init__(self, message: str, *, extra: str) -> None:
+        super().__init__(message)
+        #: The extra that provides it: `pip install 'stockade[<extra>]'`.
+        self.extra = extra
+
+
 class CommandTimeout(SandboxError):
     """The command ran past its deadline; its whole process tree was killed."""
 

@@ -253,7 +253,9 @@ def caches(env: Mapping[str, str], platform: str = "", *, network: bool = False
     darwin = (platform or sys.platform) == "darwin"
     default_cache = os.path.join(home, "Library", "Caches") if darwin else os.path.join(
         home, ".cache")
-    cache = env.get("XDG_CACHE_HOME") or (default_cache if home else "")
+    # A relative XDG_CACHE_HOME is invalid (XDG Base Directory): ignored.
+    cache = env.get("XDG_CACHE_HOME", "")
+    cache = cache if os.path.isabs(cache) else default_cache if home else ""
     out: list[tuple[str, str]] = []
 
     def add(var: str, *default: str) -> None:

@@ -104,9 +104,87 @@ def reason(detail: Mapping[str, object]) -> str | None:
     return None
 
 
+REDACTED = "[redacted]"
+
+
+def redacted(rec: Mapping[str, object]) -> dict[str, object]:
+    """An execution record with no secret the command was given.
+
+    `env NAME=value cmd` (or `sh -c "NAME=value cmd"`, `--api-key=value`) put
+    the value in argv, and `stockade audit` prints argv to whoever reads the
+    ledger: a value is redacted where its name matches the patterns that keep
+    a variable out of a sandbox's environment (profile.DEFAULT_SECRET_ENV),
+    and the password of any `scheme://user:password@host` URL. The explicit
+    environment (`stockade run --env`, `SandboxCommand(env=)`) is recorded by
+    name, its values never.
+    """
+    out = dict(rec)
+    argv = out.get("argv")
+    if isinstance(argv, (list, tuple)):
+        out["argv"] = redact_argv([str(a) for a in argv])
+    env = out.pop("env", None)
+    if env:
+        detail = dict(out.get("detail") or {})  # type: ignore[call-overload]
+        detail["env"] = {str(name): REDACTED for name in sorted(env)}  # type: ignore[call-overload]
+        out["detail"] = detail
+    return out
+
+
+def redact_argv(argv: list[str]) -> list[str]:
+    """`argv` with secret-looking assignments and URL passwords replaced by REDACTED."""
+    if not any("=" in a or "://" in a for a in argv):
+        return argv  # nothing to look at: most commands, and no regex compiled
+    return [redact_text(a) for a in argv]
+
+
+def redact_text(text: str) -> str:
+    """One argument (or a shell command line) with its secrets redacted."""
+    if "=" not in text and "://" not in text:
+        return text
+    assign, url = _patterns()
+    if "=" in text:
+        text = assign.sub(_redact_assignment, text)
+    if "://" in text:
+        text = url.sub(lambda m: m.group(1) + REDACTED + "@", text)
+    return text
+
+
+def _redact_assignment(match: Any) -> str:
+    from .profile import _NOT_SECRET, DEFAULT_SECRET_ENV, _glob
+
+    dashes, name, value = match.group(1) or "", match.group(2), match.group(3)
+    key = name.upper().replace("-", "_")
+    if (not value or key in _NOT_SECRET
+            or not any(_glob(p.upper(), key) for p in DEFAULT_SECRET_ENV)):
+        return str(match.group(0))
+    quote = value[:1] if value[:1] in ("'", '"') and value.endswith(value[:1]) else ""
+    return f"{dashes}{name}={quote}{REDACTED}{quote}"
+
+
+_COMPILED: tuple[Any, Any] | None = None
+
+
+def _patterns() -> tuple[Any, Any]:
+    """(NAME=value, scheme://user:password@) as regexes, compiled on first use."""
+    global _COMPILED
+    if _COMPILED is None:
+        import re
+
+        # A name at the start of a word (an env assignment, `export NAME=`,
+        # a `--flag=`), then a quoted or a bare value.
+        assign = re.compile(r"(?<![^\s;&|(`'\"])(--?)?([A-Za-z_][A-Za-z0-9_-]*)="
+                            r"('[^']*'|\"[^\"]*\"|[^\s;&|)`]*)")
+        # The authority's userinfo: user, a colon, a non-empty password, `@`,
+        # before the first `/`, `?`, `#` or blank (as profile.has_url_password).
+        url = re.compile(r"([A-Za-z0-9][A-Za-z0-9+.-]*://[^\s/?#@:]*:)[^\s/?#]+@")
+        _COMPILED = assign, url
+    return _COMPILED
+
+
 def default_ledger_path(env: Mapping[str, str]) -> str:
-    base = env.get("XDG_DATA_HOME") or os.path.join(env.get("HOME") or "/tmp", ".local", "share")
-    return os.path.join(base, "stockade", "ledger.db")
+    from .paths import data_dir
+
+    return os.path.join(data_dir(env), "ledger.db")
 
 
 class Ledger:
@@ -144,7 +222,12 @@ class Ledger:
                 pass  # `record` reports it
 
     def record(self, **rec: object) -> None:
-        """Write one execution record; never raises into the command's result."""
+        """Write one execution record; never raises into the command's result.
+
+        `env`, the variables passed to the command, is kept as their names
+        only; secret-looking values in `argv` are redacted (`redacted`).
+        """
+        rec = redacted(rec)
         rec.setdefault("ts", time.time())
         self._emit("execute", rec)
         self._insert(

@@ -30,7 +30,7 @@ import stat
 import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Any, Literal, TypedDict, cast
+from typing import Annotated, Any, TypedDict, cast
 
 from . import approval as ap
 from .approvers import describe_command, printable
@@ -57,8 +57,14 @@ try:
         ToolAnnotations,
     )
     from mcp_types.version import is_version_at_least
+    from pydantic import Field
 except ImportError as exc:  # the `stockade[mcp]` extra is not installed
     _MCP_MISSING = exc
+
+    def Field(**_metadata: Any) -> Any:  # type: ignore[no-redef]
+        """A stand-in, so the argument types below still build and `main` can say
+        which extra is missing."""
+        return None
 
 log = logging.getLogger("stockade.mcp")
 
@@ -334,8 +340,23 @@ async def _prepare(ctx: Context[Any, Any], command: str | list[str], cwd: str | 
 
 # -- tools -----------------------------------------------------------------------
 
-async def run_command(command: str | list[str], ctx: Context[Any, Any], cwd: str | None = None,
-                      stdin: str | None = None, timeout: float | None = None) -> CommandResult:
+# What a model reads about each argument (the tools' input schema).
+Command = Annotated[str | list[str], Field(description=(
+    "the command: a shell string, run with /bin/sh -c (pipes, &&, redirections work), or an "
+    "argv list such as [\"pytest\", \"-q\"]"))]
+Cwd = Annotated[str | None, Field(description=(
+    "directory to run in, relative to the workspace (default: the workspace root); it may "
+    "not leave the workspace"))]
+ProcessId = Annotated[str, Field(description="the process_id start_process returned")]
+
+
+async def run_command(command: Command, ctx: Context[Any, Any], cwd: Cwd = None,
+                      stdin: Annotated[str | None, Field(description=(
+                          "text fed to the command's standard input (default: none, stdin "
+                          "is empty)"))] = None,
+                      timeout: Annotated[float | None, Field(description=(
+                          "seconds before the command and everything it started are killed "
+                          "(default from the config: 60)"))] = None) -> CommandResult:
     """Run a command inside the sandbox and return its exit code and output.
 
     `command` is a shell string (run with /bin/sh -c: no login shell, no rc files) or an argv
@@ -365,8 +386,8 @@ async def run_command(command: str | list[str], ctx: Context[Any, Any], cwd: str
     return _command_result(out)
 
 
-async def start_process(command: str | list[str], ctx: Context[Any, Any],
-                        cwd: str | None = None) -> ProcessStarted:
+async def start_process(command: Command, ctx: Context[Any, Any],
+                        cwd: Cwd = None) -> ProcessStarted:
     """Start a long-running command (a dev server, a watcher) that outlives this call.
 
     Returns a process_id for process_output and stop_process. It runs in the same sandbox as
@@ -405,9 +426,19 @@ def _returncode(proc: Any) -> tuple[int | None, int | None]:
     return (code, None) if code >= 0 else (None, -code)
 
 
-async def process_output(process_id: str, ctx: Context[Any, Any], stdout_offset: int = 0,
-                         stderr_offset: int = 0, wait_seconds: float = 0.0,
-                         max_bytes: int = MAX_CHUNK) -> ProcessOutput:
+async def process_output(
+        process_id: ProcessId, ctx: Context[Any, Any],
+        stdout_offset: Annotated[int, Field(description=(
+            "read stdout from this byte offset on: pass the stdout_offset the last call "
+            "returned to get only what is new (default 0: from the start)"))] = 0,
+        stderr_offset: Annotated[int, Field(description=(
+            "the same for stderr: the stderr_offset the last call returned"))] = 0,
+        wait_seconds: Annotated[float, Field(description=(
+            "wait up to this many seconds (at most 30) for new output or the exit "
+            "(default 0: return at once)"))] = 0.0,
+        max_bytes: Annotated[int, Field(description=(
+            "at most this many bytes of each stream (at most 1 MiB; default 64 KiB)"))
+        ] = MAX_CHUNK) -> ProcessOutput:
     """Output of a started process from the given byte offsets on, and whether it still runs.
 
     Pass back the returned stdout_offset/stderr_offset to get only what is new. wait_seconds
@@ -436,7 +467,7 @@ async def process_output(process_id: str, ctx: Context[Any, Any], stdout_offset:
                          signal=sig, skipped_bytes=out_skip + err_skip)
 
 
-async def stop_process(process_id: str, ctx: Context[Any, Any]) -> ProcessOutput:
+async def stop_process(process_id: ProcessId, ctx: Context[Any, Any]) -> ProcessOutput:
     """Stop a started process and everything it started. Its output stays readable."""
     s = _session(ctx)
     proc = s.processes.get(process_id)
@@ -473,9 +504,22 @@ def _grant_hint(kind: str, value: str) -> str:
             "that until a person runs `stockade trust` on it)")
 
 
-async def request_capability(kind: Literal["network_host", "writable_path", "mode"], value: str,
-                             reason: str, ctx: Context[Any, Any]
-                             ) -> CapabilityResult | InputRequiredResult:
+KINDS = ("network_host", "writable_path", "mode")
+
+
+async def request_capability(
+        # A plain string with the choices in the schema, checked here: a Literal made a
+        # wrong kind a pydantic error, with its URL, sent to the model.
+        kind: Annotated[str, Field(
+            description="what to ask for: network_host, writable_path or mode",
+            json_schema_extra={"enum": list(KINDS)})],
+        value: Annotated[str, Field(description=(
+            "for network_host a host name such as pypi.org or *.example.com (no scheme, path "
+            "or port); for writable_path an absolute path; for mode read-only, "
+            "workspace-write or full-access"))],
+        reason: Annotated[str, Field(description=(
+            "one sentence the person reads: why the task needs it"))],
+        ctx: Context[Any, Any]) -> CapabilityResult | InputRequiredResult:
     """Ask the person at the client for more than the current mode allows.
 
     kind: "network_host" (value: a host such as pypi.org), "writable_path" (value: an absolute
@@ -677,8 +721,10 @@ def build_server(options: argparse.Namespace) -> Any:
         + " When a command fails with sandbox_denied, read hint. To get more (a network host, "
           "a writable path, another mode) call request_capability: a person decides."
     )
+    from . import __version__
+
     server: Any = MCPServer("stockade", instructions=instructions, lifespan=lifespan,
-                            log_level=options.log_level)
+                            log_level=options.log_level, version=__version__)
     run_ann = ToolAnnotations(title="Run a command in the sandbox", open_world_hint=False)
     server.add_tool(run_command, annotations=run_ann)
     server.add_tool(start_process, annotations=ToolAnnotations(
@@ -735,21 +781,25 @@ def _parser() -> argparse.ArgumentParser:
         prog="stockade mcp",
         description="Serve the sandbox to one MCP client over stdio (one connection, one "
                     "session). Logs go to stderr.")
-    p.add_argument("--workspace", help="directory the session is bound to (default: current "
-                                       "directory)")
+    p.add_argument("--workspace", metavar="DIR",
+                   help="directory the session is bound to (default: current directory)")
     p.add_argument("--mode", choices=MODES, help="starting mode (default from config: "
                                                  "read-only)")
     p.add_argument("--allow-host", action="append", metavar="HOST",
                    help="pre-approve network access to HOST (repeatable; reached through "
                         "stockade's network proxy)")
-    p.add_argument("--config", help="read this TOML file instead of the usual ones")
+    p.add_argument("--config", metavar="FILE",
+                   help="read this TOML file instead of the usual ones")
     from .drivers import registry
 
     p.add_argument("--backend", choices=registry.choices(), help=registry.choices_help())
-    p.add_argument("--session", help="session id for the audit ledger (default: generated)")
-    p.add_argument("--timeout", type=float, help="default per-command timeout in seconds")
+    p.add_argument("--session", metavar="ID",
+                   help="session id for the audit ledger (default: generated)")
+    p.add_argument("--timeout", type=float, metavar="SECONDS",
+                   help="default per-command timeout in seconds")
     p.add_argument("--log-level", default="WARNING",
-                   choices=("DEBUG", "INFO", "WARNING", "ERROR"))
+                   choices=("DEBUG", "INFO", "WARNING", "ERROR"),
+                   help="how much the server logs to stderr (default: WARNING)")
     return p
 
 
@@ -758,9 +808,12 @@ def main(argv: list[str]) -> int:
     logging.basicConfig(stream=sys.stderr, level=getattr(logging, options.log_level),
                         format="stockade mcp: %(levelname)s %(name)s: %(message)s")
     if _MCP_MISSING is not None:
-        print("stockade: the MCP server needs the MCP Python SDK 2.x: pip install 'stockade[mcp]' "
-              f"({_MCP_MISSING})", file=sys.stderr)
-        return 125
+        # An installation to complete (69), not a sandbox that failed (125).
+        from .errors import MissingDependency
+
+        raise MissingDependency("the MCP server needs the MCP Python SDK 2.x: pip install "
+                                f"'stockade[mcp]' ({_MCP_MISSING})", extra="mcp"
+                                ) from _MCP_MISSING
     if options.timeout is not None and not 0 < options.timeout < float("inf"):
         print(f"stockade: --timeout must be a positive number, got {options.timeout!r}",
               file=sys.stderr)

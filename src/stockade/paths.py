@@ -17,15 +17,74 @@ if TYPE_CHECKING:
     from collections.abc import Mapping
 
 
+def xdg_home(env: Mapping[str, str], var: str, *default: str, no_home: str = "/tmp") -> str:
+    """`$var` when it is an absolute path, else `~/<default...>` (XDG Base Directory).
+
+    The specification says a relative value is invalid and must be ignored:
+    used as given, `XDG_STATE_HOME=state` put stockade's state -- which no
+    command may read -- inside the project the command works in.
+    `no_home` is the home assumed when HOME is unset.
+    """
+    value = env.get(var, "")
+    if value and os.path.isabs(value):
+        return value
+    return os.path.join(env.get("HOME") or no_home, *default)
+
+
 def state_dir(env: Mapping[str, str], *, no_home: str = "/tmp") -> str:
     """`$XDG_STATE_HOME/stockade`, else `~/.local/state/stockade`: locks, probe caches,
     session TMPDIRs, proxy sockets, the guard's copies.
 
     `no_home` is the home assumed when HOME is unset.
     """
-    base = env.get("XDG_STATE_HOME") or os.path.join(env.get("HOME") or no_home, ".local",
-                                                     "state")
-    return os.path.join(base, "stockade")
+    return os.path.join(xdg_home(env, "XDG_STATE_HOME", ".local", "state", no_home=no_home),
+                        "stockade")
+
+
+def make_own_dir(path: str, env: Mapping[str, str], var: str, *, writable: bool = True
+                 ) -> None:
+    """Make stockade's directory `path` (`<$var or its default>/stockade`), mode 0700, or
+    raise `SandboxUnavailable` naming it and what to do.
+
+    The directory `$var` names is made (0700, as the specification asks) only
+    when its parent exists: a mistyped `XDG_STATE_HOME=/nonexistent/deep` made
+    root create that whole tree. The default place (`~/.local/state`) is made
+    whole, as before: a fresh home has no `.local`. A directory stockade cannot
+    write is refused here, once, rather than as a traceback from whichever
+    file it first failed to make; `writable=False` for one that may be read-only
+    (the data directory, when the ledger and the workspaces live elsewhere).
+    """
+    import errno
+
+    from .errors import SandboxUnavailable
+
+    what = "state" if var == "XDG_STATE_HOME" else "data"
+    value = env.get(var, "")
+    base = os.path.dirname(path)
+    explicit = bool(value) and os.path.isabs(value) and (
+        os.path.normpath(value) == os.path.normpath(base))
+    own = f"set {var} to a writable directory of your own, or unset it"
+    problem = fix = ""
+    if explicit and os.path.lexists(base) and not os.path.isdir(base):
+        problem, fix = f"{var} is {value}, which is not a directory", own
+    elif explicit and not os.path.isdir(parent := os.path.dirname(os.path.normpath(value))):
+        problem = f"{var} is {value}, and {parent} " + (
+            "is not a directory" if os.path.lexists(parent) else
+            f"does not exist (stockade makes the directory {var} names, not the ones above it)")
+        fix = f"create {parent}, or {own}"
+    else:
+        try:
+            if explicit and not os.path.isdir(base):
+                os.mkdir(base, 0o700)
+            os.makedirs(path, mode=0o700, exist_ok=True)
+            if writable and not os.access(path, os.W_OK | os.X_OK):
+                raise OSError(errno.EACCES, os.strerror(errno.EACCES))
+        except OSError as exc:
+            problem = f"{exc.strerror or exc}"
+            fix = f"make it writable, or {own.replace(', or unset it', '')}"
+    if problem:
+        raise SandboxUnavailable(f"stockade cannot use its {what} directory {path}: "
+                                 f"{problem}; {fix}")
 
 
 def changeable_by_others(path: str) -> str:
@@ -57,9 +116,7 @@ def changeable_by_others(path: str) -> str:
 
 def data_dir(env: Mapping[str, str]) -> str:
     """`$XDG_DATA_HOME/stockade`, else `~/.local/share/stockade`: the ledger, workspaces."""
-    base = env.get("XDG_DATA_HOME") or os.path.join(env.get("HOME") or "/tmp", ".local",
-                                                    "share")
-    return os.path.join(base, "stockade")
+    return os.path.join(xdg_home(env, "XDG_DATA_HOME", ".local", "share"), "stockade")
 
 
 def private_paths(env: Mapping[str, str], *, state: str = "", ledger: str | None = None,

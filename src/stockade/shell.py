@@ -28,6 +28,7 @@ import sys
 from .cli import (
     RUN_OPTIONS,
     _check_hosts,
+    _explicit_env,
     _help,
     _number,
     open_session,
@@ -50,6 +51,8 @@ SHELL_OPTIONS = {k: v for k, v in RUN_OPTIONS.items()
 SHELL_OPTIONS["--timeout"] = (True, False, "seconds before the shell and everything in it is "
                                            "killed (default: none)")
 SHELL_USAGE = "usage: stockade shell [options] [-- SHELL [ARGS...]]"
+SHELL_DESCRIPTION = ("An interactive shell inside the sandbox, on a pty of its own: the same "
+                     "flags, approvals and audit record as `stockade run`.")
 
 # Runs inside the sandbox before the shell. `-I -S`: no user site, no
 # environment-driven imports, nothing but the standard library.
@@ -72,7 +75,13 @@ except OSError:
         ctty()
     except OSError as exc:
         print("stockade: no job control in this shell (%s)" % exc, file=sys.stderr)
-os.execvp(sys.argv[1], sys.argv[1:])
+try:
+    os.execvp(sys.argv[1], sys.argv[1:])
+except OSError as exc:
+    # As `run` says it (the init's words, env(1)'s statuses), never a traceback.
+    name = sys.argv[1] if sys.argv[1].isprintable() else repr(sys.argv[1])[1:-1]
+    print("stockade-init: cannot run %s: %s" % (name, exc.strerror), file=sys.stderr)
+    sys.exit(127 if isinstance(exc, FileNotFoundError) else 126)
 """
 
 
@@ -86,12 +95,13 @@ def default_shell() -> list[str]:
 def main(argv: list[str]) -> int:
     values, command = parse_options(argv, SHELL_OPTIONS, SHELL_USAGE)
     if values.get("help"):
-        print(_help(SHELL_USAGE, SHELL_OPTIONS))
+        print(_help("shell"))
         return 0
     timeout = _number(values, "timeout", float, SHELL_USAGE)
     _check_hosts(values, SHELL_USAGE)
 
     from .command import SandboxCommand
+    from .errors import CommandTimeout
 
     sandbox, ws, mode = open_session(values, prefix="shell")
     try:
@@ -100,8 +110,14 @@ def main(argv: list[str]) -> int:
         shell = command or default_shell()
         marker = f"[stockade {mode}] "
         shell_env = {"PS1": marker + "\\w \\$ ", "STOCKADE_SHELL": "1"}
-        if "TERM" in os.environ:
+        if not os.isatty(0):
+            # Piped input: no terminal to paste into, and readline's bracketed
+            # paste (on by default since bash 5.1) wrote ESC[?2004h into the
+            # output. A dumb terminal turns it off.
+            shell_env["TERM"] = "dumb"
+        elif "TERM" in os.environ:
             shell_env["TERM"] = os.environ["TERM"]
+        shell_env.update(_explicit_env(values.get("env", []), SHELL_USAGE))  # type: ignore[arg-type]
         # The real interpreter, not a venv's link to it: the init binds that
         # one into the sandbox, and a venv under /tmp would be invisible there.
         cmd = SandboxCommand(os.path.realpath(sys.executable),
@@ -112,7 +128,13 @@ def main(argv: list[str]) -> int:
         where = ws.cwd if not values.get("cwd") else os.path.join(ws.cwd, str(values["cwd"]))
         print(f"stockade: sandboxed shell in {where} ({mode}); prompt starts with "
               f"{marker.strip()}; exit or Ctrl-D to leave", file=sys.stderr)
-        out = _drive(sandbox, cmd, ws, timeout)
+        try:
+            out = _drive(sandbox, cmd, ws, timeout)
+        except CommandTimeout as exc:
+            # The pipeline names the program it ran, which is the pty helper's
+            # interpreter; the person ran the shell.
+            raise CommandTimeout(f"{shell[0]} ran past its {timeout or 0:g} s timeout; its "
+                                 "process tree was killed", output=exc.output) from None
     finally:
         sandbox.close()
     print(f"stockade: left the sandbox (exit {out.returncode})", file=sys.stderr)

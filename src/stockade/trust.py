@@ -28,8 +28,8 @@ _READ_SCOPES = ("strict", "auto", "host")
 _ENFORCEMENTS = ("off", "warn", "block")
 # A larger value allows more; None is "no limit".
 _LIMITS = ("max_pids", "max_memory_mb", "tmp_size_mb", "max_file_size_mb", "cpu_quota_percent",
-           "default_timeout_seconds", "max_output_bytes", "commands_per_minute",
-           "approval_timeout_seconds")
+           "default_timeout_seconds", "max_output_bytes", "stream_output_bytes",
+           "commands_per_minute", "approval_timeout_seconds")
 # Who builds the boundary, who records it, whether it runs at all: any change is wider.
 _FIXED = ("backend", "bwrap", "workspace_root", "ledger", "enabled")
 
@@ -259,12 +259,14 @@ def store_path(env: Mapping[str, str]) -> str:
 class TrustStore:
     """The files a person trusted: real path -> SHA-256 of the content they reviewed."""
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, env: Mapping[str, str] | None = None) -> None:
         self.path = path
+        #: Where XDG_STATE_HOME came from, for the directory's rules (`make_own_dir`).
+        self.env: Mapping[str, str] = env or {}
 
     @classmethod
     def for_env(cls, env: Mapping[str, str]) -> TrustStore:
-        return cls(store_path(env))
+        return cls(store_path(env), env)
 
     def entries(self) -> dict[str, str]:
         import json
@@ -334,8 +336,10 @@ class TrustStore:
     def _write(self, entries: dict[str, str]) -> None:
         import json
 
+        from .paths import make_own_dir
+
         directory = os.path.dirname(self.path)
-        os.makedirs(directory, mode=0o700, exist_ok=True)
+        make_own_dir(directory, self.env, "XDG_STATE_HOME")
         text = json.dumps({"version": 1, "files": {p: {"sha256": d} for p, d in
                                                    sorted(entries.items())}}, indent=1)
         tmp = f"{self.path}.{os.getpid()}.{os.urandom(4).hex()}.tmp"

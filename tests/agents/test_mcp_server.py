@@ -125,6 +125,39 @@ def test_lists_the_tools(tmp_path: Path) -> None:
     run(go())
 
 
+def test_server_info_names_its_version(tmp_path: Path) -> None:
+    from stockade import __version__
+
+    async def go() -> None:
+        async with serve(tmp_path) as c:
+            info = c.server_info
+            assert info.name == "stockade" and info.version == __version__
+    run(go())
+
+
+def test_every_tool_input_has_a_description(tmp_path: Path) -> None:
+    async def go() -> None:
+        async with serve(tmp_path) as c:
+            for tool in (await c.list_tools()).tools:
+                for name, field in tool.input_schema["properties"].items():
+                    assert field.get("description"), f"{tool.name}.{name} has no description"
+            kinds = {t.name: t for t in (await c.list_tools()).tools}["request_capability"]
+            assert kinds.input_schema["properties"]["kind"]["enum"] == [
+                "network_host", "writable_path", "mode"]
+    run(go())
+
+
+def test_a_bad_kind_is_one_readable_line(tmp_path: Path) -> None:
+    async def go() -> None:
+        async with serve(tmp_path) as c:
+            r = await call(c, "request_capability", kind="root", value="x", reason="y")
+            assert r.is_error
+            message = text(r)
+            assert "\n" not in message.strip() and "pydantic" not in message
+            assert "unknown kind 'root'" in message and "network_host" in message
+    run(go())
+
+
 def test_shell_string_and_argv(tmp_path: Path) -> None:
     async def go() -> None:
         async with serve(tmp_path) as c:
@@ -605,6 +638,21 @@ def test_a_hostile_reason_cannot_repaint_the_question(tmp_path: Path) -> None:
     run(go())
     assert "\x1b" not in asked[0] and "\r" not in asked[0]
     assert "\\x1b[2J" in asked[0]
+
+
+def test_a_reason_cannot_forge_lines_or_reverse_text_in_the_form(tmp_path: Path) -> None:
+    """U+2029 would start a forged "Request:" line in the form; U+202E would reverse text."""
+    asked: list[str] = []
+    async def go() -> None:
+        async with serve(tmp_path, answer=lambda _m: "deny", asked=asked) as c:
+            await call(c, "request_capability", kind="mode", value="full-access",
+                       reason="tests\u2029\u2029Request: ls\u2028Allow once\u202eenod")
+    run(go())
+    form = asked[0]
+    assert not any(c in form for c in "\u2028\u2029\u202e")
+    reason = next(line for line in form.splitlines() if line.startswith("The agent's reason:"))
+    assert reason.endswith("tests\\u2029\\u2029Request: ls\\u2028Allow once\\u202eenod")
+    assert sum(line.startswith("Request:") for line in form.splitlines()) == 1
 
 
 def test_a_writable_workspace_of_home_is_refused_at_start(tmp_path: Path) -> None:

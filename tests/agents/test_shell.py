@@ -260,6 +260,8 @@ def test_piped_input_without_a_terminal(ws: Path) -> None:
     assert result.returncode == 5, result.stderr
     assert b"P81" in result.stdout
     assert b"sandboxed shell in" in result.stderr
+    # No terminal control sequences for a reader that is not a terminal.
+    assert b"\x1b[?2004" not in result.stdout, result.stdout
 
 
 def test_a_given_shell_and_timeout(ws: Path) -> None:
@@ -273,7 +275,9 @@ def test_a_given_shell_and_timeout(ws: Path) -> None:
     assert time.monotonic() - started < 20
     assert result.returncode == 124
     assert b"given" in result.stdout
-    assert b"CommandTimeout" in result.stderr
+    # The shell that ran too long, not the pty helper's interpreter.
+    assert (b"stockade: CommandTimeout: /bin/sh ran past its 1 s timeout; its process tree "
+            b"was killed") in result.stderr, result.stderr
 
 
 def test_help() -> None:
@@ -293,3 +297,15 @@ def test_the_shell_takes_runs_network_flags(ws: Path) -> None:
         input=b"exit\n", capture_output=True, env=env, timeout=40, start_new_session=True)
     assert result.returncode == 2, result.stderr
     assert b"--network proxy needs --allow-host" in result.stderr
+
+
+def test_env_reaches_the_shell(ws: Path) -> None:
+    env = dict(os.environ, XDG_DATA_HOME=str(ws.parent / "data"),
+               XDG_STATE_HOME=str(ws.parent / "state"), SHELL_TOKEN_T="from-caller")
+    result = subprocess.run(
+        [sys.executable, "-m", "stockade", "shell", "--workspace", str(ws),
+         "--env", "SHELL_TOKEN_T", "--env", "PLAIN_T=given", "--",
+         "/bin/sh", "-c", 'echo "[$SHELL_TOKEN_T] [$PLAIN_T]"'],
+        capture_output=True, env=env, timeout=40, start_new_session=True)
+    assert result.returncode == 0, result.stderr
+    assert b"[from-caller] [given]" in result.stdout, result.stdout

@@ -134,6 +134,20 @@ def test_escape_sequences_are_shown_not_obeyed(person: Person) -> None:
     assert "\\x1b[2J" in shown and "\\x07" in shown
 
 
+def test_separators_and_bidi_overrides_are_shown_not_obeyed(person: Person) -> None:
+    """A paragraph separator would start a forged line; U+202E would reverse what follows."""
+    forged = "cache\u2029\u2029Request: ls\u2028Allow once\u202eecnO\u200b"
+    person.answer("d\n")
+    TerminalApprovalRequester(timeout=10, tty=person.path).request(
+        _request(["sh", "-c", "echo \u202eok"], reason=forged))
+    shown = person.shown.decode("utf-8", "replace")
+    asks = next(line for line in shown.splitlines() if "asks for:" in line)
+    assert asks.endswith("cache\\u2029\\u2029Request: ls\\u2028Allow once\\u202eecnO\\u200b")
+    for raw in ("\u2028", "\u2029", "\u202e", "\u200b"):
+        assert raw not in shown
+    assert "\\u202eok" in shown
+
+
 def test_no_terminal_denies_with_a_hint(capsys: pytest.CaptureFixture[str]) -> None:
     outcome = TerminalApprovalRequester(10, tty="/nonexistent/tty").request(_request())
     assert outcome == "denied"

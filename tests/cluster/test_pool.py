@@ -526,6 +526,29 @@ def test_seeded_workspace_reads_back_without_following_links(
     pool.close_session(sid)
 
 
+def test_a_closed_sessions_workspace_does_not_come_back_with_its_id(
+        ray_cluster: RayCluster, world: World) -> None:
+    """The workspace lives under the node's root (also where the node's environment
+    sets XDG_DATA_HOME) and goes with its session: an id used again starts empty."""
+    elsewhere = world.root / "node-data-home"
+    env = {"HOME": str(world.home), "PATH": MINIMAL_PATH, "XDG_DATA_HOME": str(elsewhere)}
+    with SandboxPool(make_config(world), env=env) as p:
+        roots = {n: str(node.report["root"]) for n, node in p.nodes.items()}
+        sid = "reused-id"
+        info = p.open_session(sid, files={"secret.txt": b"left by the first session\n"})
+        assert info.cwd.startswith(roots[info.node_id] + "/workspaces/"), (info, roots)
+        assert p.execute(sh(sid, "cat secret.txt; echo more > made.txt")).exit_code == 0
+        p.close_session(sid)
+        again = p.open_session(sid, node=info.node_id)
+        assert again.cwd == info.cwd
+        out = p.execute(sh(sid, "ls -A; cat secret.txt"))
+        assert out.stdout == b"" and b"No such file" in out.stderr, out
+        p.close_session(sid)
+        assert p.census()[info.node_id]["sessions"] == []
+    assert not elsewhere.exists() or not any(elsewhere.rglob("workspaces"))
+    assert [r for r in roots.values() if os.path.exists(r)] == []
+
+
 def test_background_process_through_the_pool(pool: SandboxPool) -> None:
     marker = f"bg-{secrets.token_hex(4)}"
     proc = pool.start(sh("bg", "echo ready; exec sleep 60", env={"M": marker}))

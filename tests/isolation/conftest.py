@@ -39,9 +39,12 @@ from typing import TypeVar
 
 import pytest
 
+from isolation import users
+
 REPO = Path(__file__).resolve().parents[2]
 SRC = REPO / "src"
-TEST_USER = "stockade-test"
+#: This run's own unprivileged user (see users.py): never shared with another run.
+TEST_USER = users.RUN_USER
 SYSTEM_PYTHON = "/usr/bin/python3"
 MINIMAL_PATH = "/usr/local/bin:/usr/bin:/bin"
 #: A bwrap forced by config for every sandbox in this run (`make test`'s second
@@ -180,6 +183,13 @@ class Runner:
     def popen(self, argv: Sequence[str], **kw: object) -> subprocess.Popen[bytes]:
         return subprocess.Popen(list(argv), **self._ids(), **kw)  # type: ignore[call-overload]
 
+    def wait_idle(self, within: float = 30.0) -> None:
+        """Wait until this runner's user runs nothing (see users.wait_idle); only the
+        run's own user, whose every task is this run's, can be waited for."""
+        if self.switches_user:
+            left = users.wait_idle(self.uid, within)
+            assert not left, f"{TEST_USER} still runs {left} after {within} s"
+
     def own(self, *paths: str | Path) -> None:
         """Hand paths to this runner, so a write the sandbox fails to stop would succeed."""
         if not self.switches_user:
@@ -189,12 +199,7 @@ class Runner:
 
 
 def _ensure_user() -> pwd.struct_passwd:
-    try:
-        return pwd.getpwnam(TEST_USER)
-    except KeyError:
-        subprocess.run(["useradd", "--system", "--no-create-home", TEST_USER], check=True,
-                       timeout=30)
-        return pwd.getpwnam(TEST_USER)
+    return users.ensure_user()
 
 
 def _copy_site(dest: Path) -> None:

@@ -5,6 +5,7 @@ the workspace, a virtualenv named `.env`, a project file dropping the person's p
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
 
@@ -116,3 +117,25 @@ def test_a_project_file_cannot_drop_the_persons_patterns(box: Box, project: str)
     res = box.sh("cat .env; echo DONE", mode="read-only")
     assert res.returncode == 78, text(res)
     assert "CANARY-project-dropped" not in text(res)
+
+
+@pytest.mark.parametrize("backend", ["bubblewrap", "landlock"])
+def test_an_interpreter_in_the_home_does_not_show_the_home(box: Box, backend: str) -> None:
+    """stockade run by a Python whose prefix is the home (a copy in ~/bin, a
+    `--prefix=$HOME` build): the prefix was bound and granted whole, after the masks."""
+    from .conftest import SYSTEM_PYTHON
+
+    canaries = _plant_canaries(box, (".ssh/deploy_key", ".git-credentials"))
+    python = box.home / "bin" / "python3"
+    box.write(python, Path(SYSTEM_PYTHON).resolve().read_bytes(), 0o755)
+    import sysconfig
+
+    deps = sysconfig.get_paths()["purelib"]  # stockade's dependencies, for the root runner
+    res = box.host([str(python), "-I", "-c",
+                    f"import sys; sys.path[:0] = [{box.runner.site!r}, {deps!r}]; "
+                    "from stockade.cli import main; sys.exit(main(sys.argv[1:]))",
+                    "run", "--backend", backend, "--mode", "read-only", "--",
+                    "/bin/sh", "-c", CAT, "sh",
+                    *(str(box.home / r) for r in (".ssh/deploy_key", ".git-credentials"))],
+                   capture_output=True)
+    assert _leaked(text(res), canaries) == [], text(res)

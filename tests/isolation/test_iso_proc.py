@@ -12,6 +12,7 @@ import contextlib
 import json
 import os
 import random
+import shlex
 import socket
 import subprocess
 import time
@@ -359,8 +360,9 @@ def _real_bwrap(box: Box) -> str:
 
 def test_a_sandbox_whose_bwrap_never_armed_still_ends_with_stockade(box: Box) -> None:
     """The init's lifeline watcher, not bwrap's parent-death signal alone, ends it."""
-    wrapper = box.write(box.root / "late-bwrap", LATE_ARMING_BWRAP.format(real=_real_bwrap(box)),
-                        mode=0o755)
+    # Quoted: a checkout's path may hold a space.
+    late = LATE_ARMING_BWRAP.format(real=shlex.quote(_real_bwrap(box)))
+    wrapper = box.write(box.root / "late-bwrap", late, mode=0o755)
     conf = box.state / "config" / "stockade"
     box.write(conf / "config.toml", f'[sandbox]\nbwrap = "{wrapper}"\n')
     for d in (box.state, box.state / "config", conf):
@@ -548,8 +550,16 @@ def test_control_the_same_allocation_passes_without_a_memory_limit(box: Box) -> 
 
 
 def test_a_fork_bomb_stops_at_max_pids(box: Box) -> None:
-    """cgroup pids.max, or RLIMIT_NPROC where no cgroup is writable; no child outlives the run."""
+    """cgroup pids.max, or RLIMIT_NPROC where no cgroup is writable; no child outlives the run.
+
+    Without a user namespace of the command's own (the Landlock backend),
+    RLIMIT_NPROC is the user's tasks when the sandbox is prepared plus
+    max_pids: tasks an earlier test left exiting then were headroom the bomb
+    got once they were gone (108 and 146 forks of 40, 2 runs in 12). The
+    run's user is its own (users.py), and the bomb starts when it runs nothing.
+    """
     marker = f"fork-bomb-{os.getpid()}-{random.randrange(1 << 30)}"
+    box.runner.wait_idle()
     cfg = limits_config(box, max_pids=40)
     res = box.py(FORK_BOMB, marker, mode="workspace-write", options=["--config", cfg],
                  timeout=RUN_TIMEOUT + 30)

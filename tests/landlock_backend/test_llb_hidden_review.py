@@ -4,6 +4,7 @@ is refused there, so that one is bubblewrap's alone)."""
 from __future__ import annotations
 
 import pytest
+
 from isolation import test_iso_hidden_review as iso
 from isolation.conftest import Box
 

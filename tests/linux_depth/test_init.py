@@ -21,18 +21,23 @@ from pathlib import Path
 
 import pytest
 
+from isolation import users
 from stockade.capabilities import NetworkPolicy, capabilities_for_mode
 from stockade.drivers.linux import initcore, landlock, layers, seccomp
 from stockade.drivers.linux.bwrap import build_bwrap_args
 from stockade.drivers.linux.bwrap_binary import locate_bwrap
 from stockade.drivers.linux.layers import (
     INIT_DIR,
+    INIT_MOUNT,
     INIT_PATH,
+    INNER_INIT_PATH,
+    PYTHON_MOUNT,
     env_changes,
     init_argv,
     init_config,
     init_launch,
     init_mounts,
+    inner_python,
     landlock_report,
     launch_env,
 )
@@ -46,7 +51,7 @@ VISIBLE = ["--ro-bind", INIT_DIR, INIT_DIR,
 HOST_PYTHON = os.path.realpath(sys.executable)
 SYSTEM_PYTHON = "/usr/bin/python3"
 PYTHONS = [HOST_PYTHON] + ([SYSTEM_PYTHON] if os.access(SYSTEM_PYTHON, os.X_OK) else [])
-TEST_USER = "stockade-test"
+TEST_USER = users.RUN_USER
 
 
 def make_profile(**overrides: object) -> Profile:
@@ -85,7 +90,14 @@ def test_network_policy_picks_the_socket_gate(network: NetworkPolicy, mode: str)
 def test_landlock_paths_follow_the_profile() -> None:
     rules = init_config(make_profile())["landlock"]
     assert isinstance(rules, dict)
-    assert rules["read"] == ["/etc", "/usr", "/work/ws", "/opt/sdk", "/dev", "/proc", "/tmp"]
+    # Then the init's interpreter and modules, where bubblewrap shows them.
+    python = layers.init_python()
+    parts = [layers._inner(p, python) for p in layers.interpreter_parts(python)]
+    init = [p for p in (*parts, INIT_MOUNT) if not p.startswith("/usr/")]
+    reads = rules["read"]
+    assert isinstance(reads, list)
+    assert [p for p in reads if not p.startswith("/usr/")] == [
+        "/etc", "/usr", "/work/ws", "/opt/sdk", *init, "/dev", "/proc", "/tmp"]
     assert rules["write"] == ["/work/ws", "/home/u/.cache", "/tmp", "/dev"]
     assert rules["scopes"] == ["abstract-unix-socket", "signal"]
     assert "/home/u/.aws" not in rules["read"] + rules["write"]  # hidden: no rule
@@ -104,9 +116,21 @@ def test_a_read_only_workspace_is_not_a_write_root() -> None:
 
 
 def test_host_scope_reads_everything_bwrap_shows() -> None:
-    rules = init_config(make_profile(read_scope="host", read_roots=("/",)))["landlock"]
+    rules = init_config(make_profile(read_scope="host", read_roots=("/",), hidden=()))["landlock"]
     assert isinstance(rules, dict)
-    assert rules["read"][0] == "/"
+    assert "/" in rules["read"]
+
+
+def test_host_scope_reads_everything_but_what_is_hidden() -> None:
+    """The Landlock layer carries the hidden set: `/` split around it, so an entry the
+    host puts at a hidden name during the run has no rule."""
+    rules = init_config(make_profile(read_scope="host", read_roots=("/",),
+                                     hidden=(("/etc/shadow", "file"),)))["landlock"]
+    assert isinstance(rules, dict)
+    reads = rules["read"]
+    assert isinstance(reads, list)
+    assert "/" not in reads and "/etc" not in reads and "/etc/shadow" not in reads
+    assert "/usr" in reads and "/etc/passwd" in reads
 
 
 def test_loader_variables_travel_in_the_config_not_the_environment() -> None:
@@ -133,18 +157,31 @@ def test_init_argv_is_python_isolated_then_config_then_command() -> None:
 
 def test_init_launch_has_argv_env_mounts_and_the_report() -> None:
     launch = init_launch(make_profile(), ["true"], python="/usr/bin/python3")
-    assert launch.argv[0] == "/usr/bin/python3" and launch.argv[-2:] == ["--", "true"]
+    assert launch.argv[:4] == ["/usr/bin/python3", "-I", "-S", INNER_INIT_PATH]
+    assert launch.argv[-2:] == ["--", "true"]
     assert "LD_LIBRARY_PATH" not in launch.env
     assert json.loads(launch.argv[4]) == launch.config
     assert launch.config["env"] == {"LD_LIBRARY_PATH": "/work/ws/lib", "LC_CTYPE": None}
-    assert launch.mounts == ["--ro-bind", INIT_DIR, INIT_DIR]
+    assert launch.mounts == ["--ro-bind", INIT_DIR, INIT_MOUNT]
     assert launch.landlock_report(abi=7).enforced
 
 
 def test_init_mounts_make_the_init_and_its_interpreter_visible() -> None:
-    assert init_mounts("/usr/bin/python3") == ["--ro-bind", INIT_DIR, INIT_DIR]
+    """The init at a fixed path in bwrap's own /dev, never at its host path: under /tmp
+    that would leave a skeleton of mount points in the session's /tmp."""
+    assert init_mounts("/usr/bin/python3") == ["--ro-bind", INIT_DIR, INIT_MOUNT]
+    # At its own path (an absolute RUNPATH to libpython must keep working)...
+    # The executable and the prefix's lib, never the prefix whole (~/bin/python's is ~).
     assert init_mounts("/opt/py/3.11/bin/python3.11") == [
-        "--ro-bind", INIT_DIR, INIT_DIR, "--ro-bind", "/opt/py/3.11", "/opt/py/3.11"]
+        "--ro-bind", INIT_DIR, INIT_MOUNT,
+        "--ro-bind", "/opt/py/3.11/bin/python3.11", "/opt/py/3.11/bin/python3.11"]
+    assert inner_python("/opt/py/3.11/bin/python3.11") == "/opt/py/3.11/bin/python3.11"
+    # ...except under /tmp.
+    assert init_mounts("/tmp/a b/py/bin/python3") == [
+        "--ro-bind", INIT_DIR, INIT_MOUNT,
+        "--ro-bind", "/tmp/a b/py/bin/python3", PYTHON_MOUNT + "/bin/python3"]
+    assert inner_python("/tmp/a b/py/bin/python3") == PYTHON_MOUNT + "/bin/python3"
+    assert INIT_MOUNT.startswith("/dev/") and PYTHON_MOUNT.startswith("/dev/")
 
 
 def test_landlock_report_for_the_audit_record() -> None:
@@ -537,10 +574,7 @@ def user_copy() -> Iterator[tuple[str, str]]:
     """bwrap and the init where an unprivileged user can read them (root's home is 0700)."""
     if os.geteuid() != 0 or SYSTEM_PYTHON not in PYTHONS:
         pytest.skip("needs root to switch to the test user, and /usr/bin/python3")
-    try:
-        pwd.getpwnam(TEST_USER)
-    except KeyError:
-        subprocess.run(["useradd", "--system", "--no-create-home", TEST_USER], check=True)
+    users.ensure_user()
     root = tempfile.mkdtemp(prefix="stockade-depth-", dir="/var/tmp")
     # The wheel's bwrap finds its libraries relative to itself; a system one
     # links against the system's, so the binary alone is enough.
@@ -598,9 +632,8 @@ def test_the_integration_the_driver_will_do(tmp_path: Path, scope: str) -> None:
     launch = init_launch(profile, ["/bin/sh", "-c",
                                    "echo ok > out; echo no > /var/tmp/x-$$ || true;"
                                    " grep Seccomp: /proc/self/status"])
-    args = build_bwrap_args(profile, BWRAP, inner=launch.argv)
-    at = args.index("--chdir")
-    args[at:at] = launch.mounts
+    # As the driver does: the init's mounts go into bwrap's /dev before it turns read-only.
+    args = build_bwrap_args(profile, BWRAP, inner=launch.argv, extra_mounts=launch.mounts)
     res = subprocess.run(args, env=launch.env, capture_output=True, text=True, timeout=60,
                          check=False)
     assert res.returncode == 0, res.stderr

@@ -51,7 +51,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import pwd
 import shutil
 import subprocess
 import tempfile
@@ -64,8 +63,9 @@ from guard_attack import SHARED, VICTIM_FILES, run_case
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
+from isolation.users import ensure_user
+
 SRC = Path(__file__).resolve().parents[2] / "src"
-TEST_USER = "stockade-test"
 SYSTEM_PYTHON = "/usr/bin/python3"
 SHM = "/dev/shm"
 
@@ -286,15 +286,6 @@ def _generated(n: int) -> list[dict[str, object]]:
     return drawn[:n]
 
 
-def _ensure_user() -> pwd.struct_passwd:
-    try:
-        return pwd.getpwnam(TEST_USER)
-    except KeyError:
-        subprocess.run(["useradd", "--system", "--no-create-home", TEST_USER], check=True,
-                       timeout=30)
-        return pwd.getpwnam(TEST_USER)
-
-
 @pytest.mark.timeout(600)
 @pytest.mark.skipif(os.geteuid() != 0, reason="switching to the unprivileged user needs root")
 @pytest.mark.skipif(not os.access(SYSTEM_PYTHON, os.X_OK),
@@ -302,7 +293,7 @@ def _ensure_user() -> pwd.struct_passwd:
 def test_the_sweep_stays_inside_the_workspace_as_an_unprivileged_user() -> None:
     """Root is mode 700 here, so the user gets a world-readable copy of stockade and
     of the case runner, and works in directories it owns; all removed afterwards."""
-    user = _ensure_user()
+    user = ensure_user()
     chosen = FIXED + _generated(6)
     top = Path(tempfile.mkdtemp(prefix="stockade-prop-unpriv-", dir="/var/tmp"))
     shm = tempfile.mkdtemp(prefix="stockade-prop-unpriv-", dir=SHM) if os.path.isdir(SHM) else ""

@@ -42,6 +42,23 @@ def test_names_are_canonicalised(text: str, name: str) -> None:
     assert canonical_host(text) == Host(name)
 
 
+@pytest.mark.parametrize(("text", "name"), [
+    ("fa\u00df.de", "xn--fa-hia.de"),  # IDNA 2003 made this fass.de, another owner's domain
+    ("FA\u00df.DE.", "xn--fa-hia.de"),
+    ("\u03c2.gr", "xn--3xa.gr"),  # final sigma kept, not folded to sigma
+    ("\u0dc1\u0dca\u200d\u0dbb\u0dd3.lk", "xn--10cl1a0b660p.lk"),  # ZWJ kept where it belongs
+])
+def test_unicode_names_get_the_idna_2008_form_clients_resolve(text: str, name: str) -> None:
+    assert canonical_host(text) == Host(name)
+    assert canonical_host(text) != Host("fass.de")
+
+
+@pytest.mark.parametrize("text", ["\u2603.net", "a\u200db.de", "\u00df\u2028.de"])
+def test_names_idna_2008_disallows_are_rejected(text: str) -> None:
+    with pytest.raises(InvalidHost, match="IDNA 2008"):
+        canonical_host(text)
+
+
 @pytest.mark.parametrize("text", [
     "", ".", "a..b", ".a", "a b.com", "a/b", "a%2eb", "user@example.com", "exa\x00mple.com",
     "[example.com]", "[1.2.3.4]", "[::1", "::1]", "fe80::1%eth0", "1.2.3.4.5", "example.123",

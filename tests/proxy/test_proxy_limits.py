@@ -123,8 +123,10 @@ def test_idle_tunnel_is_closed_and_busy_tunnel_is_not(backends: Backends) -> Non
             _, _, (busy_r, busy_w) = await http_connect(h.endpoint, f"api.test:{api.port}")
             _, _, (idle_r, idle_w) = await http_connect(h.endpoint, f"api.test:{api.port}")
             for _ in range(10):  # 1 s of traffic on one tunnel, none on the other
-                busy_w.write(b".")
-                assert await busy_r.readexactly(1) == b"."
+                # Not a token character: a first flight of "." could still grow
+                # into an HTTP request line, which a tunnel refuses, so it waits.
+                busy_w.write(b"\x00")
+                assert await busy_r.readexactly(1) == b"\x00"
                 await asyncio.sleep(0.1)
             assert await closed_by_peer(idle_r, timeout=0.5)
             busy_w.write(b"!")

@@ -161,6 +161,30 @@ def test_localhost_grant_reaches_the_host_server_with_curl_and_git(
     assert other_site.paths == []
 
 
+@pytest.mark.skipif(not shutil.which("curl"), reason="needs curl")
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_tunnel_cannot_reach_another_virtual_host_on_a_granted_address(
+        tmp_path: Path, site: Recorder, backend: str) -> None:
+    """Only `localhost:PORT` is granted; the server there would also serve an
+    `admin.test` virtual host. A forwarded request naming it is refused, and so
+    is the same request inside a `curl -p` tunnel (once relayed unchecked)."""
+    cli = Cli(tmp_path, backend)
+    p = site.port
+    script = (f"curl -sS -o /dev/null -w '%{{http_code}}' -H 'Host: admin.test' "
+              f"http://localhost:{p}/hello.txt; echo \" forwarded=$?\"; "
+              f"curl -sS -p -H 'Host: admin.test' http://localhost:{p}/hello.txt; "
+              "echo \" tunnel=$?\"; "
+              f"curl -sS http://localhost:{p}/hello.txt")
+    res = cli.run(_sh(script), [f"localhost:{p}"])
+    out = res.stdout
+    assert "403 forwarded=0" in out, (out, res.stderr)
+    assert " tunnel=0" not in out and "tunnel=" in out, (out, res.stderr)
+    assert out.endswith("hello from the host\n"), (out, res.stderr)  # control
+    assert site.paths == ["/hello.txt"]
+    rules = [r.get("rule") for r in cli.network_audit("s")]
+    assert "http in tunnel" in rules, rules
+
+
 def _long_dir(base: Path, length: int) -> Path:
     path = Path(str(base / "h") + "x" * (length - len(str(base / "h"))))
     assert len(str(path)) == length
@@ -343,13 +367,14 @@ def test_landlock_proxy_port_refuses_a_client_without_the_commands_secret(
         status = ok.split(b"\r\n", 1)[0]
         assert status.endswith(b" 200 OK") and ok.endswith(b"hello from the host\n"), ok
         password = secret.encode()
+        # Plain HTTP inside a tunnel is refused (its Host would go unchecked),
+        # so the SOCKS control speaks a line the site answers with its 400.
         socks_ok = _raw(port, b"\x05\x01\x02" + b"\x01\x08stockade" + bytes([len(password)])
                         + password + b"\x05\x01\x00\x03" + bytes([len(name)]) + name
-                        + site.port.to_bytes(2, "big")
-                        + b"GET /hello.txt HTTP/1.0\r\n\r\n")
+                        + site.port.to_bytes(2, "big") + b"HELLO\r\n")
         assert socks_ok.startswith(b"\x05\x02\x01\x00\x05\x00"), socks_ok[:40]
-        assert socks_ok.endswith(b"hello from the host\n"), socks_ok
-        assert site.paths == ["/hello.txt", "/hello.txt"]
+        assert b"400" in socks_ok and b"HELLO" in socks_ok, socks_ok
+        assert site.paths == ["/hello.txt"]
     finally:
         (cli.ws / "done").touch()
         proc.communicate(timeout=TIMEOUT)

@@ -23,6 +23,7 @@ from proxy_testkit import (
     read_head,
     run,
     settle,
+    socks_connect,
     spellings_of_loopback,
 )
 
@@ -360,6 +361,37 @@ def test_plain_http_is_forwarded(backends: Backends) -> None:
     assert api.requests[0][:3] == ("GET", "/x?y=1", f"api.test:{api.port}")
 
 
+def test_a_unicode_allow_entry_reaches_its_own_domain_only(backends: Backends) -> None:
+    """`faß.de` is `xn--fa-hia.de` (IDNA 2008, as curl and browsers send it), never
+    `fass.de`: a tunnel and a forwarded request to the A-label get through, the
+    IDNA 2003 spelling is refused before it is resolved."""
+    api = backends.start("api")
+
+    async def main() -> None:
+        names = {"xn--fa-hia.de": ["127.0.0.2"], "fass.de": ["127.0.0.2"]}
+        async with proxied(allow_for(api.port, "fa\u00df.de"), names=names) as h:
+            status, _, (_, writer) = await http_connect(h.endpoint, f"xn--fa-hia.de:{api.port}")
+            assert status == 200
+            writer.close()
+            status, _, body = await http_exchange(
+                h.endpoint, f"GET http://xn--fa-hia.de:{api.port}/ HTTP/1.1\r\n"
+                            f"Host: xn--fa-hia.de:{api.port}\r\nConnection: close\r\n\r\n"
+                            .encode())
+            assert (status, body) == (200, f"api GET / host=xn--fa-hia.de:{api.port}".encode())
+            status, _, (_, writer) = await http_connect(h.endpoint, f"fass.de:{api.port}")
+            assert status == 403
+            writer.close()
+            await settle(h.decisions)
+            refused = h.decisions.denied()
+            assert [d.host for d in refused] == ["fass.de"]
+            assert refused[0].rule == "no allow entry"
+            assert f"allow xn--fa-hia.de:{api.port}" in h.decisions[0].rule
+        assert "fass.de" not in h.resolver.calls
+
+    run(main())
+    assert api.connections == 2
+
+
 def test_host_header_mismatch_is_rejected(backends: Backends) -> None:
     api = backends.start("api")
 
@@ -573,6 +605,93 @@ def test_bytes_pipelined_after_connect_are_judged_too(backends: Backends) -> Non
 
     run(main())
     assert api.bytes_received == len(client_hello("api.test"))
+
+
+@pytest.mark.parametrize("request_bytes", [
+    b"GET / HTTP/1.1\r\nHost: admin.test\r\n\r\n",
+    b"\r\nGET /admin HTTP/1.0\r\nHost: admin.test\r\n\r\n",  # servers skip empty lines
+    b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n",  # h2c prior knowledge: :authority unchecked too
+    b"GET /" + b"a" * 70_000,  # a request line too long to wait for
+])
+def test_plain_http_inside_a_tunnel_is_refused(backends: Backends, request_bytes: bytes) -> None:
+    """Name-based virtual hosts on an allowed address: a forwarded request naming
+    admin.test is refused, so the same request inside a CONNECT tunnel must be too;
+    it is closed before the request line ends, so the server never serves it."""
+    api = backends.start("api")
+
+    async def main() -> None:
+        async with proxied([f"127.0.0.2:{api.port}"]) as h:
+            status, _, (reader, writer) = await http_connect(h.endpoint, f"127.0.0.2:{api.port}")
+            assert status == 200
+            for i in range(0, len(request_bytes), 7):  # dribbled, as a slow client sends it
+                writer.write(request_bytes[i:i + 7])
+                await asyncio.sleep(0)
+            assert await closed_by_peer(reader)
+            writer.close()
+            await settle(h.decisions)
+            final = h.decisions.final()[-1]
+            assert final.rule == "http in tunnel" and not final.allowed
+            assert "forwarded request" in final.reason
+
+    run(main())
+    assert api.requests == []
+
+
+def test_plain_http_inside_a_socks_tunnel_is_refused(backends: Backends) -> None:
+    api = backends.start("api")
+
+    async def main() -> None:
+        async with proxied([f"127.0.0.2:{api.port}"]) as h:
+            code, (reader, writer) = await socks_connect(h.endpoint, "127.0.0.2", api.port)
+            assert code == 0
+            writer.write(b"GET / HTTP/1.1\r\nHost: admin.test\r\n\r\n")
+            assert await closed_by_peer(reader)
+            writer.close()
+            await settle(h.decisions)
+            assert h.decisions.final()[-1].rule == "http in tunnel"
+
+    run(main())
+    assert api.requests == []
+
+
+@pytest.mark.parametrize("first", [b"SSH-2.0-OpenSSH_9.6\r\n", b"EHLO mail.test\r\n", b"ping",
+                                   b"GET /" + b"a" * 64,  # a line not ended is relayed as it comes
+                                   b"\x00\x00\x00\x08\x04\xd2\x16\x2f", b"*1\r\n$4\r\nPING\r\n"])
+def test_other_protocols_in_a_tunnel_are_relayed(backends: Backends, first: bytes) -> None:
+    api = backends.start("api", mode="echo")
+
+    async def main() -> None:
+        async with proxied([f"127.0.0.2:{api.port}"]) as h:
+            status, _, (reader, writer) = await http_connect(h.endpoint, f"127.0.0.2:{api.port}")
+            assert status == 200
+            writer.write(first)
+            async with asyncio.timeout(5):
+                assert await reader.readexactly(len(first)) == first
+            writer.close()
+
+    run(main())
+
+
+def test_the_virtual_host_is_reached_through_forwarding_only_when_allowed(
+        backends: Backends) -> None:
+    """The other half of the report: a forwarded request with `Host: admin.test` to
+    the allowed address was refused already, and one naming the address still works."""
+    api = backends.start("api")
+
+    async def main() -> None:
+        async with proxied([f"127.0.0.2:{api.port}"]) as h:
+            status, _, _ = await http_exchange(
+                h.endpoint, f"GET http://127.0.0.2:{api.port}/ HTTP/1.1\r\n"
+                            "Host: admin.test\r\nConnection: close\r\n\r\n".encode())
+            assert status == 403
+            status, _, body = await http_exchange(
+                h.endpoint, f"GET http://127.0.0.2:{api.port}/ HTTP/1.1\r\n"
+                            f"Host: 127.0.0.2:{api.port}\r\nConnection: close\r\n\r\n"
+                            .encode())
+            assert (status, body) == (200, f"api GET / host=127.0.0.2:{api.port}".encode())
+
+    run(main())
+    assert [r[2] for r in api.requests] == [f"127.0.0.2:{api.port}"]
 
 
 def test_pipelined_bytes_and_eof_are_relayed_in_order(backends: Backends) -> None:

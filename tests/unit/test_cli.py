@@ -197,6 +197,45 @@ def test_a_sandbox_that_cannot_be_built_exits_125_without_json(cli, tmp_path):
         assert "SandboxUnavailable" in last_line(out.stderr)
 
 
+@pytest.fixture
+def caller_token(monkeypatch):
+    """A secret in the caller's environment, set before `cli` copies it."""
+    monkeypatch.setenv("GH_TOKEN", "ghp_from_caller")
+
+
+def test_env_passes_a_secret_that_the_record_never_holds(caller_token, cli):
+    """`--env NAME` hands over the caller's value, `--env NAME=VALUE` a given one; the
+    scrub would drop both names; `stockade audit` names them and shows neither value.
+    `env NAME=value cmd`, the old way, is redacted in the record too."""
+    out = cli("run", "--", "sh", "-c", 'echo "${GH_TOKEN:-scrubbed}"')
+    assert out.stdout == "scrubbed\n", out.stderr  # control: without --env, dropped
+    out = cli("run", "--env", "GH_TOKEN", "--env", "API_KEY=given-value", "--",
+              "sh", "-c", 'echo "$GH_TOKEN $API_KEY"')
+    assert (out.returncode, out.stdout) == (0, "ghp_from_caller given-value\n"), out.stderr
+    out = cli("run", "--", "env", "DB_PASSWORD=old-way", "sh", "-c", 'echo "$DB_PASSWORD"')
+    assert out.stdout == "old-way\n", out.stderr
+    text = cli("audit", "--last", "2").stdout
+    records = [json.loads(line) for line in
+               cli("audit", "--json", "--last", "2").stdout.splitlines() if line.strip()]
+    records = [r for item in records for r in (item if isinstance(item, list) else [item])]
+    for secret in ("ghp_from_caller", "given-value", "old-way"):
+        assert secret not in text and secret not in json.dumps(records)
+    assert records[0]["detail"]["env"] == {"API_KEY": "[redacted]", "GH_TOKEN": "[redacted]"}
+    assert records[1]["argv"][:2] == ["env", "DB_PASSWORD=[redacted]"]
+    assert "DB_PASSWORD=[redacted]" in text
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--env", "STOCKADE_UNSET_VAR"], "stockade: --env STOCKADE_UNSET_VAR: STOCKADE_UNSET_VAR "
+     "is not set here, so there is no value to pass (use --env STOCKADE_UNSET_VAR=VALUE)"),
+    (["--env", "1X=y"], "stockade: --env '1X=y': give NAME or NAME=VALUE"),
+    (["--env", "=y"], "stockade: --env '=y': give NAME or NAME=VALUE"),
+])
+def test_env_refuses_what_it_cannot_pass(cli, args, message):
+    out = cli("run", *args, "--", "true")
+    assert out.returncode == 2 and message in out.stderr, out.stderr
+
+
 # -- flags ---------------------------------------------------------------------------
 
 def test_version(cli):
@@ -313,21 +352,23 @@ def test_bash_completion_registers_and_completes_from_the_parser_tables(cli, tmp
     script = tmp_path / "c.bash"
     script.write_text(cli("completion", "bash").stdout)
     probe = (f"source {script}; complete -p stockade; "
-             "COMP_WORDS=(stockade run --mo); COMP_CWORD=2; _stockade; echo \"${COMPREPLY[*]}\";"
-             "COMP_WORDS=(stockade run --network ''); COMP_CWORD=3; _stockade; "
+             "COMP_WORDS=(stockade run --mo); COMP_CWORD=2; _shtab_stockade; "
              "echo \"${COMPREPLY[*]}\";"
-             "COMP_WORDS=(stockade mcp --backend ''); COMP_CWORD=3; _stockade; "
+             "COMP_WORDS=(stockade run --network ''); COMP_CWORD=3; _shtab_stockade; "
+             "echo \"${COMPREPLY[*]}\";"
+             "COMP_WORDS=(stockade mcp --backend ''); COMP_CWORD=3; _shtab_stockade; "
              "echo \"${COMPREPLY[*]}\"")
     out = subprocess.run(["bash", "--norc", "-c", probe], capture_output=True, text=True,
                          timeout=30)
     assert out.returncode == 0, out.stderr
     lines = out.stdout.splitlines()
-    assert lines == ["complete -F _stockade stockade", "--mode", "none proxy all",
+    assert lines == ["complete -o bashdefault -F _shtab_stockade stockade", "--mode",
+                     "none proxy all",
                      "auto bubblewrap landlock none"]
 
 
 @pytest.mark.parametrize("shell, check", [
-    ("zsh", "autoload -U compinit; compinit -u; source {s}; whence -w _stockade"),
+    ("zsh", "autoload -U compinit; compinit -u; source {s}; whence -w _shtab_stockade"),
     ("fish", "source {s}; complete -c stockade | string match -q -- '*--allow-host*'"),
 ])
 def test_zsh_and_fish_completion_load(cli, tmp_path, shell, check):

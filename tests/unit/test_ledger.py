@@ -98,3 +98,26 @@ def test_records_are_appended_by_independent_writers(tmp_path) -> None:
 def test_the_default_path_follows_the_injected_env() -> None:
     assert default_ledger_path({"XDG_DATA_HOME": "/d"}) == "/d/stockade/ledger.db"
     assert default_ledger_path({"HOME": "/h"}) == "/h/.local/share/stockade/ledger.db"
+
+
+def test_secret_values_in_argv_are_redacted_in_the_record(tmp_path) -> None:
+    """`env NAME=value cmd` and URLs with passwords: `stockade audit` prints argv."""
+    ledger = Ledger(str(tmp_path / "ledger.db"))
+    argv = ["env", "GITHUB_TOKEN=ghp_abc", "AWS_SECRET_ACCESS_KEY=wJalr", "PWD=/w", "DEBUG=1",
+            "curl", "--api-key=k-123", "https://me:hunter2@example.com/x",
+            "http://localhost:4873/@scope/pkg", "sh", "-c",
+            "export GH_TOKEN='a b'; DB_URL=postgres://u:pw9@db/x run --token=t0k"]
+    record(ledger, argv=argv, env={"STRIPE_KEY": "sk_live_1", "X": "1"})
+    row = decoded(ledger.query()[0])
+    assert row["argv"] == [
+        "env", "GITHUB_TOKEN=[redacted]", "AWS_SECRET_ACCESS_KEY=[redacted]", "PWD=/w",
+        "DEBUG=1", "curl", "--api-key=[redacted]", "https://me:[redacted]@example.com/x",
+        "http://localhost:4873/@scope/pkg", "sh", "-c",
+        "export GH_TOKEN='[redacted]'; DB_URL=postgres://u:[redacted]@db/x run "
+        "--token=[redacted]"]
+    assert row["detail"] == {"hint": "h", "env": {"STRIPE_KEY": "[redacted]", "X": "[redacted]"}}
+    stored = sqlite3.connect(str(tmp_path / "ledger.db")).execute(
+        "SELECT argv, detail FROM executions").fetchone()
+    for secret in ("ghp_abc", "wJalr", "k-123", "hunter2", "a b", "pw9", "t0k", "sk_live_1"):
+        assert secret not in "".join(stored)
+    ledger.close()

@@ -1,7 +1,10 @@
 """The exported surface is deliberate; this pins it."""
 
+import os
 import subprocess
 import sys
+
+import pytest
 
 import stockade
 
@@ -30,3 +33,32 @@ def test_cli_run_path_imports_no_heavy_modules():
     out = subprocess.run([sys.executable, "-I", "-c", code], capture_output=True, text=True,
                          check=True, env={"PYTHONPATH": ""}, cwd="/")
     assert out.stdout.strip() == ""
+
+
+#: What a real `stockade run` must never import: each costs milliseconds on
+#: every command, and the README's stage table says they are not there.
+COLD_PATH_FORBIDDEN = {
+    "asyncio", "typing", "subprocess", "re", "dataclasses", "pathlib", "argparse", "json",
+    "logging", "enum", "tomllib", "hashlib", "socket", "selectors",
+    "stockade.drivers.linux.warm",
+}
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the Linux cold path")
+def test_a_real_stockade_run_imports_no_heavy_modules(tmp_path):
+    # Not the modules' import-time closure (the test above) but what one whole
+    # `stockade run -- /bin/true` has loaded when it exits: the driver, the
+    # pipeline, the ledger and the launch import lazily, and warm.py (socket,
+    # enum) was pulled in by a launch that parks nothing.
+    code = ("import sys; from stockade.cli import main; "
+            "rc = main(['run', '--', '/bin/true']); "
+            f"bad = sorted(set(sys.modules) & set({sorted(COLD_PATH_FORBIDDEN)!r})); "
+            "print(rc, ' '.join(bad), file=sys.stderr)")
+    out = subprocess.run([sys.executable, "-I", "-c", code], capture_output=True, text=True,
+                         timeout=60, cwd=tmp_path,
+                         env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+                              "HOME": os.environ.get("HOME", "/")})
+    last = out.stderr.strip().splitlines()[-1]
+    status, _, imported = last.partition(" ")
+    assert status == "0", out.stderr
+    assert imported == "", f"`stockade run -- /bin/true` imported {imported}"

@@ -72,6 +72,10 @@ class CollectingLedger(Ledger):
     def record(self, **rec: object) -> None:
         import time
 
+        from ..ledger import redacted
+
+        # Redacted here too: the record crosses the network to the caller.
+        rec = redacted(rec)
         rec.setdefault("ts", time.time())
         with self._pending_lock:
             self._pending.append(("execute", rec))

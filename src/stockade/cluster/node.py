@@ -12,6 +12,7 @@ tree is killed here, wherever the command has got to.
 
 from __future__ import annotations
 
+import copy
 import os
 import queue
 import shutil
@@ -97,6 +98,12 @@ class NodeActor:
         host_env.update(env or {})
         host_env.setdefault("XDG_DATA_HOME", os.path.join(self.root, "data"))
         host_env.setdefault("XDG_STATE_HOME", os.path.join(self.root, "state"))
+        if not config.workspace_root:
+            # Named here, not left to XDG_DATA_HOME: a node whose environment
+            # sets it kept every workspace in its own data directory, outside
+            # the root shutdown removes, for the next pool to find.
+            config = copy.copy(config)
+            config.workspace_root = os.path.join(self.root, "workspaces")
         self.ledger = _local.CollectingLedger()
         self.requester = _CallerRequester(approval_timeout) if approvals else None
         self.sandbox = _local.build_node_sandbox(config, host_env, self.requester,
@@ -167,11 +174,22 @@ class NodeActor:
         return cwd
 
     def close_session(self, session_id: str) -> list[_local.Record]:
+        """Stop the session's processes and remove its workspace with it.
+
+        The workspace is the session's and goes with it: kept, a later
+        session given the same id got the closed one's files back (the
+        workspace is named after the id), whatever a command had left there.
+        """
         with self.lock:
             for key in [k for k, p in self.procs.items() if p[0] == session_id]:
                 self.procs.pop(key)
+        ws = self.sandbox.core.sessions.get(session_id)
         self.sandbox.close_session(session_id)
         self.sessions.pop(session_id, None)
+        if ws is not None and ws.provisioned:
+            from ..core import remove_session_tmp
+
+            remove_session_tmp(ws.cwd)
         return self.ledger.drain()
 
     # -- commands ----------------------------------------------------------------
@@ -304,11 +322,15 @@ class NodeActor:
 
     def shutdown(self) -> list[_local.Record]:
         """Stop every process, close every session, remove this node's root."""
+        records: list[_local.Record] = []
         if not self.closed:
             self.closed = True
+            for session_id in list(self.sandbox.core.sessions):
+                # Each workspace too, where `workspace_root` put them outside the root.
+                records.extend(self.close_session(session_id))
             self.sandbox.close()
             self.sessions.clear()
             with self.lock:
                 self.procs.clear()
             shutil.rmtree(self.root, ignore_errors=True)
-        return self.ledger.drain()
+        return records + self.ledger.drain()

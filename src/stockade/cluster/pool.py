@@ -92,8 +92,14 @@ class SandboxPool:
                  start_timeout: float = 120.0) -> None:
         """`env` is laid over each node's own environment for its sandbox (HOME, PATH);
         `max_concurrent_per_node` defaults to each node's CPU count in Ray."""
-        import ray
-        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+        try:
+            import ray
+            from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+        except ImportError as exc:
+            from ..errors import MissingDependency
+
+            raise MissingDependency(f"SandboxPool needs Ray: pip install 'stockade[ray]' ({exc})",
+                                    extra="ray") from exc
 
         if config is None:
             from ..config import load_config

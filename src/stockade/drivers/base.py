@@ -181,8 +181,14 @@ class Driver:
     @classmethod
     def from_config(cls, config: Any, *, env: Mapping[str, str], workspace: str,
                     state_dir: str, **overrides: Any) -> Driver:
-        """This backend built from a `SandboxConfig`; `overrides` are test seams."""
-        return cls(**overrides)
+        """This backend built from a `SandboxConfig`; `overrides` are test seams.
+
+        Only the ones its class takes: the CLI's `probe=False` for a one-shot
+        command reached `NoneDriver()`, which takes none, as a TypeError.
+        """
+        from .registry import accepted
+
+        return cls(**accepted(cls, overrides))
 
     def available(self) -> None:
         """Raise `SandboxUnavailable` naming the missing piece and its fix."""

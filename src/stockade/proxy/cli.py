@@ -36,9 +36,14 @@ def _parser() -> argparse.ArgumentParser:
                         help="loopback TCP port to listen on (default: any free port)")
     parser.add_argument("--unix", metavar="PATH", help="unix socket path to listen on too")
     parser.add_argument("--json", action="store_true", help="print decisions as JSON lines")
-    parser.add_argument("--connect-timeout", type=float, default=10.0, metavar="S")
-    parser.add_argument("--idle-timeout", type=float, default=300.0, metavar="S")
-    parser.add_argument("--max-connections", type=int, default=256, metavar="N")
+    parser.add_argument("--connect-timeout", type=float, default=10.0, metavar="S",
+                        help="seconds for resolving a host and connecting to it (default 10)")
+    parser.add_argument("--idle-timeout", type=float, default=300.0, metavar="S",
+                        help="close a tunnel or kept-alive connection that carried no byte "
+                        "for S seconds (default 300)")
+    parser.add_argument("--max-connections", type=int, default=256, metavar="N",
+                        help="client connections at once; more are refused, not queued "
+                        "(default 256)")
     return parser
 
 

@@ -117,11 +117,7 @@ def canonical_host(text: str) -> Host:
         return _address_host(_parse_ipv6(text[1:-1]))
     if ":" in text:
         return _address_host(_parse_ipv6(text))
-    try:
-        ascii_name = text.encode("idna").decode("ascii")
-    except UnicodeError:
-        raise InvalidHost(f"{text!r} is not a valid host name (IDNA encoding failed)") from None
-    name = ascii_name.lower()
+    name = (text if text.isascii() else _idna(text)).lower()
     if name.endswith("."):
         name = name[:-1]
     labels = name.split(".")
@@ -133,6 +129,26 @@ def canonical_host(text: str) -> Host:
             "in dot-separated labels of 1 to 63 characters"
         )
     return Host(name)
+
+
+def _idna(text: str) -> str:
+    """A Unicode name in the A-label form resolvers, curl and browsers use: IDNA 2008
+    with UTS 46 mapping, non-transitional.
+
+    Python's own "idna" codec is IDNA 2003, which maps `faß.de` to `fass.de`:
+    a different domain with a different owner, so an entry for one would
+    allow the other. Loaded only for a non-ASCII name (`idna` comes with the
+    base install; `stockade run` with ASCII names never imports it).
+    """
+    import idna
+
+    trailing = text.endswith((".", "\u3002", "\uff0e", "\uff61"))
+    try:
+        ascii_name = idna.encode(text.rstrip(".\u3002\uff0e\uff61"), uts46=True,
+                                 transitional=False).decode("ascii")
+    except (idna.IDNAError, UnicodeError) as exc:
+        raise InvalidHost(f"{text!r} is not a valid host name (IDNA 2008: {exc})") from None
+    return ascii_name + "." if trailing else ascii_name
 
 
 def _address_host(address: IPAddress) -> Host:

@@ -10,12 +10,14 @@ one transport's write buffer passes its high-water mark it calls
 `resume_writing()`, so a slow reader slows the writer instead of filling memory.
 
 Before anything goes upstream, the client's first bytes are judged
-(`judge_first_flight`): a TLS ClientHello must name the tunnel's host.
+(`judge_first_flight`): a TLS ClientHello must name the tunnel's host, and
+plain HTTP is refused (it belongs on the forwarded-request path).
 """
 
 from __future__ import annotations
 
 import asyncio
+import re
 from typing import cast
 
 from .errors import InvalidHost
@@ -56,7 +58,7 @@ def judge_first_flight(
             raise TunnelDenied("tls required",
                                f"port {port} carries TLS only, and the tunnel to {host}:{port} "
                                "did not start with a TLS ClientHello")
-        return True
+        return _judge_plain(data, host, port, ended)
     try:
         hello = parse_client_hello(data)
         if hello is None:
@@ -79,6 +81,53 @@ def judge_first_flight(
         raise TunnelDenied("tls sni mismatch",
                            f"TLS SNI {hello.server_name} does not match the CONNECT host {host}")
     return True
+
+
+# An HTTP/1.x (or h2c prior-knowledge) request line, and what can still grow
+# into one. Servers skip empty lines before a request (RFC 9112, 2.2).
+_REQUEST_LINE = re.compile(rb"[!#$%&'*+\-.^_`|~0-9A-Za-z]+ [^ \r\n]+ HTTP/")
+_REQUEST_START = re.compile(
+    rb"[!#$%&'*+\-.^_`|~0-9A-Za-z]*\Z"
+    rb"|[!#$%&'*+\-.^_`|~0-9A-Za-z]+ [^ \r\n]*\Z"
+    rb"|[!#$%&'*+\-.^_`|~0-9A-Za-z]+ [^ \r\n]+ (?:H(?:T(?:T(?:P)?)?)?)?\Z")
+#: A first line longer than this that could still be a request line is taken for one.
+MAX_REQUEST_LINE = 64 * 1024
+
+
+def _judge_plain(data: bytes, host: Host, port: int, ended: bool) -> bool | None:
+    """Refuse plain HTTP in a tunnel; relay any other protocol (ssh, SMTP, a database).
+
+    A tunnel reaches an allowed address, and a plain HTTP request inside it
+    names its own host in a `Host` header, which a server with name-based
+    virtual hosts obeys: `curl -p` to an allowed `127.0.0.1:8080` read the
+    page of `admin.test` on that server. The forwarded-request path checks
+    every request's `Host`; a tunnel cannot without parsing each request of a
+    kept-alive connection, so HTTP goes there instead. The verdict falls when
+    the first line ends (its CR or LF); until then it is None, and the bytes
+    before the line's end may already go upstream (`relayable_undecided`): no
+    server acts on a request line it has not seen end.
+    """
+    text = data.lstrip(b"\r\n")
+    ends = [i for i in (text.find(b"\r"), text.find(b"\n")) if i >= 0]
+    line = text[:min(ends)] if ends else text
+    if _REQUEST_LINE.match(line) or (len(line) > MAX_REQUEST_LINE
+                                     and _REQUEST_START.match(line[:MAX_REQUEST_LINE])):
+        raise TunnelDenied("http in tunnel",
+                           f"plain HTTP inside the tunnel to {host}:{port} is refused: its Host "
+                           "header would go unchecked; send it as a forwarded request "
+                           "(HTTP_PROXY), where each request's Host is checked")
+    if not ends and not ended and _REQUEST_START.match(line):
+        return None  # could still become a request line
+    return True
+
+
+def relayable_undecided(data: bytes) -> int:
+    """How much of an undecided plain first flight may go upstream now: all of it
+    up to the end of its first line (which `_judge_plain` has not seen yet), none
+    while it is only the empty lines a server skips."""
+    if starts_tls(data) is not False or data[:1] in (b"\r", b"\n"):
+        return 0
+    return len(data)
 
 
 class Side(asyncio.Protocol):
@@ -150,6 +199,7 @@ class Tunnel:
         self._judging = True
         self._held_upstream: list[bytes] = []
         self._first_flight = bytearray()
+        self._flight_sent = 0  # of an undecided plain first line, already relayed
         self._hello_timer: asyncio.TimerHandle | None = None
         self._idle_timer: asyncio.TimerHandle | None = None
 
@@ -219,22 +269,41 @@ class Tunnel:
             self.deny(exc)
             return
         if verdict is None:
-            if self._hello_timer is None:
+            ready = relayable_undecided(bytes(self._first_flight))
+            if ready:
+                # A plain first line not yet ended: it goes upstream as it
+                # comes (an interactive protocol gets its answers), all but
+                # the line's end, which is judged first.
+                self._send_flight(ready)
+            elif self._hello_timer is None:
                 self._hello_timer = self.loop.call_later(self.handshake_timeout, self._slow_hello)
             return
         self._judging = False
         if self._hello_timer is not None:
             self._hello_timer.cancel()
-        flight, self._first_flight = bytes(self._first_flight), bytearray()
-        if flight:
-            self.client.received += len(flight)
-            self.upstream.write(flight)
+        self._send_flight(len(self._first_flight))
+        self._first_flight = bytearray()
+
+    def _send_flight(self, upto: int) -> None:
+        """Write the first flight's bytes up to `upto` that have not gone yet."""
+        chunk = bytes(self._first_flight[self._flight_sent:upto])
+        self._flight_sent = max(self._flight_sent, upto)
+        if chunk:
+            self.client.received += len(chunk)
+            self.upstream.write(chunk)
 
     def _slow_hello(self) -> None:
-        if self._judging:
+        if not self._judging:
+            return
+        if starts_tls(bytes(self._first_flight)) is not False:
             self.deny(TunnelDenied("tls malformed",
                                    f"the tunnel to {self.host}:{self.port} began a TLS handshake "
                                    f"that did not finish within {self.handshake_timeout:g}s"))
+        else:
+            self.deny(TunnelDenied("http in tunnel",
+                                   f"the tunnel to {self.host}:{self.port} began what may be an "
+                                   "HTTP request line and did not finish it within "
+                                   f"{self.handshake_timeout:g}s"))
 
     # --- the end ---------------------------------------------------------------
 

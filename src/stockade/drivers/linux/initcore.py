@@ -24,9 +24,9 @@ from time import perf_counter
 TYPE_CHECKING = False  # typing costs the init 3 ms; mypy treats this name as True
 
 if TYPE_CHECKING or __package__:  # imported as part of the package (tests, the host)
-    from .initschema import config_problem
+    from .initschema import PACKED_ARGV, config_problem
 else:
-    from initschema import config_problem  # the init: a sibling module
+    from initschema import PACKED_ARGV, config_problem  # the init: a sibling module
 if TYPE_CHECKING:
     import _socket  # local annotations only: never evaluated at run time
 
@@ -448,7 +448,7 @@ def main(argv: list[str]) -> int:
         timing.append((stage, (perf_counter() - started) * 1000))
 
     try:
-        if len(argv) < 4 or argv[2] != "--":
+        if len(argv) < 4 or argv[2] not in ("--", PACKED_ARGV):
             raise Refusal("usage: init.py CONFIG -- COMMAND [ARG...]")
         config = parse_config(argv[1])
         ready = config.get("ready_fd")
@@ -461,6 +461,11 @@ def main(argv: list[str]) -> int:
             finally:
                 posix.close(ready)
         command = argv[3:]
+        if argv[2] == PACKED_ARGV:
+            # A long argv, packed past bwrap's count of arguments (see initschema).
+            command = parse_command("".join(command)) or []
+            if not command:
+                raise Refusal("the packed command is not a JSON list of strings")
         cwd = config.get("cwd")
         if cwd is not None:
             # The Landlock backend has no bwrap --chdir; stockade's own

@@ -14,6 +14,17 @@ CONFIG_KEYS = frozenset((
     "bridge", "no_spawn", "lifeline_fd", "rlimits", "cwd", "parent", "drop_caps", "reaper",
     "reaper_fd", "timing", "ready_fd", "park_fd"))
 
+#: Follows CONFIG instead of `--` when the command's argv comes packed: its JSON
+#: list, cut into pieces the init joins. bwrap refuses more than 9000 arguments
+#: in all (its own, and `--args FD` counts too), so `echo` with 20,000 words
+#: failed as a sandbox that could not be built; a few pieces of at most
+#: ARGV_PIECE characters (a kernel's one argument stops at 128 KiB) leave only
+#: ARG_MAX, the bound of every exec, as under the Landlock backend.
+PACKED_ARGV = "--argv-json"
+#: Longer argvs are packed; shorter ones stay readable in `ps` as they are.
+ARGV_INLINE = 1024
+ARGV_PIECE = 65536
+
 
 def config_problem(value: object) -> str | None:
     """Why `value` is not a config of this version and schema, or None."""

@@ -187,9 +187,16 @@ def interpreter_paths(python: str) -> list[str]:
     That directory is the home for a `--prefix=$HOME` build or a copy in
     ~/bin, and a rule on it read every hidden store beneath.
     """
+    import sys
     import sysconfig
 
-    paths = {python, sysconfig.get_path("stdlib"), sysconfig.get_path("platstdlib")}
+    # The base installation's, not a venv's: the interpreter is the base one,
+    # and a shared build loads libpython from LIBDIR (a system one of another
+    # patch level loaded instead, and its extension modules failed).
+    version = f"python{sys.version_info[0]}.{sys.version_info[1]}"
+    paths = {python, sysconfig.get_config_var("LIBDIR") or "",
+             os.path.join(sys.base_prefix, "lib", version),
+             os.path.join(sys.base_exec_prefix, "lib", version)}
     return sorted(os.path.realpath(p) for p in paths if p)
 
 

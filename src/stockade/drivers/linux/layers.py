@@ -5,10 +5,9 @@ itself (init.py, initcore.py) runs inside bwrap and never imports this. The
 integration in `BubblewrapDriver.prepare` is:
 
     launch = init_launch(profile, list(argv), proxy_ports=..., keep_fds=...)
-    args = build_bwrap_args(profile, self.bwrap, info_fd=info_fd, inner=launch.argv)
-    at = args.index("--chdir")
-    args[at:at] = launch.mounts
-    return PreparedLaunch(args, launch.env, profile.cwd, cleanup=stubs.release)
+    args = build_bwrap_args(profile, self.bwrap, inner=launch.argv,
+                            extra_mounts=launch.mounts)  # before /dev turns read-only
+    return Launch(args, launch.env, profile.cwd, ...)
 
 and `launch.landlock_report()` is what the audit record shows.
 """
@@ -20,7 +19,7 @@ import sys
 
 from ...jsontext import to_json
 from ...profile import SYSTEM_READ_PATHS
-from .initschema import CONFIG_VERSION, config_problem
+from .initschema import ARGV_INLINE, ARGV_PIECE, CONFIG_VERSION, PACKED_ARGV, config_problem
 from .landlock import LandlockReport, LandlockRules, landlock_abi
 from .seccomp import SECCOMP_MODES
 
@@ -32,6 +31,18 @@ if TYPE_CHECKING:
 
 INIT_DIR = os.path.dirname(os.path.abspath(__file__))
 INIT_PATH = os.path.join(INIT_DIR, "init.py")
+#: Where INIT_DIR appears inside bubblewrap's sandbox, and the init there.
+#: Not at its host path: bwrap makes a mount point's missing parents in
+#: whatever holds them, and for a checkout under /tmp that is the sandbox's
+#: /tmp -- the session's, which lives on after the command (on the host, or
+#: in the session's tmpfs) -- so every command left a skeleton of the
+#: checkout's path there. /dev is bwrap's own tmpfs, made read-only after
+#: the init's mounts and gone with the sandbox; the proxy's socket is there too.
+INIT_MOUNT = "/dev/stockade-init"
+INNER_INIT_PATH = INIT_MOUNT + "/init.py"
+#: Where the init's interpreter appears when its own path would put a mount
+#: point in the sandbox's /tmp (an interpreter installed under /tmp).
+PYTHON_MOUNT = "/dev/stockade-python"
 #: What the init imports from INIT_DIR, all before the first layer is in place.
 INIT_MODULES = ("initcore", "initschema", "landlock", "seccomp", "bridge")
 
@@ -89,9 +100,11 @@ def landlock_rules(profile: Profile, proxy_ports: Sequence[int] = ()
     """
     from .landlock_rules import inner_reads
 
-    # The init's interpreter and modules, which it imports from after Landlock.
-    python = os.path.dirname(os.path.dirname(init_python()))
-    reads, listed = inner_reads(profile, extra=(python, INIT_DIR))
+    # The init's interpreter and modules, which it imports from after Landlock,
+    # where bubblewrap shows them (the Landlock backend plans its own rules).
+    python = init_python()
+    parts = [_inner(part, python) for part in interpreter_parts(python)]
+    reads, listed = inner_reads(profile, extra=(*parts, INIT_MOUNT))
     read = [*reads, *ALWAYS_READ]
     write = [profile.workspace] if profile.workspace_writable else []
     write += [*profile.write_roots, *ALWAYS_WRITE]
@@ -178,6 +191,10 @@ def init_argv(python: str, init_path: str, config: Mapping[str, object],
     if problem:
         raise ValueError(problem)
     text = to_json(config)
+    if len(argv) > ARGV_INLINE:
+        packed = to_json(list(argv))
+        return [python, "-I", "-S", init_path, text, PACKED_ARGV,
+                *(packed[i:i + ARGV_PIECE] for i in range(0, len(packed), ARGV_PIECE))]
     return [python, "-I", "-S", init_path, text, "--", *argv]
 
 
@@ -199,19 +216,69 @@ def init_python() -> str:
     return os.path.realpath(sys.executable)
 
 
+def _python_prefix(python: str) -> str:
+    return os.path.dirname(os.path.dirname(python))
+
+
+def interpreter_parts(python: str) -> list[str]:
+    """What of the interpreter's installation the sandbox needs: the executable
+    and the prefix's `lib` (its standard library, and libpython for a shared
+    build), never the prefix whole.
+
+    The prefix of a `--prefix=$HOME` build, or of a copy in ~/bin, is the
+    home: bound whole after the masks, and granted whole to Landlock, it
+    showed every store in it.
+    """
+    prefix = _python_prefix(python)
+    return [python, *(os.path.join(prefix, d) for d in ("lib", "lib64")
+                      if os.path.isdir(os.path.join(prefix, d)))]
+
+
+def _inner(path: str, python: str) -> str:
+    """`path`, part of `python`'s installation, where bubblewrap's sandbox shows it."""
+    prefix = _python_prefix(python)
+    return _python_prefix(inner_python(python)) + path[len(prefix):]
+
+
+def _under_tmp(path: str) -> bool:
+    return path == "/tmp" or path.startswith("/tmp/")
+
+
+def inner_python(python: str) -> str:
+    """Where the interpreter `python` is inside bubblewrap's sandbox (pure).
+
+    At its own path, except under /tmp (see `init_mounts`): there its prefix
+    is shown at PYTHON_MOUNT, and Python finds its standard library beside
+    the executable it was started as.
+    """
+    prefix = _python_prefix(python)
+    if _under_tmp(prefix):
+        return PYTHON_MOUNT + python[len(prefix):]
+    return python
+
+
 def init_mounts(python: str) -> list[str]:
-    """bwrap arguments that make the init visible and read-only inside the sandbox.
+    """bwrap arguments that make the init visible and read-only inside the sandbox (pure).
 
     The strict read scope shows only system paths and the interpreter, not
     an editable checkout of stockade; and when stockade lives under a
     writable root (a developer's own workspace), one command could rewrite
-    the init that confines the next. The interpreter comes back too when
-    it sits under a masked home (/root/.pyenv with the host scope).
+    the init that confines the next. So INIT_DIR is bound read-only, at
+    INIT_MOUNT: never at its host path, whose missing parents bwrap would
+    make in the sandbox's /tmp when stockade lives under /tmp.
+
+    The interpreter (`interpreter_parts`) comes back too when it sits outside the system paths
+    (/root/.pyenv under a masked home), at its own path: an interpreter
+    built with --enable-shared finds libpython through an absolute RUNPATH,
+    which a prefix moved elsewhere would break. Under /tmp alone it moves to
+    PYTHON_MOUNT, for the same reason as the init; one under /tmp that links
+    libpython by absolute path cannot start there (run stockade with another).
     """
-    args = ["--ro-bind", INIT_DIR, INIT_DIR]
-    prefix = os.path.dirname(os.path.dirname(python))
+    args = ["--ro-bind", INIT_DIR, INIT_MOUNT]
+    prefix = _python_prefix(python)
     if not any(prefix == p or prefix.startswith(p + "/") for p in SYSTEM_READ_PATHS):
-        args += ["--ro-bind", prefix, prefix]
+        for part in interpreter_parts(python):
+            args += ["--ro-bind", part, _inner(part, python)]
     return args
 
 
@@ -223,6 +290,7 @@ class InitLaunch:
     def __init__(self, argv: list[str], env: dict[str, str], mounts: list[str],
                  config: dict[str, object]) -> None:
         self.argv = argv  #: after bwrap's `--`: python -I -S init.py CONFIG -- command...
+        #: (the interpreter and init.py as the sandbox shows them, see `init_mounts`)
         self.env = env  #: what bwrap starts with: the command's, minus loader variables
         self.mounts = mounts  #: bwrap arguments, before `--chdir`
         self.config = config
@@ -257,8 +325,8 @@ def init_launch(profile: Profile, argv: Sequence[str], *, python: str | None = N
     config = init_config(profile, proxy_ports=proxy_ports, keep_fds=keep_fds,
                          require_landlock=require_landlock, env=env, nproc=nproc,
                          lifeline_fd=lifeline_fd, ready_fd=ready_fd, park_fd=park_fd)
-    return InitLaunch(init_argv(python, INIT_PATH, config, argv), launch_env(env), mounts,
-                      config)
+    return InitLaunch(init_argv(inner_python(python), INNER_INIT_PATH, config, argv),
+                      launch_env(env), mounts, config)
 
 
 _ABI: list[int] = []

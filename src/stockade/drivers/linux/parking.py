@@ -50,13 +50,16 @@ class ParkingDriver(Driver):
     def prepare(self, argv: list[str], profile: Profile) -> Launch:
         if self._warm is not None:
             return self._warm.launch(argv, profile)
-        from .warm import START_COLD, writes
-
         launch = self._prepare(argv, profile)
-        writes(launch, profile)  # another driver's pool in this process may park beside it
+        if profile.workspace_writable or profile.write_roots:  # warm.writable_roots
+            from .warm import writes
+
+            writes(launch, profile)  # another driver's pool in this process may park beside it
         # Parking off (the CLI's `run`, warm_sandboxes = 0) is still a start:
-        # a record without the key read as neither.
-        launch.report.audit["start"] = START_COLD
+        # a record without the key read as neither. warm.START_COLD, spelled
+        # here: importing warm.py (socket, enum) cost a read-only `stockade
+        # run` several milliseconds for a launch that writes nothing.
+        launch.report.audit["start"] = "cold"
         return launch
 
     def open_session(self, session_id: str, workspace: str, tmp: str | None = None) -> None:

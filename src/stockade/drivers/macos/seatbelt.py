@@ -532,8 +532,8 @@ def check_available(platform: str, is_executable: Callable[[str], bool]) -> None
         raise SandboxUnavailable(
             f"{SANDBOX_EXEC} is missing or not executable. stockade runs Seatbelt only "
             "through that path, never one found on PATH; it ships with macOS, so its absence "
-            "means a modified system. Restore it (reinstall macOS), or choose "
-            'backend = "none" knowing that commands then run unconfined'
+            "means a modified system. Restore it (reinstall macOS), or run in full-access "
+            'mode (backend = "none") knowing that commands then run unconfined'
         )
 
 

@@ -1,0 +1,382 @@
+"""`stockade explain` and `stockade config show`: what a command would get, and why.
+
+`explain` takes `run`'s options and a command, and walks the pipeline's
+decisions up to the profile -- mode, grants, the driver, the profile a
+driver would be given -- without asking for approval, starting a proxy,
+preparing a launch or writing an audit record. What would need approval is
+said, not asked. `config show` prints each setting in force and the file or
+flag it came from.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from .cli import (
+    RUN_OPTIONS,
+    UsageError,
+    _check_hosts,
+    _help,
+    _number,
+    open_session,
+    parse_options,
+    requested_capabilities,
+)
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from .command import SandboxCommand
+    from .config import SandboxConfig
+    from .profile import Profile
+
+EXPLAIN_OPTIONS = {k: v for k, v in RUN_OPTIONS.items()
+                   if k not in ("--yes", "--quiet", "--max-output")}
+EXPLAIN_OPTIONS["--json"] = (False, False, "print the explanation as one JSON object")
+EXPLAIN_USAGE = "usage: stockade explain [run options] -- CMD [ARGS...]"
+EXPLAIN_DESCRIPTION = ("Show the profile `stockade run` would give the command (mode, what it "
+                       "may read and write, what is hidden, network, limits, the layers that "
+                       "apply, and where each setting came from) without running it, asking "
+                       "for approval or recording it.")
+
+CONFIG_OPTIONS: dict[str, tuple[bool, bool, str]] = {
+    "--config": (True, False, "read this TOML file instead of the usual ones"),
+    "--workspace": (True, False, "the project whose stockade.toml counts (default: current "
+                                 "dir)"),
+    "--json": (False, False, "print the settings as one JSON object"),
+    "--help": (False, False, "show this help"),
+}
+CONFIG_USAGE = "usage: stockade config show [--config FILE] [--workspace DIR] [--json]"
+CONFIG_DESCRIPTION = ("Show each effective setting, its value, and the file or flag it came "
+                      "from (default: stockade's own default).")
+
+#: Run's flags that set a config key, and the key.
+FLAG_KEYS = {"mode": "mode", "backend": "backend", "deny_host": "deny_hosts"}
+
+
+def setting_sources(config: SandboxConfig, flags: dict[str, object] | None = None
+                    ) -> dict[str, str]:
+    """key -> where its value came from: a flag, the last file that set it, or "default"."""
+    from .config import _FIELDS, _parse, read_settings
+
+    origin = dict.fromkeys(_FIELDS, "default")
+    for path in config.sources:
+        data = read_settings(path, follow=path not in config.project_sources)
+        if data is None:
+            continue
+        for setting in _parse(data, path):
+            origin[setting] = path
+    for flag, value in (flags or {}).items():
+        key = FLAG_KEYS.get(flag)
+        if key is not None and value:
+            name = f"--{flag.replace('_', '-')}"
+            origin[key] = name if origin[key] == "default" else f"{origin[key]} and {name}"
+    return origin
+
+
+def settings(config: SandboxConfig) -> dict[str, object]:
+    from .config import _FIELDS
+
+    out: dict[str, object] = {}
+    for key in _FIELDS:
+        if hasattr(config, key):
+            out[key] = getattr(config, key)
+        else:
+            out[key] = config.option(key)
+    if config.command_policy:
+        out["command_policy"] = {k: v for k, v in config.command_policy.items()
+                                 if not k.startswith("_")}
+    return out
+
+
+def _show(value: object) -> str:
+    from .trust import toml_value
+
+    if value is None:
+        return "(unset)"
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{k} = {_show(v)}" for k, v in value.items()) + "}"
+    return toml_value(value)
+
+
+def config_main(argv: list[str]) -> int:
+    values, rest = parse_options(argv, CONFIG_OPTIONS, CONFIG_USAGE)
+    if values.get("help") or rest[:1] in (["-h"], ["--help"]):
+        print(_help("config"))
+        return 0
+    if rest != ["show"]:
+        raise UsageError("config needs one action: show", CONFIG_USAGE)
+    from .config import load_config
+
+    path = values.get("config")
+    config = load_config(os.environ, str(values.get("workspace") or os.getcwd()),
+                         paths=[str(path)] if path else None)
+    shown = settings(config)
+    origin = setting_sources(config)
+    if "command_policy" in shown:
+        origin["command_policy"] = str(config.command_policy.get("_source", "default"))
+    if values.get("json"):
+        import json
+
+        print(json.dumps({"sources": config.sources,
+                          "settings": {k: {"value": v, "from": origin.get(k, "default")}
+                                       for k, v in shown.items()}}, default=str))
+        return 0
+    print("files read: " + (", ".join(config.sources) or "none (every value is a default)"))
+    width = max(map(len, shown))
+    for key, value in shown.items():
+        print(f"{key:<{width}} = {_show(value)}   # {origin.get(key, 'default')}")
+    return 0
+
+
+def main(argv: list[str]) -> int:
+    if argv[:1] in (["-h"], ["--help"]):
+        values: dict[str, object] = {"help": True}
+        command: list[str] = []
+    else:
+        values, command = parse_options(argv, EXPLAIN_OPTIONS, EXPLAIN_USAGE)
+    if values.get("help"):
+        print(_help("explain"))
+        return 0
+    if not command:
+        raise UsageError("no command given (put it after --)", EXPLAIN_USAGE)
+    timeout = _number(values, "timeout", float, EXPLAIN_USAGE)
+    _check_hosts(values, EXPLAIN_USAGE)
+    report = explain(values, command, timeout)
+    if values.get("json"):
+        import json
+
+        print(json.dumps(report, default=str))
+    else:
+        print(render(report))
+    return 0
+
+
+def explain(values: dict[str, object], command: list[str], timeout: float | None
+            ) -> dict[str, object]:
+    """The pipeline's decisions for `command` up to its profile, as a JSON-able dict."""
+    from . import approval as ap
+    from .capabilities import FULL_ACCESS, READ_ONLY
+    from .command import SandboxCommand as Command
+    from .drivers import should_sandbox
+
+    sandbox, ws, mode = open_session(values, prefix="explain", probe=False)
+    try:
+        core = sandbox.core
+        config = core.config
+        caps_asked = requested_capabilities(values, sandbox, ws, mode, EXPLAIN_USAGE)
+        cmd = Command(command[0], command[1:], session_id=ws.session_id,
+                             capabilities=caps_asked, timeout=timeout,
+                             cwd=str(values["cwd"]) if values.get("cwd") else None)
+        cwd = core.validate_cwd(ws, cmd.cwd)
+        mode = core.mode_for(ws)
+        baseline = core.baseline(mode, ws)
+        caps = caps_asked if caps_asked is not None else baseline
+        origin = setting_sources(config, values)
+        out: dict[str, object] = {
+            "argv": cmd.argv, "mode": mode, "mode_from": origin["mode"],
+            "workspace": ws.cwd, "cwd": cwd,
+        }
+        if not caps.is_within(baseline):
+            out["needs_approval"] = ap.exceeds(caps, baseline) or "a boundary change"
+        if mode == READ_ONLY and caps.fs_write:
+            out["refused"] = "fs_write needs workspace-write or full-access mode"
+        policy = _policy_verdict(config, cmd)
+        if policy:
+            out["command_policy"] = policy
+        sandboxed = should_sandbox(mode, cmd.preference)
+        ceiling = config.max_memory_mb
+        if sandboxed and ceiling and (caps.max_memory_mb is None
+                                      or caps.max_memory_mb > ceiling):
+            caps = caps.replace(max_memory_mb=ceiling)
+        out["timeout_seconds"] = cmd.timeout or caps.timeout_secs or core.default_timeout
+        out["timeout_from"] = ("--timeout" if timeout else origin["default_timeout_seconds"])
+        out["output"] = {
+            "streamed_bytes": config.stream_output_bytes,
+            "streamed_from": origin["stream_output_bytes"],
+            "captured_bytes": config.max_output_bytes,
+            "captured_from": origin["max_output_bytes"],
+        }
+        if sandboxed and mode != READ_ONLY and config.backend != "none":
+            from .core import refuse_home_workspace
+
+            try:
+                refuse_home_workspace(ws.cwd, core.env, config.allow_home_workspace)
+            except Exception as exc:
+                out["refused"] = str(exc)
+        try:
+            driver = core.driver(sandboxed, ws.cwd)
+            driver.available()
+        except Exception as exc:
+            out["backend"] = config.backend
+            out["backend_from"] = origin["backend"]
+            out["unavailable"] = " ".join(str(exc).split())
+            return out
+        out["backend"] = driver.name
+        out["backend_from"] = origin["backend"]
+        if not sandboxed or mode == FULL_ACCESS:
+            out["layers"] = ["none: full-access runs the command as it is"]
+            out["network"] = "all"
+            return out
+        from .patterns import workspace_patterns
+
+        patterns = workspace_patterns(config.unreadable)
+        profile = core.make_profile(
+            ws, cmd, mode, caps, cwd, driver.name, None,
+            repositories=driver.repositories(ws.cwd) if mode != READ_ONLY else (),
+            matched=driver.matching(ws.cwd, patterns) if patterns else ())
+        out.update(_profile_facts(profile, config, origin))
+        flags = [f"--{k.replace('_', '-')}" for k in ("network", "allow_host")
+                 if values.get(k)]
+        if flags:
+            out["network_from"] = " and ".join(flags)
+        if out["backend_from"] == "default" or config.backend == "auto":
+            out["backend_from"] = f"backend = {config.backend!r}, {out['backend_from']}"
+        out["layers"] = layers(driver.name, profile, config)
+        return out
+    finally:
+        sandbox.close_session(ws.session_id)
+        sandbox.close()
+
+
+def _policy_verdict(config: SandboxConfig, cmd: SandboxCommand) -> str | None:
+    """What the command policy would say, without the hook's audit of a match."""
+    from .command_policy import policy_hook_from_config
+    from .command_policy.normalize import scan_target
+
+    hook = policy_hook_from_config(config.command_policy)
+    if hook is None:
+        return "off ([sandbox.command_policy] enabled = false)"
+    policy = hook.policy
+    if not policy.enabled:
+        return None
+    raw, truncated = scan_target(cmd.program, cmd.args, cmd.stdin)
+    verdict = policy.check_text(raw, truncated=truncated)
+    if verdict.blocked:
+        return "blocked: " + "; ".join(f"{m.name} ({m.description})" for m in verdict.blocks)
+    if verdict.matches:
+        return "warns: " + "; ".join(f"{m.name} ({m.description})" for m in verdict.warnings)
+    return None
+
+
+def _profile_facts(profile: Profile, config: SandboxConfig, origin: dict[str, str]
+                   ) -> dict[str, object]:
+    network = profile.network
+    net: object = network.kind
+    if network.hosts:
+        net = {"kind": network.kind, "hosts": list(network.hosts),
+               "denied": list(config.deny_hosts)}
+    return {
+        "read_scope": profile.read_scope,
+        "read": list(profile.read_roots) + list(profile.read_extra),
+        "workspace_writable": profile.workspace_writable,
+        "writable": ([profile.workspace] if profile.workspace_writable else [])
+        + list(profile.write_roots),
+        "writable_from": origin["writable"],
+        "hidden": [path for path, _kind in profile.hidden],
+        "hidden_from": origin["unreadable"],
+        "shown_back": [path for path, _kind in profile.shown],
+        "protected": [p.path for p in profile.protected],
+        "network": net,
+        "network_from": origin["allow_hosts"] if network.hosts else "the mode",
+        "memory_default_mb": config.memory_default_mb(),
+        "limits": {
+            "max_memory_mb": profile.max_memory_mb,
+            "max_pids": config.max_pids,
+            "cpu_quota_percent": config.cpu_quota_percent,
+            "tmp_size_mb": profile.tmp_size_mb,
+            "max_file_size_mb": profile.max_file_size_mb,
+        },
+        "limits_from": {key: origin[key] for key in (
+            "max_memory_mb", "max_pids", "cpu_quota_percent", "tmp_size_mb",
+            "max_file_size_mb")},
+        "spawn_subprocess": profile.spawn_subprocess,
+        "environment_dropped": sorted(set(os.environ) - set(profile.env)),
+    }
+
+
+def layers(backend: str, profile: Profile, config: SandboxConfig) -> list[str]:
+    """The kernel layers the backend would put around this profile, here."""
+    out: list[str] = []
+    abi = 0
+    if sys.platform.startswith("linux"):
+        from .drivers.linux.landlock import landlock_abi
+        from .drivers.linux.limits import mechanism
+
+        abi = landlock_abi()
+        kind, _bases, _why = mechanism()
+    else:
+        kind = "none"
+    if backend == "bubblewrap":
+        spaces = "user, mount, PID, IPC, UTS, cgroup"
+        if profile.network.kind != "all":
+            spaces += ", network"
+        workspace = "writable" if profile.workspace_writable else "read-only"
+        out.append(f"bubblewrap: namespaces ({spaces}); the host read-only, the workspace "
+                   f"{workspace}")
+    if backend in ("bubblewrap", "landlock"):
+        out.append(f"Landlock ABI {abi}" if abi else
+                   "Landlock: not on this kernel (bubblewrap's mounts alone)")
+        out.append("seccomp: the base filter"
+                   + ("" if profile.spawn_subprocess else ", and no new processes"))
+        if kind.startswith("cgroup") or kind == "systemd":
+            out.append(f"{kind}: pids.max {config.max_pids}"
+                       + (f", memory.max {profile.max_memory_mb} MiB"
+                          if profile.max_memory_mb else "")
+                       + (f", cpu.max {config.cpu_quota_percent}%"
+                          if config.cpu_quota_percent else ""))
+        else:
+            out.append(f"rlimits ({kind}): RLIMIT_NPROC, RLIMIT_AS")
+        if profile.max_file_size_mb:
+            out.append(f"RLIMIT_FSIZE {profile.max_file_size_mb} MiB")
+    if profile.network.hosts:
+        out.append("stockade's proxy: only the allowed hosts")
+    if not out:
+        out.append(backend)
+    return out
+
+
+def render(report: dict[str, object]) -> str:
+    """The explanation as lines a person reads."""
+    lines = [f"command:   {' '.join(map(str, report['argv']))}"]  # type: ignore[call-overload]
+
+    def row(label: str, value: object, origin: object = None) -> None:
+        text = value if isinstance(value, str) else _show(value)
+        lines.append(f"{label + ':':<11}{text}" + (f"   (from {origin})" if origin else ""))
+
+    row("mode", report["mode"], report.get("mode_from"))
+    row("backend", report.get("backend"), report.get("backend_from"))
+    row("workspace", report["workspace"])
+    if report.get("cwd") != report["workspace"]:
+        row("cwd", report["cwd"])
+    for key, label in (("unavailable", "cannot run"), ("refused", "refused"),
+                       ("needs_approval", "approval"), ("command_policy", "policy")):
+        if key in report:
+            row(label, report[key])
+    if "read_scope" in report:
+        row("reads", f"{report['read_scope']} scope: "
+            + ", ".join(report["read"]))  # type: ignore[arg-type]
+        row("writes", ", ".join(report["writable"]) or "nothing but a private /tmp",  # type: ignore[arg-type]
+            report.get("writable_from"))
+        hidden = report["hidden"]
+        row("hidden", f"{len(hidden)} paths, e.g. {', '.join(hidden[:6])}"  # type: ignore[arg-type,index]
+            if hidden else "nothing", report.get("hidden_from"))
+        if report.get("protected"):
+            row("protected", ", ".join(report["protected"][:8])  # type: ignore[index]
+                + (" ..." if len(report["protected"]) > 8 else ""))  # type: ignore[arg-type]
+    row("network", report.get("network"), report.get("network_from"))
+    row("timeout", f"{report['timeout_seconds']:g} s", report.get("timeout_from"))
+    output = report["output"]
+    row("output", f"{output['streamed_bytes']} bytes streamed, "  # type: ignore[index]
+        f"{output['captured_bytes']} captured")  # type: ignore[index]
+    if "limits" in report:
+        limits = report["limits"]
+        origins = report["limits_from"]
+        for key, value in limits.items():  # type: ignore[attr-defined]
+            if key == "max_memory_mb" and value is None and report.get("memory_default_mb"):
+                value = f"{report['memory_default_mb']} (this machine's default)"
+            text = value if isinstance(value, str) else _show(value)
+            row("limit", f"{key} = {text}", origins[key])  # type: ignore[index]
+    for layer in report.get("layers") or ():  # type: ignore[attr-defined]
+        row("layer", layer)
+    return "\n".join(lines)
