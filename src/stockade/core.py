@@ -296,11 +296,7 @@ class SandboxCore:
             scope = STRICT if scope == "auto" else scope
         tmp_dir = None
         if not ephemeral_tmp:
-            import tempfile
-
-            base = os.path.join(self.state_dir, "tmp")
-            os.makedirs(base, mode=0o700, exist_ok=True)
-            tmp_dir = tempfile.mkdtemp(prefix=session_key(session_id)[:12] + "-", dir=base)
+            tmp_dir = _private_dir(os.path.join(self.state_dir, "tmp"), session_id)
         ws = SessionWorkspace(session_id, cwd, provisioned=provisioned, tmp_dir=tmp_dir,
                               read_scope=scope)
         self.sessions[session_id] = ws
@@ -635,12 +631,7 @@ class SandboxCore:
                      matched: tuple[str, ...] = ()) -> Profile:
         c = self.config
         if ws.cache_dir is None and c.scratch and mode != READ_ONLY:
-            import tempfile
-
-            base = os.path.join(self.state_dir, "caches")
-            os.makedirs(base, mode=0o700, exist_ok=True)
-            ws.cache_dir = tempfile.mkdtemp(prefix=session_key(ws.session_id)[:12] + "-",
-                                            dir=base)
+            ws.cache_dir = _private_dir(os.path.join(self.state_dir, "caches"), ws.session_id)
         profile = build_profile(
             private=self._private, cache_dir=ws.cache_dir, tmp_size_mb=c.tmp_size_mb,
             max_file_size_mb=c.max_file_size_mb,
@@ -737,6 +728,19 @@ def refuse_home_workspace(workspace: str, env: Mapping[str, str], allowed: bool)
             "allow_home_workspace = true in ~/.config/stockade/config.toml to accept it")
 
 
+def _private_dir(base: str, session_id: str) -> str:
+    """A new directory of the session's under `base`, mode 0700, as mkdtemp makes one
+    (without `tempfile`, whose imports cost a writing command 6 ms)."""
+    os.makedirs(base, mode=0o700, exist_ok=True)
+    while True:
+        path = os.path.join(base, f"{session_key(session_id)[:12]}-{os.urandom(6).hex()}")
+        try:
+            os.mkdir(path, 0o700)
+        except FileExistsError:
+            continue
+        return path
+
+
 def remove_session_tmp(path: str) -> None:
     """Remove a session's /tmp, however deep the command made it.
 
@@ -745,12 +749,15 @@ def remove_session_tmp(path: str) -> None:
     processes running. coreutils' rm walks without recursing and never
     follows a link.
     """
-    import shutil
-
     try:
-        shutil.rmtree(path, ignore_errors=True)
-    except RecursionError:
-        pass
+        os.rmdir(path)  # most often empty: no `shutil` (2 ms of imports) on the CLI's path
+    except OSError:
+        import shutil
+
+        try:
+            shutil.rmtree(path, ignore_errors=True)
+        except RecursionError:
+            pass
     if os.path.lexists(path):
         from .process import run_plain
 

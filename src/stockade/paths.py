@@ -155,6 +155,6 @@ def sha256_hex(data: bytes) -> str:
 def session_key(session_id: str) -> str:
     """32 hex chars of SHA-256 over the JSON-encoded id: short, and safe as a file name
     whatever characters the id carries."""
-    import json
+    from .jsontext import to_json  # json.dumps's text, without importing json and re
 
-    return sha256_hex(json.dumps(session_id).encode())[:32]
+    return sha256_hex(to_json(session_id).encode())[:32]

@@ -37,7 +37,6 @@ when the *thread* that started a process exits, not the process.
 from __future__ import annotations
 
 import os
-import socket
 import threading
 import time
 
@@ -47,6 +46,7 @@ from ..base import Launch
 TYPE_CHECKING = False
 
 if TYPE_CHECKING:
+    import socket
     from collections.abc import Callable, Mapping, Sequence
 
     from ...process import Process
@@ -585,6 +585,8 @@ class WarmPool:
 
     def _park(self, parked: Parked, profile: Profile) -> None:
         tok = parked.token
+        import socket  # here, not at import: the CLI's cold path imports this module
+
         mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         gone = True
         try:
