@@ -217,7 +217,8 @@ def _running(marker: str) -> bool:
     return False
 
 
-def _scripted_agent_run(ws: Path, shell_calls: list[dict[str, Any]]) -> list[str]:
+def _scripted_agent_run(ws: Path, shell_calls: list[dict[str, Any]],
+                        config: SandboxConfig | None = None) -> list[str]:
     """A real `create_agent` run whose model makes these shell tool calls, one per
     turn, through stockade: what each tool call showed the model."""
     from langchain.agents import create_agent
@@ -236,7 +237,7 @@ def _scripted_agent_run(ws: Path, shell_calls: list[dict[str, Any]]) -> list[str
           for i, args in enumerate(shell_calls)),
         AIMessage(content="done"),
     ]))
-    policy = StockadeExecutionPolicy(mode="workspace-write", command_timeout=20)
+    policy = StockadeExecutionPolicy(mode="workspace-write", config=config, command_timeout=20)
     agent = create_agent(model, middleware=[ShellToolMiddleware(
         workspace_root=ws, execution_policy=policy)])
     try:
@@ -385,6 +386,73 @@ def test_langchain_the_shell_comes_back_after_every_timeout(dirs: tuple[Path, Pa
     finally:
         session.stop(5)
         policy.close()
+
+
+def _shell_records(ledger: Path) -> list[tuple[str, str, int | None, int | None]]:
+    """(command, outcome, exit_code, signal) of each persistent-shell command in the
+    ledger file, read with sqlite3 itself, in the order they were written."""
+    import contextlib
+    import json
+    import sqlite3
+
+    with contextlib.closing(sqlite3.connect(ledger)) as db:
+        rows = db.execute("SELECT argv, outcome, exit_code, signal, detail FROM executions "
+                          "ORDER BY id").fetchall()
+    return [(json.loads(argv)[2], outcome, code, sig)
+            for argv, outcome, code, sig, detail in rows
+            if "persistent_shell" in (detail or "")]
+
+
+def test_langchain_records_carry_each_commands_exit_status(dirs: tuple[Path, Path]) -> None:
+    """Through a real agent run: each command's record holds the status the
+    model was shown, 0 or not (the records carried none)."""
+    pytest.importorskip("langchain.agents.middleware")
+    ws, _ = dirs
+    ledger = ws.parent / "ledger.db"
+    config = SandboxConfig(mode="workspace-write", ledger=str(ledger))
+    shown = _scripted_agent_run(ws, [
+        {"command": "echo fine"},
+        {"command": "ls no-such-file"},
+        {"command": "sh -c 'exit 7'"},
+        {"command": "rm -rf --no-preserve-root /"},
+        {"command": "true"},
+    ], config=config)
+    assert "Exit code: 2" in shown[1] and "Exit code: 7" in shown[2], shown
+    assert _shell_records(ledger) == [
+        ("echo fine", "ran", 0, None),
+        ("ls no-such-file", "ran", 2, None),
+        ("sh -c 'exit 7'", "ran", 7, None),
+        ("rm -rf --no-preserve-root /", "denied", None, None),
+        ("true", "ran", 0, None),
+    ]
+
+
+def test_langchain_records_a_shell_ending_command_and_a_timeout(dirs: tuple[Path, Path]) -> None:
+    """`exit 4` ends the shell before any status line: its record holds the
+    shell's status. A command the middleware gives up on is a timeout."""
+    pytest.importorskip("langchain.agents.middleware")
+    from stockade.adapters.langchain import StockadeExecutionPolicy
+
+    ws, _ = dirs
+    ledger = ws.parent / "ledger.db"
+    policy = StockadeExecutionPolicy(
+        config=SandboxConfig(mode="workspace-write", ledger=str(ledger)), termination_timeout=2)
+    session = _langchain_session(ws, policy)
+    try:
+        assert session.execute("sleep 30", timeout=1).timed_out
+        assert session.execute("false", timeout=20).exit_code == 1
+        session.execute("exit 4", timeout=2)
+        session.restart()
+        assert session.execute("echo back", timeout=20).exit_code == 0
+    finally:
+        session.stop(5)
+        policy.close()
+    assert _shell_records(ledger) == [
+        ("sleep 30", "timeout", None, None),
+        ("false", "ran", 1, None),
+        ("exit 4", "ran", 4, None),
+        ("echo back", "ran", 0, None),
+    ]
 
 
 def test_openai_function_tool_for_chat_completions_models(dirs: tuple[Path, Path]) -> None:

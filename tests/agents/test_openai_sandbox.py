@@ -505,3 +505,93 @@ def test_a_client_with_its_own_options_does_not_take_them_from_stored_state(box:
     # Control: the client that created the session full-access resumes it so.
     assert asyncio.run(resume_with(wide)) == 0
     assert (box.home / "planted").exists()
+
+
+# -- a workspace over the output budget --------------------------------------------------
+
+def _runner_pass(client: Any, steps: list[Any], *, manifest: Any = None,
+                 session_state: Any = None) -> tuple[dict[str, str], dict[str, Any]]:
+    """One `Runner.run` of a scripted model: what the model read, and the sandbox
+    part of the run's stored state (`RunState.to_json()["sandbox"]`)."""
+    agent = SandboxAgent(name="coder", model=ScriptedModel(*steps))
+    config = agents.RunConfig(tracing_disabled=True, sandbox=SandboxRunConfig(
+        client=client, manifest=manifest, session_state=session_state))
+    result = asyncio.run(agents.Runner.run(agent, "do the task", run_config=config))
+    return json.loads(result.final_output), result.to_state().to_json().get("sandbox") or {}
+
+
+def _cleanup_failures(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [f"{r.getMessage()} {r.exc_info[1] if r.exc_info else ''}" for r in caplog.records
+            if "clean up sandbox" in r.getMessage()]
+
+
+def test_a_named_project_over_the_output_budget_cleans_up_and_loses_nothing(
+        box: Box, caplog: pytest.LogCaptureFixture) -> None:
+    """Over 1 MiB, every run logged `Failed to clean up sandbox resources after
+    run` (the snapshot's archive came back over max_output_bytes) and lost
+    its resume state. A named root is never restored from a snapshot, so
+    none is taken; a resumed run finds the project as the last one left it."""
+    import hashlib
+
+    from agents.sandbox.entries import File
+
+    big = box.ws / "assets.bin"
+    big.write_bytes(os.urandom(3 << 20))
+    digest = hashlib.sha256(big.read_bytes()).hexdigest()
+    manifest = Manifest(root=str(box.ws), entries={"notes.md": File(content=b"first\n")})
+    client = StockadeSandboxClient(options=StockadeSandboxClientOptions())
+    caplog.set_level("WARNING")
+
+    first, sandbox_state = _runner_pass(client, [[_exec(
+        "w", "echo second >> notes.md && echo made > made.txt && wc -c < assets.bin")]],
+        manifest=manifest)
+    assert first["w"].rstrip().endswith(str(3 << 20)), first
+    assert not _cleanup_failures(caplog), _cleanup_failures(caplog)
+    assert sandbox_state.get("session_state"), "the run's sandbox resume state was lost"
+    snapshots = box.base / "state" / "openai-agents-python"
+    assert not [p for p in snapshots.rglob("*") if p.is_file()], "a named root was archived"
+
+    # The next run resumes the session: the manifest's file is not put back
+    # over the first run's edit, and nothing the first run left is gone.
+    state = client.deserialize_session_state(sandbox_state["session_state"])
+    second, _ = _runner_pass(client, [[_exec("r", "cat notes.md made.txt")]],
+                             session_state=state)
+    assert "first\nsecond\nmade\n" in second["r"], second
+    assert not _cleanup_failures(caplog), _cleanup_failures(caplog)
+    assert hashlib.sha256(big.read_bytes()).hexdigest() == digest
+    assert (box.ws / ".git").is_dir()
+
+
+@pytest.mark.parametrize("backend", ["bubblewrap", "landlock"])
+def test_a_default_root_over_the_output_budget_is_snapshotted_whole(
+        box: Box, backend: str, caplog: pytest.LogCaptureFixture) -> None:
+    """A default root is removed after each run, so its snapshot is its only
+    copy: over max_output_bytes the archive failed and the run's work went
+    with the directory. It now comes back in pieces within the budget."""
+    import tarfile
+
+    client = StockadeSandboxClient(config=SandboxConfig(backend=backend, ledger=False),
+                                   options=StockadeSandboxClientOptions())
+    caplog.set_level("WARNING")
+    make = "head -c 3000000 /dev/urandom > big.bin && sha256sum big.bin"
+    first, sandbox_state = _runner_pass(client, [[_exec("w", make)]])
+    assert not _cleanup_failures(caplog), _cleanup_failures(caplog)
+    digest = re.search(r"\b([0-9a-f]{64})\s+big\.bin", first["w"])
+    assert digest, first
+    archives = [p for p in (box.base / "state" / "openai-agents-python").rglob("*.tar")]
+    assert len(archives) == 1, archives
+    with tarfile.open(archives[0]) as tar:
+        member = tar.extractfile("./big.bin")
+        assert member is not None
+        assert hashlib_hex(member.read()) == digest.group(1)
+
+    state = client.deserialize_session_state(sandbox_state["session_state"])
+    second, _ = _runner_pass(client, [[_exec("r", "sha256sum big.bin")]], session_state=state)
+    assert digest.group(1) in second["r"], second
+    assert not _cleanup_failures(caplog), _cleanup_failures(caplog)
+
+
+def hashlib_hex(data: bytes) -> str:
+    import hashlib
+
+    return hashlib.sha256(data).hexdigest()

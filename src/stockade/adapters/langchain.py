@@ -18,7 +18,10 @@ which takes everything the shell started with it.
 The shell's stdin is gated: each command the middleware writes passes the
 command policy (and the rest of the before-hooks) first and gets its own
 ledger record. A denied command never reaches the shell; the model reads
-the reason on stderr instead, with exit status 126.
+the reason on stderr instead, with exit status 126. A command that ran is
+recorded when it ends, with the exit status the shell printed for it on
+the middleware's own status line (`<marker> $?`, read as it passes on the
+shell's stdout), or as `timeout` when the middleware gave up on it.
 """
 
 from __future__ import annotations
@@ -63,6 +66,7 @@ class StockadeExecutionPolicy(BaseExecutionPolicy):
     _spawned: int = field(default=0, init=False, repr=False)
     _ending: dict[str, list[tuple[subprocess.Popen[str], threading.Event]]] = field(
         default_factory=dict, init=False, repr=False)
+    _gates: list[_CommandGate] = field(default_factory=list, init=False, repr=False)
 
     def spawn(self, *, workspace: Path, env: Mapping[str, str],
               command: Sequence[str]) -> subprocess.Popen[str]:
@@ -98,8 +102,11 @@ class StockadeExecutionPolicy(BaseExecutionPolicy):
 
         proc = core.drive(core.pipeline(cmd, ws, background=True), Performers(core.ask, run))
         assert isinstance(proc, subprocess.Popen)
-        gate = _CommandGate(sandbox, ws, backend, str(workspace))
+        gate = _CommandGate(sandbox, ws, backend, str(workspace), proc)
         proc.stdin = _GatedStdin(proc.stdin, gate)  # type: ignore[assignment]
+        proc.stdout = _WatchedStdout(proc.stdout, gate)  # type: ignore[assignment]
+        self._gates = [g for g in self._gates if not g.settled_and_gone()]
+        self._gates.append(gate)
         return proc
 
     def _get_sandbox(self, workspace: str) -> Any:
@@ -120,21 +127,40 @@ class StockadeExecutionPolicy(BaseExecutionPolicy):
         cleanup (the metadata guard's sweep), then close the sessions and the ledger."""
         _end_shells([shell for shells in self._ending.values() for shell in shells])
         self._ending.clear()
+        # A command whose status line nobody read (its shell killed, or
+        # stdout never read) is still recorded, before the ledger closes.
+        for gate in self._gates:
+            gate.shell_ended()
+        self._gates.clear()
         if self._sandbox is not None:
             self._sandbox.close()
             self._sandbox = None
 
 
-# What ShellSession writes after each command to learn its exit status, and to end.
-_MARKER_PREFIX = "printf '__LC_SHELL_DONE__"
+# What ShellSession writes after each command to learn its exit status
+# (`printf '__LC_SHELL_DONE__<hex> %s\n' $?`), and to end.
+_MARKER = "__LC_SHELL_DONE__"
+_MARKER_PREFIX = f"printf '{_MARKER}"
 _EXIT = "exit\n"
 
 
 class _CommandGate:
-    """The before-hooks and a ledger record for one command of the persistent shell."""
+    """The before-hooks and a ledger record for one command of the persistent shell.
 
-    def __init__(self, sandbox: Any, ws: Any, backend: str, cwd: str) -> None:
+    A command that passes is recorded once it ends, with its exit status:
+    the record written as it went in carried none, so the ledger could not
+    tell a failing test run from a passing one. The status is the one the
+    middleware asks the shell to print after every command, read from the
+    shell's stdout as it goes by.
+    """
+
+    def __init__(self, sandbox: Any, ws: Any, backend: str, cwd: str,
+                 proc: subprocess.Popen[str]) -> None:
         self._sandbox, self._ws, self._backend, self._cwd = sandbox, ws, backend, cwd
+        self._proc = proc
+        self._lock = threading.Lock()
+        #: The command that went into the shell and has no record yet.
+        self._pending: _Pending | None = None
 
     def __call__(self, command: str) -> str:
         """What to write to the shell instead of `command`."""
@@ -142,8 +168,11 @@ class _CommandGate:
         import time
 
         from ..hooks import run_before_hooks
-        from ..ledger import DENIED, RAN
+        from ..ledger import DENIED
 
+        # A status line never came for the last one (a caller that writes no
+        # status line): recorded without one rather than not at all.
+        self._settle(None)
         core = self._sandbox.core
         sid = self._ws.session_id
         started = time.monotonic()
@@ -167,9 +196,72 @@ class _CommandGate:
         detail: dict[str, object] = {"persistent_shell": True}
         if warnings:
             detail["warnings"] = list(warnings)
-        # The exit status goes to the model through the shell, not to the ledger.
-        core.audit(cmd, self._ws, mode, None, self._backend, RAN, started, detail=detail)
+        with self._lock:
+            self._pending = _Pending(cmd, mode, started, detail)
         return command
+
+    def status_line_asked(self, text: str) -> None:
+        """The middleware wrote the line that prints the last command's status."""
+        marker = text[len(_MARKER_PREFIX) - len(_MARKER):].split(" ", 1)[0]
+        with self._lock:
+            if self._pending is not None and self._pending.marker is None:
+                self._pending.marker = marker
+
+    def stdout_line(self, line: str) -> None:
+        """A line the shell printed: the pending command's status line ends it."""
+        pending = self._pending
+        if pending is None or pending.marker is None:
+            return
+        at = line.find(pending.marker)
+        if at < 0:
+            return
+        status = line[at + len(pending.marker):].strip()
+        self._settle(int(status) if status.lstrip("-").isdigit() else None, expect=pending)
+
+    def shell_stopping(self) -> None:
+        """The middleware is ending the shell (`exit`): whatever still runs was given up on."""
+        if self._proc.poll() is not None:
+            self.shell_ended()
+        else:
+            self._settle(None, timed_out=True)
+
+    def shell_ended(self) -> None:
+        """The shell is gone: a command still pending ended it (`exit 3`) or died with it."""
+        if self._pending is None:
+            return
+        try:
+            code: int | None = self._proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            code = None
+        self._settle(code)
+
+    def settled_and_gone(self) -> bool:
+        return self._pending is None and self._proc.returncode is not None
+
+    def _settle(self, code: int | None, *, timed_out: bool = False,
+                expect: _Pending | None = None) -> None:
+        from ..ledger import RAN, TIMED_OUT
+
+        with self._lock:
+            pending = self._pending
+            if pending is None or (expect is not None and pending is not expect):
+                return
+            self._pending = None
+        exit_code = code if code is not None and code >= 0 else None
+        signal = -code if code is not None and code < 0 else None
+        self._sandbox.core.audit(pending.cmd, self._ws, pending.mode, None, self._backend,
+                                 TIMED_OUT if timed_out else RAN, pending.started,
+                                 exit_code=exit_code, signal=signal, detail=pending.detail)
+
+
+@dataclass
+class _Pending:
+    cmd: SandboxCommand
+    mode: str
+    started: float
+    detail: dict[str, object]
+    #: The token of the status line the middleware asked for after it.
+    marker: str | None = None
 
 
 class _GatedStdin:
@@ -179,9 +271,40 @@ class _GatedStdin:
         self._raw, self._gate = raw, gate
 
     def write(self, text: str) -> int:
-        if text != _EXIT and not text.startswith(_MARKER_PREFIX):
+        if text == _EXIT:
+            self._gate.shell_stopping()
+        elif text.startswith(_MARKER_PREFIX):
+            self._gate.status_line_asked(text)
+        else:
             text = self._gate(text)
         return int(self._raw.write(text))
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._raw, name)
+
+
+class _WatchedStdout:
+    """The shell's stdout as the middleware reads it, each line shown to the gate."""
+
+    def __init__(self, raw: Any, gate: _CommandGate) -> None:
+        self._raw, self._gate = raw, gate
+
+    def readline(self, *args: Any) -> str:
+        line = str(self._raw.readline(*args))
+        if line:
+            self._gate.stdout_line(line)
+        else:
+            self._gate.shell_ended()
+        return line
+
+    def __iter__(self) -> _WatchedStdout:
+        return self
+
+    def __next__(self) -> str:
+        line = self.readline()
+        if not line:
+            raise StopIteration
+        return line
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._raw, name)

@@ -44,7 +44,10 @@ grant than the client's is refused, and the root, its ownership, the
 snapshot and any manifest entry read from the host's disk are the ones
 the client created the session with (a state from elsewhere needs
 `StockadeSandboxClient(root=...)`). A root the manifest named is never
-cleared for a snapshot restore: it is the live project.
+cleared for a snapshot restore: it is the live project, so no snapshot of
+it is taken either (nothing would ever read it). A root the client made is
+archived inside the sandbox and read back in pieces within the output
+budget, so its snapshot is whole at any size.
 
 A default root is the private workspace of the session it was made for.
 The client owns it because it recorded making it in this process, never
@@ -60,14 +63,15 @@ root left by a process that is gone is kept, and resumed only with
 Not supported, and refused with the reason rather than run outside the
 boundary: `run_as` users, manifest users and groups, and
 `extra_path_grants` (grant paths with `allow_read`/`allow_write`).
-A read, or a snapshot of the workspace, larger than `max_output_bytes`
-(1 MiB by default) fails instead of coming back cut short.
+A read larger than `max_output_bytes` (1 MiB by default) fails instead of
+coming back cut short.
 """
 
 from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import copy
 import dataclasses
 import errno
@@ -242,9 +246,24 @@ _MOVED = _PRELUDE + r"""
 { [ -e "$2" ] || [ -L "$2" ]; } && [ ! -e "$1" ] && [ ! -L "$1" ]
 """
 
-_PERSIST = _PRELUDE + r"""
+# The archive is packed into the session's private /tmp and read back in
+# pieces, each within the output budget: sent whole on stdout, a workspace
+# over max_output_bytes failed every snapshot, and a default root, removed
+# after the run, lost the run's work with it.
+_PACK = _PRELUDE + r"""
 cd -- "$root" || exit 1
-exec tar -cf - "$@" .
+out=$(mktemp "${TMPDIR:-/tmp}/stockade-snapshot.XXXXXX") || exit 1
+tar -cf "$out" "$@" . || { rm -f -- "$out"; exit 1; }
+printf '%s\n%s\n' "$(wc -c < "$out")" "$out"
+"""
+
+_PIECE = _PRELUDE + r"""
+[ -f "$1" ] || exit 112
+tail -c "+$(($2 + 1))" -- "$1" | head -c "$3"
+"""
+
+_UNPACKED = _PRELUDE + r"""
+exec rm -f -- "$1"
 """
 
 _HYDRATE = _PRELUDE + r"""
@@ -643,16 +662,65 @@ class StockadeSandboxSession(BaseSandboxSession):
         return parse_ls_la(out.stdout.decode("utf-8", "replace"), base=str(target))
 
     async def persist_workspace(self) -> io.IOBase:
+        """The workspace as a tar archive, packed inside the sandbox.
+
+        tar writes it to the session's private /tmp, and it comes back in
+        pieces of one stream's share of the output budget, each its own
+        sandboxed command, into an unnamed file on the host: a workspace
+        larger than `max_output_bytes` is archived whole rather than failing.
+        """
         root = Path(self.state.manifest.root)
         excludes = [f"--exclude=./{rel.as_posix()}"
                     for rel in sorted(self._persist_workspace_skip_relpaths())]
-        out = await self._checked(self._file_op(_PERSIST, *excludes), root, write=False)
-        if out.returncode != 0 or out.truncated:
-            raise WorkspaceArchiveReadError(path=root, context={
-                "reason": "the workspace archive is larger than stockade's max_output_bytes"
-                if out.truncated else "tar failed in the sandbox",
-                "stderr": out.stderr.decode("utf-8", "replace")[-4096:]})
-        return io.BytesIO(out.stdout)
+        sandbox = await self._stockade()
+        out = await self._checked(self._file_op(_PACK, *excludes), root, write=False)
+        size_line, _, name = out.stdout.decode("utf-8", "replace").partition("\n")
+        name = name.removesuffix("\n")
+        if out.returncode != 0 or out.truncated or not size_line.strip().isdigit() or not name:
+            raise _archive_error(root, "tar failed in the sandbox", out)
+        size = int(size_line)
+        piece = max(int(sandbox.core.max_output) // 2, 1)
+        # Returned open: the SDK reads it into the snapshot and closes it.
+        archive = tempfile.TemporaryFile()  # noqa: SIM115
+        try:
+            while archive.tell() < size:
+                got = await self._checked(
+                    self._file_op(_PIECE, name, str(archive.tell()), str(piece)),
+                    root, write=False)
+                if got.returncode != 0 or got.truncated or not got.stdout:
+                    raise _archive_error(root, "reading the archive back failed", got)
+                archive.write(got.stdout)
+        except BaseException:
+            archive.close()
+            raise
+        finally:
+            # The session's /tmp goes when it closes; a session that goes on
+            # need not hold a second copy of its workspace until then.
+            with contextlib.suppress(SandboxError):
+                await self._file_op(_UNPACKED, name)
+        archive.seek(0)
+        return archive
+
+    async def _persist_snapshot(self) -> None:
+        # A root the manifest named is never cleared or unpacked into on
+        # resume (it is the live project), so an archive of it would never
+        # be read: packing it was work thrown away, and time, disk and, over
+        # the output budget, a failed cleanup that lost the run's resume
+        # state. Only a root the client made, removed after each run, is
+        # archived: the snapshot is then the only copy of its work.
+        if self._owned is None:
+            return
+        await super()._persist_snapshot()
+
+    def _workspace_state_preserved_on_start(self) -> bool:
+        # What a named root held at the end of the last run is still there
+        # (no snapshot of it was taken): a resumed session applies only the
+        # manifest's ephemeral entries again, as after a snapshot restore,
+        # never the full manifest over the person's later work. A first
+        # start (the root never made ready) applies the whole manifest.
+        if self._owned is None and self._start_workspace_root_ready:
+            return True
+        return super()._workspace_state_preserved_on_start()
 
     async def hydrate_workspace(self, data: io.IOBase) -> None:
         root = Path(self.state.manifest.root)
@@ -1185,6 +1253,11 @@ def _write_error(path: Path | str, out: Any) -> WorkspaceArchiveWriteError:
     return WorkspaceArchiveWriteError(
         path=Path(path), message=f"failed to write {path}: {why}" if why else None,
         context={"exit_code": out.returncode, "stderr": why})
+
+
+def _archive_error(root: Path, reason: str, out: Any) -> WorkspaceArchiveReadError:
+    return WorkspaceArchiveReadError(path=root, context={
+        "reason": reason, "stderr": out.stderr.decode("utf-8", "replace")[-4096:]})
 
 
 def _read_error(path: Path | str, out: Any) -> WorkspaceArchiveReadError:
