@@ -7,6 +7,8 @@ driver then turns that decision into a profile these tests evaluate.
 
 from __future__ import annotations
 
+import os
+
 from sbpl_eval import Policy
 
 from stockade.capabilities import NetworkPolicy, SandboxCapabilities, capabilities_for_mode
@@ -63,6 +65,12 @@ def machine(workspace: str = WS, extra: dict[str, str] | None = None) -> dict[st
     }
     fs.update({f"{HOME}/{rel}": kind for rel, kind in _HIDDEN_ROOTS.items()})
     fs.update(extra or {})
+    # A file's directories exist too, as on a disk: the hidden set is by area now.
+    for path in list(fs):
+        parent = os.path.dirname(path)
+        while parent not in ("/", "") and parent not in fs:
+            fs[parent] = DIR
+            parent = os.path.dirname(parent)
     return fs
 
 
@@ -89,6 +97,8 @@ def mac_profile(
         mode=mode, workspace=workspace, cwd=workspace, capabilities=caps, read_scope=scope,
         host_env=host_env, writable=writable, granted_sockets=granted, backend="seatbelt",
         kind=lambda p: fs.get(p, MISSING), cache_dir=CACHE_LAYERS,
+        listdir=lambda d: sorted(os.path.basename(p) for p in fs
+                                 if os.path.dirname(p) == d and p != d),
     )
 
 

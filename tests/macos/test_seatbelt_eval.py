@@ -174,8 +174,9 @@ CASES = [
     row("granted-read-only-that-one", "ww-aws-granted",
         lambda p: p.read(f"{HOME}/.netrc"), False),
     row("ssh-key-hidden-with-agent", "ww", lambda p: p.read(f"{HOME}/.ssh/id_ed25519"), False),
-    row("ssh-key-readable-without-agent", "ww-no-agent",
-        lambda p: p.read(f"{HOME}/.ssh/id_ed25519"), True),
+    # Without the agent a key is hidden all the same: only ~/.ssh's public names show.
+    row("ssh-key-hidden-without-agent-too", "ww-no-agent",
+        lambda p: p.read(f"{HOME}/.ssh/id_ed25519"), False),
     row("bashrc-still-readable", "ww", lambda p: p.read(f"{HOME}/.bashrc"), True),
     row("other-user-home", "ww", lambda p: p.read("/Users/alice/notes.txt"), False),
     row("other-user-home-data-volume", "ww",

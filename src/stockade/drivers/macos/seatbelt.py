@@ -465,10 +465,20 @@ def _hidden(b: _Builder, profile: Profile) -> None:
     for i, (path, kind) in enumerate(profile.hidden):
         real = canonical_macos_path(path)
         shape = "subpath" if kind == DIR else "literal"
-        filters.append(f"({shape} {b.param(f'HIDDEN_{i}', real)})")
-        alias = data_volume_alias(real)
-        if alias:
-            filters.append(f"({shape} {b.param(f'HIDDEN_{i}_DATA', alias)})")
+        # What the profile shows back inside a hidden directory (toolchains'
+        # settings in ~/.config, ~/.ssh's public names) is carved out of its deny.
+        back = [(canonical_macos_path(p), k) for p, k in profile.shown
+                if kind == DIR and p.startswith(path.rstrip("/") + "/")]
+        for where, name in (("", real), ("_DATA", data_volume_alias(real))):
+            if not name:
+                continue
+            deny = f"({shape} {b.param(f'HIDDEN_{i}{where}', name)})"
+            if back:
+                shown = [f"({'subpath' if k == DIR else 'literal'} "
+                         f"{b.param(f'SHOWN_{i}_{j}{where}', name + p[len(real):])})"
+                         for j, (p, k) in enumerate(back)]
+                deny = _form("require-all", [deny, _form("require-not", [_any(shown)])])
+            filters.append(deny)
     if not filters:
         return
     b.comment("""
