@@ -62,14 +62,7 @@ def split_grant(root: str, excluded: Iterable[str], *,
     out = {os.path.normpath(e) for e in excluded}
     # Set lookups, not every visited path against every exclusion: the hidden
     # set has a hundred entries and a split of /etc visits two hundred.
-    above: set[str] = set()
-    for e in out:
-        d = os.path.dirname(e)
-        while d not in above:
-            above.add(d)
-            d, up = os.path.dirname(d), d
-            if d == up:
-                break
+    above = _dirs_above(out)
     grants: list[str] = []
     listed: list[str] = []
     stack = [os.path.normpath(root)]
@@ -100,6 +93,19 @@ def _scan(path: str) -> list[os.DirEntry[str]]:
             return list(it)
     except OSError:
         return []
+
+
+def _dirs_above(paths: Iterable[str]) -> set[str]:
+    """Every directory strictly above one of `paths`, each chain walked once."""
+    above: set[str] = set()
+    for p in paths:
+        d = os.path.dirname(p)
+        while d not in above:
+            above.add(d)
+            d, up = os.path.dirname(d), d
+            if d == up:
+                break
+    return above
 
 
 def _at_or_below(path: str, paths: set[str]) -> bool:
@@ -141,15 +147,7 @@ def shown_back(profile: Profile, roots: Sequence[str],
             grants, dirs = split_grant(path, inside, listdir=listdir, kind=kind)
             reads += grants
             listed += dirs
-    # Every directory above a read (each chain walked once) and the reads.
-    above = set(reads)
-    for p in reads:
-        q = os.path.dirname(p)
-        while q not in above:
-            above.add(q)
-            q, up = os.path.dirname(q), q
-            if q == up:
-                break
+    above = _dirs_above(reads) | set(reads)
     listed += [d for d, k in profile.hidden if k == DIR and d in above]
     return reads, listed
 
