@@ -940,6 +940,14 @@ def test_a_repository_made_inert_cannot_be_rearmed_by_the_next_command(
     assert not m.exists(), text(res)
 
 
+def _started(box: Box, script: str) -> subprocess.Popen[bytes]:
+    """`stockade run` of `script` in the workspace, running; its stdout a pipe."""
+    return box.runner.popen(box.runner.cli_argv(["run", "--mode", "workspace-write", "--",
+                                                 "/bin/sh", "-c", script]),
+                            cwd=str(box.ws), env=box.env(), stdin=subprocess.DEVNULL,
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+
+
 def test_a_repository_made_by_a_killed_stockade_is_made_inert_by_the_next(box: Box) -> None:
     """The next process walks the tree afresh: without the killed run's record of what
     the tree had, it took the killed command's repository for the person's."""
@@ -948,10 +956,7 @@ def test_a_repository_made_by_a_killed_stockade_is_made_inert_by_the_next(box: B
     m = marker(box, "killed")
     script = (f"git init -q a/b && git -C a/b config core.fsmonitor 'touch {m}; false' && "
               "echo planted && exec sleep 60")
-    proc = box.runner.popen(box.runner.cli_argv(["run", "--mode", "workspace-write", "--",
-                                                 "/bin/sh", "-c", script]),
-                            cwd=str(box.ws), env=box.env(), stdin=subprocess.DEVNULL,
-                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    proc = _started(box, script)
     try:
         assert proc.stdout is not None
         assert proc.stdout.readline() == b"planted\n"
@@ -1051,18 +1056,11 @@ def test_a_repository_made_while_another_process_starts_is_not_taken_for_yours(
     m = marker(box, "overlap")
     script = (f"git init -q x && git -C x config core.fsmonitor 'touch {m}; false' && "
               f"echo planted && while [ ! -e go ]; do sleep 0.05; done")
-    first = box.runner.popen(box.runner.cli_argv(["run", "--mode", "workspace-write", "--",
-                                                  "/bin/sh", "-c", script]),
-                             cwd=str(box.ws), env=box.env(), stdin=subprocess.DEVNULL,
-                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    first = _started(box, script)
     try:
         assert first.stdout is not None
         assert first.stdout.readline() == b"planted\n"
-        second = box.runner.popen(box.runner.cli_argv(
-            ["run", "--mode", "workspace-write", "--", "/bin/sh", "-c",
-             "echo started; while [ ! -e go2 ]; do sleep 0.05; done"]),
-            cwd=str(box.ws), env=box.env(), stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+        second = _started(box, "echo started; while [ ! -e go2 ]; do sleep 0.05; done")
         try:
             assert second.stdout is not None
             assert second.stdout.readline() == b"started\n"
@@ -1113,10 +1111,7 @@ def test_a_deep_repository_is_inert_while_its_command_still_runs(box: Box) -> No
     m = marker(box, "deeplive")
     script = (f"git init -q a/b && git -C a/b config core.fsmonitor 'touch {m}; false' && "
               "echo planted && while [ ! -e go ]; do sleep 0.05; done")
-    proc = box.runner.popen(box.runner.cli_argv(["run", "--mode", "workspace-write", "--",
-                                                 "/bin/sh", "-c", script]),
-                            cwd=str(box.ws), env=box.env(), stdin=subprocess.DEVNULL,
-                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    proc = _started(box, script)
     try:
         assert proc.stdout is not None
         assert proc.stdout.readline() == b"planted\n"
