@@ -243,6 +243,10 @@ def test_common_clients_reach_a_granted_name(tmp_path: Path, site: Recorder,
     # A virtual environment under /tmp is out of every sandbox's sight (each has
     # its own /tmp): its clients cannot run there, wherever the test runs from.
     venv_seen = not sys.prefix.startswith("/tmp/")
+    # The tests' HOME is not the real one, so a home holding the interpreter
+    # (/root/.pyenv) is another's home here, masked unless granted.
+    if venv_seen:
+        cli.read.append(sys.base_prefix)
     for name, code in PY_CLIENTS.items():
         if venv_seen and _importable(name.split(".")[0]):
             cases[name] = [sys.executable, "-c", code.replace("URL", repr(f"{base}/{name}"))]
