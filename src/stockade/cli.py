@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
     from .capabilities import SandboxCapabilities
-    from .command import SandboxCommand
+    from .command import SandboxCommand, SandboxOutput
     from .core import Run, SandboxCore, SessionWorkspace
     from .errors import SandboxError
     from .process import Outcome
@@ -60,6 +60,9 @@ RUN_OPTIONS: dict[str, tuple[bool, bool, str]] = {
     "--no-subprocess": (False, False, "the command may start no process of its own (seccomp)"),
     "--env": (True, True, "pass NAME with your value, or NAME=VALUE, to the command, though "
               "it looks secret; the audit record names it, never its value"),
+    "--publish": (True, True, "forward the host's 127.0.0.1:PORT (or HOST_ADDR:PORT) to the "
+                  "sandbox's SANDBOX_PORT (default PORT) while the command runs: open a dev "
+                  "server from the host"),
     "--timeout": (True, False, "seconds before the whole process tree is killed (default 60)"),
     "--max-output": (True, False, "capture output and stop past BYTES (split stdout/stderr)"),
     "--backend": (True, False, _backends.choices_help()),
@@ -204,6 +207,19 @@ def _explicit_env(entries: list[str], usage: str) -> dict[str, str]:
     return env
 
 
+def _published(entries: list[str], usage: str) -> tuple[tuple[str, int, int], ...]:
+    """`--publish` values, parsed before anything starts: a malformed one is usage (2)."""
+    if not entries:
+        return ()
+    from .errors import InvalidCommand
+    from .publish import parse_all
+
+    try:
+        return parse_all(entries)
+    except InvalidCommand as exc:
+        raise UsageError(str(exc), usage) from None
+
+
 def cmd_run(argv: list[str]) -> int:
     if argv[:1] in (["-h"], ["--help"]):
         values: dict[str, object] = {"help": True}
@@ -224,6 +240,7 @@ def cmd_run(argv: list[str]) -> int:
     timeout = _number(values, "timeout", float, RUN_USAGE)
     max_output = _number(values, "max_output", int, RUN_USAGE)
     _check_hosts(values, RUN_USAGE)
+    publish = _published(values.get("publish", []), RUN_USAGE)  # type: ignore[arg-type]
 
     from .command import SandboxCommand
 
@@ -233,7 +250,8 @@ def cmd_run(argv: list[str]) -> int:
     caps = requested_capabilities(values, sandbox, ws, mode, RUN_USAGE)
     cmd = SandboxCommand(command[0], command[1:], session_id=session, capabilities=caps,
                          timeout=timeout, cwd=str(values["cwd"]) if values.get("cwd") else None,
-                         env=_explicit_env(values.get("env", []), RUN_USAGE))  # type: ignore[arg-type]
+                         env=_explicit_env(values.get("env", []), RUN_USAGE),  # type: ignore[arg-type]
+                         publish=publish)
     capture = bool(values.get("json") or max_output)
     quiet = bool(values.get("quiet"))
     try:
@@ -359,9 +377,7 @@ def _run_captured(sandbox: SyncWorkspaceSandbox, cmd: SandboxCommand, as_json: b
     else:
         sys.stdout.buffer.write(out.stdout)
         sys.stderr.buffer.write(out.stderr)
-    if out.denial_hint and not quiet:
-        print(f"stockade: {out.denial_hint}", file=sys.stderr)
-    return out.returncode
+    return _report(out, quiet)
 
 
 def _run_passthrough(sandbox: SyncWorkspaceSandbox, cmd: SandboxCommand, quiet: bool) -> int:
@@ -372,8 +388,24 @@ def _run_passthrough(sandbox: SyncWorkspaceSandbox, cmd: SandboxCommand, quiet: 
     ws = sandbox.session(cmd.session_id)
     out = output(core.drive(core.pipeline(cmd, ws),
                             Performers(core.ask, lambda run: _supervise_inherited(run, core))))
-    if out.denial_hint and not quiet:
-        print(f"stockade: {out.denial_hint}", file=sys.stderr)
+    return _report(out, quiet)
+
+
+def _report(out: SandboxOutput, quiet: bool) -> int:
+    """The one `stockade:` line, and `run`'s exit status: the command's own.
+
+    No sandbox can refuse the creation of one name in a directory the command
+    may write, so the guard takes a `.vscode/` away after it appeared, and the
+    command, unaware, often exits 0: the line says that 0 does not cover it.
+    The status stays the command's: a sweep also undoes what an overlapping
+    command, or a killed stockade, left, and a `/bin/true` that ended such a
+    sweep must not fail (the result's `neutralised` lists each item).
+    """
+    hint = out.denial_hint
+    if out.returncode == 0 and out.neutralised and hint:
+        hint += "; the command exited 0, but what is named here did not stay"
+    if hint and not quiet:
+        print(f"stockade: {hint}", file=sys.stderr)
     return out.returncode
 
 

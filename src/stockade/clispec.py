@@ -40,7 +40,7 @@ METAVARS: dict[str, str] = {
     "--allow-read": "PATH", "--allow-write": "PATH", "--network": "NET",
     "--allow-host": "HOST[:PORT]", "--deny-host": "HOST[=REASON]", "--timeout": "SECONDS",
     "--max-output": "BYTES", "--backend": "BACKEND", "--config": "FILE", "--last": "N",
-    "--revoke": "PATH",
+    "--revoke": "PATH", "--publish": "[HOST_ADDR:]PORT[:SANDBOX_PORT]",
 }
 
 #: What a flag's value completes to: a file, a directory, or nothing (a name,

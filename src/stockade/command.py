@@ -36,7 +36,7 @@ class SandboxCommand:
     """One command to run: argv (never a shell string unless you pass `sh -c`)."""
 
     __slots__ = ("args", "capabilities", "cwd", "env", "preference", "program",
-                 "session_id", "stdin", "timeout")
+                 "publish", "session_id", "stdin", "timeout")
 
     def __init__(
         self,
@@ -50,6 +50,7 @@ class SandboxCommand:
         capabilities: SandboxCapabilities | None = None,
         timeout: float | None = None,
         preference: str = AUTO,
+        publish: Sequence[str | tuple[str, int, int]] = (),
     ) -> None:
         self.program = _check_text(program, "program")
         if not program:
@@ -81,6 +82,15 @@ class SandboxCommand:
                 f"unknown sandbox preference {preference!r}: choose {', '.join(PREFERENCES)}"
             )
         self.preference = preference
+        #: `[HOST_ADDR:]PORT[:SANDBOX_PORT]` forwards, parsed (publish.py):
+        #: (host address, host port, sandbox port), for this command's run.
+        self.publish: tuple[tuple[str, int, int], ...] = ()
+        if publish:
+            from .publish import parse_all
+
+            if isinstance(publish, str):
+                publish = [publish]
+            self.publish = parse_all(publish)
 
     @property
     def argv(self) -> list[str]:
@@ -90,11 +100,48 @@ class SandboxCommand:
         return f"SandboxCommand({self.argv!r}, session_id={self.session_id!r}, cwd={self.cwd!r})"
 
 
+class Neutralised:
+    """Something the command did that the sandbox undid once it saw it: the path, what
+    was done to it, and where the command's version went (the quarantine), if anywhere.
+
+    No sandbox can refuse the creation of one name in a directory the command may
+    write (a mount needs a placeholder in the person's tree; Landlock and seccomp
+    cannot name a file that does not exist), so a `mkdir .vscode` succeeds and the
+    guard takes it away a few milliseconds later: the command may well exit 0.
+    """
+
+    __slots__ = ("moved_to", "path", "what")
+
+    def __init__(self, path: str, what: str, moved_to: str = "") -> None:
+        self.path = path
+        self.what = what
+        self.moved_to = moved_to
+
+    def to_json(self) -> dict[str, str]:
+        return {"path": self.path, "what": self.what, "moved_to": self.moved_to}
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Neutralised) and (self.path, self.what, self.moved_to) == (
+            other.path, other.what, other.moved_to)
+
+    def __hash__(self) -> int:
+        return hash((self.path, self.what, self.moved_to))
+
+    def __repr__(self) -> str:
+        return f"Neutralised({self.path!r}, {self.what!r}, {self.moved_to!r})"
+
+
 class SandboxOutput:
-    """What came back. `likely_sandbox_denied` says the boundary, not the command, failed it."""
+    """What came back. `likely_sandbox_denied` says the boundary, not the command, failed it.
+
+    `neutralised` is not empty when the sandbox undid part of what the command
+    did (a protected name it created, moved to the quarantine; keys removed
+    from a git config it wrote): its exit status says nothing about that.
+    """
 
     __slots__ = ("backend", "denial_hint", "duration_ms", "exit_code", "likely_sandbox_denied",
-                 "limit_exceeded", "signal", "stderr", "stdout", "timed_out", "truncated")
+                 "limit_exceeded", "neutralised", "signal", "stderr", "stdout", "timed_out",
+                 "truncated")
 
     def __init__(
         self,
@@ -110,6 +157,7 @@ class SandboxOutput:
         backend: str = "",
         limit_exceeded: str | None = None,
         timed_out: bool = False,
+        neutralised: tuple[Neutralised, ...] = (),
     ) -> None:
         self.exit_code = exit_code
         self.signal = signal
@@ -124,6 +172,8 @@ class SandboxOutput:
         self.limit_exceeded = limit_exceeded
         #: True on the output a `CommandTimeout` carries: the deadline ended it.
         self.timed_out = timed_out
+        #: What the sandbox undid of the command's work (see `Neutralised`).
+        self.neutralised = tuple(neutralised)
 
     @property
     def returncode(self) -> int:
@@ -145,6 +195,7 @@ class SandboxOutput:
             "backend": self.backend,
             "limit_exceeded": self.limit_exceeded,
             "timed_out": self.timed_out,
+            "neutralised": [n.to_json() for n in self.neutralised],
         }
 
     def __repr__(self) -> str:

@@ -26,6 +26,13 @@ _MARKERS = (
     # Renaming a file over a read-only mount point: git writes config.lock
     # and renames it onto .git/config.
     (b"Device or resource busy", "read-only"),
+    # gdb, strace and LeakSanitizer, whose own words name no errno or a wrong cause.
+    (b"does not work under ptrace", "ptrace"),
+    (b"ptrace: Operation not permitted", "ptrace"),
+    (b"PTRACE_TRACEME", "ptrace"),
+    # node's words for a listener refused: lower case, which the next line misses.
+    (b"listen EPERM", "network"),
+    (b"listen EACCES", "network"),
     (b"Operation not permitted", "eperm"),
     (b"Permission denied", "eacces"),
     (b"Network is unreachable", "network"),
@@ -199,6 +206,10 @@ def denial_hint(kind: str, stderr: bytes, mode: str, *, workspace: str | None = 
                 "and host sockets such as docker.sock are not reachable)")
     if kind == "seccomp":
         return "blocked by the sandbox: a forbidden system call was refused"
+    if kind == "ptrace":
+        return ("blocked by the sandbox: ptrace was refused (gdb, strace, LeakSanitizer): a "
+                "command may trace only its own processes, under the bubblewrap backend with "
+                "Landlock in force (`stockade doctor`), never under the Landlock backend")
     return f"blocked by the sandbox ({kind})"
 
 

@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from .profile import Profile
 
 EXPLAIN_OPTIONS = {k: v for k, v in RUN_OPTIONS.items()
-                   if k not in ("--yes", "--quiet", "--max-output")}
+                   if k not in ("--yes", "--quiet", "--max-output", "--publish")}
 EXPLAIN_OPTIONS["--json"] = (False, False, "print the explanation as one JSON object")
 EXPLAIN_USAGE = "usage: stockade explain [run options] -- CMD [ARGS...]"
 EXPLAIN_DESCRIPTION = ("Show the profile `stockade run` would give the command (mode, what it "

@@ -269,6 +269,13 @@ def caches(env: Mapping[str, str], platform: str = "", *, network: bool = False
     add("GOCACHE", cache, "go-build")
     add("CCACHE_DIR", cache, "ccache")
     add("SCCACHE_DIR", cache, "sccache")
+    # pip's and uv's caches hold the wheels they build, offline too: pip puts
+    # a wheel built from a local tree whose path looks like `name-version`
+    # (`/work/my-proj`) in its persistent cache, and as root takes a
+    # read-only cache it owns for writable, so `pip wheel .` failed with
+    # `Read-only file system`. uv keeps the wheels it builds the same way.
+    add("PIP_CACHE_DIR", cache, "pip")
+    add("UV_CACHE_DIR", cache, "uv")
     if network:
         # Caches of sources fetched from the network only when a command may
         # fetch: offline it has nothing to add to them.
@@ -282,10 +289,8 @@ def caches(env: Mapping[str, str], platform: str = "", *, network: bool = False
         add("npm_config_cache", home, ".npm")
         add("npm_config_store_dir", home, ".local/share/pnpm/store")
         add("YARN_CACHE_FOLDER", cache, "yarn")
-        add("PIP_CACHE_DIR", cache, "pip")
         if darwin and home:
             out.append((os.path.join(home, "Library", "Caches", "Yarn"), ""))
-        add("UV_CACHE_DIR", cache, "uv")
         # Gradle's home also holds init.d/ and gradle.properties, which every
         # later build on the host executes or obeys: only its caches.
         gradle = env.get("GRADLE_USER_HOME") or (os.path.join(home, ".gradle") if home else "")

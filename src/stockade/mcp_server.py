@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextvars
+import ipaddress
 import logging
 import os
 import stat
@@ -317,7 +318,8 @@ def _command_result(out: Any, *, timed_out: bool = False, note: str | None = Non
 
 
 async def _prepare(ctx: Context[Any, Any], command: str | list[str], cwd: str | None,
-                   stdin: str | None, timeout: float | None) -> tuple[Session, SandboxCommand]:
+                   stdin: str | None, timeout: float | None,
+                   publish: list[str] | None = None) -> tuple[Session, SandboxCommand]:
     s = _session(ctx)
     argv = _argv(command)
     # A one-shot grant belongs to exactly one command: taken here, before any
@@ -332,9 +334,16 @@ async def _prepare(ctx: Context[Any, Any], command: str | list[str], cwd: str | 
     try:
         cmd = SandboxCommand(argv[0], argv[1:], session_id=s.session_id, cwd=cwd,
                              stdin=stdin.encode() if stdin is not None else None,
-                             timeout=timeout, capabilities=caps)
+                             timeout=timeout, capabilities=caps, publish=publish or ())
     except InvalidCommand as exc:
         raise _fail(exc) from exc
+    for addr, _host_port, _port in cmd.publish:
+        if not ipaddress.ip_address(addr).is_loopback:
+            # The model names these arguments: a server of its own on the
+            # person's network is the person's to open, on the command line.
+            raise ToolError(f"CapabilityDenied: publish {addr!r}: a model may publish on the "
+                            "host's loopback only; another address is the person's to name "
+                            "(stockade run --publish ADDR:PORT)")
     return s, cmd
 
 
@@ -348,6 +357,10 @@ Cwd = Annotated[str | None, Field(description=(
     "directory to run in, relative to the workspace (default: the workspace root); it may "
     "not leave the workspace"))]
 ProcessId = Annotated[str, Field(description="the process_id start_process returned")]
+Publish = Annotated[list[str] | None, Field(description=(
+    "ports to open to the person while the command runs, each \"PORT\" or "
+    "\"HOST_PORT:SANDBOX_PORT\": the host's 127.0.0.1:HOST_PORT leads to the sandbox's own "
+    "127.0.0.1:SANDBOX_PORT (a dev server's), and closes when the command ends"))]
 
 
 async def run_command(command: Command, ctx: Context[Any, Any], cwd: Cwd = None,
@@ -356,7 +369,8 @@ async def run_command(command: Command, ctx: Context[Any, Any], cwd: Cwd = None,
                           "is empty)"))] = None,
                       timeout: Annotated[float | None, Field(description=(
                           "seconds before the command and everything it started are killed "
-                          "(default from the config: 60)"))] = None) -> CommandResult:
+                          "(default from the config: 60)"))] = None,
+                      publish: Publish = None) -> CommandResult:
     """Run a command inside the sandbox and return its exit code and output.
 
     `command` is a shell string (run with /bin/sh -c: no login shell, no rc files) or an argv
@@ -367,7 +381,7 @@ async def run_command(command: Command, ctx: Context[Any, Any], cwd: Cwd = None,
     `sandbox_denied` is true and `hint` says what and why. For servers and watchers that must
     outlive this call use start_process; for more than the mode allows use request_capability.
     """
-    s, cmd = await _prepare(ctx, command, cwd, stdin, timeout)
+    s, cmd = await _prepare(ctx, command, cwd, stdin, timeout, publish)
 
     async def progress(elapsed: float, output_bytes: int) -> None:
         # Elapsed seconds as the progress value: it only grows, as the spec
@@ -387,18 +401,20 @@ async def run_command(command: Command, ctx: Context[Any, Any], cwd: Cwd = None,
 
 
 async def start_process(command: Command, ctx: Context[Any, Any],
-                        cwd: Cwd = None) -> ProcessStarted:
+                        cwd: Cwd = None, publish: Publish = None) -> ProcessStarted:
     """Start a long-running command (a dev server, a watcher) that outlives this call.
 
     Returns a process_id for process_output and stop_process. It runs in the same sandbox as
-    run_command, has no timeout, and is stopped when this MCP connection closes.
+    run_command, has no timeout, and is stopped when this MCP connection closes. `publish`
+    (["8000"]) lets the person open a server it starts at http://127.0.0.1:8000 on the host,
+    until it stops; a port already taken on the host is refused.
     """
     s = _session(ctx)
     running = sum(1 for p in s.processes.values() if p.running())
     if running >= MAX_PROCESSES:
         raise ToolError(f"CapabilityDenied: {running} processes are already running in this "
                         f"session (limit {MAX_PROCESSES}); stop one with stop_process first")
-    s, cmd = await _prepare(ctx, command, cwd, None, None)
+    s, cmd = await _prepare(ctx, command, cwd, None, None, publish)
     try:
         proc = await s.sandbox.start(cmd)
     except SandboxError as exc:

@@ -125,6 +125,10 @@ def has_url_password(value: str) -> bool:
     return False
 
 
+#: The variables that move pip's cache and that turn it off.
+PIP_CACHE, PIP_NO_CACHE = "PIP_CACHE_DIR", "PIP_NO_CACHE_DIR"
+
+
 def sandbox_env(
     host_env: Mapping[str, str],
     explicit: Mapping[str, str],
@@ -183,7 +187,7 @@ class Profile:
         "absent", "caches", "cwd", "env", "granted_sockets", "hidden", "home",
         "mask_other_homes", "max_file_size_mb", "max_memory_mb", "mode", "network",
         "private_around", "protected", "proxy_port", "proxy_secret", "proxy_socket",
-        "read_extra", "read_roots", "read_scope", "runtime_dir", "session_tmp", "shown",
+        "publish", "read_extra", "read_roots", "read_scope", "runtime_dir", "session_tmp", "shown",
         "sockets", "spawn_subprocess", "system_links", "tmp_size_mb", "workspace",
         "workspace_writable", "write_roots",
     )
@@ -221,6 +225,7 @@ class Profile:
         caches: tuple[tuple[str, str, str], ...] = (),
         shown: tuple[tuple[str, str], ...] = (),
         absent: tuple[str, ...] = (),
+        publish: tuple[tuple[str, int, int], ...] = (),
     ) -> None:
         for name, value in locals().items():
             if name != "self":
@@ -281,6 +286,9 @@ class Profile:
     max_memory_mb: int | None
     #: False: the command may not start processes (seccomp, after the init's own forks).
     spawn_subprocess: bool
+    #: (host address, host port, sandbox port) forwarded while the command
+    #: runs (publish.py): a backend without a network namespace refuses it.
+    publish: tuple[tuple[str, int, int], ...]
     env: dict[str, str]
 
     def to_json(self) -> dict[str, object]:
@@ -820,6 +828,16 @@ def build_profile(
                     write_roots.append(os.path.join(layer, "upper"))
                     relocated[var] = os.path.join(layer, "upper")
     write_roots = sorted(set(write_roots))
+    without_cache: dict[str, str] = {}
+    if mode != FULL_ACCESS and not any(var == PIP_CACHE for _c, _l, var in layers) \
+            and not {PIP_CACHE, PIP_NO_CACHE} & set(command_env or {}):
+        # No private layer over pip's cache (there is none yet, `scratch =
+        # false`, read-only mode): pip is told to do without one. Root's pip
+        # takes a read-only cache it owns for writable (it checks the owner,
+        # not the mount), and a missing one it would make under a read-only
+        # ~/.cache, so the wheel it had just built was lost to `Read-only
+        # file system`.
+        without_cache[PIP_NO_CACHE] = "1"
 
     # What is explicitly granted is never hidden: asking for fs_read of ~/.aws
     # (and being approved) is how a session gets it back.
@@ -986,6 +1004,7 @@ def build_profile(
         max_memory_mb=capabilities.max_memory_mb,
         spawn_subprocess=capabilities.spawn_subprocess or mode == FULL_ACCESS,
         env={**sandbox_env(host_env, command_env or {}, secret_env, backend=backend),
-             **{k: v for k, v in relocated.items() if k not in (command_env or {})}},
+             **{k: v for k, v in relocated.items() if k not in (command_env or {})},
+             **without_cache},
         caches=tuple(layers),
     )

@@ -47,7 +47,8 @@ if TYPE_CHECKING:
     from .sync import SyncWorkspaceSandbox
 
 SHELL_OPTIONS = {k: v for k, v in RUN_OPTIONS.items()
-                 if k not in ("--json", "--max-output", "--no-subprocess", "--quiet")}
+                 if k not in ("--json", "--max-output", "--no-subprocess", "--quiet",
+                              "--publish")}
 SHELL_OPTIONS["--timeout"] = (True, False, "seconds before the shell and everything in it is "
                                            "killed (default: none)")
 SHELL_USAGE = "usage: stockade shell [options] [-- SHELL [ARGS...]]"

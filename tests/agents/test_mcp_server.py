@@ -667,3 +667,45 @@ def test_a_writable_workspace_of_home_is_refused_at_start(tmp_path: Path) -> Non
     assert res.returncode == 77, res.stderr
     lines = res.stderr.decode().strip().splitlines()
     assert len(lines) == 1 and "allow_home_workspace" in lines[0], lines
+
+
+# -- published ports -----------------------------------------------------------------
+
+def test_start_process_publishes_a_port_until_stopped(tmp_path: Path) -> None:
+    """`publish` on start_process: the person opens the server on the host's loopback."""
+    import socket
+    import urllib.request
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    (tmp_path / "ws").mkdir()
+    (tmp_path / "ws" / "index.html").write_text("from the sandbox\n")
+
+    def fetch() -> bytes:
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/index.html",
+                                            timeout=3) as page:
+                    return bytes(page.read())
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.2)
+
+    async def go() -> None:
+        async with serve(tmp_path) as c:
+            r = await call(c, "start_process", command="exec python3 -m http.server 8000",
+                           publish=[f"{port}:8000"])
+            assert not r.is_error, text(r)
+            pid = r.structured_content["process_id"]
+            assert await asyncio.to_thread(fetch) == b"from the sandbox\n"
+            await call(c, "stop_process", process_id=pid)
+            with pytest.raises(ConnectionRefusedError):
+                socket.create_connection(("127.0.0.1", port), timeout=2).close()
+            r = await call(c, "run_command", command="true", publish=[f"0.0.0.0:{port}:8000"])
+            assert r.is_error and "loopback only" in text(r), text(r)
+            r = await call(c, "run_command", command="true", publish=["nonsense"])
+            assert r.is_error and "InvalidCommand: " in text(r), text(r)
+    run(go())

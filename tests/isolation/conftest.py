@@ -71,7 +71,8 @@ RUNNER_NAMES = ["root", "user"] if IS_ROOT else ["self"]
 # served warm).
 WARM = "-warm"
 WARM_SUITES = ("test_iso_fs.py", "test_iso_secrets.py", "test_iso_trust.py", "test_iso_git.py",
-               "test_iso_proc.py", "test_iso_inputs.py", "test_iso_net.py", "test_iso_proxy.py")
+               "test_iso_proc.py", "test_iso_inputs.py", "test_iso_net.py", "test_iso_proxy.py",
+               "test_iso_loopback.py", "test_iso_trace.py")
 RUNNER_PARAMS = [*RUNNER_NAMES, *(name + WARM for name in RUNNER_NAMES)]
 WARM_PRELUDE = (Path(__file__).with_name("warm_prelude.py").read_text() + "\n")
 

@@ -8,6 +8,7 @@ proves that by running the identical script with no boundary.
 
 from __future__ import annotations
 
+import json
 import os
 import secrets
 import subprocess
@@ -16,7 +17,16 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import OLD_BWRAP, SH_TRY, Box, attempts, quarantined, snapshot, text
+from .conftest import (
+    OLD_BWRAP,
+    SH_TRY,
+    SYSTEM_PYTHON,
+    Box,
+    attempts,
+    quarantined,
+    snapshot,
+    text,
+)
 
 pytestmark = pytest.mark.isolation
 
@@ -434,6 +444,49 @@ def test_protected_names_are_neutralised_while_the_command_runs(box: Box) -> Non
     assert max(windows.values()) < 1000, out
 
 
+# The library's result, as JSON on stdout: a session on the box's workspace.
+LIBRARY_UNDONE = """
+import json, sys
+sys.path.insert(0, {site!r})
+from stockade import SandboxCommand, SyncWorkspaceSandbox
+from stockade.config import load_config
+with SyncWorkspaceSandbox(load_config(cwd={ws!r}, mode="workspace-write", ledger=False,
+                                      backend={backend!r})) as sb:
+    sb.open_session("s", {ws!r})
+    out = sb.execute(SandboxCommand("/bin/sh", ["-c", "mkdir .vscode"], session_id="s",
+                                    timeout=60))
+print(json.dumps([out.exit_code, [n.to_json() for n in out.neutralised], out.denial_hint]))
+"""
+
+
+def test_a_vscode_the_command_made_is_undone_and_the_result_says_so(
+        box: Box, backend: str = "bubblewrap") -> None:
+    """`mkdir .vscode` exits 0 and the guard takes the directory away a few ms later:
+    no sandbox can refuse one name in a writable directory when it is made. The 0
+    stood alone; now the library's result and the `--json` object list what was
+    undone, and the CLI's `stockade:` line says the 0 does not cover it."""
+    vscode = str(box.ws / ".vscode")
+    res = box.sh("mkdir .vscode", mode="workspace-write")
+    err = res.stderr.decode(errors="replace")
+    assert res.returncode == 0, text(res)
+    assert err.startswith("stockade: the sandbox neutralised") and ".vscode" in err, err
+    assert err.endswith("the command exited 0, but what is named here did not stay\n"), err
+    assert not os.path.lexists(vscode) and quarantined(box.state, ".vscode"), err
+    res = box.sh("mkdir .vscode; exit 3", mode="workspace-write", options=["--json"])
+    assert res.returncode == 3, text(res)
+    doc = json.loads(res.stdout)
+    assert doc["exit_code"] == 3 and [n["path"] for n in doc["neutralised"]] == [vscode], doc
+    assert doc["neutralised"][0]["moved_to"], doc
+    assert not os.path.lexists(vscode)
+    code = LIBRARY_UNDONE.format(site=box.runner.site, ws=str(box.ws), backend=backend)
+    lib = box.host([box.runner.python, "-I", "-c", code], timeout=90)
+    assert lib.returncode == 0, text(lib)
+    exit_code, done, hint = json.loads(lib.stdout.decode().splitlines()[-1])
+    assert exit_code == 0 and [n["path"] for n in done] == [vscode], text(lib)
+    assert "neutralised" in hint and ".vscode" in hint, hint
+    assert not os.path.lexists(vscode) and len(quarantined(box.state, ".vscode")) == 3
+
+
 # -- the toolchain caches the host's own builds read -------------------------------------
 
 #: (the cache under HOME, the variable that moves it): one build cache, one of a
@@ -487,3 +540,54 @@ def test_a_sessions_cache_layer_is_removed_even_when_made_unsearchable(box: Box)
     assert b"locked" in res.stdout, text(res)
     caches = box.state / "state" / "stockade" / "caches"
     assert not caches.exists() or list(caches.iterdir()) == [], list(caches.rglob("*"))
+
+
+def test_a_file_moves_between_directories_of_the_workspace(box: Box) -> None:
+    """rename(2) into another directory (setuptools' wheel, git, editors' atomic saves):
+    under Landlock every one failed with EXDEV (`mv` hid it by copying instead)."""
+    box.mkdir("ws/a")
+    box.mkdir("ws/a/b")
+    box.write(box.ws / "a/b/f", "moved\n")
+    res = box.py('import os; os.rename("a/b/f", "a/f"); os.rename("a/f", "g"); print("moved")',
+                 mode="workspace-write")
+    assert res.stdout == b"moved\n", text(res)
+    assert (box.ws / "g").read_text() == "moved\n" and not (box.ws / "a/b/f").exists()
+
+
+TINY_SETUP = ('from setuptools import setup\n'
+              'setup(name="tiny", version="0.1", py_modules=["tiny"])\n')
+
+
+@pytest.mark.parametrize("cache", ["existing", "missing"])
+def test_pip_wheel_of_a_local_project_builds_and_leaves_pips_cache_alone(box: Box,
+                                                                          cache: str) -> None:
+    """`pip wheel .` in `my-proj`, offline: pip puts a wheel built from a tree whose
+    path looks like `name-version` in its persistent cache, and root's pip takes a
+    read-only cache it owns for writable, so the build failed with `Read-only file
+    system` (Landlock: `Permission denied`, for every user). The wheel is made, and
+    the host's cache, or its absence, is as it was."""
+    find = ("import importlib.util as u; "
+            "assert all(map(u.find_spec, ('pip', 'setuptools', 'wheel')))")
+    have = subprocess.run([SYSTEM_PYTHON, "-I", "-c", find], capture_output=True, check=False,
+                          timeout=60)
+    if have.returncode:
+        pytest.skip(f"{SYSTEM_PYTHON} lacks pip, setuptools or wheel (Debian: python3-pip, "
+                    "python3-setuptools, python3-wheel)")
+    proj = box.mkdir("ws/my-proj")
+    box.write(proj / "setup.py", TINY_SETUP)
+    box.write(proj / "tiny.py", "X = 1\n")
+    # setuptools' PEP 517 backend, which moves the wheel out of a temporary directory.
+    box.write(proj / "pyproject.toml", '[build-system]\nrequires = ["setuptools"]\n'
+              'build-backend = "setuptools.build_meta"\n')
+    if cache == "existing":
+        box.write(box.home / ".cache/pip/wheels/00/entry", "host wheel\n")
+        for d in (".cache", ".cache/pip", ".cache/pip/wheels", ".cache/pip/wheels/00"):
+            os.chmod(box.home / d, 0o755)
+            box.runner.own(box.home / d)
+    before = snapshot(box.home)
+    res = box.run([SYSTEM_PYTHON, "-I", "-m", "pip", "wheel", "--no-index", "--no-deps",
+                   "--no-build-isolation", "."],
+                  mode="workspace-write", cwd=proj, timeout=120)
+    assert res.returncode == 0, text(res)
+    assert (proj / "tiny-0.1-py3-none-any.whl").is_file(), text(res)
+    assert snapshot(box.home) == before, text(res)

@@ -386,11 +386,27 @@ def test_protected_names_are_neutralised_while_the_command_runs(box: Box) -> Non
     iso.test_protected_names_are_neutralised_while_the_command_runs(box)
 
 
+def test_a_vscode_the_command_made_is_undone_and_the_result_says_so(box: Box) -> None:
+    iso.test_a_vscode_the_command_made_is_undone_and_the_result_says_so(box, "landlock")
+
+
 def test_a_build_cache_is_reused_and_never_written(box: Box) -> None:
     """Without a mount namespace there is no layer to lay over a cache: it stays
     read-only and its variable points the toolchain at the session's private copy,
     which starts empty."""
     iso.test_a_build_cache_is_reused_and_never_written(box, reused=False)
+
+
+def test_a_file_moves_between_directories_of_the_workspace(box: Box) -> None:
+    iso.test_a_file_moves_between_directories_of_the_workspace(box)
+
+
+@pytest.mark.parametrize("cache", ["existing", "missing"])
+def test_pip_wheel_of_a_local_project_builds_and_leaves_pips_cache_alone(box: Box,
+                                                                          cache: str) -> None:
+    """Also a reparenting rename (setuptools moves the wheel out of its temporary
+    directory), which the reaper's signal-only Landlock layer once refused with EXDEV."""
+    iso.test_pip_wheel_of_a_local_project_builds_and_leaves_pips_cache_alone(box, cache)
 
 
 def test_a_repository_created_deep_in_the_tree_is_made_inert(box: Box) -> None:

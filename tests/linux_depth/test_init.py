@@ -72,7 +72,7 @@ def make_profile(**overrides: object) -> Profile:
 # -- the host side (pure) ----------------------------------------------------------
 
 @pytest.mark.parametrize("network,mode", [
-    (NetworkPolicy.none(), "unix-only"),
+    (NetworkPolicy.none(), "loopback"),
     (NetworkPolicy.allow_hosts(["pypi.org"]), "proxy-routed"),
     (NetworkPolicy.allow_all(), "unrestricted"),
 ])
@@ -81,10 +81,23 @@ def test_network_policy_picks_the_socket_gate(network: NetworkPolicy, mode: str)
     assert config["seccomp"] == mode
     rules = config["landlock"]
     assert isinstance(rules, dict)
-    assert rules["restrict_tcp"] is (mode != "unrestricted")
-    # Only the proxy-routed mode may reach the bridge; none reaches nothing.
-    assert rules["tcp_connect"] == ([3128] if mode == "proxy-routed" else [])
-    assert rules["tcp_bind"] == []
+    # No TCP rule under bubblewrap: the namespace, checked by the init, is the
+    # boundary, and the command's own loopback is its to use.
+    assert rules["restrict_tcp"] is False
+    assert rules["tcp_connect"] == [] and rules["tcp_bind"] == []
+    assert "namespaces" not in config  # only what init_launch says bwrap made
+
+
+@pytest.mark.parametrize("network,namespaces", [
+    (NetworkPolicy.none(), ["net", "pid"]),
+    (NetworkPolicy.allow_hosts(["pypi.org"]), ["net", "pid"]),
+    (NetworkPolicy.allow_all(), ["pid"]),
+])
+def test_bubblewrap_launch_names_the_namespaces_the_init_checks(
+        network: NetworkPolicy, namespaces: list[str]) -> None:
+    profile = make_profile(network=network, proxy_socket="/run/proxy.sock")
+    launch = layers.init_launch(profile, ["true"])
+    assert launch.config["namespaces"] == namespaces
 
 
 def test_landlock_paths_follow_the_profile() -> None:
@@ -188,7 +201,7 @@ def test_landlock_report_for_the_audit_record() -> None:
     config = init_config(make_profile())
     assert landlock_report(config, abi=7).dropped == ()
     old = landlock_report(config, abi=3)
-    assert old.abi == 3 and "fs.ioctl_dev" in old.dropped and "net.connect_tcp" in old.dropped
+    assert old.abi == 3 and "fs.ioctl_dev" in old.dropped
     assert not landlock_report(config, abi=0).enforced
 
 
@@ -240,7 +253,9 @@ as_root = pytest.mark.skipif(os.geteuid() != 0, reason="needs root")
 
 def config(mode: str = "unix-only", read: Sequence[str] = ("/",),
            write: Sequence[str] = ("/tmp", "/dev"), **extra: object) -> dict[str, object]:
-    rules = landlock.LandlockRules(read, write, restrict_tcp=mode != "unrestricted",
+    # bubblewrap's own loopback mode has no TCP rule (layers.landlock_rules).
+    rules = landlock.LandlockRules(read, write,
+                                   restrict_tcp=mode not in ("unrestricted", "loopback"),
                                    tcp_connect=extra.pop("tcp_connect", ()))  # type: ignore[arg-type]
     return {"v": 1, "seccomp": mode, "landlock": rules.to_json(), **extra}
 
@@ -691,3 +706,74 @@ def test_a_key_outside_the_schema_is_refused_on_both_sides() -> None:
         initcore.parse_config('{"v": 1, "seccmp": "unix-only"}')
     with pytest.raises(ValueError, match="does not know: seccmp"):
         layers.init_argv("/usr/bin/python3", layers.INIT_PATH, {"v": 1, "seccmp": "x"}, ["true"])
+
+
+# -- what the command's own namespaces allow (config key "namespaces") -----------------
+
+TRACE_PROBE = r"""
+import ctypes, os, signal
+libc = ctypes.CDLL(None, use_errno=True)
+PTRACE_TRACEME, PTRACE_ATTACH, PTRACE_DETACH = 0, 16, 17
+def call(fn, *args):
+    return "ok" if fn(*args) == 0 else os.strerror(ctypes.get_errno())
+child = os.fork()
+if child == 0:
+    os._exit(0 if libc.ptrace(PTRACE_TRACEME, 0, 0, 0) == 0 else 1)
+print("traceme", "ok" if os.waitpid(child, 0)[1] == 0 else "refused")
+child = os.fork()
+if child == 0:
+    signal.pause()
+    os._exit(0)
+print("attach_child", call(libc.ptrace, PTRACE_ATTACH, child, 0, 0))
+os.kill(child, signal.SIGKILL)
+print("attach_pid1", call(libc.ptrace, PTRACE_ATTACH, 1, 0, 0))
+print("no_aslr", "ok" if libc.personality(0x0040000) >= 0 else "refused")
+print("exec_data", "ok" if libc.personality(0x0400000) >= 0 else "refused")
+"""
+
+
+@real
+@needs_landlock
+def test_own_pid_namespace_allows_tracing_own_processes_only() -> None:
+    """ptrace of the command's children works; bwrap's pid 1, outside its Landlock
+    domain and its seccomp filter, stays out of reach."""
+    traced = sandbox(config("loopback", namespaces=["net", "pid"]), [HOST_PYTHON, "-c",
+                                                                    TRACE_PROBE])
+    assert traced.returncode == 0, traced.stderr
+    assert traced.stdout.split("\n")[:5] == [
+        "traceme ok", "attach_child ok", "attach_pid1 Operation not permitted", "no_aslr ok",
+        "exec_data refused"], traced.stdout
+    # Control: the same probe without the namespaces said is refused throughout.
+    plain = sandbox(config("loopback"), [HOST_PYTHON, "-c", TRACE_PROBE])
+    assert plain.stdout.split("\n")[:5] == [
+        "traceme refused", "attach_child Operation not permitted",
+        "attach_pid1 Operation not permitted", "no_aslr refused", "exec_data refused"]
+
+
+@real
+@needs_landlock
+def test_loopback_mode_refuses_to_run_without_its_own_network_namespace() -> None:
+    """IP sockets are allowed because the namespace has only lo: a bwrap that
+    shared the host's network would hand them the host's, so the init refuses."""
+    cfg = config("loopback", namespaces=["net", "pid"])
+    shared = sandbox(cfg, ["/bin/true"], net=False)
+    assert shared.returncode == 125
+    assert "network namespace is not its own" in shared.stderr
+    assert "--unshare-net" in shared.stderr
+    assert sandbox(cfg, ["/bin/true"]).returncode == 0
+
+
+@real
+@needs_landlock
+def test_loopback_mode_serves_its_own_loopback_and_refuses_raw_sockets() -> None:
+    code = ("import socket\n"
+            "s = socket.socket(); s.bind(('127.0.0.1', 0)); s.listen()\n"
+            "c = socket.create_connection(s.getsockname()); a = s.accept()[0]\n"
+            "c.sendall(b'hi'); print(a.recv(2).decode())\n"
+            "for args in ((socket.AF_INET, socket.SOCK_RAW, 1), (socket.AF_INET, 1, 262),\n"
+            "             (socket.AF_INET, socket.SOCK_DGRAM, 1), (socket.AF_NETLINK, 3, 0),\n"
+            "             (socket.AF_PACKET, 3, 0)):\n"
+            "    try: socket.socket(*args); print('opened')\n"
+            "    except PermissionError: print('EPERM')\n")
+    res = sandbox(config("loopback", namespaces=["net", "pid"]), [HOST_PYTHON, "-c", code])
+    assert res.stdout.split() == ["hi", "EPERM", "EPERM", "EPERM", "EPERM", "EPERM"], res.stderr

@@ -20,6 +20,8 @@ from stockade.drivers.linux.seccomp import (
     AARCH64,
     AUDIT_ARCH,
     DENIED,
+    LANDLOCK_BACKEND_MODES,
+    LOOPBACK,
     NETWORK_MODES,
     PROXY_ROUTED,
     SYSCALLS,
@@ -325,6 +327,7 @@ def test_legacy_mknod_on_x86_64(kind: int, expected: int) -> None:
 # -- the socket gate -----------------------------------------------------------
 
 GATE = {
+    LOOPBACK: {AF_UNIX, AF_INET, AF_INET6},
     UNIX_ONLY: {AF_UNIX},
     PROXY_ROUTED: {AF_UNIX, AF_INET, AF_INET6},
     UNRESTRICTED: {AF_UNIX, AF_INET, AF_INET6, AF_NETLINK, AF_PACKET, AF_VSOCK},
@@ -340,7 +343,7 @@ def test_socket_families_per_mode(mode: str, arch: str, family: int, call: str) 
 
 
 @given(family=st.integers(min_value=0, max_value=2**32 - 1), high=HIGH,
-       mode=st.sampled_from([UNIX_ONLY, PROXY_ROUTED]))
+       mode=st.sampled_from([LOOPBACK, UNIX_ONLY, PROXY_ROUTED]))
 def test_gated_modes_are_allowlists(family: int, high: int, mode: str) -> None:
     """Any family not named -- AF_ALG, AF_BLUETOOTH, AF_XDP, tomorrow's -- is denied."""
     expected = ALLOW if family in GATE[mode] else EPERM
@@ -348,10 +351,89 @@ def test_gated_modes_are_allowlists(family: int, high: int, mode: str) -> None:
 
 
 def test_packet_netlink_vsock_denied_in_every_gated_mode() -> None:
-    for mode in (UNIX_ONLY, PROXY_ROUTED):
+    for mode in (LOOPBACK, UNIX_ONLY, PROXY_ROUTED):
         for family in (AF_PACKET, AF_NETLINK, AF_VSOCK):
             for arch in ARCHES:
                 assert verdict(mode, arch, "socket", family, 2, 0) == EPERM
+
+
+SOCK_STREAM, SOCK_DGRAM, SOCK_RAW, SOCK_SEQPACKET = 1, 2, 3, 5
+SOCK_NONBLOCK_CLOEXEC = 0o4000 | 0o2000000
+
+
+@pytest.mark.parametrize("arch", ARCHES)
+@pytest.mark.parametrize("family", [AF_INET, AF_INET6])
+@pytest.mark.parametrize("kind,proto,expected", [
+    (SOCK_STREAM, 0, ALLOW), (SOCK_STREAM, 6, ALLOW), (SOCK_DGRAM, 0, ALLOW),
+    (SOCK_DGRAM, 17, ALLOW),
+    (SOCK_STREAM, 262, EPERM),  # MPTCP
+    (SOCK_STREAM, 132, EPERM), (SOCK_SEQPACKET, 132, EPERM),  # SCTP
+    (SOCK_DGRAM, 136, EPERM),  # UDP-Lite
+    (SOCK_DGRAM, 1, EPERM), (SOCK_DGRAM, 58, EPERM),  # ICMP "ping" sockets
+    (SOCK_RAW, 0, EPERM), (SOCK_RAW, 255, EPERM), (SOCK_STREAM, 17, EPERM),
+    (SOCK_DGRAM, 6, EPERM), (10, 0, EPERM),  # SOCK_PACKET
+])
+def test_loopback_mode_allows_tcp_and_udp_only(arch: str, family: int, kind: int, proto: int,
+                                               expected: int) -> None:
+    """The command's own loopback, for servers and clients: nothing but TCP and UDP."""
+    assert verdict(LOOPBACK, arch, "socket", family, kind, proto) == expected
+    assert verdict(LOOPBACK, arch, "socket", family, kind | SOCK_NONBLOCK_CLOEXEC,
+                   proto) == expected
+
+
+@given(kind=st.integers(min_value=0, max_value=2**32 - 1), high=HIGH,
+       proto=st.integers(min_value=0, max_value=2**32 - 1))
+def test_loopback_inet_checks_read_the_low_words(kind: int, high: int, proto: int) -> None:
+    allowed = {(SOCK_STREAM, 0), (SOCK_STREAM, 6), (SOCK_DGRAM, 0), (SOCK_DGRAM, 17)}
+    expected = ALLOW if (kind & 0xF, proto) in allowed else EPERM
+    assert verdict(LOOPBACK, X86_64, "socket", AF_INET, high | kind, high | proto) == expected
+
+
+def test_loopback_keeps_every_unix_socket() -> None:
+    for kind in (SOCK_STREAM, SOCK_DGRAM, SOCK_SEQPACKET):
+        assert verdict(LOOPBACK, X86_64, "socket", AF_UNIX, kind, 0) == ALLOW
+        assert verdict(LOOPBACK, X86_64, "socketpair", AF_UNIX, kind, 0) == ALLOW
+
+
+# -- tracing the command's own processes (trace=True) ---------------------------
+
+TRACE = ("ptrace", "process_vm_readv", "process_vm_writev")
+
+
+@every
+def test_tracing_is_refused_unless_asked(mode: str, arch: str) -> None:
+    for name in TRACE:
+        assert verdict(mode, arch, name, 16, 2) == EPERM
+
+
+@every
+def test_trace_allows_ptrace_and_nothing_else_of_the_denylist(mode: str, arch: str) -> None:
+    prog = compile_seccomp(mode, arch, trace=True)
+    nr = SYSCALLS[arch]
+    for name in DENIED:
+        expected = ALLOW if name in TRACE else EPERM
+        assert run_filter(prog, nr[name], AUDIT_ARCH[arch], (16, 2)) == expected, name
+    # The rest of the policy is the same program's.
+    assert run_filter(prog, nr["clone"], AUDIT_ARCH[arch], (CLONE_NEWUSER,)) == EPERM
+    assert run_filter(prog, nr["ioctl"], AUDIT_ARCH[arch], (0, seccomp.TIOCSTI)) == EPERM
+
+
+@every
+@pytest.mark.parametrize("persona,expected", [
+    (0x0, ALLOW), (0xFFFFFFFF, ALLOW), (0x0040000, ALLOW), (0x0400000, EPERM),
+    (0x0440000, EPERM), (0x0008, EPERM), (0x1_0040_0000, EPERM),
+])
+def test_trace_allows_gdbs_aslr_switch_alone(mode: str, arch: str, persona: int,
+                                             expected: int) -> None:
+    prog = compile_seccomp(mode, arch, trace=True)
+    assert run_filter(prog, SYSCALLS[arch]["personality"], AUDIT_ARCH[arch],
+                      (persona,)) == expected
+
+
+@pytest.mark.parametrize("mode", LANDLOCK_BACKEND_MODES)
+def test_trace_is_never_compiled_for_the_landlock_backend(mode: str) -> None:
+    with pytest.raises(ValueError, match="no PID namespace"):
+        compile_seccomp(mode, X86_64, trace=True)
 
 
 # -- the no-spawn filter (spawn_subprocess = False) ----------------------------

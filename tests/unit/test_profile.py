@@ -86,3 +86,30 @@ def test_a_profile_is_a_value_changed_only_by_replace(home) -> None:
     moved = p.replace(cwd="/elsewhere")
     assert (moved.cwd, p.cwd) == ("/elsewhere", p.workspace)
     assert moved.hidden == p.hidden
+
+
+def test_pips_cache_gets_a_private_layer_offline_too(home, tmp_path) -> None:
+    """pip writes its cache offline (a wheel built from `./my-proj`); it was layered
+    only with network, so root's pip took the read-only cache for writable."""
+    (home / ".cache" / "pip").mkdir(parents=True)
+    pip = os.path.realpath(home / ".cache" / "pip")
+    layers = str(tmp_path / "layers")
+    bwrap = profile(home, cache_dir=layers)
+    assert [var for cache, _l, var in bwrap.caches if cache == pip] == ["PIP_CACHE_DIR"]
+    assert "PIP_NO_CACHE_DIR" not in bwrap.env
+    landlock = profile(home, cache_dir=layers, backend="landlock")
+    assert landlock.env["PIP_CACHE_DIR"].startswith(layers)
+    assert "PIP_NO_CACHE_DIR" not in landlock.env
+
+
+def test_pip_is_told_to_do_without_a_cache_it_cannot_write(home, tmp_path) -> None:
+    """No layer (no cache yet, `scratch = false`, read-only mode): PIP_NO_CACHE_DIR,
+    unless the caller chose pip's cache itself; full access leaves pip alone."""
+    layers = str(tmp_path / "layers")
+    assert profile(home, cache_dir=layers).env["PIP_NO_CACHE_DIR"] == "1"  # no ~/.cache/pip
+    (home / ".cache" / "pip").mkdir(parents=True)
+    assert profile(home, cache_dir=layers, use_scratch=False).env["PIP_NO_CACHE_DIR"] == "1"
+    assert profile(home, mode="read-only", cache_dir=layers).env["PIP_NO_CACHE_DIR"] == "1"
+    chosen = profile(home, command_env={"PIP_CACHE_DIR": "/w/c"}, use_scratch=False).env
+    assert chosen["PIP_CACHE_DIR"] == "/w/c" and "PIP_NO_CACHE_DIR" not in chosen
+    assert "PIP_NO_CACHE_DIR" not in profile(home, mode="full-access", backend="none").env

@@ -8,7 +8,7 @@
 _shtab_stockade_policy_subparsers=(check rules)
 _shtab_stockade_subparsers=(run explain shell doctor audit config trust policy proxy mcp completion)
 
-_shtab_stockade_run_option_strings=(-h --help --mode --workspace --cwd --session --allow-read --allow-write --network --allow-host --deny-host --no-subprocess --env --timeout --max-output --backend --config --json --yes -q --quiet)
+_shtab_stockade_run_option_strings=(-h --help --mode --workspace --cwd --session --allow-read --allow-write --network --allow-host --deny-host --no-subprocess --env --publish --timeout --max-output --backend --config --json --yes -q --quiet)
 _shtab_stockade_explain_option_strings=(-h --help --mode --workspace --cwd --session --allow-read --allow-write --network --allow-host --deny-host --no-subprocess --env --timeout --backend --config --json)
 _shtab_stockade_shell_option_strings=(-h --help --mode --workspace --cwd --session --allow-read --allow-write --network --allow-host --deny-host --env --timeout --backend --config --yes)
 _shtab_stockade_doctor_option_strings=(-h --help --json)
@@ -32,6 +32,7 @@ _shtab_stockade_run___allow_write_COMPGEN=_shtab_compgen_files
 _shtab_stockade_run___allow_host_COMPGEN=_stockade_nothing
 _shtab_stockade_run___deny_host_COMPGEN=_stockade_nothing
 _shtab_stockade_run___env_COMPGEN=_stockade_nothing
+_shtab_stockade_run___publish_COMPGEN=_stockade_nothing
 _shtab_stockade_run___timeout_COMPGEN=_stockade_nothing
 _shtab_stockade_run___max_output_COMPGEN=_stockade_nothing
 _shtab_stockade_run___config_COMPGEN=_shtab_compgen_files

@@ -24,6 +24,7 @@ complete -c stockade -n '__fish_seen_subcommand_from run; and not contains -- --
 complete -c stockade -n '__fish_seen_subcommand_from run; and not contains -- -- (commandline -opc)' -l deny-host -x -d 'never let the command reach HOST, whatever else allows it (repeatable)'
 complete -c stockade -n '__fish_seen_subcommand_from run; and not contains -- -- (commandline -opc)' -l no-subprocess -d 'the command may start no process of its own (seccomp)'
 complete -c stockade -n '__fish_seen_subcommand_from run; and not contains -- -- (commandline -opc)' -l env -x -d 'pass NAME with your value, or NAME=VALUE, to the command, though it looks secret; the audit record names it, never its value (repeatable)'
+complete -c stockade -n '__fish_seen_subcommand_from run; and not contains -- -- (commandline -opc)' -l publish -x -d 'forward the host\'s 127.0.0.1:PORT (or HOST_ADDR:PORT) to the sandbox\'s SANDBOX_PORT (default PORT) while the command runs: open a dev server from the host (repeatable)'
 complete -c stockade -n '__fish_seen_subcommand_from run; and not contains -- -- (commandline -opc)' -l timeout -x -d 'seconds before the whole process tree is killed (default 60)'
 complete -c stockade -n '__fish_seen_subcommand_from run; and not contains -- -- (commandline -opc)' -l max-output -x -d 'capture output and stop past BYTES (split stdout/stderr)'
 complete -c stockade -n '__fish_seen_subcommand_from run; and not contains -- -- (commandline -opc)' -l backend -x -a 'auto bubblewrap landlock none' -d 'auto | bubblewrap | landlock | none (default: auto)'

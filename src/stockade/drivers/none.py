@@ -21,6 +21,12 @@ class NoneDriver(Driver):
     def prepare(self, argv: list[str], profile: Profile) -> Launch:
         from ..process import chdir_argv
 
+        if profile.publish:
+            from ..errors import SandboxUnavailable
+            from ..publish import NO_BOUNDARY
+
+            raise SandboxUnavailable(NO_BOUNDARY)
+
         # posix_spawn cannot change directory, and chdir in this process
         # would move every thread; a shell does it in the child.
         return Launch(chdir_argv(profile.cwd, list(argv)), dict(profile.env),

@@ -48,6 +48,7 @@ if TYPE_CHECKING:
 
     from ...profile import Profile
     from .guard import MetadataGuard
+    from .publish import PortForward
 
 # The only directories inside /dev a command gets: bwrap's --dev provides
 # null, zero, full, random, urandom, tty, pts/ptmx and shm, and no disk.
@@ -251,6 +252,17 @@ def _cache_layer(cache: str, private: str, overlay: bool) -> list[str]:
     return ["--bind", os.path.join(private, "upper"), cache]
 
 
+def publish_forward(profile: Profile) -> PortForward:
+    """The host's listeners for `profile.publish`, bound now: a port in use is
+    refused before the sandbox starts (SandboxUnavailable, exit 125)."""
+    from ...publish import NETWORK_ALL
+    from .publish import PortForward
+
+    if profile.network.kind == "all":
+        raise SandboxUnavailable(NETWORK_ALL)
+    return PortForward(profile.publish)
+
+
 class BubblewrapDriver(ParkingDriver):
     """bwrap with a user, pid, ipc, uts, cgroup and (unless granted) network namespace."""
 
@@ -337,7 +349,10 @@ class BubblewrapDriver(ParkingDriver):
         lifeline = os.pipe2(os.O_CLOEXEC)
         ready = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
         ns_fds: list[int] = []
+        forward = None
         try:
+            if profile.publish:
+                forward = publish_forward(profile)
             # Behind bwrap's namespaces, the init adds no_new_privs, Landlock
             # and seccomp before it execs the command: a hole in one wall is
             # not an escape.
@@ -350,7 +365,9 @@ class BubblewrapDriver(ParkingDriver):
                                require_landlock=self._require_landlock or bool(areas),
                                nproc=nproc_limit(self._max_pids, own_user_namespace=True),
                                lifeline_fd=lifeline[0], ready_fd=ready[1],
-                               park_fd=park_fd)
+                               park_fd=park_fd,
+                               publish=(forward.child_fd, forward.sandbox_ports)
+                               if forward is not None else None)
             newer = bwrap_has_size(self.bwrap, self._state_dir)  # --size and --overlay: 0.10
             args = build_bwrap_args(profile, self.bwrap, inner=init.argv,
                                     extra_mounts=init.mounts, overlay=newer,
@@ -363,11 +380,16 @@ class BubblewrapDriver(ParkingDriver):
                 meta.release()
             for fd in (*lifeline, *ready, *ns_fds):
                 os.close(fd)
+            if forward is not None:
+                forward.close()
             raise
         owned = (*lifeline, *ready, *ns_fds)
         landlock = init.landlock_report(host_landlock_abi(self._state_dir))
+        # ptrace of the command's own processes: where Landlock holds (see
+        # seccomp.TRACE_SYSCALLS), as the init decides on the same kernel.
         audit: dict[str, object] = {"landlock_abi": landlock.abi,
-                                    "seccomp": init.config["seccomp"]}
+                                    "seccomp": init.config["seccomp"],
+                                    "ptrace": "own-processes" if landlock.abi else "refused"}
         if tmp_how:
             audit["session_tmp"] = tmp_how
         if meta is not None and meta.unwatched:
@@ -376,7 +398,15 @@ class BubblewrapDriver(ParkingDriver):
             audit["landlock_dropped"] = list(landlock.dropped)
         audit["memory_mb"], audit["memory_from"] = memory_in_force(
             profile.max_memory_mb, self._memory_default, mechanism()[0])
+        if forward is not None:
+            from ...publish import describe
+
+            audit["publish"] = [describe(item) for item in profile.publish]
+            forward.start()
+
         def release(launch: Launch) -> None:
+            if forward is not None:
+                forward.close()  # the command has ended: so does every forward
             launch.report.sandbox_started = init_started(ready[0])
             for fd in owned:
                 os.close(fd)
@@ -384,6 +414,8 @@ class BubblewrapDriver(ParkingDriver):
                 launch.report.neutralised += meta.release()
 
         fds = {lifeline[0]: lifeline[0], ready[1]: ready[1]}
+        if forward is not None:
+            fds[forward.child_fd] = forward.child_fd
         if cgroup is None:
             launch = Launch(args, init.env, profile.cwd, extra_fds=fds, cleanup=release)
             launch.report.audit.update(audit, limits=mechanism()[0])

@@ -157,6 +157,45 @@ def verify(keep_fds: set[int]) -> None:
         raise Refusal(f"file descriptor {fd} ({target}) would leak into the sandbox")
 
 
+def check_loopback_only() -> None:
+    """Refuse unless this network namespace has no interface but `lo`.
+
+    Under bubblewrap the command gets IP sockets with network none and hosts
+    (seccomp's loopback and proxy-routed modes, no Landlock TCP rule) because
+    its namespace reaches nothing: that is checked here, not assumed, so a
+    bwrap that left out --unshare-net (a wrapper, a changed default) cannot
+    quietly hand it the host's network. /proc/net/dev is this namespace's
+    list, through the /proc bwrap mounted for it.
+    """
+    try:
+        fd = posix.open("/proc/self/net/dev", posix.O_RDONLY | posix.O_CLOEXEC)
+        try:
+            data = posix.read(fd, 65536).decode("ascii", "replace")
+        finally:
+            posix.close(fd)
+    except OSError as exc:
+        raise Refusal(f"cannot read /proc/self/net/dev: {exc.strerror}") from None
+    names = sorted(line.partition(":")[0].strip() for line in data.splitlines()[2:]
+                   if ":" in line)
+    if names != ["lo"]:
+        raise Refusal("the sandbox's network namespace is not its own (interfaces: "
+                      f"{', '.join(names) or 'none'}; only lo was expected): bwrap must run "
+                      "with --unshare-net")
+
+
+def check_own_pid_namespace() -> None:
+    """Refuse unless this process is the first child of its PID namespace's pid 1.
+
+    bwrap (without --as-pid-1) is pid 1 of the namespace it made and the init
+    its first child, pid 2; nothing else runs there yet. The command may
+    trace its own processes only on that condition (see seccomp.TRACE_SYSCALLS).
+    """
+    if posix.getppid() != 1 or posix.getpid() != 2:
+        raise Refusal(f"the sandbox's PID namespace is not its own (pid {posix.getpid()}, "
+                      f"parent {posix.getppid()}; expected 2 and 1): bwrap must run with "
+                      "--unshare-pid")
+
+
 def die_with_parent(sc: "Syscall", table: dict[str, int], parent: int) -> None:
     """SIGKILL when stockade goes, as bwrap's --die-with-parent; survives execve.
 
@@ -282,9 +321,23 @@ def start_reaper(sc: "Syscall", parent: int, done_fd: int = -1) -> None:
         import landlock  # the init: a sibling top-level module, loaded by main already
     if landlock.landlock_abi(sc) < 6:
         raise Refusal("the reaper needs Landlock ABI 6 (signal scoping)")
-    attr = bytes(16) + landlock.SCOPE_SIGNAL.to_bytes(8, "little")
+    # Landlock denies reparenting (a rename or link into another directory)
+    # in every layer of a domain that handles any filesystem right, unless
+    # that layer grants `refer`, even a layer that handles none (the kernel
+    # handles `refer` implicitly). Without the rule below, every
+    # `os.rename("a/b/f", "a/f")` under the command's own layer failed with
+    # EXDEV: setuptools' wheel build, pip, git's packs. So this layer handles
+    # `refer` and grants it everywhere; the command's layer decides.
+    refer = landlock.FS_REFER.to_bytes(8, "little")
+    attr = refer + bytes(8) + landlock.SCOPE_SIGNAL.to_bytes(8, "little")
     ruleset = sc(landlock.SYS_CREATE_RULESET, attr, len(attr), 0)
     try:
+        root = posix.open("/", posix.O_PATH | posix.O_CLOEXEC)
+        try:
+            sc(landlock.SYS_ADD_RULE, ruleset, landlock.RULE_PATH_BENEATH,
+               refer + root.to_bytes(4, "little", signed=True), 0)
+        finally:
+            posix.close(root)
         sc(landlock.SYS_RESTRICT_SELF, ruleset, 0)
     finally:
         posix.close(ruleset)
@@ -339,6 +392,52 @@ def reap(pidfd: int, done_fd: int = -1) -> None:
             posix.kill(-1, SIGKILL)
         except OSError:
             pass
+
+
+def start_publish_relay(sc: "Syscall", arch: str, publish: dict[str, object]) -> None:
+    """Leave behind the relay of published ports (bridge.relay_published).
+
+    Forked before the command's Landlock and seccomp: under network none
+    they forbid the inet socket it dials on the sandbox's own loopback, and
+    what the command is allowed must not decide whether the person's
+    forward works. It is no freer for that: not dumpable and under
+    no_new_privs already (the command can neither trace it nor read its
+    descriptors in /proc), it holds nothing but its control socket, and it
+    enters a Landlock domain of no file access and TCP connect to the
+    published ports only, and the seccomp filter of an unrestricted
+    network inside this namespace, whose only interface is `lo`. A
+    grandchild that bwrap's pid 1 adopts, like the lifeline's watcher, so
+    the command never finds a child it did not start; the PID namespace
+    ends it with the command.
+    """
+    if TYPE_CHECKING or __package__:  # imported as part of the package (tests)
+        from . import bridge, landlock, seccomp
+    else:
+        import bridge  # the init: sibling top-level modules
+        import landlock
+        import seccomp
+    control = publish.get("fd")
+    ports = publish.get("ports")
+    if type(control) is not int or not isinstance(ports, list) or not all(
+            type(p) is int for p in ports):
+        raise Refusal("the config's publish entry needs fd and ports")
+    middle = posix.fork()
+    if middle == 0:
+        try:
+            if posix.fork() == 0:
+                posix.closerange(0, control)
+                posix.closerange(control + 1, 4096)
+                landlock.apply_landlock(landlock.LandlockRules(
+                    (), (), restrict_tcp=True, tcp_connect=ports), sc)
+                seccomp.install_seccomp(seccomp.compile_seccomp(seccomp.UNRESTRICTED, arch),
+                                        sc, arch)
+                bridge.relay_published(control, ports)
+        finally:
+            posix._exit(0)
+    posix.close(control)
+    _pid, status = posix.waitpid(middle, 0)
+    if status:
+        raise Refusal("the relay of published ports did not start")
 
 
 def await_command(fd: int) -> list[str]:
@@ -502,6 +601,10 @@ def main(argv: list[str]) -> int:
         seccomp.harden_process(sc, arch)
         seccomp.set_no_new_privs(sc, arch)
         mark("no_new_privs")
+        publish = config.get("publish")
+        if isinstance(publish, dict):
+            start_publish_relay(sc, arch, publish)
+            mark("publish")
         # Set by the Landlock backend only: bwrap already dies with its
         # parent, drops capabilities and tears down its PID namespace.
         parent = config.get("parent")
@@ -544,7 +647,19 @@ def main(argv: list[str]) -> int:
         mode = config.get("seccomp")
         if not isinstance(mode, str):
             raise Refusal("the config names no seccomp network mode")
-        prog = seccomp.compile_seccomp(mode, arch)
+        namespaces = config.get("namespaces", [])
+        if not isinstance(namespaces, list):
+            raise Refusal("the config's namespaces is not a list")
+        if "net" in namespaces:
+            check_loopback_only()
+        if "pid" in namespaces:
+            check_own_pid_namespace()
+        # Tracing the command's own processes: in its own PID namespace, and
+        # only with Landlock in force, whose ptrace rule keeps bwrap's pid 1
+        # (outside the command's domain, and under no seccomp filter) out of
+        # reach (see seccomp.TRACE_SYSCALLS).
+        trace = "pid" in namespaces and report.enforced
+        prog = seccomp.compile_seccomp(mode, arch, trace=trace)
         mark("seccomp_compile")
         seccomp.install_seccomp(prog, sc, arch)
         mark("seccomp_install")

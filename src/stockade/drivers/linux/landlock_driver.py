@@ -174,11 +174,18 @@ class LandlockDriver(ParkingDriver):
         check_landlock(self.abi, self._min_abi)
         prime_migration()
 
+    def explain_denial(self, stderr: bytes) -> str | None:
+        return explain_no_namespace(stderr)
+
     def _prepare(self, argv: list[str], profile: Profile, *, park_fd: int | None = None,
                  guard: bool | MetadataGuard = True) -> Launch:
         """The cold launch (see `ParkingDriver._prepare`)."""
         from .layers import init_argv, init_config, init_python, launch_env
 
+        if profile.publish:
+            from ...publish import LANDLOCK
+
+            raise SandboxUnavailable(LANDLOCK)
         undo = _Undo()
         if not isinstance(guard, bool):
             undo.guard = guard  # released with the launch, or below if it cannot be built
@@ -340,6 +347,40 @@ def _wait_eof(fd: int, timeout: float) -> None:
     while (left := deadline - time.monotonic()) > 0:
         if poller.poll(left * 1000) and not os.read(fd, 4096):
             return
+
+
+#: What tools print when ptrace, or a loopback listener, was refused (gdb,
+#: strace, LeakSanitizer; node, Python, curl's server side).
+_PTRACE_WORDS = (b"under ptrace", b"ptrace: Operation not permitted", b"PTRACE_TRACEME",
+                 b"ptrace(PTRACE_", b"PTRACE_ATTACH", b"PTRACE_SEIZE")
+_LISTEN_WORDS = (b"listen EPERM", b"listen EACCES", b"bind EPERM", b"bind EACCES",
+                 b"Operation not permitted", b"Permission denied")
+_SOCKET_WORDS = (b"listen", b"bind", b"createServer", b"socket", b"connect", b"Connection")
+
+
+def explain_no_namespace(stderr: bytes) -> str | None:
+    """This backend's words for what it refuses because it has no namespace (pure).
+
+    Under bubblewrap a command has a PID and a network namespace of its own,
+    so it may trace its own processes and run a server on its own loopback.
+    Here it has neither: its 127.0.0.1 is the host's, and ptrace would reach
+    every process of the user that Landlock's ptrace rule does not close.
+    """
+    tail = stderr[-4096:]
+    if any(word in tail for word in _PTRACE_WORDS):
+        return ("blocked by the sandbox: the Landlock backend refuses ptrace (gdb, strace, "
+                "LeakSanitizer's leak check): with no PID namespace of its own, a traced "
+                "process could be any of your user's. Use the bubblewrap backend, where a "
+                "command may trace its own processes (or ASAN_OPTIONS=detect_leaks=0)")
+    if any(word in tail for word in _LISTEN_WORDS[:4]) or (
+            any(word in tail for word in _LISTEN_WORDS[4:])
+            and any(word in tail for word in _SOCKET_WORDS)):
+        return ("blocked by the sandbox: the Landlock backend has no network namespace, so "
+                "127.0.0.1 there is the host's loopback: a command may not listen on it, and "
+                "with network none may open no IP socket at all (request a host with "
+                "--allow-host HOST:PORT). For a server and its client on loopback, use the "
+                "bubblewrap backend, whose commands have a loopback of their own")
+    return None
 
 
 def check_landlock(abi: int, min_abi: int) -> None:

@@ -92,8 +92,7 @@ def launch_env(env: Mapping[str, str]) -> dict[str, str]:
     return {k: v for k, v in env.items() if not _is_loader_var(k)}
 
 
-def landlock_rules(profile: Profile, proxy_ports: Sequence[int] = ()
-                   ) -> tuple[LandlockRules, list[str]]:
+def landlock_rules(profile: Profile) -> tuple[LandlockRules, list[str]]:
     """(rules, listed): read+execute on what the profile shows minus what it
     hides (`inner_reads`), everything on what it lets the command write, and
     the directories split on the way, which may be listed but not read.
@@ -114,21 +113,25 @@ def landlock_rules(profile: Profile, proxy_ports: Sequence[int] = ()
         # bwrap puts an empty private tmpfs there; tools that keep sockets
         # and locks in XDG_RUNTIME_DIR would fail on it for no gain.
         write.append(profile.runtime_dir)
-    kind = profile.network.kind
-    # network "all" leaves TCP alone. "none" handles TCP with no port
-    # allowed, so even a socket the seccomp gate missed connects nowhere.
-    # "hosts" allows connect to the in-sandbox proxy bridge only: a
-    # program ignoring HTTP_PROXY fails instead of reaching past the proxy.
-    return LandlockRules(read, write, restrict_tcp=kind != "all",
-                         tcp_connect=tuple(proxy_ports) if kind == "hosts" else ()), listed
+    # TCP is left alone in every mode. Under "none" and "hosts" the command's
+    # network namespace has only `lo`, which the init checks before exec
+    # (config key "namespaces"), so a port rule could only refuse the
+    # command its own loopback: a test suite's server and its client, a dev
+    # server and the tests run against it. Landlock's TCP rules have no
+    # address, so they cannot tell that loopback from a route out, and
+    # there is none to tell it from. (They once held "none" to no port and
+    # "hosts" to the bridge's; the Landlock backend, with no namespace,
+    # still does: landlock_rules.py.)
+    return LandlockRules(read, write, restrict_tcp=False), listed
 
 
 def init_config(profile: Profile, *, proxy_ports: Sequence[int] = (),
                 keep_fds: Sequence[int] = (), require_landlock: bool = False,
                 env: Mapping[str, str] | None = None,
                 nproc: int | None = None, lifeline_fd: int | None = None,
-                ready_fd: int | None = None, park_fd: int | None = None
-                ) -> dict[str, object]:
+                ready_fd: int | None = None, park_fd: int | None = None,
+                namespaces: Sequence[str] = (),
+                publish: tuple[int, Sequence[int]] | None = None) -> dict[str, object]:
     """The init's JSON config for `profile` (pure).
 
     `proxy_ports`: loopback ports of the proxy bridge (network "hosts").
@@ -138,11 +141,15 @@ def init_config(profile: Profile, *, proxy_ports: Sequence[int] = (),
     `lifeline_fd`: the read end of a pipe whose write end only stockade holds.
     `ready_fd`: where the init says it started, so the sandbox came up.
     `park_fd`: a socket the init waits on for the argv, every layer applied (warm.py).
+    `namespaces`: what bubblewrap gave the command of its own, which the init
+    checks and builds on (`own_namespaces`); empty for the Landlock backend.
+    `publish`: (descriptor, sandbox ports) for the relay of published ports
+    (drivers/linux/publish.py), forked before the command's layers.
     """
     kind = profile.network.kind
     if kind not in SECCOMP_MODES["bubblewrap"]:
         raise ValueError(f"no seccomp socket gate for network policy {kind!r}")
-    rules, listed = landlock_rules(profile, proxy_ports)
+    rules, listed = landlock_rules(profile)
     config: dict[str, object] = {
         "v": CONFIG_VERSION,
         "seccomp": SECCOMP_MODES["bubblewrap"][kind],
@@ -154,6 +161,8 @@ def init_config(profile: Profile, *, proxy_ports: Sequence[int] = (),
     }
     if kind == "hosts":
         config["bridge"] = {"unix": BRIDGE_SOCKET, "ports": list(proxy_ports)}
+    if namespaces:
+        config["namespaces"] = sorted(set(namespaces))
     if not profile.spawn_subprocess:
         config["no_spawn"] = True
     if lifeline_fd is not None:
@@ -162,6 +171,8 @@ def init_config(profile: Profile, *, proxy_ports: Sequence[int] = (),
         config["ready_fd"] = ready_fd
     if park_fd is not None:
         config["park_fd"] = park_fd
+    if publish is not None:
+        config["publish"] = {"fd": publish[0], "ports": sorted(set(publish[1]))}
     rlimits: dict[str, int] = {}
     if profile.max_memory_mb:
         # The seed's cap on address space, on every platform; the cgroup's
@@ -175,6 +186,18 @@ def init_config(profile: Profile, *, proxy_ports: Sequence[int] = (),
     if rlimits:
         config["rlimits"] = rlimits
     return config
+
+
+def own_namespaces(profile: Profile) -> tuple[str, ...]:
+    """What bubblewrap's sandbox for `profile` has of its own that the init builds on (pure).
+
+    "pid": a PID namespace (always: `--unshare-pid`), in which the command may
+    trace its own processes (seccomp's `trace`). "net": a network namespace
+    with only `lo` (network none and hosts: `--unshare-net`), in which IP
+    sockets reach the command's own loopback and nothing else. The init
+    refuses to run when either is not what it was told.
+    """
+    return ("net", "pid") if profile.network.kind != "all" else ("pid",)
 
 
 def init_argv(python: str, init_path: str, config: Mapping[str, object],
@@ -303,7 +326,8 @@ def init_launch(profile: Profile, argv: Sequence[str], *, python: str | None = N
                 proxy_ports: Sequence[int] = (), keep_fds: Sequence[int] = (),
                 require_landlock: bool = False, nproc: int | None = None,
                 lifeline_fd: int | None = None, ready_fd: int | None = None,
-                park_fd: int | None = None) -> InitLaunch:
+                park_fd: int | None = None,
+                publish: tuple[int, Sequence[int]] | None = None) -> InitLaunch:
     """Everything the driver needs to run `argv` behind the init."""
     ensure_bytecode()
     python = python or init_python()
@@ -324,7 +348,8 @@ def init_launch(profile: Profile, argv: Sequence[str], *, python: str | None = N
                              grants=profile.network.hosts))
     config = init_config(profile, proxy_ports=proxy_ports, keep_fds=keep_fds,
                          require_landlock=require_landlock, env=env, nproc=nproc,
-                         lifeline_fd=lifeline_fd, ready_fd=ready_fd, park_fd=park_fd)
+                         lifeline_fd=lifeline_fd, ready_fd=ready_fd, park_fd=park_fd,
+                         namespaces=own_namespaces(profile), publish=publish)
     return InitLaunch(init_argv(inner_python(python), INNER_INIT_PATH, config, argv),
                       launch_env(env), mounts, config)
 

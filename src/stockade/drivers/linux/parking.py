@@ -48,7 +48,9 @@ class ParkingDriver(Driver):
                                   idle_timeout=idle_seconds, watch=watch)
 
     def prepare(self, argv: list[str], profile: Profile) -> Launch:
-        if self._warm is not None:
+        if self._warm is not None and not profile.publish:
+            # A published port is bound for this command, and its relay is
+            # forked before the layers a parked sandbox has already applied.
             return self._warm.launch(argv, profile)
         launch = self._prepare(argv, profile)
         if profile.workspace_writable or profile.write_roots:  # warm.writable_roots

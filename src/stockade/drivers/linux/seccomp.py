@@ -21,10 +21,24 @@ import posix
 import sys
 
 # Network modes of the socket gate (the seed's SeccompNetworkMode).
+#   loopback (bubblewrap, network none): AF_UNIX, and TCP and UDP over IPv4
+#       and IPv6. bwrap gives the command a network namespace of its own whose
+#       only interface is `lo` (the init checks that before exec), so an IP
+#       socket there reaches the command's own loopback and nothing else: a
+#       server and its client in one command (`node server.js & curl
+#       127.0.0.1:3000`) work, the host's 127.0.0.1 is another namespace's.
+#       Raw, packet and SCTP/MPTCP/ICMP sockets stay refused (they need
+#       CAP_NET_RAW, which the command never has, or are kernel code no
+#       loopback workflow needs).
+#   unix-only: AF_UNIX alone; what network none was before loopback was
+#       allowed, kept for a config that names it.
+#   proxy-routed (bubblewrap, network hosts): AF_UNIX, AF_INET, AF_INET6.
+#   unrestricted (network all): every family.
+LOOPBACK = "loopback"
 UNIX_ONLY = "unix-only"
 PROXY_ROUTED = "proxy-routed"
 UNRESTRICTED = "unrestricted"
-NETWORK_MODES = (UNIX_ONLY, PROXY_ROUTED, UNRESTRICTED)
+NETWORK_MODES = (LOOPBACK, UNIX_ONLY, PROXY_ROUTED, UNRESTRICTED)
 
 # The Landlock backend's modes. Without bubblewrap there is no network
 # namespace and no mount over a socket file, and Landlock (up to ABI 7) does
@@ -51,7 +65,7 @@ LANDLOCK_BACKEND_MODES = (UNIX_NO_CONNECT, TCP_ONLY, NO_UNIX)
 
 #: Backend -> network policy kind ("none", "hosts", "all") -> the socket gate.
 SECCOMP_MODES = {
-    "bubblewrap": {"none": UNIX_ONLY, "hosts": PROXY_ROUTED, "all": UNRESTRICTED},
+    "bubblewrap": {"none": LOOPBACK, "hosts": PROXY_ROUTED, "all": UNRESTRICTED},
     "landlock": {"none": UNIX_NO_CONNECT, "hosts": TCP_ONLY, "all": NO_UNIX},
 }
 ALL_MODES = NETWORK_MODES + LANDLOCK_BACKEND_MODES
@@ -116,7 +130,8 @@ DENIED = (
     "bpf", "perf_event_open",
     # Reading and writing another process's memory: in a shared pid
     # namespace the command could patch the supervisor that watches it.
-    # process_vm_* is the same primitive without ptrace's checks.
+    # process_vm_* is the same primitive. Allowed only with `trace` (see
+    # TRACE_SYSCALLS): inside bubblewrap's private PID namespace.
     "ptrace", "process_vm_readv", "process_vm_writev",
     # Kernel keyrings are not namespaced: the command could read or plant
     # keys in the user's session keyring (Kerberos tickets, fscrypt keys).
@@ -138,6 +153,18 @@ DENIED = (
     "open_by_handle_at", "name_to_handle_at",
 )
 
+# Tracing the command's own processes: gdb, strace, LeakSanitizer (which
+# ptrace-attaches to its own threads from a helper task, and exits 1 with
+# "LeakSanitizer does not work under ptrace" when it cannot). `trace=True`
+# takes these out of DENIED. The init asks for it only where the kernel's own
+# ptrace check (`__ptrace_may_access`) can reach nothing but the command's
+# tree: bubblewrap's private PID namespace, whose other processes are bwrap's
+# pid 1 (outside the command's Landlock domain, which Landlock's ptrace rule
+# closes, so only with Landlock enforced) and the init's bridge and lifeline
+# watcher (not dumpable: attaching needs CAP_SYS_PTRACE, which the command
+# has not). The Landlock backend, with no PID namespace, never gets it.
+TRACE_SYSCALLS = ("ptrace", "process_vm_readv", "process_vm_writev")
+
 # Namespace flags of clone(2) and unshare(2). A new user namespace hands the
 # command a full capability set in it, which is where most unprivileged
 # kernel exploits start; without capabilities every other flag fails anyway,
@@ -149,8 +176,13 @@ UNSHARE_NAMESPACES = CLONE_NAMESPACES | 0x80
 
 # personality(2): PER_LINUX, and 0xffffffff, which only queries. Anything
 # else turns off ASLR (ADDR_NO_RANDOMIZE) or makes data executable
-# (READ_IMPLIES_EXEC), which helps an exploit and no build.
+# (READ_IMPLIES_EXEC), which helps an exploit and no build. With `trace`,
+# ADDR_NO_RANDOMIZE alone too: gdb turns ASLR off for the program it starts
+# (`set disable-randomization`, on by default), and a process can only make
+# its own later execs predictable -- no_new_privs means no setuid program
+# could be run with it.
 PERSONALITY_ALLOWED = (0x0, 0xFFFFFFFF)
+ADDR_NO_RANDOMIZE = 0x0040000
 
 # TIOCSTI pushes bytes into a terminal's input queue and TIOCLINUX can do the
 # same through the console selection: typed into the caller's shell, they run
@@ -174,15 +206,18 @@ AF_NETLINK, AF_PACKET, AF_VSOCK = 16, 17, 40
 # program break in exactly the mode meant for installing packages, while
 # a unix socket reaches nothing the unix-only mode does not already allow.
 SOCKET_FAMILIES = {
+    LOOPBACK: (AF_UNIX, AF_INET, AF_INET6),
     UNIX_ONLY: (AF_UNIX,),
     PROXY_ROUTED: (AF_UNIX, AF_INET, AF_INET6),
 }
+#: Modes whose IP sockets are held to TCP and UDP (see `_loopback_sockets`).
+INET_TCP_UDP_ONLY = (LOOPBACK,)
 # Socket types (the low four bits of socket()'s type; the rest are
 # SOCK_NONBLOCK and SOCK_CLOEXEC). AF_UNIX turns SOCK_RAW into SOCK_DGRAM,
 # so an allowlist of the two connection-oriented types is the only safe form.
 SOCK_TYPE_MASK = 0xF
-SOCK_STREAM, SOCK_SEQPACKET = 1, 5
-IPPROTO_IP, IPPROTO_TCP = 0, 6
+SOCK_STREAM, SOCK_DGRAM, SOCK_SEQPACKET = 1, 2, 5
+IPPROTO_IP, IPPROTO_TCP, IPPROTO_UDP = 0, 6, 17
 MSG_FASTOPEN = 0x20000000
 S_ISUID_ISGID = 0o6000
 # chmod-family syscall -> the index of its mode argument.
@@ -272,11 +307,19 @@ class _Assembler:
         return bytes(out)
 
 
-def compile_seccomp(network_mode: str, arch: str | None = None) -> bytes:
-    """The filter for `network_mode` as struct sock_filter bytes (pure)."""
+def compile_seccomp(network_mode: str, arch: str | None = None, *, trace: bool = False) -> bytes:
+    """The filter for `network_mode` as struct sock_filter bytes (pure).
+
+    `trace`: allow ptrace, process_vm_readv/writev and personality's
+    ADDR_NO_RANDOMIZE (see TRACE_SYSCALLS), for a command in a PID namespace
+    of its own; never with the Landlock backend's modes, which have none.
+    """
     if network_mode not in ALL_MODES:
         raise ValueError(f"unknown seccomp network mode {network_mode!r}: "
                          f"choose one of {', '.join(ALL_MODES)}")
+    if trace and network_mode in LANDLOCK_BACKEND_MODES:
+        raise ValueError(f"seccomp mode {network_mode!r} is the Landlock backend's, which has "
+                         "no PID namespace: tracing stays refused there")
     arch = native_arch() if arch is None else arch
     if arch not in SYSCALLS:
         raise ValueError(f"no seccomp syscall table for architecture {arch or 'unknown'!r}: "
@@ -286,7 +329,8 @@ def compile_seccomp(network_mode: str, arch: str | None = None) -> bytes:
 
     _native_abi_only(a, arch)
     for name in DENIED:
-        a.op(BPF_JMP_JEQ_K, nr[name], jt="deny")
+        if not (trace and name in TRACE_SYSCALLS):
+            a.op(BPF_JMP_JEQ_K, nr[name], jt="deny")
     # clone3 passes its flags in memory, where BPF cannot read them. ENOSYS
     # makes glibc fall back to clone, whose flags are a register.
     a.op(BPF_JMP_JEQ_K, nr["clone3"], jt="enosys")
@@ -331,7 +375,7 @@ def compile_seccomp(network_mode: str, arch: str | None = None) -> bytes:
     a.op(BPF_JMP_JSET_K, UNSHARE_NAMESPACES, jt="deny", jf="allow")
     a.label("personality")
     a.load(off_arg(0))
-    for value in PERSONALITY_ALLOWED:
+    for value in (*PERSONALITY_ALLOWED, *((ADDR_NO_RANDOMIZE,) if trace else ())):
         a.op(BPF_JMP_JEQ_K, value, jt="allow")
     a.jump("deny")
     a.label("ioctl")
@@ -358,9 +402,12 @@ def compile_seccomp(network_mode: str, arch: str | None = None) -> bytes:
     if network_mode in SOCKET_FAMILIES:
         a.label("socket")
         a.load(off_arg(0))
+        inet = network_mode in INET_TCP_UDP_ONLY
         for family in SOCKET_FAMILIES[network_mode]:
-            a.op(BPF_JMP_JEQ_K, family, jt="allow")
+            a.op(BPF_JMP_JEQ_K, family, jt="inet_type" if inet and family != AF_UNIX else "allow")
         a.jump("deny")
+        if inet:
+            _tcp_udp_only(a)
     elif network_mode in LANDLOCK_BACKEND_MODES:
         _landlock_backend_sockets(a, network_mode)
     _verdicts(a)
@@ -388,6 +435,30 @@ def _verdicts(a: _Assembler) -> None:
     a.ret(SECCOMP_RET_ERRNO | EPERM)
     a.label("enosys")
     a.ret(SECCOMP_RET_ERRNO | ENOSYS)
+
+
+def _tcp_udp_only(a: _Assembler) -> None:
+    """An IP socket of the loopback mode: TCP (stream) or UDP (datagram), nothing else.
+
+    SOCK_RAW needs CAP_NET_RAW, which the command never holds; refusing it
+    here too keeps that one check from being the only one. The protocol is
+    held to the default or the named TCP/UDP: MPTCP, SCTP, UDP-Lite and ICMP
+    "ping" sockets are kernel code no loopback server needs (Go falls back
+    to TCP when MPTCP is refused).
+    """
+    a.label("inet_type")
+    a.load(off_arg(1))
+    a.op(BPF_ALU_AND_K, SOCK_TYPE_MASK)
+    a.op(BPF_JMP_JEQ_K, SOCK_STREAM, jt="inet_tcp")
+    a.op(BPF_JMP_JEQ_K, SOCK_DGRAM, jt="inet_udp", jf="deny")
+    a.label("inet_tcp")
+    a.load(off_arg(2))
+    a.op(BPF_JMP_JEQ_K, IPPROTO_IP, jt="allow")
+    a.op(BPF_JMP_JEQ_K, IPPROTO_TCP, jt="allow", jf="deny")
+    a.label("inet_udp")
+    a.load(off_arg(2))
+    a.op(BPF_JMP_JEQ_K, IPPROTO_IP, jt="allow")
+    a.op(BPF_JMP_JEQ_K, IPPROTO_UDP, jt="allow", jf="deny")
 
 
 def _landlock_backend_sockets(a: _Assembler, network_mode: str) -> None:
