@@ -75,7 +75,10 @@ def make_own_dir(path: str, env: Mapping[str, str], var: str, *, writable: bool 
     else:
         try:
             if explicit and not os.path.isdir(base):
-                os.mkdir(base, 0o700)
+                try:
+                    os.mkdir(base, 0o700)
+                except FileExistsError:
+                    pass  # another stockade starting alongside made it (a file: below)
             os.makedirs(path, mode=0o700, exist_ok=True)
             if writable and not os.access(path, os.W_OK | os.X_OK):
                 raise OSError(errno.EACCES, os.strerror(errno.EACCES))

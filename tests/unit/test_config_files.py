@@ -227,3 +227,24 @@ def test_a_fifo_trust_store_is_refused_not_waited_on(
 
 def test_read_project_file_says_when_there_is_none(tmp_path: Path) -> None:
     assert read_project_file(str(tmp_path / "stockade.toml")) is None
+
+
+def test_two_stockades_making_the_state_directory_at_once_both_go_on(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Eight overlapping runs: one saw XDG_STATE_HOME missing, another made it first,
+    and the first refused to run with "File exists"."""
+    from stockade import paths
+
+    state = tmp_path / "state"
+    real_isdir = os.path.isdir
+
+    def late(path: object) -> bool:
+        if str(path) == str(state) and not real_isdir(state):
+            state.mkdir(mode=0o700)  # the other process, between the look and the mkdir
+            return False
+        return real_isdir(path)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(paths.os.path, "isdir", late)
+    paths.make_own_dir(str(state / "stockade"), {"XDG_STATE_HOME": str(state)},
+                       "XDG_STATE_HOME")
+    assert real_isdir(state / "stockade")
