@@ -41,7 +41,7 @@ NO_BOUNDARY = (_FORWARDS + "full-access runs the command with no boundary: a ser
 
 
 def _port(text: str, spec: str) -> int:
-    if not text.isdigit() or not 0 < int(text) < 65536:
+    if not (text.isascii() and text.isdigit()) or not 0 < int(text) < 65536:
         raise InvalidCommand(f"--publish {spec!r}: {text!r} is not a port (1-65535); "
                              f"give {FORM}, e.g. 8000 or 127.0.0.1:8080:8000")
     return int(text)

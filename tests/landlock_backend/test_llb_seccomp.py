@@ -169,6 +169,13 @@ def test_hosts_refuses_tcp_fast_open(arch: str) -> None:
     assert verdict(TCP_ONLY, arch, "sendmmsg", 3, 0x1000, 2, MSG_FASTOPEN) == EPERM
 
 
+@pytest.mark.parametrize("arch", ARCHES)
+def test_hosts_refuses_listen(arch: str) -> None:
+    """listen() binds an unbound socket to every address, past Landlock's bind rule."""
+    assert verdict(TCP_ONLY, arch, "listen", 3, 5) == EPERM
+    assert verdict(NO_UNIX, arch, "listen", 3, 5) == ALLOW  # network all: any server
+
+
 # -- no-unix (network all) ---------------------------------------------------------------
 
 

@@ -66,3 +66,26 @@ def test_host_loopback_listener_still_unreachable(box: Box, listeners: list[List
     res = box.py(probe, str(port))
     assert "REACHED" not in text(res)
     assert host.settle() == 0
+
+
+UNBOUND = r"""
+import socket
+s = socket.socket()
+try:
+    s.listen()
+    print("LISTENING", s.getsockname(), flush=True)
+except OSError as exc:
+    print("refused", exc.errno)
+"""
+
+
+def test_listen_without_bind_serves_nothing(box: Box) -> None:
+    """listen() binds an unbound socket to 0.0.0.0 on a free port, a bind Landlock's
+    rule never sees: it served every address of the host under network hosts."""
+    box.write(box.ws / "unbound.py", UNBOUND)
+    control = box.host(["/usr/bin/python3", "-I", str(box.ws / "unbound.py")])
+    assert b"LISTENING ('0.0.0.0'" in control.stdout, text(control)
+    res = box.run(["/usr/bin/python3", "-I", "unbound.py"], mode="workspace-write",
+                  options=["--allow-host", "example.invalid", "--yes"])
+    out = text(res)
+    assert "LISTENING" not in out and "refused 1" in out, out

@@ -64,6 +64,38 @@ def test_a_taken_port_is_refused_naming_it() -> None:
             PortForward([("127.0.0.1", port, 8000)])
 
 
+@pytest.mark.parametrize(("named", "other"), [("127.0.0.1", "::1"), ("::1", "127.0.0.1")])
+def test_loopback_is_held_in_both_families(named: str, other: str) -> None:
+    """A host service on the other family's loopback is not shadowed: refused, naming it.
+
+    Clients that try `localhost` as ::1 first (Node, browsers) would otherwise
+    reach the sandbox where they meant the person's own service, or the reverse.
+    """
+    family = socket.AF_INET6 if ":" in other else socket.AF_INET
+    with socket.socket(family) as taken:
+        if family == socket.AF_INET6:
+            taken.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+        taken.bind((other, 0))
+        taken.listen(1)
+        port = taken.getsockname()[1]
+        with pytest.raises(SandboxUnavailable, match=f"port {port} on {other} is already in "):
+            PortForward([(named, port, 8000)])
+    forward = PortForward([(named, 0, 8000)])
+    try:
+        assert sorted(s.getsockname()[0] for s, _p in forward._listeners) == sorted(
+            [named, other])
+        assert len({s.getsockname()[1] for s, _p in forward._listeners}) == 1
+    finally:
+        forward.close()
+
+
+@pytest.mark.parametrize("spec", ["\u00b2", "\uff11\uff18\uff18\uff19\uff13",
+                                  "\u0668\u0660\u0660\u0660", "8000:\u00b2"])
+def test_only_ascii_digits_are_a_port(spec: str) -> None:
+    with pytest.raises(InvalidCommand, match="not a port"):
+        parse_publish(spec)
+
+
 def test_listeners_hand_each_connection_over_and_close() -> None:
     """The host side alone: a connection arrives on the socketpair as a descriptor."""
     forward = PortForward([("127.0.0.1", 0, 8000)])

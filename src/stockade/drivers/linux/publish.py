@@ -37,8 +37,10 @@ if TYPE_CHECKING:
 _SEND_TIMEOUT = 5.0
 
 
-def in_use_message(item: Published, exc: OSError) -> str:
+def in_use_message(item: Published, exc: OSError, where: str = "") -> str:
+    """Why `item` cannot be published; `where`: the address that failed, if not its own."""
     addr, host_port, sandbox_port = item
+    addr = where or addr
     if exc.errno == errno.EADDRINUSE:
         return (f"cannot publish {describe(item)}: port {host_port} on {addr} is already in "
                 f"use on the host; stop what holds it, or choose another host port "
@@ -51,6 +53,10 @@ def in_use_message(item: Published, exc: OSError) -> str:
     return f"cannot publish {describe(item)}: {exc.strerror or exc}"
 
 
+#: The other family's loopback address, held along with the one named.
+_LOOPBACK_TWIN = {"127.0.0.1": "::1", "::1": "127.0.0.1"}
+
+
 class PortForward:
     """Bound listeners for a launch; `child_fd` is the end the init passes to its relay."""
 
@@ -60,17 +66,34 @@ class PortForward:
         try:
             for item in self.published:
                 addr, host_port, sandbox_port = item
-                family = socket.AF_INET6 if ":" in addr else socket.AF_INET
-                sock = socket.socket(family, socket.SOCK_STREAM)
-                self._listeners.append((sock, sandbox_port))
-                # Not SO_REUSEADDR's port sharing: only a listener in TIME_WAIT
-                # is taken over, never one another program holds.
-                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-                try:
-                    sock.bind((addr, host_port))
-                    sock.listen(64)
-                except OSError as exc:
-                    raise SandboxUnavailable(in_use_message(item, exc)) from None
+                # Loopback is both families: with 127.0.0.1:P alone, a host
+                # service on [::1]:P stays, and the clients that try `localhost`
+                # as ::1 first (Node, browsers) would reach one or the other
+                # by address family. Both are held, or the port is refused.
+                twin = _LOOPBACK_TWIN.get(addr)
+                for where in (addr, twin) if twin else (addr,):
+                    family = socket.AF_INET6 if ":" in where else socket.AF_INET
+                    try:
+                        sock = socket.socket(family, socket.SOCK_STREAM)
+                    except OSError:
+                        if where == twin:
+                            continue  # no IPv6 on this host: nothing to shadow
+                        raise
+                    self._listeners.append((sock, sandbox_port))
+                    # Not SO_REUSEADDR's port sharing: only a listener in TIME_WAIT
+                    # is taken over, never one another program holds.
+                    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                    if family == socket.AF_INET6:
+                        sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+                    try:
+                        sock.bind((where, host_port))
+                        sock.listen(64)
+                        host_port = sock.getsockname()[1]  # the twin's too, when 0 chose it
+                    except OSError as exc:
+                        if where == twin and exc.errno in (errno.EADDRNOTAVAIL,
+                                                          errno.EAFNOSUPPORT):
+                            continue
+                        raise SandboxUnavailable(in_use_message(item, exc, where)) from None
             self._ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         except BaseException:
             for sock, _port in self._listeners:

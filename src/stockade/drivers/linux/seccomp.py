@@ -80,16 +80,17 @@ AUDIT_ARCH = {X86_64: 0xC000003E, AARCH64: 0xC00000B7}
 SYSCALLS: dict[str, dict[str, int]] = {
     X86_64: {
         "ioctl": 16, "socket": 41, "connect": 42, "sendto": 44, "sendmsg": 46,
-        "socketpair": 53, "clone": 56, "fork": 57, "vfork": 58, "chmod": 90, "fchmod": 91,
-        "ptrace": 101,
+        "listen": 50, "socketpair": 53, "clone": 56, "fork": 57, "vfork": 58, "chmod": 90,
+        "fchmod": 91,
+        "rename": 82, "ptrace": 101,
         "syslog": 103, "capset": 126, "mknod": 133, "personality": 135, "pivot_root": 155,
         "prctl": 157, "chroot": 161, "mount": 165, "umount2": 166, "swapon": 167, "swapoff": 168,
         "reboot": 169, "init_module": 175, "delete_module": 176, "kexec_load": 246,
         "add_key": 248, "request_key": 249, "keyctl": 250, "mknodat": 259,
-        "fchmodat": 268, "unshare": 272, "perf_event_open": 298, "prlimit64": 302,
+        "renameat": 264, "fchmodat": 268, "unshare": 272, "perf_event_open": 298, "prlimit64": 302,
         "name_to_handle_at": 303,
         "open_by_handle_at": 304, "sendmmsg": 307, "setns": 308, "process_vm_readv": 310,
-        "process_vm_writev": 311, "finit_module": 313, "seccomp": 317,
+        "process_vm_writev": 311, "finit_module": 313, "renameat2": 316, "seccomp": 317,
         "kexec_file_load": 320, "bpf": 321, "userfaultfd": 323, "io_uring_setup": 425,
         "io_uring_enter": 426, "io_uring_register": 427, "open_tree": 428, "move_mount": 429,
         "fsopen": 430, "fsconfig": 431, "fsmount": 432, "fspick": 433, "clone3": 435,
@@ -97,16 +98,17 @@ SYSCALLS: dict[str, dict[str, int]] = {
         "landlock_restrict_self": 446, "fchmodat2": 452, "open_tree_attr": 467,
     },
     AARCH64: {
-        "ioctl": 29, "mknodat": 33, "umount2": 39, "mount": 40, "pivot_root": 41,
+        "ioctl": 29, "mknodat": 33, "renameat": 38, "umount2": 39, "mount": 40, "pivot_root": 41,
         "chroot": 51, "fchmod": 52, "fchmodat": 53, "capset": 91, "personality": 92,
         "unshare": 97, "kexec_load": 104,
         "init_module": 105, "delete_module": 106, "syslog": 116, "ptrace": 117,
-        "reboot": 142, "prctl": 167, "socket": 198, "socketpair": 199, "connect": 203,
+        "reboot": 142, "prctl": 167, "socket": 198, "socketpair": 199, "listen": 201,
+        "connect": 203,
         "sendto": 206, "sendmsg": 211, "add_key": 217, "request_key": 218, "keyctl": 219,
         "clone": 220, "swapon": 224, "swapoff": 225, "perf_event_open": 241,
         "prlimit64": 261, "name_to_handle_at": 264, "open_by_handle_at": 265, "setns": 268,
         "sendmmsg": 269, "process_vm_readv": 270, "process_vm_writev": 271,
-        "finit_module": 273, "seccomp": 277, "bpf": 280, "userfaultfd": 282,
+        "finit_module": 273, "renameat2": 276, "seccomp": 277, "bpf": 280, "userfaultfd": 282,
         "kexec_file_load": 294, "io_uring_setup": 425,
         "io_uring_enter": 426, "io_uring_register": 427, "open_tree": 428, "move_mount": 429,
         "fsopen": 430, "fsconfig": 431, "fsmount": 432, "fspick": 433, "clone3": 435,
@@ -358,6 +360,11 @@ def compile_seccomp(network_mode: str, arch: str | None = None, *, trace: bool =
             a.op(BPF_JMP_JEQ_K, nr["connect"], jt="deny")
             a.op(BPF_JMP_JEQ_K, nr["sendto"], jt="sendto_address")
         elif network_mode == TCP_ONLY:
+            # listen() on a socket never bound binds it to every address on a
+            # free port first, and Landlock's bind rule never sees that bind:
+            # a server on the host's 0.0.0.0. Nothing here may serve (its
+            # AF_UNIX sockets are socketpairs), so no listen at all.
+            a.op(BPF_JMP_JEQ_K, nr["listen"], jt="deny")
             a.op(BPF_JMP_JEQ_K, nr["sendto"], jt="fastopen_arg3")
             a.op(BPF_JMP_JEQ_K, nr["sendmmsg"], jt="fastopen_arg3")
             a.op(BPF_JMP_JEQ_K, nr["sendmsg"], jt="fastopen_arg2")
