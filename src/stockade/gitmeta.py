@@ -35,13 +35,14 @@ MAX_INCLUDE_DEPTH = 10
 #: start a program, read another file as config, or write outside the
 #: repository (`core.worktree` is not here: a nested repository whose
 #: worktree is ~ turns the person's next `git checkout` there into a write
-#: of ~/.bashrc). `*` is a subsection.
+#: of ~/.bashrc; nor `core.sparseCheckout`, which without the patterns file
+#: in read-only `info/` makes the person's next checkout empty the tree).
+#: `*` is a subsection.
 INERT_KEYS = frozenset({
     "core.repositoryformatversion", "core.filemode", "core.bare", "core.logallrefupdates",
     "core.ignorecase", "core.precomposeunicode", "core.symlinks", "core.autocrlf", "core.eol",
     "core.safecrlf", "core.quotepath", "core.compression", "core.loosecompression",
-    "core.bigfilethreshold", "core.sparsecheckout", "core.sparsecheckoutcone",
-    "core.checkstat", "core.trustctime", "core.untrackedcache",
+    "core.bigfilethreshold", "core.checkstat", "core.trustctime", "core.untrackedcache",
     "core.splitindex", "core.abbrev", "core.commentchar",
     "extensions.objectformat", "extensions.worktreeconfig", "extensions.refstorage",
     "extensions.noop", "init.defaultbranch", "user.name", "user.email",
@@ -89,19 +90,23 @@ def _key_matches(key: str, patterns: frozenset[str]) -> bool:
 class Entry:
     """One variable of a config file: its normalised key, value and source lines."""
 
-    __slots__ = ("key", "lines", "section_line", "value")
+    __slots__ = ("key", "lines", "section_line", "start", "value")
 
-    def __init__(self, key: str, value: str, lines: list[str], section_line: str) -> None:
+    def __init__(self, key: str, value: str, lines: list[str], section_line: str,
+                 start: int = 0) -> None:
         self.key = key
         self.value = value
         self.lines = lines
         self.section_line = section_line
+        self.start = start  #: the index of its first line in the file
 
 
 def _unquote(raw: str) -> str:
-    """A config value as git reads it: quotes removed, escapes applied, comments cut."""
+    """A config value as git reads it: quotes removed, escapes applied, comments cut,
+    and whitespace around it dropped unless quoted."""
     out: list[str] = []
     quoted = False
+    significant = 0  # the length of `out` up to its last quoted or non-blank character
     i = 0
     while i < len(raw):
         c = raw[i]
@@ -110,12 +115,15 @@ def _unquote(raw: str) -> str:
         elif c == "\\" and i + 1 < len(raw):
             i += 1
             out.append({"n": "\n", "t": "\t", "b": "\b"}.get(raw[i], raw[i]))
+            significant = len(out)
         elif c in "#;" and not quoted:
             break
-        else:
+        elif quoted or c not in " \t" or out:
             out.append(c)
+            if quoted or c not in " \t":
+                significant = len(out)
         i += 1
-    return "".join(out).strip()
+    return "".join(out[:significant])
 
 
 def _continues(text: str) -> bool:
@@ -170,6 +178,7 @@ def parse_config(text: str) -> list[Entry] | None:
     while i < len(lines):
         line = lines[i]
         stripped = line.strip()
+        start = i
         i += 1
         if not stripped or stripped[0] in "#;":
             continue
@@ -199,7 +208,7 @@ def parse_config(text: str) -> list[Entry] | None:
         dot = section.find(".")
         key = (f"{section[:dot].lower()}.{section[dot + 1:]}.{name}" if dot >= 0
                else f"{section}.{name}")
-        entries.append(Entry(key, value, block, section_line))
+        entries.append(Entry(key, value, block, section_line, start))
     return entries
 
 
@@ -258,6 +267,73 @@ def filter_config(entries: list[Entry], *, worktree_ok: Callable[[str], bool] | 
         out.append("\t" + name)
         out.extend(entry.lines[1:])
     return "\n".join(out) + ("\n" if out else ""), removed
+
+
+def merge_config(base: list[Entry], ours: list[Entry], host_text: str
+                 ) -> tuple[str, list[str], list[str]] | None:
+    """(`host_text` with the inert keys the command changed, those keys, the keys
+    it changed that were dropped); None when `host_text` is not git config.
+
+    `base` is the config the command was given and `ours` what it left: a
+    key counts as changed when its list of values differs between them.
+    Only that key's lines in the host's file are rewritten, so what the
+    person or another command wrote meanwhile stays. A key that is not on
+    INERT_KEYS -- or whose name this writer cannot spell back exactly -- is
+    never written: git would run it on the host.
+    """
+    host = parse_config(host_text)
+    if host is None:
+        return None
+    before, after = _values(base), _values(ours)
+    changed = sorted(k for k in before.keys() | after.keys()
+                     if before.get(k, []) != after.get(k, []))
+    kept = [k for k in changed if _key_matches(k, INERT_KEYS) and _spelled(k) is not None]
+    dropped = [k for k in changed if k not in kept]
+    if not kept:
+        return host_text, [], dropped
+    lines = host_text.split("\n")
+    gone: set[int] = set()
+    headers: dict[int, str] = {}
+    for entry in host:
+        if entry.key in kept:
+            gone.update(range(entry.start, entry.start + len(entry.lines)))
+            if entry.lines[0].lstrip().startswith("["):
+                headers[entry.start] = entry.section_line  # `[core] bare = true`
+    text = "\n".join(headers.get(n, line) for n, line in enumerate(lines)
+                     if n not in gone or n in headers).rstrip("\n")
+    sections: dict[str, list[str]] = {}
+    for entry in ours:
+        if entry.key in kept:
+            header, name = _spelled(entry.key) or ("", "")
+            sections.setdefault(header, []).append(f"\t{name} = {_quote(entry.value)}")
+    blocks = [header + "\n" + "\n".join(body) for header, body in sections.items()]
+    return "\n".join(([text] if text else []) + blocks) + "\n", kept, dropped
+
+
+def _values(entries: list[Entry]) -> dict[str, list[str]]:
+    out: dict[str, list[str]] = {}
+    for entry in entries:
+        out.setdefault(entry.key, []).append(entry.value)
+    return out
+
+
+def _spelled(key: str) -> tuple[str, str] | None:
+    """(section header, variable name) that `parse_config` reads back as `key`."""
+    section, _, rest = key.partition(".")
+    sub, dot, name = rest.rpartition(".")
+    if not (_word(section) and _word(name)) or (dot and any(c in sub for c in '\\"\n\0')):
+        return None
+    return (f'[{section} "{sub}"]' if dot else f"[{section}]"), name
+
+
+def _word(word: str) -> bool:
+    return bool(word) and all(c.isalnum() or c == "-" for c in word)
+
+
+def _quote(value: str) -> str:
+    escaped = (value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+               .replace("\t", "\\t").replace("\b", "\\b"))
+    return f'"{escaped}"'
 
 
 def first_word(command: str) -> str:

@@ -119,7 +119,7 @@ class Launch:
     gone, fills `report` and runs what the pipeline added with `also()`.
     """
 
-    __slots__ = ("_cleanup", "argv", "cwd", "env", "extra_fds", "report")
+    __slots__ = ("_cleanup", "argv", "cwd", "env", "extra_fds", "private", "report")
 
     def __init__(self, argv: list[str], env: dict[str, str], cwd: str, *,
                  extra_fds: dict[int, int] | None = None,
@@ -130,6 +130,9 @@ class Launch:
         self.extra_fds = extra_fds or {}
         self.report = LaunchReport()
         self._cleanup = cleanup
+        #: Files the command writes as private copies, merged back once it ends
+        #: (drivers/linux/gitconfig.py), or None.
+        self.private: Any = None
 
     def start(self, *, stdin: int | None = None, capture: bool = True,
               new_session: bool = True, stdio: Mapping[int, int] | None = None

@@ -57,7 +57,8 @@ if TYPE_CHECKING:
 def build_bwrap_args(profile: Profile, bwrap: str, *, inner: list[str] | None = None,
                      extra_mounts: list[str] | tuple[str, ...] = (),
                      tmp_size_mb: int | None = None, overlay: bool = False,
-                     unmasked: tuple[str, ...] = ()) -> list[str]:
+                     unmasked: tuple[str, ...] = (),
+                     copies: Mapping[str, str] | None = None) -> list[str]:
     """bwrap's command line for `profile`, ending in `-- inner` (pure).
 
     `extra_mounts` are bwrap mount arguments applied after the profile's own
@@ -65,7 +66,8 @@ def build_bwrap_args(profile: Profile, bwrap: str, *, inner: list[str] | None = 
     caps a fresh /tmp and `overlay` lays the caches' private layers over
     them (bwrap 0.10 and newer understand `--size` and `--overlay`).
     `unmasked`: hidden directories the init's Landlock layer alone hides
-    (`landlock_areas`), which get no mount here.
+    (`landlock_areas`), which get no mount here. `copies`: protected files
+    bound writable from a private copy instead (path -> copy, gitconfig.py).
     """
     a: list[str] = [bwrap]
     # A user namespace even for root: without it root's capabilities would be
@@ -171,7 +173,9 @@ def build_bwrap_args(profile: Profile, bwrap: str, *, inner: list[str] | None = 
     for path in held:
         a += ["--bind", path, path]
     for item in profile.protected:
-        if item.kind in (DIR, FILE):
+        if copies and item.path in copies:
+            a += ["--bind", copies[item.path], item.path]
+        elif item.kind in (DIR, FILE):
             a += ["--ro-bind", item.path, item.path]
 
     # 7. Hidden credentials and runtime sockets, over anything writable and over
@@ -333,6 +337,7 @@ class BubblewrapDriver(ParkingDriver):
     def _prepare(self, argv: list[str], profile: Profile, *, park_fd: int | None = None,
                  guard: bool | MetadataGuard = True) -> Launch:
         """The cold launch (see `ParkingDriver._prepare`)."""
+        from .gitconfig import PrivateConfigs, private_paths
         from .layers import init_launch, init_started
         from .placeholders import hold_git_names
 
@@ -344,6 +349,10 @@ class BubblewrapDriver(ParkingDriver):
             profile = profile.replace(protected=tuple(
                 p for p in profile.protected
                 if p.kind not in (DIR, FILE, PIN, HOLD) or os.path.lexists(p.path)))
+        configs = private_paths(profile)
+        private = PrivateConfigs(configs, self._state_dir) if configs else None
+        if private is not None and meta is not None:
+            meta.adopt(private)
         # The child gets the read end under the same number (see
         # Launch.extra_fds); the write end is stockade's alone.
         lifeline = os.pipe2(os.O_CLOEXEC)
@@ -367,17 +376,21 @@ class BubblewrapDriver(ParkingDriver):
                                lifeline_fd=lifeline[0], ready_fd=ready[1],
                                park_fd=park_fd,
                                publish=(forward.child_fd, forward.sandbox_ports)
-                               if forward is not None else None)
+                               if forward is not None else None,
+                               private=configs)
             newer = bwrap_has_size(self.bwrap, self._state_dir)  # --size and --overlay: 0.10
             args = build_bwrap_args(profile, self.bwrap, inner=init.argv,
                                     extra_mounts=init.mounts, overlay=newer,
                                     tmp_size_mb=profile.tmp_size_mb if newer else None,
-                                    unmasked=areas)
+                                    unmasked=areas,
+                                    copies=private.copies if private is not None else None)
             args, ns_fds, tmp_how, _ = self._session_tmps.enter(profile, args)
             cgroup = self._cgroup(profile)
         except BaseException:
             if meta is not None:
                 meta.release()
+            if private is not None:
+                private.close()
             for fd in (*lifeline, *ready, *ns_fds):
                 os.close(fd)
             if forward is not None:
@@ -410,8 +423,12 @@ class BubblewrapDriver(ParkingDriver):
             launch.report.sandbox_started = init_started(ready[0])
             for fd in owned:
                 os.close(fd)
-            if meta is not None:
-                launch.report.neutralised += meta.release()
+            try:
+                if meta is not None:
+                    launch.report.neutralised += meta.release()
+            finally:
+                if private is not None and private.owner is None:
+                    private.close()  # else its guard's, which merges it first
 
         fds = {lifeline[0]: lifeline[0], ready[1]: ready[1]}
         if forward is not None:
@@ -419,6 +436,7 @@ class BubblewrapDriver(ParkingDriver):
         if cgroup is None:
             launch = Launch(args, init.env, profile.cwd, extra_fds=fds, cleanup=release)
             launch.report.audit.update(audit, limits=mechanism()[0])
+            launch.private = private
             return launch
 
         def cleanup(launch: Launch) -> None:
@@ -431,6 +449,7 @@ class BubblewrapDriver(ParkingDriver):
         launch = Launch(cgroup.enter_argv(args, init.env), init.env, profile.cwd,
                         extra_fds=fds, cleanup=cleanup)
         launch.report.audit.update(audit, limits=cgroup.kind)
+        launch.private = private
         return launch
 
     def explain_failure(self, returncode: int, stderr: bytes) -> str | None:

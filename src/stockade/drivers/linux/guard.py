@@ -56,6 +56,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
     from ...profile import Profile
+    from .gitconfig import PrivateConfigs
     from .treewatch import TreeWatch
 
 #: The config a repository gets when the one the command wrote cannot be parsed.
@@ -115,6 +116,7 @@ class MetadataGuard:
         self._final = True
         self.watch: Watch | None = None
         self.tree = tree
+        self.private: PrivateConfigs | None = None
         from ...paths import sha256_hex
 
         key = sha256_hex(profile.workspace.encode())[:32]
@@ -210,7 +212,7 @@ class MetadataGuard:
             if parent in gitdirs and os.path.basename(path) in ("worktrees", "modules"):
                 done = self._sweep(([], [parent]), seen=gitdirs, final=False)
             else:
-                done = self._sweep(([path], []), seen=gitdirs)
+                done = self._sweep(([path], []), seen=gitdirs, final=False)
             if done:
                 with open(self._during, "ab") as fh:
                     fh.write("".join(f"{n.path}\0{n.what}\0{n.moved_to}\0" for n in done)
@@ -225,6 +227,43 @@ class MetadataGuard:
         except OSError:
             return []
         return [Neutralised(*fields[i:i + 3]) for i in range(0, len(fields) - 2, 3)]
+
+    def adopt(self, private: PrivateConfigs) -> None:
+        """Fill `private` from the host's configs now, and merge it back in `release`."""
+        if self.private is not None and self.private is not private:
+            self.private.close()  # a parked sandbox's, which could not serve after all
+        private.owner = self
+        self.private = private
+        fs = Roots(self.roots)
+        try:
+            if self.alive_fd < 0:
+                private.refresh(fs)
+            else:
+                with _FileLock(self._snap_lock):  # not halfway through another's merge
+                    private.refresh(fs)
+        finally:
+            fs.close()
+
+    def _merge_private(self) -> list[Neutralised]:
+        """The private configs' inert changes into the host's, under the baseline's lock."""
+        private, self.private = self.private, None
+        if private is None:
+            return []
+        done: list[Neutralised] = []
+        fs = Roots(self.roots)
+        try:
+            for merged in private.merge(fs):
+                if merged.error:
+                    done.append(Neutralised(merged.path, "the command's changes to this git "
+                                            f"config were not merged: {merged.error}"))
+                elif merged.dropped:
+                    done.append(Neutralised(merged.path, "dropped from the command's changes "
+                                            "to this git config (git would act on them on "
+                                            "the host): " + ", ".join(merged.dropped)))
+        finally:
+            fs.close()
+            private.close()
+        return done
 
     def _leave(self) -> None:
         """Give up this guard's alive file (it guards nothing, or failed to start)."""
@@ -400,11 +439,15 @@ class MetadataGuard:
         done = list(self.stale)
         self.stale = []
         if self.alive_fd < 0:
+            if self.private is not None:
+                self.private.close()
+                self.private = None
             return done
         if self.watch is not None:
             self.watch.close()
         try:
             with _FileLock(self._snap_lock):
+                done += self._merge_private()
                 if self.watch is not None:
                     done += self._settled_during()
                 created = self.tree.drain() if self.tree is not None else []
@@ -590,12 +633,51 @@ class MetadataGuard:
                 have = ("unreadable",)
             if want is None or _same(have, want):
                 return
+            if self._merged_config(fd, name, path, want, have, done):
+                return
             moved = self._quarantine(path) if have is not None else ""
             write_tree(fd, name, want)
             done.append(Neutralised(path, "restored: the command changed protected metadata",
                                     moved))
         finally:
             os.close(fd)
+
+    def _merged_config(self, fd: int, name: str, path: str, want: object, have: object,
+                       done: list[Neutralised]) -> bool:
+        """A held repository's config the command changed (the Landlock backend): its
+        inert changes kept, the rest dropped, as bubblewrap's private copy is merged
+        (gitconfig.py). False when it is not such a config, or not one git reads."""
+        from .gitconfig import NAMES
+
+        if not (isinstance(want, tuple) and isinstance(have, tuple) and want[0] == "f"
+                and have[0] == "f" and os.path.basename(path) in NAMES
+                and any(os.path.dirname(path) == g or os.path.dirname(path).startswith(g + "/")
+                        for g in self._seen)):
+            return False
+        base, ours = want[5], have[5]
+        theirs = gitmeta.parse_config_bytes(ours)
+        result = (gitmeta.merge_config(gitmeta.parse_config_bytes(base) or [], theirs,
+                                       base.decode("utf-8", "surrogateescape"))
+                  if theirs is not None else None)
+        if result is None:
+            return False
+        text, _kept, dropped = result
+        body = text.encode("utf-8", "surrogateescape")
+        if body == ours or (not dropped and not self._final):
+            # While the command runs, only a change git would act on is worth
+            # racing its own next write for: ours could land over that one.
+            return True
+        # Replaced in one rename, the command's version copied aside, never moved:
+        # its git, reading the file between a removal and a rewrite, took it for
+        # empty and wrote back a config without the person's keys.
+        moved = self._quarantine_copy(path, have) if dropped else ""
+        temp = f".stockade-new-{os.urandom(6).hex()}"
+        write_tree(fd, temp, (*want[:5], body))
+        os.rename(temp, name, src_dir_fd=fd, dst_dir_fd=fd)
+        if dropped:
+            done.append(Neutralised(path, "restored, but for the command's changes git does "
+                                    "not act on: dropped " + ", ".join(dropped), moved))
+        return True
 
     def _neutralise(self, fd: int, name: str, path: str, done: list[Neutralised]) -> None:
         """A protected name that appeared during the run: make it inert, keep the work."""
@@ -838,6 +920,22 @@ class MetadataGuard:
             kept = root.move_to(rel, quarantine, f"{entry}/item")
         dest = os.path.join(self.quarantine, entry, "item")
         return dest if kept else ""
+
+    def _quarantine_copy(self, path: str, tree: tuple[object, ...]) -> str:
+        """A copy of `tree`, what `path` holds, in the quarantine; where it went."""
+        os.makedirs(self.quarantine, mode=0o700, exist_ok=True)
+        stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
+        entry = f"{stamp}-{os.urandom(4).hex()}"
+        with Root(self.quarantine) as quarantine:
+            os.mkdir(entry, 0o700, dir_fd=quarantine.fd)
+            quarantine.create(f"{entry}/origin", path.encode("utf-8", "surrogateescape") + b"\n",
+                              0o600)
+            fd = quarantine.open(entry, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+            try:
+                write_tree(fd, "item", tree)
+            finally:
+                os.close(fd)
+        return os.path.join(self.quarantine, entry, "item")
 
     def _break_chain(self, path: str, done: list[Neutralised]) -> None:
         """A directory above `path` is no longer a real directory: move the impostor."""

@@ -697,6 +697,18 @@ def main(argv: list[str]) -> int:
             for sock in listeners:
                 sock.close()
 
+        private = config.get("private_files")
+        if isinstance(private, list) and private:
+            # git's config, a private copy bound over the repository's: its
+            # writes (a rename onto the mount) are done in place by a parent.
+            if TYPE_CHECKING:
+                from . import renames
+            else:
+                import renames
+            renames.supervise(sc, seccomp.SYSCALLS[arch], seccomp.AUDIT_ARCH[arch],
+                              [p for p in private if isinstance(p, str)])
+            mark("renames")
+
         keep = config.get("keep_fds", [])
         verify({fd for fd in keep if type(fd) is int} if isinstance(keep, list) else set())
         env = dict(posix.environ)

@@ -12,7 +12,7 @@ CONFIG_VERSION = 1
 CONFIG_KEYS = frozenset((
     "v", "seccomp", "landlock", "landlock_list", "require_landlock", "keep_fds", "env",
     "bridge", "no_spawn", "lifeline_fd", "rlimits", "cwd", "parent", "drop_caps", "reaper",
-    "reaper_fd", "timing", "ready_fd", "park_fd", "publish", "namespaces"))
+    "reaper_fd", "timing", "ready_fd", "park_fd", "publish", "namespaces", "private_files"))
 
 #: Follows CONFIG instead of `--` when the command's argv comes packed: its JSON
 #: list, cut into pieces the init joins. bwrap refuses more than 9000 arguments

@@ -44,7 +44,7 @@ INNER_INIT_PATH = INIT_MOUNT + "/init.py"
 #: point in the sandbox's /tmp (an interpreter installed under /tmp).
 PYTHON_MOUNT = "/dev/stockade-python"
 #: What the init imports from INIT_DIR, all before the first layer is in place.
-INIT_MODULES = ("initcore", "initschema", "landlock", "seccomp", "bridge")
+INIT_MODULES = ("initcore", "initschema", "landlock", "seccomp", "bridge", "renames")
 
 #: Where the session's proxy socket appears inside the sandbox, and the
 #: loopback ports the bridge listens on there (HTTP and SOCKS5; the proxy
@@ -131,7 +131,8 @@ def init_config(profile: Profile, *, proxy_ports: Sequence[int] = (),
                 nproc: int | None = None, lifeline_fd: int | None = None,
                 ready_fd: int | None = None, park_fd: int | None = None,
                 namespaces: Sequence[str] = (),
-                publish: tuple[int, Sequence[int]] | None = None) -> dict[str, object]:
+                publish: tuple[int, Sequence[int]] | None = None,
+                private: Sequence[str] = ()) -> dict[str, object]:
     """The init's JSON config for `profile` (pure).
 
     `proxy_ports`: loopback ports of the proxy bridge (network "hosts").
@@ -145,6 +146,8 @@ def init_config(profile: Profile, *, proxy_ports: Sequence[int] = (),
     checks and builds on (`own_namespaces`); empty for the Landlock backend.
     `publish`: (descriptor, sandbox ports) for the relay of published ports
     (drivers/linux/publish.py), forked before the command's layers.
+    `private`: files bound from private copies, which renames onto are done
+    in place (renames.py).
     """
     kind = profile.network.kind
     if kind not in SECCOMP_MODES["bubblewrap"]:
@@ -173,6 +176,8 @@ def init_config(profile: Profile, *, proxy_ports: Sequence[int] = (),
         config["park_fd"] = park_fd
     if publish is not None:
         config["publish"] = {"fd": publish[0], "ports": sorted(set(publish[1]))}
+    if private:
+        config["private_files"] = sorted(set(private))
     rlimits: dict[str, int] = {}
     if profile.max_memory_mb:
         # The seed's cap on address space, on every platform; the cgroup's
@@ -327,7 +332,8 @@ def init_launch(profile: Profile, argv: Sequence[str], *, python: str | None = N
                 require_landlock: bool = False, nproc: int | None = None,
                 lifeline_fd: int | None = None, ready_fd: int | None = None,
                 park_fd: int | None = None,
-                publish: tuple[int, Sequence[int]] | None = None) -> InitLaunch:
+                publish: tuple[int, Sequence[int]] | None = None,
+                private: Sequence[str] = ()) -> InitLaunch:
     """Everything the driver needs to run `argv` behind the init."""
     ensure_bytecode()
     python = python or init_python()
@@ -349,7 +355,8 @@ def init_launch(profile: Profile, argv: Sequence[str], *, python: str | None = N
     config = init_config(profile, proxy_ports=proxy_ports, keep_fds=keep_fds,
                          require_landlock=require_landlock, env=env, nproc=nproc,
                          lifeline_fd=lifeline_fd, ready_fd=ready_fd, park_fd=park_fd,
-                         namespaces=own_namespaces(profile), publish=publish)
+                         namespaces=own_namespaces(profile), publish=publish,
+                         private=private)
     return InitLaunch(init_argv(inner_python(python), INNER_INIT_PATH, config, argv),
                       launch_env(env), mounts, config)
 

@@ -715,6 +715,9 @@ class WarmLaunch(Launch):
             return None
         self._writes()
         proc = parked.proc
+        if guard is not None and parked.launch is not None and parked.launch.private is not None:
+            # Bound when it was parked, filled now: the configs as they are.
+            guard.adopt(parked.launch.private)
         try:
             parked.dispatch(self._command)
         except OSError:

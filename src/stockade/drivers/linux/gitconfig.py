@@ -1,0 +1,227 @@
+"""A repository's config as a private copy the command writes, merged back inert.
+
+`git remote add`, `git config user.name`, `git submodule add` and `git push -u`
+write `.git/config`, which bubblewrap holds read-only (git would run what a
+command put there: `core.fsmonitor` on every `git status`). So each
+repository's config in a writable root is bound from a private copy; the
+init does git's rename onto it in place (renames.py). When the command ends
+its changes are merged into the host's config: the keys on
+`gitmeta.INERT_KEYS` it changed, each applied to the file as it is by then,
+so what the person or another command wrote meanwhile stays. Every other
+change is reported and dropped. The host's file is never open to the
+command, so no key of its reaches the host, during the run or after it.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+from ... import gitmeta
+from ...capabilities import is_under
+from ...profile import FILE, PIN
+
+TYPE_CHECKING = False
+
+if TYPE_CHECKING:
+    from ...fsroot import Root, Roots
+    from ...profile import Profile
+
+#: The files of a git directory that are config (the second only with
+#: extensions.worktreeConfig, but a private copy of it costs nothing).
+NAMES = ("config", "config.worktree")
+#: How long a merge waits for a `config.lock` the person's git holds.
+LOCK_WAIT_SECONDS = 1.0
+
+
+def private_paths(profile: Profile) -> list[str]:
+    """The protected configs of the git directories in `profile`'s writable roots (pure)."""
+    gitdirs = [p.path for p in profile.protected if p.kind == PIN]
+    return sorted(p.path for p in profile.protected
+                  if p.kind == FILE and os.path.basename(p.path) in NAMES
+                  and any(is_under(os.path.dirname(p.path), g) for g in gitdirs))
+
+
+class Merged:
+    """What one merge did: the keys written to the host's config and those dropped."""
+
+    __slots__ = ("dropped", "error", "kept", "path")
+
+    def __init__(self, path: str, kept: list[str], dropped: list[str], error: str = "") -> None:
+        self.path = path
+        self.kept = kept
+        self.dropped = dropped
+        self.error = error
+
+
+class PrivateConfigs:
+    """The private copies of one launch, in a directory of stockade's state.
+
+    Empty until `refresh` fills them from the host (at the command's start:
+    a parked sandbox is bound to them long before). `owner` is set by the
+    metadata guard that merges them back, which then also removes them.
+    """
+
+    def __init__(self, paths: list[str], state_dir: str) -> None:
+        base = os.path.join(state_dir, "gitconfig")
+        os.makedirs(base, mode=0o700, exist_ok=True)
+        self.dir = os.path.join(base, f"{os.getpid()}.{os.urandom(6).hex()}")
+        os.mkdir(self.dir, 0o700)
+        self.copies = {path: os.path.join(self.dir, str(n)) for n, path in enumerate(paths)}
+        for copy in self.copies.values():
+            os.close(os.open(copy, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600))
+        #: What each copy held when the command started; None: nothing to merge.
+        self.base: dict[str, bytes | None] = {}
+        self.owner: object = None
+
+    def mounts(self) -> list[str]:
+        return [a for path, copy in self.copies.items() for a in ("--bind", copy, path)]
+
+    def refresh(self, fs: Roots) -> None:
+        """Each copy made the host's config as it is now (read beneath its root)."""
+        for path, copy in self.copies.items():
+            where = fs.locate(path)
+            data: bytes | None = None
+            if where is not None:
+                try:
+                    data = where[0].read(where[1], gitmeta.MAX_CONFIG_BYTES)
+                except OSError:
+                    data = None
+            _overwrite(copy, data or b"")
+            self.base[path] = data
+
+    def merge(self, fs: Roots) -> list[Merged]:
+        """The command's changes to each copy, merged into the host's config."""
+        out: list[Merged] = []
+        for path, copy in self.copies.items():
+            base = self.base.get(path)
+            if base is None:
+                continue
+            try:
+                ours = _read_copy(copy)
+            except OSError as exc:
+                out.append(Merged(path, [], [], f"its copy cannot be read ({exc.strerror})"))
+                continue
+            if ours == base:
+                continue
+            out.append(merge_into(fs, path, base, ours))
+        return out
+
+    def close(self) -> None:
+        from .fstree import remove_tree
+
+        if os.path.lexists(self.dir):
+            remove_tree(self.dir)
+
+
+def merge_into(fs: Roots, path: str, base: bytes, ours: bytes) -> Merged:
+    """`ours`'s inert changes from `base` applied to the host's config at `path`."""
+    theirs = gitmeta.parse_config_bytes(ours)
+    if theirs is None:
+        return Merged(path, [], ["everything"], "the command left a config git cannot read")
+    where = fs.locate(path)
+    if where is None:
+        return Merged(path, [], [], "it is no longer beneath a writable root")
+    root, rel = where
+    deadline = time.monotonic() + LOCK_WAIT_SECONDS
+    while True:
+        try:
+            host = root.read(rel, gitmeta.MAX_CONFIG_BYTES)
+            st = root.lstat(rel)
+            result = gitmeta.merge_config(gitmeta.parse_config_bytes(base) or [], theirs,
+                                          _text(host))
+            if result is None:
+                return Merged(path, [], [], "the host's config is not one git reads")
+            text, kept, dropped = result
+            if kept:
+                _write_locked(root, rel, text.encode("utf-8", "surrogateescape"), st)
+            return Merged(path, kept, dropped)
+        except FileExistsError:
+            # The person's git holds config.lock: it is writing the file now.
+            if time.monotonic() > deadline:
+                return Merged(path, [], [], "git held config.lock throughout")
+            time.sleep(0.02)
+        except OSError as exc:
+            return Merged(path, [], [], f"it could not be written ({exc.strerror or exc})")
+
+
+def _text(data: bytes) -> str:
+    if data.startswith(b"\xef\xbb\xbf"):
+        data = data[3:]
+    return data.decode("utf-8", "surrogateescape")
+
+
+def _write_locked(root: Root, rel: str, data: bytes, st: os.stat_result | None) -> None:
+    """`data` into the host's config at `rel`, holding git's `rel.lock` meanwhile.
+
+    In place, so the file keeps its inode: every running sandbox binds its
+    copy over this name, and a file renamed over a mount point in another
+    namespace detaches that mount -- the command would see, and could write,
+    the host's file from then on. A file that is not the one just read, or
+    has another link (one outside the root), is replaced by a rename instead.
+    """
+    fd, name = root.parent(rel)
+    lock = name + ".lock"
+    try:
+        out = os.open(lock, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                      0o600, dir_fd=fd)
+        try:
+            try:
+                target = os.open(name, os.O_WRONLY | os.O_NOFOLLOW | os.O_NONBLOCK
+                                 | os.O_CLOEXEC, dir_fd=fd)
+            except FileNotFoundError:
+                target = -1
+            if target >= 0:
+                now = os.fstat(target)
+                if (st is not None and (now.st_dev, now.st_ino) == (st.st_dev, st.st_ino)
+                        and now.st_nlink == 1 and (now.st_mode & 0o170000) == 0o100000):
+                    try:
+                        os.ftruncate(target, 0)
+                        _write_all(target, data)
+                    finally:
+                        os.close(target)
+                    os.close(out)
+                    out = -1
+                    os.unlink(lock, dir_fd=fd)
+                    return
+                os.close(target)
+            if st is not None:
+                os.fchmod(out, st.st_mode & 0o777)
+                if os.geteuid() == 0:
+                    os.fchown(out, st.st_uid, st.st_gid)
+            _write_all(out, data)
+            os.close(out)
+            out = -1
+            os.rename(lock, name, src_dir_fd=fd, dst_dir_fd=fd)
+        except BaseException:
+            if out >= 0:
+                os.close(out)
+            try:
+                os.unlink(lock, dir_fd=fd)
+            except OSError:
+                pass
+            raise
+    finally:
+        os.close(fd)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
+def _overwrite(path: str, data: bytes) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC)
+    with open(fd, "wb") as fh:
+        fh.write(data)
+
+
+def _read_copy(path: str) -> bytes:
+    from ...fsroot import read_fd
+
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        return read_fd(fd, gitmeta.MAX_CONFIG_BYTES, path)
+    finally:
+        os.close(fd)

@@ -1,0 +1,168 @@
+"""git's config, written inside: the keys that run nothing reach the host, no other does.
+
+`git remote add`, `git config user.name`, `git submodule add`, `git push -u`
+and `git branch --set-upstream-to` write `.git/config`. Under bubblewrap the
+command writes a private copy, merged back when it ends; under the Landlock
+backend its writes land and the guard keeps only what is inert
+(drivers/linux/gitconfig.py, guard.py). Each check reads the host's config
+with the host's git, as the person's next command would.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import threading
+import time
+
+import pytest
+
+from .conftest import Box, text
+from .test_iso_git import GIT_ENV, git, repo
+
+pytestmark = pytest.mark.isolation
+
+__all__ = ["repo"]
+
+WORKFLOWS = r"""
+set -e
+git config user.name "Agent Smith"
+git init -q --bare remote.git
+git remote add origin ./remote.git
+git push -q -u origin main
+git checkout -q -b feature
+git branch -q --set-upstream-to=origin/main
+git init -q -b main lib && git -C lib commit -q --allow-empty -m lib
+git -c protocol.file.allow=always submodule -q add "$PWD/lib" vendor/lib
+echo done
+"""
+
+
+def config(box: Box, key: str) -> str:
+    return git(box, "config", "--get-all", key).stdout.decode().strip()
+
+
+def test_everyday_config_writers_work_and_reach_the_host(repo: Box) -> None:
+    box = repo
+    res = box.sh(WORKFLOWS, mode="workspace-write", env=box.env(**GIT_ENV))
+    assert res.returncode == 0 and b"done" in res.stdout, text(res)
+    assert "could not write" not in text(res) and "neutralised" not in text(res), text(res)
+    assert config(box, "user.name") == "Agent Smith"
+    assert config(box, "remote.origin.url") == "./remote.git"
+    assert config(box, "branch.main.merge") == "refs/heads/main"
+    assert config(box, "branch.feature.remote") == "origin"
+    assert config(box, "submodule.vendor/lib.url") == str(box.ws / "lib")
+    assert config(box, "submodule.vendor/lib.active") == "true"
+    upstream = git(box, "rev-parse", "--abbrev-ref", "@{upstream}")
+    assert upstream.stdout.decode().strip() == "origin/main", text(upstream)
+    status = git(box, "submodule", "status")
+    assert status.returncode == 0 and "vendor/lib" in status.stdout.decode(), text(status)
+
+
+ATTACKS = r"""
+printf '[core]\n\tfsmonitor = touch %s/pwned-include\n' "$PWD" > evil.cfg
+git config core.fsmonitor "touch $PWD/pwned-fsmonitor"
+git config core.hooksPath evil-hooks
+git config include.path ../evil.cfg
+git config 'includeIf.gitdir:/.path' ../evil.cfg
+git config alias.st '!touch pwned-alias'
+git config core.pager 'touch pwned-pager'
+git config core.worktree /
+git config extensions.worktreeConfig true
+git config --worktree core.fsmonitor "touch $PWD/pwned-worktree"
+printf '[core]\n\tsshCommand = touch pwned-ssh\n' >> .git/config
+git config user.email ok@example.invalid
+git config --get core.fsmonitor >/dev/null && echo inside-it-held
+"""
+RUNNERS = ("core.fsmonitor", "core.hookspath", "include.path", "includeif.", "alias.",
+           "core.pager", "core.worktree=", "core.sshcommand")
+
+
+def _host_git_runs_something(box: Box) -> list[str]:
+    """The host's git as the person runs it next; the files its config made it touch."""
+    for argv in (["status"], ["-p", "log", "-1"], ["st"], ["fetch", "--dry-run"]):
+        git(box, *argv)
+    return sorted(p.name for p in box.ws.glob("pwned-*"))
+
+
+def test_keys_git_acts_on_never_reach_the_host(repo: Box) -> None:
+    res = keys_never_reach_the_host(repo)
+    assert b"inside-it-held" in res.stdout, text(res)  # a private copy: its own writes stay
+
+
+def keys_never_reach_the_host(box: Box) -> subprocess.CompletedProcess[bytes]:
+    res = box.sh(ATTACKS, mode="workspace-write", env=box.env(**GIT_ENV))
+    listing = git(box, "config", "--list", "--show-origin").stdout.decode().lower()
+    assert [k for k in RUNNERS if k in listing] == [], listing
+    assert config(box, "user.email") == "ok@example.invalid"
+    assert _host_git_runs_something(box) == []
+    assert "core.fsmonitor" in text(res) and "include" in text(res), text(res)
+    return res
+
+
+def test_control_the_same_writes_unconfined_run_on_the_host(repo: Box) -> None:
+    """The attacks above work: written without stockade, the host's git runs them."""
+    box = repo
+    box.host(["/bin/sh", "-c", ATTACKS], env=box.env(**GIT_ENV))
+    assert "pwned-fsmonitor" in _host_git_runs_something(box) or \
+        "pwned-worktree" in _host_git_runs_something(box)
+
+
+def test_the_host_config_never_holds_them_during_the_run(repo: Box) -> None:
+    """A private copy: the person's prompt running `git status` mid-run reads their own."""
+    box = repo
+    seen: list[str] = []
+    done = threading.Event()
+
+    def watch() -> None:
+        while not done.is_set():
+            seen.append((box.ws / ".git" / "config").read_text())
+            time.sleep(0.02)
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    try:
+        res = box.sh('git config core.fsmonitor "touch $PWD/pwned" && sleep 2 && '
+                     'git config --get core.fsmonitor', mode="workspace-write",
+                     env=box.env(**GIT_ENV))
+    finally:
+        done.set()
+        watcher.join()
+    assert res.returncode == 0 and b"pwned" in res.stdout, text(res)
+    assert len(seen) > 20 and not [s for s in seen if "fsmonitor" in s.lower()]
+
+
+def test_overlapping_commands_and_the_person_all_keep_their_keys(repo: Box) -> None:
+    """Two commands at once and the person's own `git config` meanwhile: each key
+    lands once both commands end, none overwrites another's."""
+    box = repo
+    results: dict[str, object] = {}
+
+    def run(name: str, script: str) -> None:
+        results[name] = box.sh(script, mode="workspace-write", env=box.env(**GIT_ENV))
+
+    first = threading.Thread(target=run, args=("a", "git config user.name A && sleep 2"))
+    second = threading.Thread(target=run, args=("b", "sleep 0.5 && git config "
+                                                     "remote.up.url /srv/up.git && sleep 1"))
+    first.start()
+    second.start()
+    time.sleep(1)
+    assert git(box, "config", "color.ui", "auto").returncode == 0
+    first.join()
+    second.join()
+    assert config(box, "user.name") == "A", results
+    assert config(box, "remote.up.url") == "/srv/up.git"
+    assert config(box, "color.ui") == "auto"
+
+
+@pytest.mark.xfail(strict=True, reason="Known limits: a protected file the person replaces "
+                   "while a command runs is a new file to it, no longer held, so the guard "
+                   "cuts it to inert keys (the person's version is in the quarantine)")
+def test_the_persons_own_config_write_during_a_run_is_kept(repo: Box) -> None:
+    box = repo
+    running = threading.Thread(target=box.sh, args=("sleep 2",),
+                               kwargs={"mode": "workspace-write", "env": box.env(**GIT_ENV)})
+    running.start()
+    time.sleep(1)
+    assert git(box, "config", "core.sshCommand", "ssh -i ~/.ssh/work").returncode == 0
+    running.join()
+    assert config(box, "core.sshCommand") == "ssh -i ~/.ssh/work"

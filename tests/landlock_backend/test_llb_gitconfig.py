@@ -1,0 +1,33 @@
+"""git's config written inside, under the Landlock backend: its writes land, and the
+guard keeps only the keys that run nothing, as bubblewrap's merge does.
+
+Not here: that the host's file never holds a key git acts on while the command
+runs. Without a mount namespace the command writes the person's file itself,
+and the guard's watch takes such a key out within milliseconds, not before
+(docs/landlock-backend.md).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from isolation import test_iso_git
+from isolation import test_iso_gitconfig as iso
+from isolation.conftest import Box
+
+pytestmark = pytest.mark.isolation
+
+repo = test_iso_git.repo
+
+
+def test_everyday_config_writers_work_and_reach_the_host(repo: Box) -> None:
+    iso.test_everyday_config_writers_work_and_reach_the_host(repo)
+
+
+def test_keys_git_acts_on_never_reach_the_host(repo: Box) -> None:
+    # The watch takes them out as they land: the command need not see them stay.
+    iso.keys_never_reach_the_host(repo)
+
+
+def test_overlapping_commands_and_the_person_all_keep_their_keys(repo: Box) -> None:
+    iso.test_overlapping_commands_and_the_person_all_keep_their_keys(repo)

@@ -1,0 +1,139 @@
+"""Merging back the git config a command wrote: inert keys only, the host's own writes kept.
+
+Each case writes the three files with the host's git (the command's copy,
+the host's config meanwhile) and reads the merged result back with it, so
+what is checked is what git itself will make of the file.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from stockade.gitmeta import merge_config, parse_config
+
+pytestmark = pytest.mark.skipif(not shutil.which("git"), reason="git is not installed")
+
+
+def git(*args: str, cwd: Path | None = None) -> str:
+    return subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True,
+                          text=True).stdout
+
+
+def listing(path: Path) -> list[str]:
+    return git("config", "-f", str(path), "--list").splitlines()
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> Path:
+    git("init", "-q", str(tmp_path / "r"))
+    return tmp_path / "r"
+
+
+def merged(repo: Path, tmp_path: Path, command: list[list[str]], host: list[list[str]]
+           ) -> tuple[list[str], list[str], list[str]]:
+    """Run `command` (git config argvs) on a copy, `host` on the real config, merge."""
+    config = repo / ".git" / "config"
+    base = config.read_text()
+    ours = tmp_path / "ours"
+    ours.write_text(base)
+    for args in command:
+        git("config", "-f", str(ours), *args)
+    for args in host:
+        git("config", "-f", str(config), *args)
+    result = merge_config(parse_config(base) or [], parse_config(ours.read_text()) or [],
+                          config.read_text())
+    assert result is not None
+    text, kept, dropped = result
+    out = tmp_path / "merged"
+    out.write_text(text)
+    return listing(out), kept, dropped
+
+
+def test_inert_keys_a_command_set_reach_the_host(repo: Path, tmp_path: Path) -> None:
+    got, kept, dropped = merged(repo, tmp_path, [
+        ["user.name", "Bob Builder"],
+        ["remote.origin.url", "/srv/bare.git"],
+        ["remote.origin.fetch", "+refs/heads/*:refs/remotes/origin/*"],
+        ["branch.main.remote", "origin"],
+        ["branch.main.merge", "refs/heads/main"],
+        ["submodule.lib.url", "../lib.git"],
+        ["submodule.lib.active", "true"],
+    ], [])
+    assert "user.name=Bob Builder" in got
+    assert "remote.origin.url=/srv/bare.git" in got
+    assert "branch.main.merge=refs/heads/main" in got
+    assert "submodule.lib.active=true" in got
+    assert dropped == [] and len(kept) == 7
+
+
+def test_keys_that_run_or_read_something_never_reach_the_host(repo: Path, tmp_path: Path
+                                                              ) -> None:
+    got, kept, dropped = merged(repo, tmp_path, [
+        ["core.fsmonitor", "touch /tmp/pwned"],
+        ["core.hooksPath", "evil-hooks"],
+        ["include.path", "/tmp/evil.cfg"],
+        ["includeIf.gitdir:/.path", "/tmp/evil.cfg"],
+        ["core.sshCommand", "sh -c evil"],
+        ["remote.origin.uploadpack", "sh -c evil"],
+        ["alias.st", "!sh -c evil"],
+        ["filter.x.smudge", "sh -c evil"],
+        ["core.worktree", "/root"],
+        ["user.name", "Kept"],
+    ], [])
+    assert not [line for line in got if "evil" in line or "pwned" in line or "/root" in line]
+    assert "user.name=Kept" in got and kept == ["user.name"]
+    assert set(dropped) == {"core.fsmonitor", "core.hookspath", "include.path",
+                            "includeif.gitdir:/.path", "core.sshcommand",
+                            "remote.origin.uploadpack", "alias.st", "filter.x.smudge",
+                            "core.worktree"}
+
+
+def test_what_the_host_wrote_meanwhile_stays(repo: Path, tmp_path: Path) -> None:
+    got, kept, _ = merged(repo, tmp_path, [["user.email", "bot@example.com"]], [
+        ["core.sshCommand", "ssh -i ~/.ssh/work"],  # the person's own, kept as it is
+        ["user.name", "Person"],
+        ["core.filemode", "false"],
+    ])
+    assert "core.sshcommand=ssh -i ~/.ssh/work" in got
+    assert "user.name=Person" in got and "user.email=bot@example.com" in got
+    assert "core.filemode=false" in got and kept == ["user.email"]
+
+
+def test_removals_and_multiple_values_merge_as_lists(repo: Path, tmp_path: Path) -> None:
+    config = repo / ".git" / "config"
+    git("config", "-f", str(config), "remote.old.url", "/srv/old.git")
+    git("config", "-f", str(config), "--add", "remote.up.fetch", "+refs/heads/a:refs/a")
+    got, kept, _ = merged(repo, tmp_path, [
+        ["--remove-section", "remote.old"],
+        ["--add", "remote.up.fetch", "+refs/heads/b:refs/b"],
+    ], [])
+    assert not [line for line in got if line.startswith("remote.old.")]
+    assert [line for line in got if line.startswith("remote.up.fetch=")] == [
+        "remote.up.fetch=+refs/heads/a:refs/a", "remote.up.fetch=+refs/heads/b:refs/b"]
+    assert sorted(kept) == ["remote.old.url", "remote.up.fetch"]
+
+
+def test_values_that_need_quoting_come_back_exactly(repo: Path, tmp_path: Path) -> None:
+    name = 'Ann "the # dev"; \\ tab\there '
+    got, _, _ = merged(repo, tmp_path, [["user.name", name],
+                                        ['branch.feat/Ünï.remote', "origin"]], [])
+    assert f"user.name={name}" in got
+    assert "branch.feat/Ünï.remote=origin" in got
+
+
+def test_a_config_the_host_cannot_parse_is_left_alone() -> None:
+    assert merge_config([], [], "[core\n") is None
+
+
+def test_a_header_line_with_a_variable_keeps_its_header(tmp_path: Path) -> None:
+    host = "[user] name = Old\n\temail = a@b\n"
+    base = parse_config(host) or []
+    ours = parse_config("[user]\n\tname = New\n\temail = a@b\n") or []
+    result = merge_config(base, ours, host)
+    assert result is not None
+    (tmp_path / "c").write_text(result[0])
+    assert sorted(listing(tmp_path / "c")) == ["user.email=a@b", "user.name=New"]
