@@ -35,7 +35,9 @@ MAX_INCLUDE_DEPTH = 10
 #: start a program, read another file as config, or write outside the
 #: repository (`core.worktree` is not here: a nested repository whose
 #: worktree is ~ turns the person's next `git checkout` there into a write
-#: of ~/.bashrc; nor `core.sparseCheckout`, which without the patterns file
+#: of ~/.bashrc; nor `extensions.worktreeConfig`, which makes git read each
+#: linked worktree's config.worktree, one outside the workspace included;
+#: nor `core.sparseCheckout`, which without the patterns file
 #: in read-only `info/` makes the person's next checkout empty the tree).
 #: `*` is a subsection.
 INERT_KEYS = frozenset({
@@ -44,7 +46,7 @@ INERT_KEYS = frozenset({
     "core.safecrlf", "core.quotepath", "core.compression", "core.loosecompression",
     "core.bigfilethreshold", "core.checkstat", "core.trustctime", "core.untrackedcache",
     "core.splitindex", "core.abbrev", "core.commentchar",
-    "extensions.objectformat", "extensions.worktreeconfig", "extensions.refstorage",
+    "extensions.objectformat", "extensions.refstorage",
     "extensions.noop", "init.defaultbranch", "user.name", "user.email",
     "remote.*.url", "remote.*.pushurl", "remote.*.fetch", "remote.*.push", "remote.*.tagopt",
     "remote.*.prune", "remote.*.mirror",

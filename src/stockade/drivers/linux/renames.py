@@ -117,7 +117,10 @@ def _serve(listener: int, child: int, identities: "set[tuple[int, int]]",
                 _pid, status = posix.waitpid(child, 0)
                 if posix.WIFSIGNALED(status):
                     sig = posix.WTERMSIG(status)
-                    _signal.signal(sig, _signal.SIG_DFL)
+                    try:
+                        _signal.signal(sig, _signal.SIG_DFL)
+                    except (OSError, ValueError):
+                        pass  # SIGKILL and SIGSTOP: already their default
                     posix.kill(posix.getpid(), sig)
                 return posix.waitstatus_to_exitcode(status) & 0xFF
             if events & (select.POLLHUP | select.POLLERR):
