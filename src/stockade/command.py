@@ -118,7 +118,10 @@ class Neutralised:
         self.moved_to = moved_to
 
     def to_json(self) -> dict[str, str]:
-        return {"path": self.path, "what": self.what, "moved_to": self.moved_to}
+        out = {"path": self.path, "what": self.what}
+        if self.moved_to:
+            out["moved_to"] = self.moved_to
+        return out
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Neutralised) and (self.path, self.what, self.moved_to) == (

@@ -28,7 +28,7 @@ from .capabilities import (
     is_under,
     parse_mode,
 )
-from .command import FORBID, Neutralised, SandboxOutput
+from .command import FORBID, SandboxOutput
 from .denial import denial_hint, likely_sandbox_denied, proxy_hint
 from .drivers import MEMORY, PIDS, should_sandbox
 from .errors import (
@@ -532,8 +532,7 @@ class SandboxCore:
             done = neutralised_hint(report.neutralised)
             output.denial_hint = f"{output.denial_hint}; {done}" if output.denial_hint else done
             output.likely_sandbox_denied = True
-            output.neutralised = tuple(Neutralised(n.path, n.what, n.moved_to or "")
-                                       for n in report.neutralised)
+            output.neutralised = tuple(report.neutralised)
         if warnings:
             detail["warnings"] = list(warnings)
         if out.truncated:

@@ -238,9 +238,14 @@ def read_config_file(path: str) -> list[Entry] | None:
 
 
 def parse_config_bytes(data: bytes) -> list[Entry] | None:
+    return parse_config(config_text(data))
+
+
+def config_text(data: bytes) -> str:
+    """A config file's bytes as `parse_config` and `merge_config` take them."""
     if data.startswith(b"\xef\xbb\xbf"):
         data = data[3:]  # git skips a UTF-8 byte-order mark
-    return parse_config(data.decode("utf-8", "surrogateescape"))
+    return data.decode("utf-8", "surrogateescape")
 
 
 def filter_config(entries: list[Entry], *, worktree_ok: Callable[[str], bool] | None = None

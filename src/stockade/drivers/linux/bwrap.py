@@ -262,7 +262,7 @@ def publish_forward(profile: Profile) -> PortForward:
     from ...publish import NETWORK_ALL
     from .publish import PortForward
 
-    if profile.network.kind == "all":
+    if profile.network.kind == NetworkPolicy.ALL:
         raise SandboxUnavailable(NETWORK_ALL)
     return PortForward(profile.publish)
 

@@ -24,6 +24,8 @@ from ...profile import FILE, PIN
 TYPE_CHECKING = False
 
 if TYPE_CHECKING:
+    from collections.abc import Iterable
+
     from ...fsroot import Root, Roots
     from ...profile import Profile
 
@@ -38,18 +40,23 @@ def private_paths(profile: Profile) -> list[str]:
     """The protected configs of the git directories in `profile`'s writable roots (pure)."""
     gitdirs = [p.path for p in profile.protected if p.kind == PIN]
     return sorted(p.path for p in profile.protected
-                  if p.kind == FILE and os.path.basename(p.path) in NAMES
-                  and any(is_under(os.path.dirname(p.path), g) for g in gitdirs))
+                  if p.kind == FILE and is_config_of(p.path, gitdirs))
+
+
+def is_config_of(path: str, gitdirs: Iterable[str]) -> bool:
+    """Whether `path` is the config of one of `gitdirs` or of a git directory in one
+    (a submodule's `modules/*`, a linked worktree's `worktrees/*`)."""
+    return os.path.basename(path) in NAMES and any(
+        is_under(os.path.dirname(path), g) for g in gitdirs)
 
 
 class Merged:
-    """What one merge did: the keys written to the host's config and those dropped."""
+    """What one merge did: the keys it dropped, or why it could not be done."""
 
-    __slots__ = ("dropped", "error", "kept", "path")
+    __slots__ = ("dropped", "error", "path")
 
-    def __init__(self, path: str, kept: list[str], dropped: list[str], error: str = "") -> None:
+    def __init__(self, path: str, dropped: list[str], error: str = "") -> None:
         self.path = path
-        self.kept = kept
         self.dropped = dropped
         self.error = error
 
@@ -74,9 +81,6 @@ class PrivateConfigs:
         self.base: dict[str, bytes | None] = {}
         self.owner: object = None
 
-    def mounts(self) -> list[str]:
-        return [a for path, copy in self.copies.items() for a in ("--bind", copy, path)]
-
     def refresh(self, fs: Roots) -> None:
         """Each copy made the host's config as it is now (read beneath its root)."""
         for path, copy in self.copies.items():
@@ -100,7 +104,7 @@ class PrivateConfigs:
             try:
                 ours = _read_copy(copy)
             except OSError as exc:
-                out.append(Merged(path, [], [], f"its copy cannot be read ({exc.strerror})"))
+                out.append(Merged(path, [], f"its copy cannot be read ({exc.strerror})"))
                 continue
             if ours == base:
                 continue
@@ -118,10 +122,10 @@ def merge_into(fs: Roots, path: str, base: bytes, ours: bytes) -> Merged:
     """`ours`'s inert changes from `base` applied to the host's config at `path`."""
     theirs = gitmeta.parse_config_bytes(ours)
     if theirs is None:
-        return Merged(path, [], ["everything"], "the command left a config git cannot read")
+        return Merged(path, ["everything"], "the command left a config git cannot read")
     where = fs.locate(path)
     if where is None:
-        return Merged(path, [], [], "it is no longer beneath a writable root")
+        return Merged(path, [], "it is no longer beneath a writable root")
     root, rel = where
     deadline = time.monotonic() + LOCK_WAIT_SECONDS
     while True:
@@ -129,26 +133,20 @@ def merge_into(fs: Roots, path: str, base: bytes, ours: bytes) -> Merged:
             host = root.read(rel, gitmeta.MAX_CONFIG_BYTES)
             st = root.lstat(rel)
             result = gitmeta.merge_config(gitmeta.parse_config_bytes(base) or [], theirs,
-                                          _text(host))
+                                          gitmeta.config_text(host))
             if result is None:
-                return Merged(path, [], [], "the host's config is not one git reads")
+                return Merged(path, [], "the host's config is not one git reads")
             text, kept, dropped = result
             if kept:
                 _write_locked(root, rel, text.encode("utf-8", "surrogateescape"), st)
-            return Merged(path, kept, dropped)
+            return Merged(path, dropped)
         except FileExistsError:
             # The person's git holds config.lock: it is writing the file now.
             if time.monotonic() > deadline:
-                return Merged(path, [], [], "git held config.lock throughout")
+                return Merged(path, [], "git held config.lock throughout")
             time.sleep(0.02)
         except OSError as exc:
-            return Merged(path, [], [], f"it could not be written ({exc.strerror or exc})")
-
-
-def _text(data: bytes) -> str:
-    if data.startswith(b"\xef\xbb\xbf"):
-        data = data[3:]
-    return data.decode("utf-8", "surrogateescape")
+            return Merged(path, [], f"it could not be written ({exc.strerror or exc})")
 
 
 def _write_locked(root: Root, rel: str, data: bytes, st: os.stat_result | None) -> None:

@@ -37,6 +37,7 @@ import os
 import time
 
 from ... import gitmeta
+from ...command import Neutralised
 from ...fsroot import Root, Roots
 from ...profile import HOLD, KEEP_LINK, PIN
 from .fstree import (
@@ -69,26 +70,6 @@ MAX_DEPTH = 32
 #: baseline's copy of it stays small.
 KEPT_MAX_BYTES = 1 << 20
 SAMPLE_MAX_BYTES = 64 << 10
-
-
-class Neutralised:
-    """One thing the guard changed after a run, for the command's output and the audit."""
-
-    __slots__ = ("moved_to", "path", "what")
-
-    def __init__(self, path: str, what: str, moved_to: str = "") -> None:
-        self.path = path
-        self.what = what
-        self.moved_to = moved_to
-
-    def to_json(self) -> dict[str, str]:
-        out = {"path": self.path, "what": self.what}
-        if self.moved_to:
-            out["moved_to"] = self.moved_to
-        return out
-
-    def __repr__(self) -> str:
-        return f"Neutralised({self.path!r}, {self.what!r})"
 
 
 class MetadataGuard:
@@ -647,17 +628,15 @@ class MetadataGuard:
         """A held repository's config the command changed (the Landlock backend): its
         inert changes kept, the rest dropped, as bubblewrap's private copy is merged
         (gitconfig.py). False when it is not such a config, or not one git reads."""
-        from .gitconfig import NAMES
+        from .gitconfig import is_config_of
 
         if not (isinstance(want, tuple) and isinstance(have, tuple) and want[0] == "f"
-                and have[0] == "f" and os.path.basename(path) in NAMES
-                and any(os.path.dirname(path) == g or os.path.dirname(path).startswith(g + "/")
-                        for g in self._seen)):
+                and have[0] == "f" and is_config_of(path, self._seen)):
             return False
         base, ours = want[5], have[5]
         theirs = gitmeta.parse_config_bytes(ours)
         result = (gitmeta.merge_config(gitmeta.parse_config_bytes(base) or [], theirs,
-                                       base.decode("utf-8", "surrogateescape"))
+                                       gitmeta.config_text(base))
                   if theirs is not None else None)
         if result is None:
             return False
@@ -899,17 +878,34 @@ class MetadataGuard:
             done.append(Neutralised(path, what, self._quarantine(path)))
 
     def _quarantine(self, path: str) -> str:
-        """Move `path` out of the workspace into the quarantine; where it went ("" if lost).
+        """Move `path` out of the workspace into the quarantine; where it went ("" if lost)."""
+        where = self.fs.locate(path)
+        if where is None or not where[1]:
+            return ""
+        root, rel = where
+        return self._into_quarantine(path, lambda q, item: root.move_to(rel, q, item))
+
+    def _quarantine_copy(self, path: str, tree: tuple[object, ...]) -> str:
+        """A copy of `tree`, what `path` holds, in the quarantine; where it went."""
+
+        def put(quarantine: Root, item: str) -> bool:
+            fd, name = quarantine.parent(item)
+            try:
+                write_tree(fd, name, tree)
+            finally:
+                os.close(fd)
+            return True
+
+        return self._into_quarantine(path, put)
+
+    def _into_quarantine(self, path: str, put: Callable[[Root, str], bool]) -> str:
+        """A fresh quarantine entry for `path`, filled by `put(quarantine, item)`.
 
         The destination is stockade's own name (a fresh directory, `item`
         inside it, the original path beside it in `origin`), never one made of
         the command's names: a relative path built from them once led out of
         the quarantine.
         """
-        where = self.fs.locate(path)
-        if where is None or not where[1]:
-            return ""
-        root, rel = where
         os.makedirs(self.quarantine, mode=0o700, exist_ok=True)
         stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
         entry = f"{stamp}-{os.urandom(4).hex()}"
@@ -917,25 +913,8 @@ class MetadataGuard:
             os.mkdir(entry, 0o700, dir_fd=quarantine.fd)
             quarantine.create(f"{entry}/origin", path.encode("utf-8", "surrogateescape") + b"\n",
                               0o600)
-            kept = root.move_to(rel, quarantine, f"{entry}/item")
-        dest = os.path.join(self.quarantine, entry, "item")
-        return dest if kept else ""
-
-    def _quarantine_copy(self, path: str, tree: tuple[object, ...]) -> str:
-        """A copy of `tree`, what `path` holds, in the quarantine; where it went."""
-        os.makedirs(self.quarantine, mode=0o700, exist_ok=True)
-        stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
-        entry = f"{stamp}-{os.urandom(4).hex()}"
-        with Root(self.quarantine) as quarantine:
-            os.mkdir(entry, 0o700, dir_fd=quarantine.fd)
-            quarantine.create(f"{entry}/origin", path.encode("utf-8", "surrogateescape") + b"\n",
-                              0o600)
-            fd = quarantine.open(entry, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-            try:
-                write_tree(fd, "item", tree)
-            finally:
-                os.close(fd)
-        return os.path.join(self.quarantine, entry, "item")
+            kept = put(quarantine, f"{entry}/item")
+        return os.path.join(self.quarantine, entry, "item") if kept else ""
 
     def _break_chain(self, path: str, done: list[Neutralised]) -> None:
         """A directory above `path` is no longer a real directory: move the impostor."""

@@ -90,17 +90,21 @@ def parse_config(text: str) -> dict[str, object]:
     return value
 
 
-def status_fields() -> dict[str, str]:
+def read_proc(path: str) -> str:
+    """A small /proc file, or Refusal naming it."""
     try:
-        fd = posix.open("/proc/self/status", posix.O_RDONLY | posix.O_CLOEXEC)
+        fd = posix.open(path, posix.O_RDONLY | posix.O_CLOEXEC)
         try:
-            data = posix.read(fd, 65536).decode("ascii", "replace")
+            return posix.read(fd, 65536).decode("ascii", "replace")
         finally:
             posix.close(fd)
     except OSError as exc:
-        raise Refusal(f"cannot read /proc/self/status: {exc.strerror}") from None
+        raise Refusal(f"cannot read {path}: {exc.strerror}") from None
+
+
+def status_fields() -> dict[str, str]:
     fields = {}
-    for line in data.splitlines():
+    for line in read_proc("/proc/self/status").splitlines():
         name, _, value = line.partition(":")
         fields[name] = value.strip()
     return fields
@@ -167,14 +171,7 @@ def check_loopback_only() -> None:
     quietly hand it the host's network. /proc/net/dev is this namespace's
     list, through the /proc bwrap mounted for it.
     """
-    try:
-        fd = posix.open("/proc/self/net/dev", posix.O_RDONLY | posix.O_CLOEXEC)
-        try:
-            data = posix.read(fd, 65536).decode("ascii", "replace")
-        finally:
-            posix.close(fd)
-    except OSError as exc:
-        raise Refusal(f"cannot read /proc/self/net/dev: {exc.strerror}") from None
+    data = read_proc("/proc/self/net/dev")
     names = sorted(line.partition(":")[0].strip() for line in data.splitlines()[2:]
                    if ":" in line)
     if names != ["lo"]:

@@ -14,6 +14,7 @@ Loaded by the init as a top-level sibling: built-ins and the standard
 library only, never the stockade package.
 """
 
+import fcntl
 import posix
 import select
 import struct
@@ -61,14 +62,8 @@ def supervise(sc: "Syscall", numbers: "dict[str, int]", audit_arch: int,
     """
     import _socket
 
-    identities = set()
-    for path in private:
-        try:
-            st = posix.stat(path)
-        except OSError:
-            continue
-        identities.add((st.st_dev, st.st_ino))
-    if not identities:
+    files = Private(private)
+    if not files.identities:
         return
     ours, theirs = _socket.socketpair(_socket.AF_UNIX, _socket.SOCK_STREAM)
     child = posix.fork()
@@ -96,13 +91,11 @@ def supervise(sc: "Syscall", numbers: "dict[str, int]", audit_arch: int,
     except OSError:
         pass
     ours.close()
-    posix._exit(_serve(listener, child, identities, numbers))
+    posix._exit(_serve(listener, child, files, numbers))
 
 
-def _serve(listener: int, child: int, identities: "set[tuple[int, int]]",
-           numbers: "dict[str, int]") -> int:
+def _serve(listener: int, child: int, files: "Private", numbers: "dict[str, int]") -> int:
     import _signal
-    import fcntl
 
     for sig in (_signal.SIGINT, _signal.SIGQUIT, _signal.SIGTERM, _signal.SIGHUP):
         _signal.signal(sig, _signal.SIG_IGN)  # the command's to answer; this follows it
@@ -134,7 +127,7 @@ def _serve(listener: int, child: int, identities: "set[tuple[int, int]]",
             notif_id, pid = struct.unpack_from("<QI", buf, 0)
             nr = struct.unpack_from("<i", buf, 16)[0]
             args = struct.unpack_from("<6Q", buf, 32)
-            error, proceed = _answer(listener, notif_id, pid, nr, args, identities, numbers)
+            error, proceed = _answer(listener, notif_id, pid, nr, args, files, numbers)
             reply = struct.pack("<QqiI", notif_id, 0, -error if error else 0,
                                 SECCOMP_USER_NOTIF_FLAG_CONTINUE if proceed else 0)
             try:
@@ -144,23 +137,30 @@ def _serve(listener: int, child: int, identities: "set[tuple[int, int]]",
 
 
 def _answer(listener: int, notif_id: int, pid: int, nr: int, args: "tuple[int, ...]",
-            identities: "set[tuple[int, int]]", numbers: "dict[str, int]"
-            ) -> "tuple[int, bool]":
-    """(errno, continue in the kernel) for one rename."""
-    import fcntl
+            private: "Private", numbers: "dict[str, int]") -> "tuple[int, bool]":
+    """(errno, continue in the kernel) for one rename.
 
+    Every rename of the command's comes here (a build makes thousands), so
+    one whose target is not named like a private file goes on at once,
+    its source never read.
+    """
+    if nr == numbers.get("rename"):
+        old_dir, old, new_dir, new, flags = AT_FDCWD, args[0], AT_FDCWD, args[1], 0
+    else:
+        old_dir, old, new_dir, new = _fd(args[0]), args[1], _fd(args[2]), args[3]
+        flags = args[4] if nr == numbers.get("renameat2") else 0
+    if flags:
+        return 0, True  # an exchange or no-replace onto a mount: the kernel's EBUSY
     try:
         mem = posix.open(f"/proc/{pid}/mem", posix.O_RDONLY | posix.O_CLOEXEC)
     except OSError:
         return 0, True
     try:
-        if nr == numbers.get("rename"):
-            old_dir, old, new_dir, new, flags = AT_FDCWD, args[0], AT_FDCWD, args[1], 0
-        else:
-            old_dir, old, new_dir, new = _fd(args[0]), args[1], _fd(args[2]), args[3]
-            flags = args[4] if nr == numbers.get("renameat2") else 0
+        new_name = _string(mem, new)
+        if new_name.rpartition(b"/")[2] not in private.names:
+            return 0, True
         old_path = _where(pid, old_dir, _string(mem, old))
-        new_path = _where(pid, new_dir, _string(mem, new))
+        new_path = _where(pid, new_dir, new_name)
     except OSError:
         return 0, True
     finally:
@@ -171,9 +171,26 @@ def _answer(listener: int, notif_id: int, pid: int, nr: int, args: "tuple[int, .
         fcntl.ioctl(listener, NOTIF_ID_VALID, struct.pack("<Q", notif_id))
     except OSError:
         return ENOENT, False
-    if not old_path or not new_path or flags or _identity(new_path) not in identities:
+    if not old_path or not new_path or _identity(new_path) not in private.identities:
         return 0, True
-    return _replace(old_path, new_path, identities), False
+    return _replace(old_path, new_path, private.identities), False
+
+
+class Private:
+    """The private files, by identity, and the names they go by."""
+
+    __slots__ = ("identities", "names")
+
+    def __init__(self, paths: "list[str]") -> None:
+        self.identities: set[tuple[int, int]] = set()
+        self.names: set[bytes] = set()
+        for path in paths:
+            try:
+                st = posix.stat(path)
+            except OSError:
+                continue
+            self.identities.add((st.st_dev, st.st_ino))
+            self.names.add(path.rpartition("/")[2].encode())
 
 
 def _fd(value: int) -> int:
