@@ -147,3 +147,21 @@ def test_what_appeared_stays_made_and_is_never_held(ws: Path) -> None:
         assert tree.drain() == [str(ws / "d3" / "old" / ".git")]
     finally:
         tree.close()
+
+
+def test_a_file_saved_just_before_the_question_is_matched(tmp_path: Path) -> None:
+    """The thread reads events only under the lock that `matched()` holds. When it
+    read a batch first and handled it after, a `.env` saved just before the next
+    command was in neither the queue nor the matches, and that command saw it."""
+    from stockade.patterns import Matcher, expand
+
+    (tmp_path / "deep").mkdir()
+    tree = TreeWatch(str(tmp_path), Matcher(expand(["dotenv"])))
+    try:
+        with tree._lock:  # the question's side: the thread must not take the batch now
+            (tmp_path / "deep" / ".env").write_text("TOKEN=x\n")
+            time.sleep(0.2)  # time enough for a thread reading outside the lock to read it
+            tree._catch_up()
+            assert str(tmp_path / "deep" / ".env") in tree._matched
+    finally:
+        tree.close()

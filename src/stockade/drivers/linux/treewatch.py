@@ -37,7 +37,6 @@ from .watch import (
     events,
     inotify_add_watch,
     inotify_init,
-    read_events,
 )
 
 TYPE_CHECKING = False
@@ -204,11 +203,20 @@ class TreeWatch:
                                    "(fs.inotify.max_user_watches) was reached")
 
     def _loop(self) -> None:
-        read_events(self._fd, self._stop_r, self._locked_events)
+        # Events are read under the lock, not only handled under it, so that no
+        # batch is ever read but unhandled while `matched()` catches up.
+        import select
 
-    def _locked_events(self, data: bytes) -> None:
-        with self._lock:
-            self._events(data)
+        while True:
+            try:
+                ready, _, _ = select.select([self._fd, self._stop_r], [], [])
+            except (OSError, ValueError):
+                return
+            if self._stop_r in ready:
+                return
+            with self._lock:
+                if not self._catch_up():
+                    return
 
     def _events(self, data: bytes) -> None:
         for wd, mask, name in events(data):
@@ -237,16 +245,20 @@ class TreeWatch:
                 # Its watches move with it under their old paths.
                 self.incomplete = self.incomplete or "a directory was moved"
 
-    def _catch_up(self) -> None:
-        """Read, under the lock, the events the thread has not: what was made just
-        before the question (a command's last act, a file the person saved a
-        moment before the next command) is answered for, not left in the queue."""
+    def _catch_up(self) -> bool:
+        """Read, under the lock, every event queued: what was made just before the
+        question (a command's last act, a file the person saved a moment before
+        the next command) is answered for, not left in the queue. False when the
+        descriptor failed."""
         while self._fd >= 0:
             try:
                 data = os.read(self._fd, 1 << 16)
-            except OSError:  # BlockingIOError: nothing left
-                return
+            except BlockingIOError:
+                return True
+            except OSError:
+                return False
             self._events(data)
+        return False
 
     def drain(self) -> list[str]:
         """Every repository that appeared while watched and still exists (after a
