@@ -217,14 +217,16 @@ def session_tmp_drops() -> list[str]:
     """What a session's /tmp loses here, by making one: where Python may not make a
     namespace (a profile granting user namespaces to bwrap alone) only trying says so."""
     from .drivers.linux.layers import init_python
-    from .drivers.linux.sessiontmp import probe
+    from .drivers.linux.sessionns import probe
     from .paths import state_dir
 
     why = probe(init_python(), state_dir(os.environ))
     if why is None:
         return []
     return [f"a session's /tmp bounded as a whole (tmp_size_mb): {why}; "
-            "each file in it is bounded alone (max_file_size_mb)"]
+            "each file in it is bounded alone (max_file_size_mb)",
+            f"one loopback for a session's commands (bubblewrap, network none): {why}; "
+            "each command has a loopback of its own"]
 
 
 def auto_choice(backends: dict[str, dict[str, object]]) -> str:

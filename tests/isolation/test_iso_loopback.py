@@ -1,17 +1,22 @@
 """A server and its client on the sandbox's own loopback, and nothing beyond it.
 
 Under bubblewrap a command with network none or hosts has a network
-namespace of its own whose only interface is `lo`, so TCP and UDP on
-127.0.0.1 and ::1 are the command's own: `node server.js &` then `curl`
-works in one command. The same port on the host's loopback is another
-namespace's: a host listener sees nothing, while the control with
-`--network all` shows the probe reaching it. Under the Landlock backend
-there is no namespace, and the refusal says so (tests/landlock_backend).
+namespace whose only interface is `lo`, so TCP and UDP on 127.0.0.1 and
+::1 reach only what runs there: `node server.js &` then `curl` works in one
+command. With network none that namespace is the session's, so a server
+one command started (`start()`) serves the session's next command, while
+another session, and the host, see nothing of it. The same port on the
+host's loopback is another namespace's: a host listener sees nothing, while
+the control with `--network all` shows the probe reaching it. Under the
+Landlock backend there is no namespace, and the refusal says so
+(tests/landlock_backend).
 """
 
 from __future__ import annotations
 
+import json
 import shutil
+import socket
 
 import pytest
 
@@ -162,3 +167,77 @@ def test_network_hosts_bridge_ports_cannot_be_taken_over(box: Box) -> None:
     may serve other ports on its loopback, never those."""
     res = box.py(BRIDGE_PORTS, options=options(box, "hosts"))
     assert res.stdout.decode().split() == ["EADDRINUSE", "3128", "EADDRINUSE", "1080"], text(res)
+
+
+# The issue's workflow across commands: a dev server `start()`ed in one session,
+# its client run by the session's next commands, another session's as the
+# control that the loopback is the session's, not everyone's. The host checks
+# the server's port on its own loopback: nothing.
+SESSIONS = r"""
+import json, sys, time
+sys.path.insert(0, SITE)
+from stockade import (NetworkPolicy, SandboxCommand, SandboxConfig, SyncWorkspaceSandbox,
+                      capabilities_for_mode)
+from stockade.approval import ApprovalGate
+probe = ["-I", "-c", "import sys, urllib.request\n"
+         f"try: print(urllib.request.urlopen('http://127.0.0.1:{PORT}/page', timeout=3)"
+         ".read().decode())\n"
+         "except OSError as exc: print('unreachable', exc); sys.exit(3)"]
+gate = ApprovalGate()
+sandbox = SyncWorkspaceSandbox(SandboxConfig(mode="workspace-write"), approval=gate)
+for session in ("one", "other"):
+    sandbox.open_session(session, WS)
+server = sandbox.start(SandboxCommand(PY, ["-I", "-m", "http.server", str(PORT), "--bind",
+                                           "127.0.0.1"], session_id="one"))
+out = {}
+deadline = time.monotonic() + 20
+while True:
+    res = sandbox.execute(SandboxCommand(PY, probe, session_id="one"))
+    if res.exit_code == 0 or time.monotonic() > deadline:
+        break
+    time.sleep(0.2)
+out["same session"] = [res.exit_code, res.stdout.decode()]
+out["again"] = sandbox.execute(SandboxCommand(PY, probe, session_id="one")).exit_code
+# Network hosts: the command's own loopback, where its proxy bridge listens.
+caps = capabilities_for_mode("workspace-write", WS).replace(
+    network=NetworkPolicy.allow_hosts(["example.invalid"]))
+gate.grant("one", caps)
+hosts = sandbox.execute(SandboxCommand(PY, probe, session_id="one", capabilities=caps))
+out["hosts"] = [hosts.exit_code, hosts.stdout.decode()]
+other = sandbox.execute(SandboxCommand(PY, probe, session_id="other"))
+out["other session"] = [other.exit_code, other.stdout.decode()]
+import socket
+try:
+    socket.create_connection(("127.0.0.1", PORT), timeout=2).close(); out["host"] = "REACHED"
+except OSError as exc:
+    out["host"] = exc.errno
+server.stop()
+sandbox.close()
+print(json.dumps(out))
+"""
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_a_sessions_server_serves_its_next_commands_and_no_one_else(box: Box) -> None:
+    port = free_port()
+    box.write(box.ws / "page", "served across commands")
+    prelude = (f"SITE, WS, PY, PORT = {box.runner.site!r}, {str(box.ws)!r}, "
+               f"{SYSTEM_PYTHON!r}, {port}\n")
+    res = box.host([box.runner.python, "-I", "-c", prelude + SESSIONS], timeout=90)
+    assert res.returncode == 0, text(res)
+    out = json.loads(res.stdout.decode().splitlines()[-1])
+    assert out["same session"] == [0, "served across commands\n"], out
+    assert out["again"] == 0, out
+    assert out["other session"][0] == 3, out  # the control: the same probe, refused
+    assert "Connection refused" in out["other session"][1], out
+    assert out["hosts"][0] == 3 and "Connection refused" in out["hosts"][1], out
+    audit = box.runner.cli(["audit", "--json", "--last", "2"], cwd=box.ws, env=box.env())
+    records = [json.loads(line) for line in audit.stdout.decode().splitlines()]
+    assert [r["detail"].get("loopback") for r in records] == [
+        "the command's own", "the session's"], records
+    assert out["host"] == 111, out  # ECONNREFUSED on the host's own loopback

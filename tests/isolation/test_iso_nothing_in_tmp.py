@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 
 from stockade import SandboxCommand, SandboxConfig, SyncWorkspaceSandbox
-from stockade.drivers.linux import layers, sessiontmp
+from stockade.drivers.linux import layers, sessionns
 
 pytestmark = [pytest.mark.isolation,
               pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux drivers")]
@@ -130,7 +130,7 @@ def test_a_sessions_tmp_holds_only_what_its_commands_made(
 def test_a_session_tmp_on_the_host_holds_only_what_its_commands_made(
         under_tmp: Path, root: Path, backend: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """Where no tmpfs can be mounted (no nsenter), the session's /tmp is a host directory."""
-    monkeypatch.setattr(sessiontmp, "NSENTER", str(root / "no-nsenter"))
+    monkeypatch.setattr(sessionns, "NSENTER", str(root / "no-nsenter"))
     sb = _sandbox(root, backend, tmp_size_mb=16)
     try:
         tmp, tmpdir = _sh(sb, f'echo x > "$TMPDIR/f"; {LIST_TMP}')

@@ -46,6 +46,12 @@ def test_network_all_keeps_the_host_network_namespace():
     assert "--unshare-net" not in args
 
 
+def test_a_launch_that_joins_its_sessions_network_namespace_makes_none():
+    args = build_bwrap_args(profile(), "bwrap", inner=["true"], shared_net=True)
+    assert "--unshare-net" not in args
+    assert "--unshare-pid" in args and "--unshare-user" in args
+
+
 def test_workspace_writable_only_in_workspace_write():
     assert WS in pairs(build_bwrap_args(profile("workspace-write"), "b", inner=[]), "--bind")
     ro = build_bwrap_args(profile("read-only"), "b", inner=[])

@@ -706,9 +706,9 @@ def test_a_parked_sandbox_has_the_sessions_bounded_tmp(world: World) -> None:
 
 def test_without_nsenter_a_sessions_tmp_is_a_host_directory_and_says_so(
         world: World, monkeypatch: pytest.MonkeyPatch) -> None:
-    from stockade.drivers.linux import sessiontmp
+    from stockade.drivers.linux import sessionns
 
-    monkeypatch.setattr(sessiontmp, "NSENTER", str(world.root / "no-nsenter"))
+    monkeypatch.setattr(sessionns, "NSENTER", str(world.root / "no-nsenter"))
     sb = world.sandbox(tmp_size_mb=16, warm_sandboxes=0)
     out = run(sb, "/bin/sh", "-c", "echo kept > $TMPDIR/f")
     assert out.exit_code == 0  # type: ignore[attr-defined]
@@ -721,11 +721,11 @@ def test_a_helper_that_cannot_unshare_leaves_a_host_directory_and_says_so(
     """Where a profile grants user namespaces to bwrap alone: the limit weakens, the
     sandbox does not, and both the record and doctor say so."""
     from stockade.doctor import backend_status
-    from stockade.drivers.linux import sessiontmp
+    from stockade.drivers.linux import sessionns
 
-    refused = "stockade-session-tmp: unshare: Operation not permitted"
+    refused = "stockade-session: unshare: Operation not permitted"
     tries = world.root / "tries"
-    monkeypatch.setattr(sessiontmp, "HELPER", f"import sys; open({str(tries)!r}, 'a').write('x'); "
+    monkeypatch.setattr(sessionns, "HELPER", f"import sys; open({str(tries)!r}, 'a').write('x'); "
                         f"sys.exit({refused!r})")
     sb = world.sandbox(tmp_size_mb=16, warm_sandboxes=0)
     for _ in range(2):

@@ -57,7 +57,7 @@ if TYPE_CHECKING:
 def build_bwrap_args(profile: Profile, bwrap: str, *, inner: list[str] | None = None,
                      extra_mounts: list[str] | tuple[str, ...] = (),
                      tmp_size_mb: int | None = None, overlay: bool = False,
-                     unmasked: tuple[str, ...] = (),
+                     unmasked: tuple[str, ...] = (), shared_net: bool = False,
                      copies: Mapping[str, str] | None = None) -> list[str]:
     """bwrap's command line for `profile`, ending in `-- inner` (pure).
 
@@ -68,13 +68,15 @@ def build_bwrap_args(profile: Profile, bwrap: str, *, inner: list[str] | None = 
     `unmasked`: hidden directories the init's Landlock layer alone hides
     (`landlock_areas`), which get no mount here. `copies`: protected files
     bound writable from a private copy instead (path -> copy, gitconfig.py).
+    `shared_net`: the launch joins its session's network namespace (only `lo`,
+    sessionns.py) instead of bwrap making one.
     """
     a: list[str] = [bwrap]
     # A user namespace even for root: without it root's capabilities would be
     # real ones, and a read-only bind could simply be remounted read-write.
     a += ["--unshare-user", "--disable-userns", "--unshare-pid", "--unshare-ipc",
           "--unshare-uts", "--unshare-cgroup-try"]
-    if profile.network.kind != NetworkPolicy.ALL:
+    if profile.network.kind != NetworkPolicy.ALL and not shared_net:
         a.append("--unshare-net")
     # --new-session: no controlling terminal, so TIOCSTI cannot type into the
     # caller's shell. --die-with-parent: if stockade dies, the sandbox dies.
@@ -379,12 +381,17 @@ class BubblewrapDriver(ParkingDriver):
                                if forward is not None else None,
                                private=configs)
             newer = bwrap_has_size(self.bwrap, self._state_dir)  # --size and --overlay: 0.10
+            session, tmp_how = self._session_namespaces.of(profile)
+            # Network none only: with hosts each command's proxy bridge listens
+            # on its loopback, which a shared one would hand to the others.
+            shared_net = session is not None and profile.network.kind == NetworkPolicy.NONE
             args = build_bwrap_args(profile, self.bwrap, inner=init.argv,
                                     extra_mounts=init.mounts, overlay=newer,
                                     tmp_size_mb=profile.tmp_size_mb if newer else None,
-                                    unmasked=areas,
+                                    unmasked=areas, shared_net=shared_net,
                                     copies=private.copies if private is not None else None)
-            args, ns_fds, tmp_how, _ = self._session_tmps.enter(profile, args)
+            if session is not None:
+                args, ns_fds = session.enter(args, net=shared_net)
             cgroup = self._cgroup(profile)
         except BaseException:
             if meta is not None:
@@ -405,6 +412,8 @@ class BubblewrapDriver(ParkingDriver):
                                     "ptrace": "own-processes" if landlock.abi else "refused"}
         if tmp_how:
             audit["session_tmp"] = tmp_how
+        if profile.network.kind != NetworkPolicy.ALL:
+            audit["loopback"] = "the session's" if shared_net else "the command's own"
         if meta is not None and meta.unwatched:
             audit["guard_watch"] = meta.unwatched
         if landlock.dropped:

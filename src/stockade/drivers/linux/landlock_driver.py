@@ -205,7 +205,9 @@ class LandlockDriver(ParkingDriver):
             mode = SECCOMP_MODES["landlock"][profile.network.kind]
             # No namespace of the command's own, but a session's may hold its
             # /tmp: there TMPDIR is the session's tmpfs, bounded as a whole.
-            nsenter, undo.owned, tmp_how, userns = self._session_tmps.enter(profile, [])
+            session, tmp_how = self._session_namespaces.of(profile)
+            nsenter, undo.owned = session.enter([]) if session is not None else ([], [])
+            userns = session.user_namespace if session is not None else 0
             nproc = nproc_limit(self._max_pids, own_user_namespace=False,
                                 joined_user_namespace=userns)
             config = init_config(profile, env=env, require_landlock=True, nproc=nproc,

@@ -2,7 +2,7 @@
 
 Each driver builds a cold launch its own way (`_prepare`); in front of it
 sits the same per-session pool of parked sandboxes (warm.py), fed the same
-session hooks, which also keep each session's bounded /tmp (sessiontmp.py,
+session hooks, which also keep each session's namespaces (sessionns.py,
 entered by both launches), and behind it the same metadata guard, which
 differs only in whether it keeps copies to put back (`RESTORE_CONTENT`).
 """
@@ -34,10 +34,10 @@ class ParkingDriver(Driver):
     _state_dir: str
 
     def _start_parking(self, size: int, idle_seconds: float, watch: tuple[str, ...]) -> None:
-        from .sessiontmp import SessionTmps
+        from .sessionns import SessionNamespaces
 
         self._sessions: dict[str, str] = {}
-        self._session_tmps = SessionTmps()
+        self._session_namespaces = SessionNamespaces()
         self._trees: dict[str, TreeWatch] = {}
         self._trees_lock = threading.Lock()
         self._warm: WarmPool | None = None
@@ -66,7 +66,7 @@ class ParkingDriver(Driver):
 
     def open_session(self, session_id: str, workspace: str, tmp: str | None = None) -> None:
         self._sessions[session_id] = workspace
-        self._session_tmps.open(session_id, tmp)
+        self._session_namespaces.open(session_id, tmp)
 
     def close_session(self, session_id: str) -> None:
         """Stop what was parked for the session now, not at the idle timeout."""
@@ -79,7 +79,7 @@ class ParkingDriver(Driver):
                 if tree is not None:
                     tree.close()
         finally:
-            self._session_tmps.close_session(session_id)
+            self._session_namespaces.close_session(session_id)
 
     def close(self) -> None:
         from .limits import flush_removals
@@ -92,11 +92,11 @@ class ParkingDriver(Driver):
             for tree in self._trees.values():
                 tree.close()
             self._trees.clear()
-            self._session_tmps.close()
+            self._session_namespaces.close()
 
     def explain_failure(self, returncode: int, stderr: bytes) -> str | None:
-        """Entering a session's /tmp failed (asked only when the init did not start)."""
-        from .sessiontmp import explain
+        """Entering a session's namespaces failed (asked only when the init did not start)."""
+        from .sessionns import explain
 
         return explain(returncode, stderr)
 

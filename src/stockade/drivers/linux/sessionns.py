@@ -1,25 +1,27 @@
-"""A session's /tmp as one tmpfs of `tmp_size_mb`, shared by all its commands.
+"""A session's own namespaces: its /tmp as one bounded tmpfs, and one loopback.
 
-A session's /tmp used to be a directory on the host, bound into each
-command's sandbox: each file was bounded by `max_file_size_mb`, their sum by
-nothing, and a command filled the filesystem holding the user's home 16 MiB
-at a time. A fresh tmpfs per command is bounded, but a session's /tmp must
-outlive its commands.
+A session's /tmp must outlive its commands and be bounded as a whole (a
+directory on the host bound into each sandbox bounded each file alone, and
+a command could fill the filesystem holding the user's home); a server one
+command starts (`npm run dev` in the background) must be reachable from the
+session's next command, which a network namespace per command forbids.
 
-So the session gets a mount namespace of its own, a copy of the host's with
-a tmpfs over the session's /tmp directory, and every bwrap of the session
-starts inside it (`enter`), where binding that directory at /tmp binds the
-tmpfs. The namespace is kept by descriptors stockade holds, not by a
-process: the helper that made it has exited before the first command runs,
-and when stockade exits or is killed the kernel closes them and frees the
-tmpfs with the last command. Nothing is left on the host: the host's
-directory stays empty, and no mount or process outlives stockade.
+So the session gets namespaces of its own: a mount namespace, a copy of the
+host's with a tmpfs over the session's /tmp directory, and a network
+namespace with only `lo`. Every bwrap of the session starts inside the
+mount namespace (`enter`), where binding that directory at /tmp binds the
+tmpfs; a command with network none under bubblewrap also joins the network
+namespace instead of making one. The namespaces are kept by descriptors
+stockade holds, not by a process: the helper that made them has exited
+before the first command runs, and when stockade exits or is killed the
+kernel closes them and frees the tmpfs with the last command. Nothing is
+left on the host: the host's directory stays empty, and no mount, process
+or interface outlives stockade.
 
-An unprivileged user needs a user namespace to own the mount namespace,
-mapping the user to itself, as bwrap does for a command; root makes the
-mount namespace alone, since a user namespace mapping only uid 0 would show
-every other user's files as nobody's, and root inside it could no longer
-write them.
+An unprivileged user needs a user namespace to own them, mapping the user
+to itself, as bwrap does for a command; root makes them alone, since a user
+namespace mapping only uid 0 would show every other user's files as
+nobody's, and root inside it could no longer write them.
 """
 
 from __future__ import annotations
@@ -40,66 +42,79 @@ NSENTER = "/usr/bin/nsenter"
 INODES_PER_MB = 256
 
 #: The helper, run once per session with the init's interpreter (`-I -S`):
-#: unshare, map the user to itself (unprivileged), follow the host's mounts
-#: where they propagate, mount the tmpfs, say its pid and whether it made a
+#: unshare, map the user to itself (unprivileged), bring up `lo`, follow the
+#: host's mounts where they propagate, mount the tmpfs (unless its options
+#: are empty: /tmp unbounded by config), say its pid and whether it made a
 #: user namespace, wait for its stdin to close. Not bwrap's `--size --tmpfs`:
 #: bwrap before 0.10 has no size, and none has an inode count. Root without
-#: CAP_SYS_ADMIN (a container's) cannot make a mount namespace alone and
-#: makes it in a user namespace mapping root to itself, as bwrap does there.
+#: CAP_SYS_ADMIN (a container's) cannot make the namespaces alone and makes
+#: them in a user namespace mapping root to itself, as bwrap does there.
 HELPER = r"""
-import ctypes, os, sys
+import ctypes, fcntl, os, socket, struct, sys
 path, options, own_user = sys.argv[1], sys.argv[2], sys.argv[3] == "1"
 libc = ctypes.CDLL(None, use_errno=True)
 def check(result, what):
     if result != 0:
-        sys.stderr.write(f"stockade-session-tmp: {what}: {os.strerror(ctypes.get_errno())}\n")
+        sys.stderr.write(f"stockade-session: {what}: {os.strerror(ctypes.get_errno())}\n")
         sys.exit(1)
-CLONE_NEWNS, CLONE_NEWUSER, EPERM = 0x20000, 0x10000000, 1
+CLONE_NEWNS, CLONE_NEWNET, CLONE_NEWUSER, EPERM = 0x20000, 0x40000000, 0x10000000, 1
 MS_NOSUID, MS_NODEV, MS_REC, MS_SLAVE = 2, 4, 0x4000, 0x80000
+SIOCGIFFLAGS, SIOCSIFFLAGS, IFF_UP = 0x8913, 0x8914, 1
 uid, gid = os.getuid(), os.getgid()
-if libc.unshare(CLONE_NEWNS | (CLONE_NEWUSER if own_user else 0)) != 0:
+if libc.unshare(CLONE_NEWNS | CLONE_NEWNET | (CLONE_NEWUSER if own_user else 0)) != 0:
     if own_user or ctypes.get_errno() != EPERM:
         check(-1, "unshare")
     own_user = True
-    check(libc.unshare(CLONE_NEWNS | CLONE_NEWUSER), "unshare")
+    check(libc.unshare(CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWUSER), "unshare")
 if own_user:
     for name, text in (("setgroups", "deny"), ("uid_map", f"{uid} {uid} 1"),
                        ("gid_map", f"{gid} {gid} 1")):
         with open(f"/proc/self/{name}", "w") as f:
             f.write(text)
+try:
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    ifreq = fcntl.ioctl(s, SIOCGIFFLAGS, struct.pack("16sH22x", b"lo", 0))
+    flags = struct.unpack_from("16sH", ifreq)[1]
+    fcntl.ioctl(s, SIOCSIFFLAGS, struct.pack("16sH22x", b"lo", flags | IFF_UP))
+except OSError as exc:
+    sys.stderr.write(f"stockade-session: bring up lo: {exc.strerror}\n")
+    sys.exit(1)
 check(libc.mount(b"none", b"/", None, MS_REC | MS_SLAVE, None), "make / a slave")
-check(libc.mount(b"stockade-tmp", os.fsencode(path), b"tmpfs", MS_NOSUID | MS_NODEV,
-                 options.encode()), "mount the tmpfs")
+if options:
+    check(libc.mount(b"stockade-tmp", os.fsencode(path), b"tmpfs", MS_NOSUID | MS_NODEV,
+                     options.encode()), "mount the tmpfs")
 print(os.getpid(), "user" if own_user else "mount", flush=True)
 sys.stdin.buffer.read()
 """
 
 
-class SessionTmp:
-    """The namespace holding one session's bounded /tmp."""
+class SessionNamespace:
+    """The namespaces of one session: its /tmp (bounded when `size_mb`) and its loopback."""
 
-    def __init__(self, python: str, path: str, size_mb: int) -> None:
+    def __init__(self, python: str, path: str, size_mb: int | None) -> None:
         from ...errors import SandboxUnavailable
         from ...process import Process
 
         self.path = path
         self.size_mb = size_mb
-        options = f"size={size_mb << 20},nr_inodes={size_mb * INODES_PER_MB},mode=0700"
+        options = (f"size={size_mb << 20},nr_inodes={size_mb * INODES_PER_MB},mode=0700"
+                   if size_mb else "")
         proc = Process([python, "-I", "-S", "-c", HELPER, path, options,
                         "1" if os.geteuid() != 0 else "0"], {"PATH": "/usr/bin:/bin"})
-        self._fds: list[int] = []
+        self._fds: dict[str, int] = {}
         try:
             pid, _, made = _read_line(proc.stdout_r).partition(" ")
             if not pid.isdigit() or made not in ("user", "mount"):
                 proc.kill()  # its stderr ends with it
                 err = os.read(proc.stderr_r, 4096).decode("utf-8", "replace").strip()
-                raise SandboxUnavailable(f"cannot make the session's /tmp: {err or 'no answer'}")
-            self._own_user = made == "user"
+                raise SandboxUnavailable(f"cannot make the session's namespaces: "
+                                         f"{err or 'no answer'}")
             # The helper waits on its stdin, so its pid is its own until we close it.
-            for kind in ("user", "mnt") if self._own_user else ("mnt",):
-                self._fds.append(os.open(f"/proc/{pid}/ns/{kind}", os.O_RDONLY | os.O_CLOEXEC))
+            kinds = ("user", "mnt", "net") if made == "user" else ("mnt", "net")
+            for kind in kinds:
+                self._fds[kind] = os.open(f"/proc/{pid}/ns/{kind}", os.O_RDONLY | os.O_CLOEXEC)
             #: The inode of the user namespace its commands join, 0 for none.
-            self.user_namespace = os.fstat(self._fds[0]).st_ino if self._own_user else 0
+            self.user_namespace = os.fstat(self._fds["user"]).st_ino if "user" in self._fds else 0
         except BaseException:
             self.close()
             raise
@@ -107,9 +122,9 @@ class SessionTmp:
             proc.close()  # end-of-file on its stdin: the helper exits
             proc.wait()
 
-    def enter(self, argv: list[str]) -> tuple[list[str], list[int]]:
-        """`argv` started inside the session's namespace, and descriptors the launch
-        must close once it has started.
+    def enter(self, argv: list[str], *, net: bool = False) -> tuple[list[str], list[int]]:
+        """`argv` started inside the session's namespaces (its network namespace too
+        when `net`), and descriptors the launch must close once it has started.
 
         nsenter opens the namespaces through this process's descriptor table,
         so they are never inherited: a descriptor of the namespace reaching the
@@ -117,33 +132,34 @@ class SessionTmp:
         session closed meanwhile cannot close them, nor a new one reuse their
         numbers for its namespace.
         """
-        fds = [os.dup(fd) for fd in self._fds]
+        kinds = [kind for kind in ("user", "mnt", "net")
+                 if kind in self._fds and (kind != "net" or net)]
+        fds = [os.dup(self._fds[kind]) for kind in kinds]
         me = os.getpid()
-        if self._own_user:
-            joins = [f"--user=/proc/{me}/fd/{fds[0]}", f"--mount=/proc/{me}/fd/{fds[1]}",
-                     "--preserve-credentials"]
-        else:
-            joins = [f"--mount=/proc/{me}/fd/{fds[0]}"]
+        option = {"user": "--user", "mnt": "--mount", "net": "--net"}
+        joins = [f"{option[kind]}=/proc/{me}/fd/{fd}" for kind, fd in zip(kinds, fds, strict=True)]
+        if "user" in self._fds:
+            joins.append("--preserve-credentials")
         return [NSENTER, *joins, "--", *argv], fds
 
     def close(self) -> None:
-        fds, self._fds = self._fds, []
+        fds, self._fds = list(self._fds.values()), {}
         for fd in fds:
             os.close(fd)
 
 
-class SessionTmps:
-    """One driver's sessions and their bounded /tmps: made at a session's first
+class SessionNamespaces:
+    """One driver's sessions and their namespaces: made at a session's first
     command, closed with the session or the driver."""
 
     def __init__(self) -> None:
         import _thread
 
-        #: session id -> its /tmp on the host; that /tmp -> its tmpfs, None
-        #: until the session's first command makes it.
+        #: session id -> its /tmp on the host; that /tmp -> its namespaces, None
+        #: until the session's first command makes them.
         self._of_session: dict[str, str] = {}
-        self._held: dict[str, SessionTmp | None] = {}
-        #: Why no session's /tmp can be a tmpfs here, once the helper failed.
+        self._held: dict[str, SessionNamespace | None] = {}
+        #: Why no session can have namespaces here, once the helper failed.
         self._unusable = ""
         self._lock = _thread.allocate_lock()
 
@@ -163,20 +179,18 @@ class SessionTmps:
     def close(self) -> None:
         with self._lock:
             held, self._held, self._of_session = list(self._held.values()), {}, {}
-        for tmp in held:
-            if tmp is not None:
-                tmp.close()
+        for namespace in held:
+            if namespace is not None:
+                namespace.close()
 
-    def enter(self, profile: Profile, argv: list[str]
-              ) -> tuple[list[str], list[int], str, int]:
-        """`argv` inside the session's bounded /tmp (made at its first command): the
-        argv, descriptors the launch closes, what the audit record says, and the
-        inode of the user namespace it joins (0: none)."""
+    def of(self, profile: Profile) -> tuple[SessionNamespace | None, str]:
+        """The namespaces of `profile`'s session (made at its first command), or None
+        where it has none, and what the audit record says of its /tmp."""
         from ...errors import SandboxUnavailable
 
         path = profile.session_tmp
-        if not path or not profile.tmp_size_mb:
-            return argv, [], "", 0
+        if not path:
+            return None, ""
         with self._lock:
             if path not in self._held:
                 # Closed (a sandbox parked late for it): making it again would
@@ -195,18 +209,19 @@ class SessionTmps:
                     # would be a second /tmp, the first one's files gone from
                     # view and still held by whatever runs in it.
                     try:
-                        held = SessionTmp(init_python(), path, profile.tmp_size_mb)
+                        held = SessionNamespace(init_python(), path, profile.tmp_size_mb)
                     except SandboxUnavailable as exc:
                         # As a cgroup missing leaves rlimits: the limit weakens,
-                        # the boundary does not, and the record says so. Asked
-                        # once: the helper costs an interpreter start.
+                        # the boundary does not (each command makes its own
+                        # loopback), and the record says so. Asked once: the
+                        # helper costs an interpreter start.
                         why = self._unusable = str(exc)
                 if why:
-                    return argv, [], f"a host directory, each file bounded alone: {why}", 0
+                    return None, (f"a host directory, each file bounded alone: {why}"
+                                  if profile.tmp_size_mb else "")
                 self._held[path] = held
-            assert held is not None
-            argv, fds = held.enter(argv)
-        return argv, fds, f"one tmpfs of {held.size_mb} MiB for the session", held.user_namespace
+        assert held is not None
+        return held, f"one tmpfs of {held.size_mb} MiB for the session" if held.size_mb else ""
 
 
 def _read_line(fd: int) -> str:
@@ -220,7 +235,7 @@ def _read_line(fd: int) -> str:
 
 
 def usable() -> str | None:
-    """Why a session's /tmp cannot be one bounded tmpfs here, or None if it can."""
+    """Why a session cannot have namespaces of its own here, or None if it can."""
     if not os.access(NSENTER, os.X_OK):
         return f"{NSENTER} (util-linux) is missing"
     return None
@@ -240,7 +255,7 @@ def probe(python: str, state_dir: str) -> str | None:
     os.makedirs(state_dir, mode=0o700, exist_ok=True)
     scratch = tempfile.mkdtemp(prefix="probe-tmp-", dir=state_dir)
     try:
-        SessionTmp(python, scratch, 1).close()
+        SessionNamespace(python, scratch, 1).close()
     except SandboxUnavailable as exc:
         return str(exc)
     finally:
@@ -256,7 +271,7 @@ def explain(returncode: int, stderr: bytes) -> str | None:
     """
     if returncode == 1 and stderr.startswith(b"nsenter: "):
         line = stderr.decode("utf-8", "replace").splitlines()[0]
-        return (f"stockade could not enter the session's /tmp namespace: {line} (a process "
+        return (f"stockade could not enter the session's namespaces: {line} (a process "
                 "that changed its user is not dumpable: run stockade as that user from the "
                 "start)")
     return None
