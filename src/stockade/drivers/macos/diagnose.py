@@ -103,7 +103,7 @@ def _place(profile: Profile, path: str, scratch: str) -> str:
     for hidden, _kind in profile.hidden:
         if is_under(path, canonical_macos_path(hidden)):
             return f"blocked by the sandbox: {path} is a hidden credential store"
-    # Compared as the file system compares names: `.ſtockade` is `.stockade` there.
+    # Compared as the file system compares names: a long s (U+017F) folds to s there.
     folded = fold_name(path)
     # A pinned directory (.git) is writable itself.
     guarded = [p for p in profile.protected if p.kind not in (PIN, HOLD)]

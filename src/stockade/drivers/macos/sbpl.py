@@ -119,7 +119,7 @@ HFS_IGNORABLE = ("\u200c", "\u200d", "\u200e", "\u200f",
                  *(chr(c) for c in range(0x206A, 0x2070)), "\ufeff")
 
 #: The code points outside ASCII whose case folding is ASCII: APFS and HFS+
-#: compare names case-insensitively under Unicode folding, so `.ſtockade`
+#: compare names case-insensitively under Unicode folding, so `.\u017ftockade`
 #: (U+017F) and `.git/hooKs` (U+212A, the Kelvin sign) name the protected
 #: files. Multi-letter folds (`ß` is `ss`, the `ﬆ` ligature `st`) are here
 #: too: whether a volume folds fully or simply, the stricter reading holds.

@@ -416,7 +416,7 @@ Protected metadata (.git/hooks, .git/config, .stockade, editor and agent
 settings) is excluded from the grant, including its first creation: the
 match is a regex on the path that takes every spelling APFS and HFS+ treat
 as the same name (Unicode case folding, ligatures, HFS+'s ignorable code
-points), because `mkdir .GIT` or `.ſtockade` makes the directory git and
+points), because `mkdir .GIT` or a long-s `.stockade` makes the directory git and
 stockade later read as `.git` and `.stockade`. Their
 ancestors inside the writable roots are excluded as whole names: renaming
 `.git` aside, editing the copy and renaming it back would change the hooks
