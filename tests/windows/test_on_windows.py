@@ -41,9 +41,9 @@ def _profile(ws: str, mode: str, *, hidden: tuple[tuple[str, str], ...] = (),
 
 
 def _run(profile: Profile, command: str, **options: object) -> tuple[int, bytes, bytes]:
-    from stockade.drivers.windows.driver import WindowsDriver
-
     import tempfile
+
+    from stockade.drivers.windows.driver import WindowsDriver
 
     options.setdefault("state_dir", tempfile.mkdtemp(prefix="stockade-state-"))
     driver = WindowsDriver(**options)  # type: ignore[arg-type]
