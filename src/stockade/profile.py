@@ -639,6 +639,8 @@ def runtime_dir(env: Mapping[str, str], kind: Callable[[str], str] = path_kind) 
     value = env.get("XDG_RUNTIME_DIR", "")
     if value:
         return value
+    if not hasattr(os, "getuid"):
+        return ""  # Windows: no per-user runtime directory, and no getuid to name one
     default = f"/run/user/{os.getuid()}"
     return default if kind(default) == DIR else ""
 
