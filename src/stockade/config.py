@@ -225,21 +225,21 @@ class SandboxConfig:
 
         return machine_memory_default()
 
-    def resolved_workspace_root(self, env: Mapping[str, str]) -> str:
+    def resolved_workspace_root(self, env: Mapping[str, str], platform: str = "") -> str:
         if self.workspace_root:
             return os.path.expanduser(self.workspace_root)
         from .paths import data_dir
 
-        return os.path.join(data_dir(env), "workspaces")
+        return os.path.join(data_dir(env, platform), "workspaces")
 
-    def ledger_path(self, env: Mapping[str, str]) -> str | None:
+    def ledger_path(self, env: Mapping[str, str], platform: str = "") -> str | None:
         if self.ledger is False:
             return None
         if isinstance(self.ledger, str) and self.ledger:
             return os.path.expanduser(self.ledger)
         from .ledger import default_ledger_path
 
-        return default_ledger_path(env)
+        return default_ledger_path(env, platform)
 
 
 #: The settings that are keywords of `SandboxConfig` (the rest of a backend's

@@ -44,6 +44,7 @@ from .paths import (
     changeable_by_others,
     data_dir,
     make_own_dir,
+    platform_for,
     private_paths,
     session_key,
     state_dir,
@@ -154,9 +155,13 @@ class SandboxCore:
         self._proxy_seq = 0
         # First refusal per proxy key, for the hint of the command that owns it.
         self._proxy_refusals: dict[str, tuple[str, int | None, str]] = {}
-        self.ledger = ledger if ledger is not None else Ledger(config.ledger_path(self.env))
+        #: Whose file-system rules profiles and stockade's own places follow: the
+        #: backend's OS (Windows keeps the home in USERPROFILE, not HOME).
+        self.platform = platform_for(config.backend)
+        self.ledger = ledger if ledger is not None else Ledger(
+            config.ledger_path(self.env, self.platform))
         #: stockade's state directory, from the injected env, once.
-        self.state_dir = state_dir(self.env)
+        self.state_dir = state_dir(self.env, platform=self.platform)
         # What no command may read, decided once. Both directories are made
         # now: a profile masks only what exists, and one that appeared mid-run
         # (a workspace root provisioned by another session; the state
@@ -165,7 +170,8 @@ class SandboxCore:
         # workspace of ~ moved the guard's baseline away and kept what it
         # planted.
         # The ledger reports its own failure to write, and may live elsewhere.
-        make_own_dir(data_dir(self.env), self.env, "XDG_DATA_HOME", writable=False)
+        make_own_dir(data_dir(self.env, self.platform), self.env, "XDG_DATA_HOME",
+                     writable=False)
         make_own_dir(self.state_dir, self.env, "XDG_STATE_HOME")
         exposed = changeable_by_others(self.state_dir)
         if exposed:
@@ -173,7 +179,8 @@ class SandboxCore:
                 f"stockade's state directory {self.state_dir} is under {exposed}, which "
                 "another user can change: set XDG_STATE_HOME to a directory of your own")
         self._private = private_paths(self.env, state=self.state_dir, ledger=self.ledger.path,
-                                      workspace_root=config.resolved_workspace_root(self.env))
+                                      workspace_root=config.resolved_workspace_root(
+                                          self.env, self.platform), platform=self.platform)
         self.sessions: dict[str, SessionWorkspace] = {}
         self._driver = driver
         self._none_driver: Driver | None = None
@@ -288,7 +295,7 @@ class SandboxCore:
             provisioned = False
             scope = HOST if scope == "auto" else scope
         else:
-            root = self.config.resolved_workspace_root(self.env)
+            root = self.config.resolved_workspace_root(self.env, self.platform)
             cwd = os.path.join(root, session_key(session_id))
             os.makedirs(cwd, mode=0o700, exist_ok=True)
             cwd = os.path.realpath(cwd)
@@ -644,7 +651,7 @@ class SandboxCore:
             unreadable=c.unreadable, writable=c.writable, granted_sockets=c.granted_sockets,
             use_scratch=c.scratch, secret_env=tuple(c.secret_env) if c.secret_env is not None
             else _default_secrets(), session_tmp=ws.tmp_dir, backend=backend,
-            repositories=repositories, matched=matched,
+            repositories=repositories, matched=matched, platform=self.platform,
         )
         if cmd.publish:
             profile = profile.replace(publish=cmd.publish)

@@ -15,6 +15,7 @@ Pure functions of the environment and a `listdir`, like hostpaths.
 from __future__ import annotations
 
 import os
+import sys
 
 TYPE_CHECKING = False
 
@@ -149,6 +150,57 @@ NAMES = (
     ".config/emacs/eshell/history", ".cache/nvim/codeium", ".cache/R/httr2",
 )
 
+#: macOS keeps what Linux splits across ~/.config, ~/.local/share and ~/.cache
+#: in one area, ~/Library: browser profiles (Firefox's logins.json and
+#: key4.db decrypt offline, cookies.sqlite is plain text), the login
+#: keychains (~/Library/Keychains/*.keychain-db crack offline), mail, messages,
+#: and the tokens of tools under Application Support. It is hidden whole, and
+#: only what builds and toolchains read comes back, each with its reason.
+DARWIN_AREAS: dict[str, tuple[str, ...]] = {
+    "Library": (
+        # Toolchains' caches (Go's GOCACHE, pip, Homebrew, Yarn, SwiftPM and
+        # clang's module cache default here): downloads and build outputs.
+        "Caches",
+        # Xcode's derived data, simulators, toolchains and SDKs a build reads.
+        "Developer",
+        # Python's user site (`pip install --user`) and user-installed frameworks.
+        "Python", "Frameworks", "Fonts",
+        # JDKs IDEs download, the Android SDK, pnpm's home on macOS.
+        "Java", "Android/sdk", "pnpm",
+        # Toolchain settings whose user config directory is Application Support
+        # on macOS: `go env -w`, pip's and ruff's config, Poetry's.
+        "Application Support/go", "Application Support/pip", "Application Support/ruff",
+        "Application Support/pypoetry",
+    ),
+}
+
+#: Windows keeps per-user application state in %APPDATA% (roaming) and
+#: %LOCALAPPDATA% (local): browser profiles and their saved passwords, the
+#: credential caches of cloud CLIs (gcloud, GitHub CLI), editors' and agents'
+#: tokens, the host's own TEMP. Both are hidden whole; what comes back is
+#: what toolchains read there. Keyed by the variable that names the area.
+WINDOWS_AREAS: dict[str, tuple[str, ...]] = {
+    "APPDATA": (
+        # npm's global packages (on PATH), Python's user site, pip's and uv's
+        # settings, nvm-windows' installed Node versions.
+        "npm", "Python", "pip", "uv", "nvm", "pypoetry",
+    ),
+    "LOCALAPPDATA": (
+        # Per-user installs: Python from python.org, VS Code, Git, and the app
+        # execution aliases (python.exe, winget) Windows puts on PATH.
+        "Programs", "Microsoft/WindowsApps", "Microsoft/dotnet",
+        # Toolchains' caches: pip, uv, npm, Go, Yarn, pnpm, browsers for tests.
+        "pip", "uv", "npm-cache", "go-build", "Yarn", "pnpm", "pnpm-cache",
+        "ms-playwright", "Volta", "Android/Sdk",
+    ),
+    # Written by Low-integrity programs (browser sandboxes, Java's cache).
+    "": ("AppData/LocalLow",),
+}
+
+#: Top-level logins Windows tools keep under their own names: curl and ftp
+#: read `_netrc`, Git for Windows' credential store can be `_git-credentials`.
+WINDOWS_NAMES = ("_netrc", "_git-credentials")
+
 #: Names in ~/.ssh known to be public; everything else there counts as a key.
 SSH_PUBLIC = ("config", "known_hosts", "known_hosts.old", "authorized_keys", "authorized_keys2")
 
@@ -178,20 +230,60 @@ def _places(home: str, rel: str, env: Mapping[str, str]) -> list[str]:
     return [os.path.join(home, rel)] + ([moved] if moved else [])
 
 
+def platform_areas(env: Mapping[str, str], home: str, platform: str
+                   ) -> list[tuple[str, tuple[str, ...]]]:
+    """(area, shown back inside it) for the platform's own per-user state areas."""
+    from .paths import DARWIN, WINDOWS
+
+    out: list[tuple[str, tuple[str, ...]]] = []
+    if platform == DARWIN and home:
+        out += [(os.path.join(home, rel), back) for rel, back in DARWIN_AREAS.items()]
+    elif platform == WINDOWS:
+        for var, back in WINDOWS_AREAS.items():
+            if var:
+                place = env.get(var, "") or (os.path.join(
+                    home, "AppData", "Roaming" if var == "APPDATA" else "Local") if home else "")
+                if place:
+                    out.append((place, back))
+            elif home:
+                out += [(os.path.join(home, rel), ()) for rel in back]
+    return out
+
+
+def _homes(env: Mapping[str, str], platform: str) -> list[str]:
+    """The homes whose logins are hidden: the platform's, and on Windows also a HOME
+    that names somewhere else (Git for Windows, ssh and MSYS tools keep theirs there)."""
+    from .paths import WINDOWS, home_dir
+
+    homes = [home_dir(env, platform)]
+    if platform == WINDOWS and env.get("HOME", "") not in ("", homes[0]):
+        homes.append(env["HOME"])
+    return [h for h in homes if h]
+
+
 def default_hidden(env: Mapping[str, str], granted: list[str] | tuple[str, ...],
-                   listdir: Callable[[str], list[str]] = os.listdir
+                   listdir: Callable[[str], list[str]] = os.listdir, platform: str = ""
                    ) -> tuple[list[str], list[str]]:
     """(hidden, shown): the default hidden set, and the paths inside it shown back.
 
     With the agent's socket granted, `~/.ssh` is hidden whole: ssh asks the
     agent to sign and never opens a key. Without it ssh keeps its config,
     known_hosts and public keys, and everything else there counts as a key,
-    whatever its name.
+    whatever its name. `platform` (default: this one) adds its own areas:
+    ~/Library on macOS, %APPDATA% and %LOCALAPPDATA% on Windows.
     """
-    home = env.get("HOME", "")
+    from .paths import WINDOWS
+
+    platform = platform or sys.platform
     hidden: list[str] = []
     shown: list[str] = []
-    if home:
+    homes = _homes(env, platform)
+    for area, back in platform_areas(env, homes[0] if homes else "", platform):
+        hidden.append(area)
+        shown.extend(os.path.join(area, rel) for rel in back)
+    for home in homes:
+        if platform == WINDOWS:
+            hidden.extend(os.path.join(home, rel) for rel in WINDOWS_NAMES)
         for area, back in AREAS.items():
             for place in _places(home, area, env):
                 hidden.append(place)
@@ -203,7 +295,7 @@ def default_hidden(env: Mapping[str, str], granted: list[str] | tuple[str, ...],
         sock = env.get("SSH_AUTH_SOCK", "")
         if not (sock and sock in granted):
             shown.extend(os.path.join(ssh, name) for name in ssh_public(ssh, listdir))
-    if os.geteuid() == 0:
+    if getattr(os, "geteuid", lambda: -1)() == 0:
         # Another user cannot read them at all; splitting /etc around them costs
         # the Landlock layer two hundred rules on every command.
         hidden.extend(ROOT_ONLY)
@@ -232,8 +324,14 @@ def explain(env: Mapping[str, str], granted: list[str] | tuple[str, ...],
             listdir: Callable[[str], list[str]] = os.listdir,
             exists: Callable[[str], bool] = os.path.lexists) -> list[tuple[str, str]]:
     """(path, why) for each default entry present on this machine."""
-    home = env.get("HOME", "")
+    from .paths import home_dir
+
+    home = home_dir(env)
     out: list[tuple[str, str]] = []
+    for area, back in platform_areas(env, home, sys.platform):
+        if exists(area):
+            n = sum(exists(os.path.join(area, rel)) for rel in back)
+            out.append((area, WHY_AREA.format(n=n) if back else WHY_WHOLE))
     if home:
         for area, back in AREAS.items():
             for place in _places(home, area, env):

@@ -97,6 +97,39 @@ HOME_PROTECTED = (".bashrc", ".bash_profile", ".bash_login", ".bash_logout", ".p
                   ".xmonad", ".config/xmonad", ".fluxbox", ".config/lxsession", ".dmrc")
 
 
+#: The same for macOS, in ~/Library: launchd loads every plist in LaunchAgents
+#: at the next login; VS Code's, Cursor's and Claude Desktop's user settings
+#: name tasks, extensions and MCP servers they start; iTerm2 runs the scripts
+#: in its AutoLaunch folder; a written preference (Terminal's startup command)
+#: runs code later; Services, Scripts, Workflows, QuickLook and Spotlight
+#: plug-ins, input methods and preference panes are code the desktop loads.
+HOME_PROTECTED_DARWIN = (
+    "Library/LaunchAgents", "Library/Preferences", "Library/Application Support/Code/User",
+    "Library/Application Support/Cursor/User", "Library/Application Support/VSCodium/User",
+    "Library/Application Support/Claude", "Library/Application Support/iTerm2",
+    "Library/Application Support/com.apple.backgroundtaskmanagementagent",
+    "Library/Services", "Library/Scripts", "Library/Workflows", "Library/Application Scripts",
+    "Library/QuickLook", "Library/Spotlight", "Library/Input Methods", "Library/PreferencePanes",
+    "Library/Internet Plug-Ins", "Library/Mail/Bundles", "Library/Keyboard Layouts",
+)
+
+#: The same for Windows: the Startup folder runs at every logon, PowerShell
+#: profiles at every shell, and the editors' and agents' user settings as above.
+HOME_PROTECTED_WINDOWS = (
+    "AppData/Roaming/Microsoft/Windows/Start Menu/Programs/Startup",
+    "Documents/PowerShell", "Documents/WindowsPowerShell", "AppData/Roaming/Code/User",
+    "AppData/Roaming/Cursor/User", "AppData/Roaming/Claude",
+)
+
+
+def home_protected(platform: str = "") -> tuple[str, ...]:
+    """`HOME_PROTECTED` and the platform's own additions."""
+    platform = platform or sys.platform
+    extra = (HOME_PROTECTED_DARWIN if platform == "darwin"
+             else HOME_PROTECTED_WINDOWS if platform == "win32" else ())
+    return HOME_PROTECTED + extra
+
+
 def home_workspace(workspace: str, env: Mapping[str, str]) -> str:
     """The home directory `workspace` holds (is, or is an ancestor of), else "".
 
@@ -109,7 +142,9 @@ def home_workspace(workspace: str, env: Mapping[str, str]) -> str:
 
     # The account's own home too: HOME unset, relative or pointed elsewhere
     # must not turn the person's real home into an ordinary project.
-    homes = [env.get("HOME", "")]
+    from .paths import home_dir
+
+    homes = [env.get("HOME", ""), home_dir(env)]
     try:
         import pwd
 
@@ -118,7 +153,8 @@ def home_workspace(workspace: str, env: Mapping[str, str]) -> str:
         pass
     top = os.path.realpath(workspace)
     for home in homes:
-        if home.startswith("/") and os.path.normpath(home) != "/":
+        norm = os.path.normpath(home) if home else ""
+        if os.path.isabs(home) and os.path.dirname(norm) != norm:
             real = os.path.realpath(home)
             if within(real, top) is not None:
                 return real
@@ -163,7 +199,7 @@ def paths(spec: str | list[str] | tuple[str, ...], env: Mapping[str, str]) -> li
 
 def unreadable(spec: str | list[str] | None, env: Mapping[str, str],
                granted: list[str] | tuple[str, ...],
-               listdir: Callable[[str], list[str]] = os.listdir
+               listdir: Callable[[str], list[str]] = os.listdir, platform: str = ""
                ) -> tuple[list[str], list[str]]:
     """(hidden, shown): the configured unreadable list, or the default's classes.
 
@@ -174,13 +210,13 @@ def unreadable(spec: str | list[str] | None, env: Mapping[str, str],
     anything back inside what it hides.
     """
     if spec is None:
-        return default_hidden(env, granted, listdir)
+        return default_hidden(env, granted, listdir, platform)
     if spec == "none" or spec == ["none"]:
         return [], []
     from .patterns import DEFAULT_TOKEN, PRESETS, is_pattern
 
     entries = spec.split(os.pathsep) if isinstance(spec, str) else list(spec)
-    hidden, shown = (default_hidden(env, granted, listdir) if DEFAULT_TOKEN in entries
+    hidden, shown = (default_hidden(env, granted, listdir, platform) if DEFAULT_TOKEN in entries
                      else ([], []))
     # Workspace patterns (`**/.env`) are the driver's to match (patterns.py).
     host = [e for e in entries if not is_pattern(e) and e not in PRESETS and e != DEFAULT_TOKEN]
@@ -247,7 +283,9 @@ def caches(env: Mapping[str, str], platform: str = "", *, network: bool = False
     environment is read first, because the machine with GOCACHE somewhere
     unusual is the one most likely to be denied. Never the home itself.
     """
-    home = env.get("HOME", "")
+    from .paths import home_dir
+
+    home = home_dir(env, platform)
     # macOS toolchains default to ~/Library/Caches, not the XDG location:
     # Go's build cache there is the path the Go seed saw denied first.
     darwin = (platform or sys.platform) == "darwin"

@@ -181,10 +181,10 @@ def _patterns() -> tuple[Any, Any]:
     return _COMPILED
 
 
-def default_ledger_path(env: Mapping[str, str]) -> str:
+def default_ledger_path(env: Mapping[str, str], platform: str = "") -> str:
     from .paths import data_dir
 
-    return os.path.join(data_dir(env), "ledger.db")
+    return os.path.join(data_dir(env, platform), "ledger.db")
 
 
 class Ledger:

@@ -10,35 +10,106 @@ disagree.
 from __future__ import annotations
 
 import os
+import sys
 
 TYPE_CHECKING = False
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
+WINDOWS = "win32"
+DARWIN = "darwin"
 
-def xdg_home(env: Mapping[str, str], var: str, *default: str, no_home: str = "/tmp") -> str:
+#: The platform whose rules a backend's profiles follow. A profile is built for
+#: the OS its driver runs on, so the backend names it; `auto` and the others
+#: follow the machine stockade runs on.
+_BACKEND_PLATFORM = {"windows": WINDOWS, "seatbelt": DARWIN}
+
+
+def platform_for(backend: str) -> str:
+    """The `sys.platform` whose file-system rules profiles for `backend` follow."""
+    return _BACKEND_PLATFORM.get(backend, sys.platform)
+
+
+def home_dir(env: Mapping[str, str], platform: str = "") -> str:
+    """The user's home as the platform defines it ("" when the environment names none).
+
+    Windows does not set HOME: a profile that read only HOME hid nothing and
+    protected nothing in the home there. Its home is USERPROFILE, else
+    HOMEDRIVE + HOMEPATH, both set at every logon.
+    """
+    if (platform or sys.platform) == WINDOWS:
+        profile = env.get("USERPROFILE", "")
+        if profile:
+            return profile
+        drive, path = env.get("HOMEDRIVE", ""), env.get("HOMEPATH", "")
+        return drive + path if drive and path else ""
+    return env.get("HOME", "")
+
+
+def windows_app_data(env: Mapping[str, str], var: str) -> str:
+    """%APPDATA% or %LOCALAPPDATA% as given, else their place in the profile; raises when
+    neither the variable nor the profile is known.
+
+    No fallback to a shared directory: `\\tmp` on the system drive is one any
+    authenticated user can create, and stockade's state there was theirs to plant.
+    """
+    from .errors import SandboxUnavailable
+
+    value = env.get(var, "")
+    if value:
+        return value
+    home = home_dir(env, WINDOWS)
+    if home:
+        return os.path.join(home, "AppData", "Roaming" if var == "APPDATA" else "Local")
+    raise SandboxUnavailable(
+        f"stockade cannot find your Windows profile: {var} and USERPROFILE are both unset, "
+        "and it will not keep its state in a directory other users can create. Run it from "
+        "a logon session (they set both), or set XDG_STATE_HOME and XDG_DATA_HOME to "
+        "directories of your own")
+
+
+#: Where each XDG base lives on Windows: settings roam, state and data stay local.
+_WINDOWS_XDG = {"XDG_CONFIG_HOME": "APPDATA", "XDG_STATE_HOME": "LOCALAPPDATA",
+                "XDG_DATA_HOME": "LOCALAPPDATA", "XDG_CACHE_HOME": "LOCALAPPDATA"}
+
+
+def xdg_home(env: Mapping[str, str], var: str, *default: str, no_home: str = "/tmp",
+             platform: str = "") -> str:
     """`$var` when it is an absolute path, else `~/<default...>` (XDG Base Directory).
 
     The specification says a relative value is invalid and must be ignored:
     used as given, `XDG_STATE_HOME=state` put stockade's state -- which no
     command may read -- inside the project the command works in.
-    `no_home` is the home assumed when HOME is unset.
+    `no_home` is the home assumed when HOME is unset. On Windows the bases
+    are the platform's own (%APPDATA%, %LOCALAPPDATA%), never `no_home`.
     """
     value = env.get(var, "")
     if value and os.path.isabs(value):
         return value
+    if (platform or sys.platform) == WINDOWS:
+        return windows_app_data(env, _WINDOWS_XDG.get(var, "LOCALAPPDATA"))
     return os.path.join(env.get("HOME") or no_home, *default)
 
 
-def state_dir(env: Mapping[str, str], *, no_home: str = "/tmp") -> str:
+def _own(env: Mapping[str, str], var: str, base: str, what: str, platform: str) -> str:
+    # On Windows state and data share %LOCALAPPDATA%, so each has its own name there.
+    explicit = env.get(var, "")
+    if (platform or sys.platform) == WINDOWS and not (explicit and os.path.isabs(explicit)):
+        return os.path.join(base, "stockade", what)
+    return os.path.join(base, "stockade")
+
+
+def state_dir(env: Mapping[str, str], *, no_home: str = "/tmp", platform: str = "") -> str:
     """`$XDG_STATE_HOME/stockade`, else `~/.local/state/stockade`: locks, probe caches,
-    session TMPDIRs, proxy sockets, the guard's copies.
+    session TMPDIRs, proxy sockets, the guard's copies. On Windows
+    `%LOCALAPPDATA%\\stockade\\state`.
 
     `no_home` is the home assumed when HOME is unset.
     """
-    return os.path.join(xdg_home(env, "XDG_STATE_HOME", ".local", "state", no_home=no_home),
-                        "stockade")
+    base = xdg_home(env, "XDG_STATE_HOME", ".local", "state", no_home=no_home,
+                    platform=platform)
+    return _own(env, "XDG_STATE_HOME", base, "state", platform)
 
 
 def make_own_dir(path: str, env: Mapping[str, str], var: str, *, writable: bool = True
@@ -100,6 +171,10 @@ def changeable_by_others(path: str) -> str:
     for a link between two commands, and the next command's /tmp was any
     directory root could write.
     """
+    if not hasattr(os, "geteuid"):
+        # Windows has no owner bits to read here: the state directory lives in the
+        # user's profile, whose ACL admits only the user, SYSTEM and Administrators.
+        return ""
     me, group = os.geteuid(), os.getegid()
     current = os.path.realpath(path)
     while True:
@@ -117,13 +192,15 @@ def changeable_by_others(path: str) -> str:
         current = parent
 
 
-def data_dir(env: Mapping[str, str]) -> str:
-    """`$XDG_DATA_HOME/stockade`, else `~/.local/share/stockade`: the ledger, workspaces."""
-    return os.path.join(xdg_home(env, "XDG_DATA_HOME", ".local", "share"), "stockade")
+def data_dir(env: Mapping[str, str], platform: str = "") -> str:
+    """`$XDG_DATA_HOME/stockade`, else `~/.local/share/stockade`: the ledger, workspaces.
+    On Windows `%LOCALAPPDATA%\\stockade\\data`."""
+    base = xdg_home(env, "XDG_DATA_HOME", ".local", "share", platform=platform)
+    return _own(env, "XDG_DATA_HOME", base, "data", platform)
 
 
 def private_paths(env: Mapping[str, str], *, state: str = "", ledger: str | None = None,
-                  workspace_root: str = "") -> list[str]:
+                  workspace_root: str = "", platform: str = "") -> list[str]:
     """stockade's own files, which no command may read: its state (locks, session
     TMPDIRs, proxy sockets), its data directory (the ledger, workspaces), a ledger
     or workspace root configured elsewhere.
@@ -134,7 +211,7 @@ def private_paths(env: Mapping[str, str], *, state: str = "", ledger: str | None
     connection, and a mask of the files that existed when a profile was built
     missed the one another command's records were written to a moment later.
     """
-    out = [state or state_dir(env), data_dir(env)]
+    out = [state or state_dir(env, platform=platform), data_dir(env, platform)]
     if workspace_root:
         out.append(workspace_root)
     if ledger:

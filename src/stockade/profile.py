@@ -571,7 +571,7 @@ def hold_ancestors(protected: list[Protected], roots: tuple[str, ...],
 
 
 def home_protection(home: str, kind: Callable[[str], str], roots: tuple[str, ...],
-                    hidden: list[tuple[str, str]]) -> list[Protected]:
+                    hidden: list[tuple[str, str]], platform: str = "") -> list[Protected]:
     """`hostpaths.HOME_PROTECTED`, where a writable root holds them.
 
     Without this a workspace of `~` (an MCP client started in the home)
@@ -583,7 +583,7 @@ def home_protection(home: str, kind: Callable[[str], str], roots: tuple[str, ...
     out: list[Protected] = []
     if not home:
         return out
-    for rel in hostpaths.HOME_PROTECTED:
+    for rel in hostpaths.home_protected(platform):
         path = os.path.join(home, rel)
         # Under any writable root: `writable = ["~/.config"]` must not hand
         # over ~/.config/systemd and ~/.config/stockade with it.
@@ -639,6 +639,8 @@ def runtime_dir(env: Mapping[str, str], kind: Callable[[str], str] = path_kind) 
     value = env.get("XDG_RUNTIME_DIR", "")
     if value:
         return value
+    if not hasattr(os, "getuid"):
+        return ""  # Windows: no per-user runtime directory, and no getuid to name one
     default = f"/run/user/{os.getuid()}"
     return default if kind(default) == DIR else ""
 
@@ -790,6 +792,7 @@ def build_profile(
     cache_dir: str | None = None,
     repositories: tuple[str, ...] = (),
     matched: tuple[str, ...] = (),
+    platform: str = "",
 ) -> Profile:
     """Decide the boundary for one command. All paths in are canonical.
 
@@ -798,9 +801,13 @@ def build_profile(
     `repositories`: the person's repositories deeper in the workspace, as
     the driver found them (`Driver.repositories`). `matched`: the workspace's
     files `unreadable`'s patterns name (`Driver.matching`), hidden too.
+    `platform`: whose home and per-user areas apply (default: the backend's OS).
     """
+    from .paths import home_dir, platform_for
+
+    platform = platform or platform_for(backend)
     writable_ws = mode != READ_ONLY and any(is_under(workspace, w) for w in capabilities.fs_write)
-    home = host_env.get("HOME", "")
+    home = home_dir(host_env, platform)
     granted = [os.path.realpath(p) for p in hostpaths.paths(list(granted_sockets), host_env)]
 
     write_roots: list[str] = []
@@ -814,7 +821,7 @@ def build_profile(
                 write_roots.append(real)
         if use_scratch and cache_dir:
             network = capabilities.network.kind != NetworkPolicy.NONE
-            for p, var in hostpaths.caches(host_env, network=network):
+            for p, var in hostpaths.caches(host_env, platform, network=network):
                 real = os.path.realpath(p)
                 if kind(real) != DIR or (home and real == os.path.realpath(home)):
                     continue
@@ -868,7 +875,8 @@ def build_profile(
     #: Credential stores that do not exist yet, watched where a command may create them.
     unborn: list[str] = []
     writable_here = (workspace, *capabilities.fs_write, *write_roots)
-    hidden_paths, shown_paths = hostpaths.unreadable(unreadable, host_env, granted, listdir)
+    hidden_paths, shown_paths = hostpaths.unreadable(unreadable, host_env, granted, listdir,
+                                                     platform)
     for p in matched:
         # A link is hidden where it leads (`svc/.env -> ~/secrets/app.env`).
         k = kind(p)
@@ -947,7 +955,7 @@ def build_profile(
             if kind(root) == DIR and not any(is_under(root, d) for d, _ in hidden):
                 protected.extend(protected_under(root, kind, writable_all, home,
                                                  global_configs))
-        protected.extend(home_protection(home, kind, writable_all, hidden))
+        protected.extend(home_protection(home, kind, writable_all, hidden, platform))
         # A store that does not exist gets no mask, so a command in a workspace
         # of ~ wrote ~/.aws/config with a `credential_process`, ~/.kube/config
         # with an exec plugin, ~/.npmrc with `node-options`, and they stayed.

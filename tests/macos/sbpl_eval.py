@@ -18,13 +18,36 @@ Semantics modelled (and why they are enough):
   Seatbelt sees them (`/private/tmp`, resolved symlinks).
 - rename(a, b) needs file-write-unlink on a and file-write-create on b;
   link(a, b) needs file-link on both and file-write-create on b.
+
+`same_name` is the evaluator's own knowledge of how APFS and HFS+ compare
+names, written from Apple's descriptions and not from the profile builder:
+a test spells a protected name every way the file system would accept and
+asks the profile about each, so the two can disagree.
 """
 
 from __future__ import annotations
 
 import ipaddress
 import re
+import unicodedata
 from dataclasses import dataclass, field
+
+#: HFS+ skips these code points when comparing names (Apple TN1150, the
+#: "ignorable" characters): ZWNJ, ZWJ, LRM, RLM, the bidi embeddings
+#: U+202A-U+202E, the deprecated format characters U+206A-U+206F, and the BOM.
+_HFS_SKIPPED = frozenset([0x200C, 0x200D, 0x200E, 0x200F, *range(0x202A, 0x202F),
+                          *range(0x206A, 0x2070), 0xFEFF])
+
+
+def disk_key(name: str) -> str:
+    """What APFS (case-insensitive, normalisation-insensitive) and HFS+ compare:
+    the decomposed name, fully case-folded, without HFS+'s skipped code points."""
+    decomposed = unicodedata.normalize("NFD", name)
+    return "".join(c for c in decomposed.casefold() if ord(c) not in _HFS_SKIPPED)
+
+
+def same_name(a: str, b: str) -> bool:
+    return disk_key(a) == disk_key(b)
 
 KNOWN_OPERATIONS = frozenset({
     "default",
@@ -40,7 +63,7 @@ KNOWN_OPERATIONS = frozenset({
 KNOWN_FILTERS = frozenset({
     "literal", "subpath", "regex", "require-all", "require-any", "require-not", "remote",
     "local", "global-name", "sysctl-name", "sysctl-name-prefix", "iokit-user-client-class",
-    "target", "extension", "param", "path-literal",
+    "target", "extension", "param", "path-literal", "ipc-posix-name-regex",
 })
 
 
@@ -275,6 +298,9 @@ class Policy:
             return req.op == "sysctl-read" and req.name == self._string(args[0])
         if head == "sysctl-name-prefix":
             return req.op == "sysctl-read" and (req.name or "").startswith(self._string(args[0]))
+        if head == "ipc-posix-name-regex":
+            return req.op.startswith("ipc-posix") and req.name is not None and (
+                self._compiled(self._string(args[0])).search(req.name) is not None)
         if head == "iokit-user-client-class":
             return req.op == "iokit-open" and req.name == self._string(args[0])
         if head == "target":
@@ -367,6 +393,13 @@ class Policy:
 
     def sysctl(self, name: str) -> bool:
         return self.allows(Request("sysctl-read", name=name))
+
+    def shm(self, name: str) -> bool:
+        """May the command open (or create) the POSIX shared memory object `name`?"""
+        return self.allows(Request("ipc-posix-shm", name=name))
+
+    def sem(self, name: str) -> bool:
+        return self.allows(Request("ipc-posix-sem", name=name))
 
     def signal(self, target: str) -> bool:
         return self.allows(Request("signal", target=target))

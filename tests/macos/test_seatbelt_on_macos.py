@@ -234,3 +234,135 @@ def test_memory_ceiling_is_applied_or_refused_never_ignored(mac: Mac) -> None:
         assert "refused an address-space limit" in out and "RAN" not in out, out
     else:
         assert out.split()[:2] == [str(1024 * 1024), "RAN"], out
+
+
+# -- docs/macos-verify.md, item by item -------------------------------------------------------
+#
+# The same IDs as the checklist, run through the command line (and so through
+# SandboxCore, as every command is) with a fake HOME whose ~/Library holds
+# decoys. Each case: (ID, stockade run options, the script, what decides).
+
+LIBRARY_DECOYS = ("Library/Application Support/sv-decoy/token",
+                  "Library/Keychains/login.keychain-db",
+                  "Library/Application Support/Firefox/Profiles/x.default/logins.json")
+
+
+@pytest.fixture
+def host(mac: Mac) -> Mac:
+    for rel in LIBRARY_DECOYS:
+        os.makedirs(os.path.dirname(f"{mac.home}/{rel}"), exist_ok=True)
+        with open(f"{mac.home}/{rel}", "w") as fh:
+            fh.write("SECRET\n")
+    for rel in ("Library/Caches/x", "Library/LaunchAgents/keep.plist",
+                "Library/Preferences/com.apple.Terminal.plist"):
+        os.makedirs(os.path.dirname(f"{mac.home}/{rel}"), exist_ok=True)
+        with open(f"{mac.home}/{rel}", "w") as fh:
+            fh.write("ok\n")
+    return mac
+
+
+def cli(mac: Mac, options: list[str], script: str, *, config: str = "") -> tuple[int, str]:
+    import subprocess
+
+    env = {"HOME": mac.home, "PATH": "/usr/bin:/bin:/usr/sbin:/sbin",
+           "TMPDIR": os.environ.get("TMPDIR", "/tmp")}
+    argv = [sys.executable, "-m", "stockade", "run", "--yes", "--backend", "seatbelt",
+            "--workspace", mac.ws, *options]
+    if config:
+        path = os.path.join(mac.root, "config.toml")
+        with open(path, "w") as fh:
+            fh.write(config)
+        argv += ["--config", path]
+    out = subprocess.run([*argv, "--", "/bin/sh", "-c", script], env=env, cwd=mac.ws,
+                         capture_output=True, timeout=120, check=False)
+    return out.returncode, (out.stdout + out.stderr).decode("utf-8", "replace")
+
+
+WW = ["--mode", "workspace-write"]
+CHECKLIST = [
+    ("V0", [], "exit 0", lambda code, out: code == 0 and "sandbox-exec:" not in out),
+    ("M1a", [*WW, "--session", "v"], 'echo ok > "$TMPDIR/x" && cat "$TMPDIR/x"',
+     lambda code, out: "ok" in out and code == 0),
+    ("M1b", ["--session", "v"], 'echo ok > "$TMPDIR/x" && cat "$TMPDIR/x"',
+     lambda code, out: "ok" in out and code == 0),
+    ("M1c", ["--session", "v"], 'ls "$HOME/.local/state/stockade" && echo LISTED',
+     lambda code, out: "LISTED" not in out),
+    ("M2a", [], 'cat "$HOME/Library/Application Support/sv-decoy/token"',
+     lambda code, out: "SECRET" not in out and code != 0),
+    ("M2b", [], 'ls "$HOME/Library/Keychains" && echo LISTED',
+     lambda code, out: "LISTED" not in out),
+    ("M2c", [], 'cat "$HOME"/Library/Application\\ Support/Firefox/Profiles/*/logins.json',
+     lambda code, out: "SECRET" not in out),
+    ("M2d", [], 'ls "$HOME/Library/Caches" >/dev/null && echo READ',
+     lambda code, out: "READ" in out),
+    ("M3a", WW, "mkdir .STOCKADE && echo MADE", lambda code, out: "MADE" not in out),
+    ("M3b", WW, "mkdir \"$(printf '.\\305\\277tockade')\" && echo MADE",
+     lambda code, out: "MADE" not in out),
+    ("M3c", WW, "echo x > \".git/hoo$(printf '\\342\\204\\252')s/pre-commit\" && echo MADE",
+     lambda code, out: "MADE" not in out),
+    ("M3e", WW, "touch \"$(printf '\\357\\254\\206ockade.toml')\" && echo MADE",
+     lambda code, out: "MADE" not in out),
+    ("M3f", WW, "touch notes.txt && echo MADE", lambda code, out: "MADE" in out),
+    ("M6a", [], 'for d in "$(dirname "$TMPDIR")"/stockade-*; do [ "$d" = "$TMPDIR" ] || '
+     'ls "$d" && echo LISTED; done; true', lambda code, out: "LISTED" not in out),
+    ("M8a", [], "/usr/bin/python3 -c 'from multiprocessing import shared_memory as s; "
+     "m=s.SharedMemory(create=True,size=8); print(\"ok\"); m.unlink()'",
+     lambda code, out: "ok" in out),
+    ("M8b", [], "/usr/bin/python3 -c 'import multiprocessing as m; m.Lock(); print(\"ok\")'",
+     lambda code, out: "ok" in out),
+    ("M8c", [], "/usr/bin/python3 -c 'import _posixshmem as p; p.shm_open(\"/sv-any\", 0o1102, "
+     "0o600); print(\"opened\")'", lambda code, out: "opened" not in out),
+    ("M9a", ["--network", "all"], "/usr/bin/python3 -c 'import socket; "
+     "print(socket.getaddrinfo(\"example.com\", 443)[0][4][0])'", lambda code, out: code == 0),
+    ("M9b", ["--network", "all"], "/sbin/ifconfig -l", lambda code, out: "lo0" in out),
+    ("M9d", [], "/usr/bin/caffeinate -t 1 && echo AWAKE", lambda code, out: "AWAKE" not in out),
+    ("M5a", ["--network", "all"], "/usr/bin/curl -sS -o /dev/null -w '%{http_code}' "
+     "https://example.com", lambda code, out: "200" in out),
+    ("B1", [], "/usr/bin/open -a Calculator && echo OPENED", lambda code, out: "OPENED" not in out),
+    ("B2", [], "/usr/bin/osascript -e 'tell application \"Terminal\" to do script "
+     "\"touch ~/sv-pwned\"' && echo RAN", lambda code, out: "RAN" not in out),
+    ("B3", [], "/bin/launchctl submit -l sv.pwn -- /usr/bin/true && echo SUBMITTED",
+     lambda code, out: "SUBMITTED" not in out),
+    ("B5", [], "/usr/bin/security find-generic-password -s anything && echo FOUND",
+     lambda code, out: "FOUND" not in out),
+    ("B6", [], "echo x > /tmp/sv-tmp && echo WROTE", lambda code, out: "WROTE" not in out),
+    ("B7", WW, "ln .git/config cfg && echo LINKED", lambda code, out: "LINKED" not in out),
+]
+
+
+@pytest.mark.parametrize(("item", "options", "script", "passes"), CHECKLIST,
+                         ids=[c[0] for c in CHECKLIST])
+def test_checklist(host: Mac, item: str, options: list[str], script: str, passes) -> None:
+    code, out = cli(host, options, script)
+    assert passes(code, out), f"{item}: exit {code}\n{out}"
+
+
+def test_checklist_M4_a_writable_home_keeps_what_macos_runs_later(host: Mac) -> None:
+    config = "allow_home_workspace = true\n"
+    for rel in ("Library/LaunchAgents/sv.plist", "Library/Preferences/com.apple.Terminal.plist",
+                "Library/Application Support/Code/User/settings.json"):
+        _, out = cli(host, [*WW, "--workspace", host.home],
+                     f'mkdir -p "$(dirname "$HOME/{rel}")"; echo x >> "$HOME/{rel}" && '
+                     "echo WROTE", config=config)
+        assert "WROTE" not in out, (rel, out)
+    _, out = cli(host, [*WW, "--workspace", host.home], 'touch "$HOME/sv-ok" && echo WROTE',
+                    config=config)
+    assert "WROTE" in out
+
+
+def test_checklist_M4_M7_a_detached_process_outlives_the_command(host: Mac) -> None:
+    """M7 is a known gap: pinned so that the docs change when macOS or stockade does."""
+    import time
+
+    cli(host, WW, '(setsid /bin/sh -c "sleep 3; touch late" &) ; exit 0')
+    time.sleep(5)
+    assert os.path.exists(os.path.join(host.ws, "late")), (
+        "a detached process no longer outlives the command: update docs/macos.md (M7)")
+
+
+def test_checklist_B4_the_pasteboard_is_closed(host: Mac) -> None:
+    import subprocess
+
+    subprocess.run(["/usr/bin/pbcopy"], input=b"SECRET-PASTE", check=True)
+    _, out = cli(host, [], "/usr/bin/pbpaste")
+    assert "SECRET-PASTE" not in out

@@ -18,6 +18,7 @@ from stockade.drivers.macos.sbpl import (
     ancestors,
     canonical_macos_path,
     data_volume_alias,
+    name_regex,
     quote,
     regex_literal,
 )
@@ -237,8 +238,12 @@ def test_mutation_without_hidden_denies_is_caught() -> None:
 
 def test_mutation_with_unfolded_case_is_caught() -> None:
     text, params = seatbelt_profile(mac_profile(), scratch=SCRATCH)
-    folded = "".join(f"[{c}{c.upper()}]" for c in "stockade")
-    unfolded = _mutated(text, folded, "stockade")
+    path = f"{WS}/.stockade"
+    spelled = name_regex(path, len(WS))
+    ascii_only = _mutated(text, spelled, regex_literal(path, fold_case=True))
+    assert Policy(ascii_only, params).create(f"{WS}/.\u017ftockade")
+    assert not Policy(ascii_only, params).create(f"{WS}/.STOCKADE")
+    unfolded = _mutated(text, spelled, regex_literal(path))
     assert Policy(unfolded, params).create(f"{WS}/.STOCKADE")
     assert not Policy(unfolded, params).create(f"{WS}/.stockade")
 

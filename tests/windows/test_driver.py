@@ -7,12 +7,14 @@ tests marked `windows` (test_on_windows.py).
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
+import tempfile
 import threading
 
 import pytest
-from win_fakes import CMD, ENV, STATE, WS, FakeWin32, win_profile
+from win_fakes import CMD, ENV, HOME, STATE, WS, FakeWin32, win_profile
 
 from stockade.capabilities import NetworkPolicy
 from stockade.drivers.base import MEMORY, PIDS, Driver, Launch, ProcessHandle
@@ -34,6 +36,7 @@ PRIV = Win32Error("CreateProcessAsUserW", plan.ERROR_PRIVILEGE_NOT_HELD)
 
 def _driver(fake: FakeWin32, **kw: object) -> WindowsDriver:
     tokens = iter(f"{i:04x}" for i in range(1000))
+    kw.setdefault("state_dir", tempfile.mkdtemp(prefix="stockade-win-state-"))
     d = WindowsDriver(win32=fake, platform="win32", scratch_base=f"{STATE}\\tmp",
                       new_token=lambda: next(tokens), shared=_Shared(),
                       **kw)  # type: ignore[arg-type]
@@ -137,7 +140,9 @@ def test_aces_added_are_exactly_the_plan_and_each_path_is_revoked_once() -> None
     name = next(c[1] for c in fake.calls if c[0] == "create_appcontainer_profile")
     sid = plan.appcontainer_sid(str(name))
     added = [a for c in fake.calls if c[0] == "add_aces" for a in c[2]]  # type: ignore[attr-defined]
-    expected = acl.appcontainer_plan(prof, sid, scratch=f"{STATE}\\tmp\\run-0001").aces
+    temp = next(str(c[1]) for c in fake.calls
+                if c[0] == "make_directory" and str(c[1]).startswith(f"{STATE}\\tmp\\run-"))
+    expected = acl.appcontainer_plan(prof, sid, scratch=temp).aces
     assert not [a for a in added if a.path.lower().startswith("c:\\windows")]
     assert set(added) == set(expected)
     revoked = [(c[1], c[2]) for c in fake.calls if c[0] == "revoke_sid"]
@@ -172,7 +177,7 @@ def test_appcontainer_failure_degrades_to_the_restricted_token() -> None:
     fake = FakeWin32()
     fake.fail["create_appcontainer_profile"] = Win32Error("CreateAppContainerProfile", 5)
     d = _driver(fake)
-    launch = _run(d, win_profile(network=ALL))
+    launch = _run(d, win_profile("read-only", network=ALL))
     names = fake.names()
     assert "create_restricted_token" in names and "add_aces" not in names
     assert "set_label" in names
@@ -188,7 +193,7 @@ def test_appcontainer_failure_after_aces_undoes_them_before_tier_two() -> None:
     fake.fail["create_job"] = Win32Error("CreateJobObjectW", 1450)
     d = _driver(fake, allow_job_only=True)
     with pytest.raises(SandboxUnavailable):
-        d.prepare(["cmd"], win_profile(network=ALL)).start()
+        d.prepare(["cmd"], win_profile("read-only", network=ALL)).start()
     names = fake.names()
     # Tier 1's ACEs were revoked and its profile deleted before tier 2 began.
     assert names.index("delete_appcontainer_profile") < names.index("create_restricted_token")
@@ -200,7 +205,7 @@ def test_privilege_not_held_degrades_to_job_only_only_when_allowed() -> None:
     fake.fail["create_appcontainer_profile"] = Win32Error("CreateAppContainerProfile", 5)
     fake.fail["create_restricted_token"] = PRIV
     with pytest.raises(SandboxUnavailable) as err:
-        _driver(fake).prepare(["cmd"], win_profile(network=ALL)).start()
+        _driver(fake).prepare(["cmd"], win_profile("read-only", network=ALL)).start()
     text = str(err.value)
     assert "appcontainer: CreateAppContainerProfile failed" in text
     assert "restricted-token: CreateProcessAsUserW failed: error 1314" in text
@@ -211,7 +216,7 @@ def test_privilege_not_held_degrades_to_job_only_only_when_allowed() -> None:
     fake2 = FakeWin32()
     fake2.fail["create_appcontainer_profile"] = Win32Error("CreateAppContainerProfile", 5)
     fake2.fail["create_restricted_token"] = PRIV
-    launch = _run(_driver(fake2, allow_job_only=True), win_profile(network=ALL))
+    launch = _run(_driver(fake2, allow_job_only=True), win_profile("read-only", network=ALL))
     assert launch.report.audit["windows_tier"] == plan.JOB_ONLY
     proc = next(c for c in fake2.calls if c[0] == "create_process")
     assert proc[5] is None and proc[6] is None
@@ -223,7 +228,8 @@ def test_another_restricted_token_failure_does_not_degrade() -> None:
     fake.fail["create_appcontainer_profile"] = Win32Error("CreateAppContainerProfile", 5)
     fake.fail["create_restricted_token"] = Win32Error("CreateRestrictedToken", 87)
     with pytest.raises(SandboxUnavailable, match="error 87"):
-        _driver(fake, allow_job_only=True).prepare(["cmd"], win_profile(network=ALL)).start()
+        _driver(fake, allow_job_only=True).prepare(
+            ["cmd"], win_profile("read-only", network=ALL)).start()
     assert "create_process" not in fake.names()
 
 
@@ -282,23 +288,38 @@ def test_a_junction_on_a_protected_path_refuses_the_run() -> None:
 
 def test_restricted_tier_restores_every_label_it_set() -> None:
     fake = FakeWin32()
-    fake.labels[WS.lower()] = "S:(ML;OICI;NW;;;ME)"  # a label that was there before
+    aws = f"{HOME}\\.aws"
+    fake.labels[aws.lower()] = "S:(ML;OICI;NW;;;ME)"  # a label that was there before
     d = _driver(fake, tier=plan.RESTRICTED)
-    _run(d, win_profile(network=ALL))
-    assert fake.labels == {WS.lower(): "S:(ML;OICI;NW;;;ME)"}
-    restored = [c for c in fake.calls if c[0] == "restore_label" and c[1] == WS]
-    assert restored == [("restore_label", WS, "S:(ML;OICI;NW;;;ME)")]
+    _run(d, win_profile("read-only", network=ALL))
+    assert fake.labels == {aws.lower(): "S:(ML;OICI;NW;;;ME)"}
+    restored = [c for c in fake.calls if c[0] == "restore_label" and c[1] == aws]
+    assert restored == [("restore_label", aws, "S:(ML;OICI;NW;;;ME)")]
+
+
+def test_the_restricted_tier_never_runs_a_writing_mode() -> None:
+    # Low-labelled, the workspace's own Full Control DACL lets `move .git old`
+    # through FILE_DELETE_CHILD on the parent: only the AppContainer writes.
+    fake = FakeWin32()
+    with pytest.raises(SandboxUnavailable, match="runs only read-only commands"):
+        _driver(fake, tier=plan.RESTRICTED).prepare(["cmd"], win_profile(network=ALL))
+    assert fake.calls == []
+    fake.fail["create_appcontainer_profile"] = Win32Error("CreateAppContainerProfile", 5)
+    with pytest.raises(SandboxUnavailable, match="workspace-write needs the AppContainer"):
+        _driver(fake).prepare(["cmd"], win_profile(network=ALL)).start()
+    assert "create_restricted_token" not in fake.names()
 
 
 def test_parallel_low_integrity_runs_with_different_writable_sets_are_refused() -> None:
     fake = FakeWin32()
     d = _driver(fake, tier=plan.RESTRICTED)
-    first = d.prepare(["cmd"], win_profile(network=ALL))
+    s1, s2 = f"{STATE}\\tmp\\s1", f"{STATE}\\tmp\\s2"
+    first = d.prepare(["cmd"], win_profile("read-only", network=ALL, session_tmp=s1))
     first.start()
-    # A read-only run beside it would inherit the Low label on the workspace.
+    # Another session's TEMP beside it would be labelled Low for the first as well.
     with pytest.raises(SandboxUnavailable, match="labels are per path"):
-        d.prepare(["cmd"], win_profile("read-only", network=ALL)).start()
-    second = d.prepare(["cmd"], win_profile(network=ALL))
+        d.prepare(["cmd"], win_profile("read-only", network=ALL, session_tmp=s2)).start()
+    second = d.prepare(["cmd"], win_profile("read-only", network=ALL, session_tmp=s1))
     second.start()
     first.cleanup()
     assert fake.labels  # the second run still holds them
@@ -540,7 +561,8 @@ def test_kill_after_cleanup_cannot_reach_a_reused_job_handle() -> None:
 
 def test_without_a_scratch_directory_the_host_temp_is_kept() -> None:
     fake = FakeWin32()
-    d = WindowsDriver(win32=fake, platform="win32", new_token=lambda: "00aa", shared=_Shared())
+    d = WindowsDriver(win32=fake, platform="win32", new_token=lambda: "00aa", shared=_Shared(),
+                      state_dir=tempfile.mkdtemp(prefix="stockade-win-state-"))
     env = dict(ENV, TEMP="C:\\Users\\dev\\AppData\\Local\\Temp")
     _run(d, win_profile(network=ALL, env=env))
     block = str(next(c for c in fake.calls if c[0] == "create_process")[3])
@@ -572,17 +594,18 @@ def test_doctor_rows_for_a_pinned_tier_and_the_network_waiver() -> None:
 def test_a_failed_restricted_start_restores_every_label(failing: str) -> None:
     fake = FakeWin32()
     fake.fail[failing] = Win32Error(failing, 5)
-    fake.labels[WS.lower()] = "S:(ML;OICI;NW;;;ME)"
+    aws = f"{HOME}\\.aws"
+    fake.labels[aws.lower()] = "S:(ML;OICI;NW;;;ME)"
     d = _driver(fake, tier=plan.RESTRICTED)
     with pytest.raises(SandboxUnavailable, match=f"{failing} failed"):
-        d.prepare(["cmd"], win_profile(network=ALL)).start()
-    assert fake.labels == {WS.lower(): "S:(ML;OICI;NW;;;ME)"}
+        d.prepare(["cmd"], win_profile("read-only", network=ALL)).start()
+    assert fake.labels == {aws.lower(): "S:(ML;OICI;NW;;;ME)"}
     assert fake.dirs == set() and fake.handles == set()
     # And a later run starts clean: nothing was left counted in the registries.
     del fake.fail[failing]
-    _run(d, win_profile(network=ALL))
-    assert fake.labels == {WS.lower(): "S:(ML;OICI;NW;;;ME)"}
-    assert d.shared.stubs == {} and d.shared.labels == {}
+    _run(d, win_profile("read-only", network=ALL))
+    assert fake.labels == {aws.lower(): "S:(ML;OICI;NW;;;ME)"}
+    assert os.listdir(d.store.holds_dir) == [] and os.listdir(d.store.journal_dir) == []
 
 
 def test_stockade_doctor_shows_the_tiers_and_calls_it_available_only_when_one_confines(

@@ -41,8 +41,11 @@ def _profile(ws: str, mode: str, *, hidden: tuple[tuple[str, str], ...] = (),
 
 
 def _run(profile: Profile, command: str, **options: object) -> tuple[int, bytes, bytes]:
+    import tempfile
+
     from stockade.drivers.windows.driver import WindowsDriver
 
+    options.setdefault("state_dir", tempfile.mkdtemp(prefix="stockade-state-"))
     driver = WindowsDriver(**options)  # type: ignore[arg-type]
     launch = driver.prepare([CMD, "/c", command], profile)
     try:
@@ -136,3 +139,118 @@ def test_every_ace_is_gone_afterwards(workspace: str) -> None:
     before = acl(workspace)
     _run(_profile(workspace, "workspace-write"), "ver")
     assert acl(workspace) == before
+
+
+# -- docs/windows-verify.md, item by item -----------------------------------------------------
+#
+# The same IDs as the checklist, run through the command line (and so through
+# SandboxCore), on each tier the item names.
+
+TIER_CONFIG = {
+    1: 'windows_tier = "appcontainer"\n',
+    2: 'windows_tier = "restricted-token"\nwindows_allow_open_network = true\n',
+    3: ('windows_tier = "job-object"\nwindows_allow_job_only = true\n'
+        "windows_allow_open_network = true\n"),
+}
+
+
+def cli(ws: str, tier: int, options: list[str], command: list[str],
+        tmp: str) -> tuple[int, str]:
+    config = os.path.join(tmp, f"t{tier}.toml")
+    with open(config, "w") as fh:
+        fh.write(TIER_CONFIG[tier])
+    argv = [sys.executable, "-m", "stockade", "run", "--yes", "--backend", "windows",
+            "--workspace", ws, "--config", config, *options, "--", *command]
+    out = subprocess.run(argv, cwd=ws, capture_output=True, timeout=120, check=False)
+    return out.returncode, (out.stdout + out.stderr).decode("utf-8", "replace")
+
+
+def _icacls(path: str) -> str:
+    return subprocess.run(["icacls", path], capture_output=True, text=True,
+                          check=False).stdout
+
+
+RO, WW = ["--mode", "read-only"], ["--mode", "workspace-write"]
+CHECKLIST = [
+    ("W1a", 1, RO, ["cmd", "/c", "type", "%USERPROFILE%\\.aws\\sv-credentials"],
+     lambda code, out: "SV-SECRET" not in out),
+    ("W1b", 2, RO, ["cmd", "/c", "type", "%USERPROFILE%\\.aws\\sv-credentials"],
+     lambda code, out: "SV-SECRET" not in out),
+    ("W1d", 1, RO, ["cmd", "/c", "dir", "%APPDATA%"], lambda code, out: code != 0),
+    ("W2a", 2, WW, ["cmd", "/c", "ver"], lambda code, out: "runs only read-only" in out),
+    ("W2b", 1, WW, ["cmd", "/c", "move .git old & mkdir .git\\hooks\\x"],
+     lambda code, out: True),  # decided by the state of .git, checked below
+    ("W7a", 1, ["--network", "all"],
+     ["cmd", "/c", "wmic process call create \"cmd /c echo x> %USERPROFILE%\\sv-wmi.txt\""],
+     lambda code, out: True),
+    ("W7b", 1, [], ["schtasks", "/create", "/tn", "sv", "/tr", "cmd /c ver", "/sc", "once",
+                    "/st", "23:59"], lambda code, out: code != 0),
+    ("B2", 1, [], ["cmdkey", "/list"], lambda code, out: "sv-target" not in out),
+    ("B3", 1, RO, ["cmd", "/c", "type", "%USERPROFILE%\\.aws\\sv-credentials:stream"],
+     lambda code, out: "SV-SECRET" not in out),
+    ("B4", 1, [], ["powershell", "-NoProfile", "-Command",
+                   "(New-Object Net.Sockets.TcpClient).Connect('1.1.1.1',443); 'CONNECTED'"],
+     lambda code, out: "CONNECTED" not in out),
+    ("B5", 1, [], ["powershell", "-NoProfile", "-Command",
+                   "(New-Object Net.Sockets.TcpClient).Connect('127.0.0.1',445); 'CONNECTED'"],
+     lambda code, out: "CONNECTED" not in out),
+]
+
+
+@pytest.fixture
+def planted() -> object:
+    aws = os.path.join(os.path.expanduser("~"), ".aws")
+    os.makedirs(aws, exist_ok=True)
+    path = os.path.join(aws, "sv-credentials")
+    with open(path, "w") as fh:
+        fh.write("SV-SECRET")
+    subprocess.run(["cmdkey", "/add:sv-target", "/user:u", "/pass:SV-SECRET"],
+                   capture_output=True, check=False)
+    yield path
+    os.remove(path)
+    subprocess.run(["cmdkey", "/delete:sv-target"], capture_output=True, check=False)
+    subprocess.run(["schtasks", "/delete", "/tn", "sv", "/f"], capture_output=True, check=False)
+
+
+@pytest.mark.parametrize(("item", "tier", "options", "command", "passes"), CHECKLIST,
+                         ids=[c[0] for c in CHECKLIST])
+def test_checklist(workspace: str, tmp_path: object, planted: object, item: str, tier: int,
+                   options: list[str], command: list[str], passes) -> None:
+    before = _icacls(workspace)
+    code, out = cli(workspace, tier, options, command, str(tmp_path))
+    assert passes(code, out), f"{item}: exit {code}\n{out}"
+    assert _icacls(workspace) == before, f"{item}: the workspace's ACL changed"
+    if item == "W2b":
+        assert os.path.isdir(os.path.join(workspace, ".git", "hooks"))
+        assert not os.path.exists(os.path.join(workspace, "old"))
+    if item == "W7a":
+        import time
+
+        time.sleep(3)
+        assert not os.path.exists(os.path.join(os.path.expanduser("~"), "sv-wmi.txt"))
+
+
+def test_checklist_W3a_created_files_are_not_left_low(workspace: str, tmp_path: object) -> None:
+    cli(workspace, 1, WW, ["cmd", "/c", "echo x> made.txt"], str(tmp_path))
+    assert "Low Mandatory Level" not in _icacls(os.path.join(workspace, "made.txt"))
+
+
+def test_checklist_W6a_a_junction_in_the_workspace_refuses(workspace: str,
+                                                           tmp_path: object) -> None:
+    target = os.path.join(str(tmp_path), "outside")
+    os.makedirs(target)
+    subprocess.run(["cmd", "/c", "mklink", "/J", os.path.join(workspace, "ws-link"), target],
+                   check=True, capture_output=True)
+    before = _icacls(target)
+    code, out = cli(workspace, 1, WW, ["cmd", "/c", "ver"], str(tmp_path))
+    assert code != 0 and "inheritable ACE" in out
+    assert _icacls(target) == before
+
+
+def test_checklist_W10a_elevated_is_refused(workspace: str, tmp_path: object) -> None:
+    import ctypes
+
+    if not ctypes.windll.shell32.IsUserAnAdmin():  # type: ignore[attr-defined]
+        pytest.skip("run this one from an elevated shell (docs/windows-verify.md W10a)")
+    code, out = cli(workspace, 1, [], ["cmd", "/c", "ver"], str(tmp_path))
+    assert code != 0 and "running elevated" in out

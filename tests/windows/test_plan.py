@@ -17,11 +17,36 @@ NONE, ALL = NetworkPolicy.none(), NetworkPolicy.allow_all()
 
 @pytest.mark.parametrize("mode", ["read-only", "workspace-write"])
 def test_job_only_never_runs_a_filesystem_mode_unless_allowed(mode: str) -> None:
+    tier2 = (plan.RESTRICTED,) if mode == "read-only" else ()
     tiers, skipped = plan.candidate_tiers(mode, ALL)
-    assert tiers == (plan.APPCONTAINER, plan.RESTRICTED)
+    assert tiers == (plan.APPCONTAINER, *tier2)
     assert "windows_allow_job_only" in skipped[plan.JOB_ONLY]
     tiers, skipped = plan.candidate_tiers(mode, ALL, allow_job_only=True)
-    assert tiers == plan.TIERS and not skipped
+    assert tiers == (plan.APPCONTAINER, *tier2, plan.JOB_ONLY)
+
+
+def test_only_the_appcontainer_writes_the_workspace() -> None:
+    # Tier 2's Low label cannot keep .git in place: the user's Full Control on the
+    # workspace grants DELETE on its children through FILE_DELETE_CHILD.
+    for allow in (False, True):
+        tiers, skipped = plan.candidate_tiers("workspace-write", ALL, allow_job_only=allow,
+                                              allow_open_network=True)
+        assert plan.RESTRICTED not in tiers
+        assert "runs only read-only commands" in skipped[plan.RESTRICTED]
+    tiers, skipped = plan.candidate_tiers("workspace-write", ALL, pinned=plan.RESTRICTED)
+    assert tiers == () and plan.RESTRICTED in skipped
+    assert plan.RESTRICTED in plan.candidate_tiers("read-only", ALL)[0]
+    assert plan.RESTRICTED in plan.candidate_tiers("full-access", ALL)[0]
+
+
+def test_what_outlives_a_run_is_said_per_tier() -> None:
+    assert set(plan.LIFETIME) == set(plan.TIERS)
+    for tier in (plan.RESTRICTED, plan.JOB_ONLY):
+        text = plan.LIFETIME[tier]
+        for route in ("WMI", "Task Scheduler", "COM", "explorer", "outlive"):
+            assert route in text, (tier, route)
+    assert "unconfined" in plan.LIFETIME[plan.JOB_ONLY]
+    assert "nothing outlives" not in plan.job_limits.__doc__
 
 
 def test_full_access_may_use_every_tier() -> None:

@@ -69,6 +69,23 @@ class FakeWin32(Win32):
         self.messages: dict[int, list[int]] = {}
         self.exit_code = 0
         self._next = 100
+        #: Whether this stockade runs elevated (TokenElevation).
+        self.elevated = False
+        #: Process ids that still run; a journal of any other pid is a dead stockade's.
+        self.alive: set[int] = {os.getpid()}
+        # -- the file system's own rules, kept apart from what the driver decides --
+        #: Paths that exist (lower-cased), beyond the stub directories in `dirs`.
+        self.tree: set[str] = set()
+        #: Junctions: lower-cased path -> lower-cased target. Propagation is modelled
+        #: as following them (the pessimistic reading, until a host says otherwise).
+        self.junctions: dict[str, str] = {}
+        #: Hard links: lower-cased path -> the file's id; names of one id share one
+        #: security descriptor, so what is inherited through one name holds for all.
+        self.hardlinks: dict[str, str] = {}
+        #: Inherited grants: security descriptor -> SIDs that hold an inherited ACE.
+        self.inherited: dict[str, set[str]] = {}
+        #: Called by create_process with (fake, low): what the command does on disk.
+        self.on_process: object = None
 
     def _call(self, name: str, *args: object) -> None:
         self.calls.append((name, *args))
@@ -97,18 +114,77 @@ class FakeWin32(Win32):
         self._call("derive_appcontainer_sid", name)
         return plan.appcontainer_sid(name)
 
-    def create_restricted_token(self) -> int:
-        self._call("create_restricted_token")
+    def create_restricted_token(self, deny_only: tuple[str, ...] = ()) -> int:
+        self._call("create_restricted_token", deny_only)
         return self._handle()
+
+    def is_elevated(self) -> bool:
+        return self.elevated
+
+    def process_alive(self, pid: int) -> bool:
+        return pid in self.alive
+
+    # -- the model of NTFS inheritance and labels ------------------------------------
+    def descriptor(self, path: str) -> str:
+        low = path.lower()
+        return "file:" + self.hardlinks[low] if low in self.hardlinks else low
+
+    def below(self, path: str) -> set[str]:
+        """Every path propagation from `path` reaches: its tree, through junctions too."""
+        out: set[str] = set()
+        todo = [path.lower()]
+        while todo:
+            top = todo.pop()
+            for p in self.tree | set(self.hardlinks) | set(self.junctions):
+                if (p == top or p.startswith(top.rstrip("\\") + "\\")) and p not in out:
+                    out.add(p)
+                    if p in self.junctions:
+                        todo.append(self.junctions[p])
+        return out
+
+    def granted(self, sid: str) -> set[str]:
+        """Every existing name whose descriptor holds an inherited ACE for `sid`."""
+        return {p for p in self.tree | set(self.hardlinks)
+                if sid in self.inherited.get(self.descriptor(p), set())}
+
+    def create_object(self, path: str, *, low: bool) -> None:
+        """A file the command creates: a Low process labels it Low, explicitly."""
+        self.tree.add(path.lower())
+        if low:
+            self.labels[path.lower()] = "S:(ML;;NW;;;LW)"
+
+    def reset_low_labels(self, root: str) -> list[str]:
+        self._call("reset_low_labels", root)
+        top = root.lower().rstrip("\\")
+        done = [p for p, sddl in self.labels.items()
+                if p.startswith(top + "\\") and ";;;LW)" in sddl and "ID" not in sddl]
+        for p in done:
+            del self.labels[p]
+        return done
+
+    def first_link_under(self, root: str) -> str:
+        self._call("first_link_under", root)
+        top = root.lower().rstrip("\\") + "\\"
+        for p in sorted({*self.junctions, *self.hardlinks, *self.links}):
+            if p.startswith(top):
+                return p
+        return ""
 
     # -- files
     def add_aces(self, path: str, aces: list) -> None:  # type: ignore[type-arg]
         self._call("add_aces", path, tuple(aces))
         self.dacl.setdefault(path.lower(), []).extend(
             (a.sid, a.access, a.mask, a.inherit) for a in aces)
+        for a in aces:
+            if a.access == "allow" and a.inherit & 0x3:
+                for p in self.below(path) - {path.lower()}:
+                    self.inherited.setdefault(self.descriptor(p), set()).add(a.sid)
 
     def revoke_sid(self, path: str, sid: str) -> None:
         self._call("revoke_sid", path, sid)
+        for p in self.below(path):
+            self.inherited.get(self.descriptor(p), set()).discard(sid)
+        self.inherited = {k: v for k, v in self.inherited.items() if v}
         entries = self.dacl.get(path.lower(), [])
         self.dacl[path.lower()] = [e for e in entries if e[0] != sid]
         if not self.dacl[path.lower()]:
@@ -168,6 +244,8 @@ class FakeWin32(Win32):
         self._call("create_process", application, command_line, environment, cwd, token,
                    appcontainer_sid, capabilities)
         process, thread = self._handle(), self._handle()
+        if callable(self.on_process):
+            self.on_process(self, token is not None or appcontainer_sid is not None)
         if self.run is None:
             return Started(4242, process, thread)
         proc = subprocess.Popen(self.run, stdin=subprocess.PIPE, stdout=subprocess.PIPE,

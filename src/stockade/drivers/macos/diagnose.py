@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from ...capabilities import NetworkPolicy, is_under
 from ...profile import HOLD, PIN
-from .sbpl import canonical_macos_path
+from .sbpl import canonical_macos_path, fold_name
 
 TYPE_CHECKING = False
 
@@ -103,16 +103,17 @@ def _place(profile: Profile, path: str, scratch: str) -> str:
     for hidden, _kind in profile.hidden:
         if is_under(path, canonical_macos_path(hidden)):
             return f"blocked by the sandbox: {path} is a hidden credential store"
-    folded = path.lower()
+    # Compared as the file system compares names: a long s (U+017F) folds to s there.
+    folded = fold_name(path)
     # A pinned directory (.git) is writable itself.
     guarded = [p for p in profile.protected if p.kind not in (PIN, HOLD)]
     for item in guarded:
-        protected = canonical_macos_path(item.path).lower()
+        protected = fold_name(canonical_macos_path(item.path))
         if folded == protected or folded.startswith(protected + "/"):
             return (f"blocked by the sandbox: {path} is protected metadata, read-only inside "
                     "the sandbox (it would run code or change settings on the host later)")
     for item in guarded:
-        protected = canonical_macos_path(item.path).lower()
+        protected = fold_name(canonical_macos_path(item.path))
         if protected.startswith(folded + "/"):
             return (f"blocked by the sandbox: {path} holds protected metadata, so it cannot "
                     "be renamed, removed or re-permissioned inside the sandbox")

@@ -107,3 +107,107 @@ def regex_literal(path: str, *, fold_case: bool = False) -> str:
         else:
             out.append(ch)
     return "".join(out)
+
+
+# -- names as the file system compares them -----------------------------------------
+
+#: Code points HFS+ leaves out when it compares names (the CVE-2014-9390
+#: class: `.g\u200cit` is `.git` there): zero-width joiners and marks,
+#: directional embeddings, deprecated format characters, the BOM.
+HFS_IGNORABLE = ("\u200c", "\u200d", "\u200e", "\u200f",
+                 *(chr(c) for c in range(0x202A, 0x202F)),
+                 *(chr(c) for c in range(0x206A, 0x2070)), "\ufeff")
+
+#: The code points outside ASCII whose case folding is ASCII: APFS and HFS+
+#: compare names case-insensitively under Unicode folding, so `.\u017ftockade`
+#: (U+017F) and `.git/hooKs` (U+212A, the Kelvin sign) name the protected
+#: files. Multi-letter folds (`ß` is `ss`, the `ﬆ` ligature `st`) are here
+#: too: whether a volume folds fully or simply, the stricter reading holds.
+#: tests/macos checks this table against every code point's casefold().
+ASCII_FOLDS: dict[str, tuple[str, ...]] = {
+    "k": ("\u212a",), "s": ("\u017f",), "ss": ("\u00df", "\u1e9e"), "ff": ("\ufb00",),
+    "fi": ("\ufb01",), "fl": ("\ufb02",), "ffi": ("\ufb03",), "ffl": ("\ufb04",),
+    "st": ("\ufb05", "\ufb06"),
+}
+
+
+def fold_name(name: str) -> str:
+    """`name` as the file system compares it: case-folded, HFS+'s ignorables gone."""
+    import unicodedata
+
+    out = unicodedata.normalize("NFD", name).casefold()
+    return "".join(ch for ch in out if ch not in HFS_IGNORABLE)
+
+
+def _alternatives(ch: str) -> list[str]:
+    """Every single code point whose fold is `ch` (ASCII) or one of its cases (otherwise)."""
+    if ch.isascii():
+        low = ch.lower()
+        return list(dict.fromkeys([low, ch.upper(), *ASCII_FOLDS.get(low, ())]))
+    return list(dict.fromkeys([ch, ch.lower(), ch.upper(), ch.casefold()]))
+
+
+def _alt(options: list[str]) -> str:
+    parts = [regex_literal(o) for o in options]
+    return parts[0] if len(parts) == 1 else "(" + "|".join(parts) + ")"
+
+
+def _tokenisations(text: str) -> list[list[str]]:
+    """Every way to spell `text` (lower case) as single letters and multi-letter folds."""
+    if not text:
+        return [[]]
+    out: list[list[str]] = []
+    for size in (1, 2, 3):
+        head = text[:size]
+        if len(head) == size and (size == 1 or head in ASCII_FOLDS):
+            out.extend([head, *rest] for rest in _tokenisations(text[size:]))
+    return out
+
+
+def name_regex(path: str, fold_from: int) -> str:
+    """A regex source for `path` whose part from `fold_from` on matches every spelling
+    the file system treats as the same name (pure).
+
+    Below a writable root a command chooses the spelling of the names it
+    creates, so there every letter may be any code point that folds to it,
+    a run of letters may be one ligature, and HFS+'s ignorable code points may
+    stand anywhere. The root itself is spelled as on disk, folding ASCII case
+    only. Alternatives are groups, never bracket expressions: a bracket with
+    a multi-byte character in it means bytes to an engine that reads bytes.
+    """
+    head, tail = path[:fold_from], path[fold_from:]
+    ignorable = "(" + "|".join(HFS_IGNORABLE) + ")*"
+    out = [regex_literal(head, fold_case=True)]
+    for i, component in enumerate(tail.split("/")):
+        if i:
+            out.append("/")
+        if not component:
+            continue
+        out.append(ignorable)
+        spelled: list[str] = []
+        start = 0
+        while start < len(component):
+            # A run of ASCII letters where a ligature could stand is spelled as
+            # every tokenisation of the run; anything else one letter at a time.
+            end = start
+            while end < len(component) and component[end].isascii() and component[end].isalpha():
+                end += 1
+            if end == start:
+                spelled.append(_alt(_alternatives(component[start])) + ignorable)
+                start += 1
+                continue
+            run = component[start:end].lower()
+            ways = _tokenisations(run)
+            if len(ways) > 256:
+                raise SandboxUnavailable(
+                    f"{path!r} has a name with too many ligature spellings for a Seatbelt rule "
+                    "to list. Rename the directory, or run in read-only mode.")
+            forms = []
+            for way in ways:
+                forms.append("".join(
+                    (_alt(_alternatives(tok)) if len(tok) == 1 else _alt(list(ASCII_FOLDS[tok])))
+                    + ignorable for tok in way))
+            spelled.append(forms[0] if len(forms) == 1 else "(" + "|".join(forms) + ")")
+            start = end
+        out.extend(spelled)
+    return "".join(out)

@@ -27,6 +27,7 @@ from .sbpl import (
     ancestors,
     canonical_macos_path,
     data_volume_alias,
+    name_regex,
     quote,
     regex_literal,
 )
@@ -78,6 +79,11 @@ _STRICT_SYSTEM = (
     # from the selected developer directory.
     "/Library/Developer/CommandLineTools",
     "/Applications/Xcode.app",
+    # Rosetta's runtime and the system's own libraries outside the sealed volume
+    # live under /Library/Apple; python.org's Python and other installers put
+    # their frameworks in /Library/Frameworks.
+    "/Library/Apple",
+    "/Library/Frameworks",
     # Homebrew on Apple silicon (/usr/local, the Intel prefix, is under /usr).
     "/opt/homebrew",
 )
@@ -108,21 +114,41 @@ _SYSCTL_NAMES = (
 # Left out on purpose: launchservicesd (`open` would start apps outside the
 # sandbox), the pasteboard (a channel in and out), securityd (the keychain is
 # a credential store like ~/.aws), cfprefsd (it writes preferences on a
-# client's behalf, and a written Terminal preference runs code later).
+# client's behalf, and a written Terminal preference runs code later),
+# com.apple.PowerManagement.control (`caffeinate`: powerd acts for any
+# client, and keeping the machine awake is not a build's business).
 _MACH_SERVICES = (
     # A denied lookup is itself reported as a violation: every command would
     # flood the system log with reports for logging it was entitled to.
     "com.apple.logd",
     "com.apple.system.logger",
-    # Certificate checks through Security.framework (Go's crypto/x509, Swift,
-    # system curl) ask trustd; without it every TLS handshake fails to verify.
-    "com.apple.trustd",
-    "com.apple.trustd.agent",
     # getpwuid/getpwnam: ssh, git and `~` expansion stop with
     # "No user exists for uid" when they cannot look the user up.
     "com.apple.system.opendirectoryd.libinfo",
     "com.apple.system.opendirectoryd.membership",
 )
+
+# Certificate checks through Security.framework (Go's crypto/x509, Swift,
+# system curl) ask trustd, and trustd fetches missing intermediates, OCSP
+# and CRLs over the network on its caller's behalf: a certificate whose AIA
+# URL carries data is a way out that no network rule sees. So trustd comes
+# only with network `all`, where the command could connect anyway.
+_TRUST_SERVICES = ("com.apple.trustd", "com.apple.trustd.agent")
+
+# Network `all` only: what getaddrinfo's callers and getifaddrs need besides
+# mDNSResponder. configd answers DNS configuration and reachability (Node's
+# resolver, curl's proxy discovery); the routing-table sysctls list the
+# interfaces and their addresses.
+_NETWORK_SERVICES = ("com.apple.dnssd.service", "com.apple.SystemConfiguration.configd",
+                     "com.apple.SystemConfiguration.DNSConfiguration", *_TRUST_SERVICES)
+_NETWORK_SYSCTL_PREFIXES = ("net.routetable",)
+
+# POSIX shared memory: a named object another process of the user reads and
+# writes is a channel out of the boundary, so only the names the runtimes
+# that need one make: libomp's registration (PyTorch, NumPy with OpenMP),
+# Python's multiprocessing.shared_memory, PyTorch's own segments.
+_SHM_NAMES = ("^/__KMP_REGISTERED_LIB_[0-9]+$", "^/psm_[0-9a-f]+$",
+              "^/torch_[0-9]+_[0-9]+_[0-9]+$")
 
 
 class _Builder:
@@ -236,7 +262,8 @@ unless a rule below allows it; each rule says what fails without it.
             protected=protected)
     _devices(b)
     _network(b, net, ports, [canonical_macos_path(s) for s in profile.granted_sockets])
-    _hidden(b, profile)
+    _hidden(b, profile, own=[*writable, *([tmp] if tmp else [])])
+    _other_scratch(b, tmp)
     return b.text(), b.params
 
 
@@ -271,24 +298,23 @@ they list the host's processes with their arguments and environment.
     b.rule("allow", "sysctl-read", filters)
     b.comment("""
 Mach services: logging (a denied lookup is itself logged, flooding the system
-log), trustd (TLS verification through Security.framework fails without it),
-opendirectoryd (getpwuid: ssh and git stop with "No user exists for uid").
+log), opendirectoryd (getpwuid: ssh and git stop with "No user exists for uid").
 Not here, on purpose: launchservicesd (`open` starts apps outside the
 sandbox), the pasteboard, securityd (the keychain is a credential store),
-cfprefsd (it writes preferences on a client's behalf).
+cfprefsd (it writes preferences on a client's behalf), PowerManagement
+(caffeinate), and trustd outside network all (it fetches on its caller's behalf).
 """)
     b.rule("allow", "mach-lookup", [f"(global-name {quote(n)})" for n in _MACH_SERVICES])
     b.comment("""
-Power-management assertions (caffeinate, builds that keep the machine awake)
-open this IOKit client; it can change nothing but sleep assertions.
-""")
-    b.rule("allow", "iokit-open", ['(iokit-user-client-class "RootDomainUserClient")'])
-    b.comment("""
-POSIX semaphores and shared memory: Python's multiprocessing (and so pytest
-workers and ProcessPoolExecutor) cannot create a lock without them.
+POSIX semaphores: Python's multiprocessing (and so pytest workers and
+ProcessPoolExecutor) cannot create a lock without them; a semaphore carries a
+count, not data. Shared memory only under the names the runtimes that need
+it make (libomp, multiprocessing.shared_memory, PyTorch): a named segment
+another process of this user maps is a channel in and out.
 """)
     b.rule("allow", "ipc-posix-sem")
-    b.rule("allow", "ipc-posix-shm")
+    b.rule("allow", "ipc-posix-shm",
+           [f"(ipc-posix-name-regex {quote(n)})" for n in _SHM_NAMES])
     b.blank()
 
 
@@ -365,15 +391,20 @@ def _writes(b: _Builder, *, writable: list[str], write_refs: list[str], tmp: str
         b.comment("Writes: none (no writable root and no scratch directory).")
         b.blank()
         return
-    excluded = [f"(regex {quote('^' + regex_literal(p, fold_case=True) + '(/|$)')})"
-                for p in protected]
+    grants = [w for w in [*writable, tmp] if w]
+
+    def spelled(path: str) -> str:
+        # The name below the writable root is the command's to spell.
+        root = max((w for w in grants if is_under(path, w)), key=len, default="")
+        return name_regex(path, len(root.rstrip("/")) if root else len(path))
+
+    excluded = [f"(regex {quote('^' + spelled(p) + '(/|$)')})" for p in protected]
     tops: list[str] = []
     for path in protected:
         for a in ancestors(path):
-            if a not in tops and any(is_under(a, w) for w in [*writable, tmp] if w):
+            if a not in tops and any(is_under(a, w) for w in grants):
                 tops.append(a)
-    excluded += [f"(regex {quote('^' + regex_literal(a, fold_case=True) + '$')})"
-                 for a in tops]
+    excluded += [f"(regex {quote('^' + spelled(a) + '$')})" for a in tops]
     b.comment("""
 Writes: the workspace (in workspace-write), granted and toolchain scratch
 roots, and this command's private TMPDIR. Not the host's /tmp: it is shared
@@ -383,8 +414,10 @@ with every other process and session of this user.
         b.comment("""
 Protected metadata (.git/hooks, .git/config, .stockade, editor and agent
 settings) is excluded from the grant, including its first creation: the
-match is a regex on the path, case-folded because APFS is case-insensitive
-and `mkdir .GIT` makes the directory git later reads as `.git`. Their
+match is a regex on the path that takes every spelling APFS and HFS+ treat
+as the same name (Unicode case folding, ligatures, HFS+'s ignorable code
+points), because `mkdir .GIT` or a long-s `.stockade` makes the directory git and
+stockade later read as `.git` and `.stockade`. Their
 ancestors inside the writable roots are excluded as whole names: renaming
 `.git` aside, editing the copy and renaming it back would change the hooks
 without ever writing a protected path.
@@ -436,7 +469,15 @@ socket -- the one unix socket opened here, and it answers name queries only.
 """)
         b.rule("allow", "network-outbound", ['(remote ip "*:*")'])
         b.rule("allow", "network-bind network-inbound", ['(local ip "*:*")'])
-        b.rule("allow", "mach-lookup", ['(global-name "com.apple.dnssd.service")'])
+        b.comment("""
+Name resolution, network configuration and certificate checks: mDNSResponder,
+configd (Node's DNS, reachability), trustd (it fetches intermediates and OCSP
+for its caller, so only here, where the command could fetch them itself), and
+the routing-table sysctls getifaddrs reads.
+""")
+        b.rule("allow", "mach-lookup", [f"(global-name {quote(n)})" for n in _NETWORK_SERVICES])
+        b.rule("allow", "sysctl-read",
+               [f"(sysctl-name-prefix {quote(n)})" for n in _NETWORK_SYSCTL_PREFIXES])
         b.rule("allow", "network-outbound",
                ['(remote unix-socket (path-literal "/private/var/run/mDNSResponder"))'])
     elif kind == NetworkPolicy.HOSTS:
@@ -460,15 +501,21 @@ known ones.
     b.blank()
 
 
-def _hidden(b: _Builder, profile: Profile) -> None:
+def _hidden(b: _Builder, profile: Profile, *, own: list[str]) -> None:
     filters: list[str] = []
     for i, (path, kind) in enumerate(profile.hidden):
         real = canonical_macos_path(path)
         shape = "subpath" if kind == DIR else "literal"
         # What the profile shows back inside a hidden directory (toolchains'
-        # settings in ~/.config, ~/.ssh's public names) is carved out of its deny.
+        # settings in ~/.config, ~/.ssh's public names) is carved out of its deny,
+        # and so are this command's own TMPDIR and writable roots: the session's
+        # TMPDIR and cache layers live in stockade's hidden state directory, and
+        # a deny over them refused every session command its own TMPDIR.
         back = [(canonical_macos_path(p), k) for p, k in profile.shown
                 if kind == DIR and p.startswith(path.rstrip("/") + "/")]
+        back += [(w, DIR) for w in own
+                 if kind == DIR and w.startswith(real.rstrip("/") + "/")
+                 and (w, DIR) not in back]
         for where, name in (("", real), ("_DATA", data_volume_alias(real))):
             if not name:
                 continue
@@ -488,6 +535,31 @@ private keys (all of ~/.ssh when the agent socket is granted). Named under the
 data volume too.
 """)
     b.rule("deny", "file-read* file-write* file-map-executable process-exec", filters)
+
+
+def _other_scratch(b: _Builder, tmp: str) -> None:
+    """Other commands' `stockade-*` TMPDIRs beside this one's, denied.
+
+    They sit in the user's per-user temporary directory, which the host scope
+    reads, and hold what those commands wrote: another session's work.
+    """
+    parent, _, name = tmp.rpartition("/")
+    if not name.startswith("stockade-") or not parent:
+        return
+    filters = []
+    for spelling in (parent, data_volume_alias(parent)):
+        if spelling:
+            sibling = "^" + regex_literal(spelling) + "/stockade-[^/]+(/|$)"
+            filters.append(f"(regex {quote(sibling)})")
+    b.comment("""
+Other commands' private TMPDIRs beside this one: what they wrote is theirs.
+""")
+    own = ["(subpath (param \"TMP\"))"]
+    tmp_alias = data_volume_alias(tmp)
+    if tmp_alias:
+        own.append(f"(subpath {b.param('TMP_DATA', tmp_alias)})")
+    b.rule("deny", "file-read* file-write* file-map-executable process-exec",
+           [_form("require-all", [_any(filters), _form("require-not", [_any(own)])])])
 
 
 # -- the launch ------------------------------------------------------------------

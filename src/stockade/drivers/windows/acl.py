@@ -183,6 +183,11 @@ def _writable(profile: Profile, scratch: str) -> list[str]:
     return list(dict.fromkeys(out))
 
 
+def writable_paths(profile: Profile, scratch: str = "") -> list[str]:
+    """Where the run may write: the workspace (when writable), write roots, its TEMP."""
+    return _writable(profile, scratch)
+
+
 def _readable(profile: Profile, read_paths: Iterable[str]) -> list[str]:
     out = [profile.workspace, *profile.read_extra, *read_paths]
     return [p for p in dict.fromkeys(out) if p and p not in ("/", "\\")]
@@ -336,3 +341,82 @@ def lstat_is_link(path: str) -> bool:
         return False
     attributes = getattr(st, "st_file_attributes", 0)
     return bool(attributes & FILE_ATTRIBUTE_REPARSE_POINT) or stat.S_ISLNK(st.st_mode)
+
+
+# -- what an inheritable grant would reach ------------------------------------------------
+
+
+def walk_no_links(root: str) -> list[str]:
+    """Every path under `root` (not `root`), never descending into a link or junction."""
+    import os
+    import stat
+
+    out: list[str] = []
+    stack = [root]
+    while stack:
+        current = stack.pop()
+        try:
+            entries = list(os.scandir(current))
+        except OSError:
+            continue
+        for entry in entries:
+            out.append(entry.path)
+            try:
+                st = entry.stat(follow_symlinks=False)
+            except OSError:
+                continue
+            reparse = getattr(st, "st_file_attributes", 0) & FILE_ATTRIBUTE_REPARSE_POINT
+            if stat.S_ISDIR(st.st_mode) and not reparse:
+                stack.append(entry.path)
+    return out
+
+
+def first_link_under(root: str) -> str:
+    """The first symlink, junction (any reparse point) or hard-linked file under `root`.
+
+    An inheritable ACE or label set on `root` is written into every object
+    below it. A hard link shares one security descriptor with its other names
+    (pnpm's store links every package file), so the run's grant lands on a
+    file outside the workspace; whether the propagation follows a junction is
+    Windows' choice, and one that did would grant the tree it points to.
+    """
+    import os
+    import stat
+
+    for path in walk_no_links(root):
+        try:
+            st = os.lstat(path)
+        except OSError:
+            continue
+        if stat.S_ISLNK(st.st_mode) or getattr(st, "st_file_attributes", 0) \
+                & FILE_ATTRIBUTE_REPARSE_POINT:
+            return path
+        if stat.S_ISREG(st.st_mode) and st.st_nlink > 1:
+            return path
+    return ""
+
+
+def inheriting_roots(plan: AclPlan) -> list[str]:
+    """The paths on which `plan` sets something that propagates into their tree."""
+    out = [a.path for a in plan.aces if a.access == ALLOW and a.inherit & SUBTREE]
+    out += [lb.path for lb in plan.labels if lb.level == LOW_INTEGRITY and lb.inherit & SUBTREE]
+    return list(dict.fromkeys(out))
+
+
+def link_refusal(root: str, link: str) -> SandboxUnavailable:
+    return SandboxUnavailable(
+        f"{link} is a link (a junction, symlink or hard link) inside {root}, and stockade "
+        "gives this run its rights on that tree by an inheritable ACE, which Windows writes "
+        "into the security descriptor a hard link shares with its other names (and, through "
+        "a junction, possibly into the tree it points to). Remove the link (pnpm: "
+        "package-import-method = copy, node-linker = hoisted), or run in read-only mode")
+
+
+def explicit_low_label(sddl: str) -> bool:
+    """Whether a label's SDDL holds an explicit (not inherited) Low mandatory label."""
+    for ace in sddl.split("(")[1:]:
+        fields = ace.rstrip(")").split(";")
+        if len(fields) >= 6 and fields[0] == "ML" and fields[5] == "LW" \
+                and "ID" not in fields[1]:
+            return True
+    return False

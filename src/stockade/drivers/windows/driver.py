@@ -21,6 +21,7 @@ from ...errors import InvalidCommand, SandboxUnavailable
 from ...process import DEFAULT_MAX_OUTPUT, Outcome, OutputMeter, mark_truncated
 from ..base import Driver, Launch, ProcessHandle
 from . import acl, cmdline, diagnose, plan
+from .journal import HoldConflict, Journal, Store
 from .options import WINDOWS_OPTIONS
 from .win32 import Win32Error
 
@@ -182,22 +183,17 @@ class JobProcess(ProcessHandle):
 
 
 class _Shared:
-    """What parallel runs in this process share: the ACL lock, stubs, labels.
+    """What parallel runs in this process share: the writable sets of Low runs.
 
-    A DACL change is read-modify-write. Two runs setting ACEs on one path at
-    once would each write back the DACL without the other's ACE -- and the
-    one lost could be a deny on .git\\hooks under a grant that stays. So
-    every change to a DACL or label happens under one lock. A stub directory
-    belongs to every run that planned it and goes with the last of them; a
-    label belongs to the runs of one writable set, and a run whose set
+    A label belongs to the runs of one writable set, and a run whose set
     differs waits for nothing -- it is refused (labels are per object, so a
-    read-only run beside a workspace-write one would inherit its Low label).
+    read-only run beside a writing one would inherit its Low label). Stubs,
+    labels and the DACL lock are shared by every stockade process on the
+    machine (`journal.Store`).
     """
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
-        self.stubs: dict[str, int] = {}
-        self.labels: dict[str, tuple[int, str]] = {}
         self.low_sets: dict[frozenset[str], int] = {}
 
 
@@ -205,11 +201,23 @@ PROCESS_SHARED = _Shared()
 
 
 class _Undo:
-    """A stack of named undo steps; each runs once, a failure never skips the rest."""
+    """A stack of named undo steps; each runs once, a failure never skips the rest.
 
-    def __init__(self) -> None:
+    With a journal, each step that undoes a change to the host is written to
+    disk before the change is made (`record`), and the journal goes when every
+    step has run cleanly: a stockade that dies in between leaves it for the
+    next one to replay.
+    """
+
+    def __init__(self, journal: Journal | None = None, run: str = "") -> None:
         self.steps: list[tuple[str, Callable[[], None]]] = []
         self.errors: list[str] = []
+        self.journal = journal
+        self.run_id = run
+
+    def record(self, **step: str) -> None:
+        if self.journal is not None:
+            self.journal.write(**step)
 
     def push(self, name: str, step: Callable[[], None]) -> None:
         self.steps.append((name, step))
@@ -221,6 +229,8 @@ class _Undo:
                 step()
             except Exception as exc:  # every later step must still run
                 self.errors.append(f"{name}: {exc}")
+        if self.journal is not None and not self.errors:
+            self.journal.done()
 
 
 class WindowsLaunch(Launch):
@@ -249,7 +259,8 @@ class WindowsLaunch(Launch):
         d = self._driver
         failures: dict[str, str] = {}
         for tier in self._tiers:
-            undo = _Undo()
+            run = d.new_token()
+            undo = _Undo(d.store.journal(run), run)
             try:
                 handle, job = self._start_tier(tier, undo, stdin=stdin, capture=capture,
                                                stdio=stdio)
@@ -305,6 +316,7 @@ class WindowsLaunch(Launch):
         if tier == plan.APPCONTAINER:
             name = plan.profile_name(d.new_token())
             capabilities = plan.capability_sids(profile.network)
+            undo.record(op="profile", name=name)
             sid = seam.create_appcontainer_profile(name, capabilities)
             undo.push("DeleteAppContainerProfile", lambda: seam.delete_appcontainer_profile(name))
             derived = seam.derive_appcontainer_sid(name)
@@ -322,15 +334,17 @@ class WindowsLaunch(Launch):
             acl_plan = acl.appcontainer_plan(profile, sid, scratch=temp,
                                              read_paths=d.read_paths)
         elif tier == plan.RESTRICTED:
-            token = seam.create_restricted_token()
+            token = seam.create_restricted_token(deny_only=(plan.ADMINISTRATORS,))
             undo.push("CloseHandle(token)", lambda: seam.close_handle(token or 0))
             temp = d.scratch(undo, profile)
             acl_plan = acl.low_integrity_plan(profile, scratch=temp)
         else:
             temp = d.scratch(undo, profile)
             acl_plan = acl.AclPlan()
-        d.apply(acl_plan, undo, low_tier=tier == plan.RESTRICTED,
-                private=temp if not profile.session_tmp else "")
+        private = temp if not profile.session_tmp else ""
+        d.apply(acl_plan, undo, low_tier=tier == plan.RESTRICTED, private=private)
+        if tier in (plan.APPCONTAINER, plan.RESTRICTED):
+            d.reset_created(acl.writable_paths(profile, temp), undo, skip=private)
         job = seam.create_job(self.limits)
         holder: list[JobProcess] = []
 
@@ -378,7 +392,8 @@ class WindowsDriver(Driver):
                  scratch_base: str = "", platform: str | None = None,
                  resolve: Callable[[str], Iterable[str]] = plan.resolve_addresses,
                  new_token: Callable[[], str] | None = None,
-                 shared: _Shared | None = None) -> None:
+                 shared: _Shared | None = None, state_dir: str = "",
+                 pid: int | None = None) -> None:
         plan.candidate_tiers("read-only", _none_network(), pinned=tier)  # validates the name
         self._win32 = win32
         self.allow_job_only = allow_job_only
@@ -397,6 +412,12 @@ class WindowsDriver(Driver):
         self.live: set[JobProcess] = set()
         self.last_tier = ""
         self._last_profile: Profile | None = None
+        #: Where the undo journals and the cross-process holds live.
+        self.state_dir = state_dir
+        self._pid = os.getpid() if pid is None else pid
+        self._store: Store | None = None
+        #: What replaying a dead stockade's journals could not undo.
+        self.recovery_errors: list[str] = []
 
     @classmethod
     def from_config(cls, config: Any, *, env: Mapping[str, str], workspace: str,
@@ -415,6 +436,7 @@ class WindowsDriver(Driver):
             "read_paths": [p for p in str(option("windows_read_paths", "") or "")
                            .split(";") if p.strip()],
             "scratch_base": ntpath.join(state_dir, "tmp") if state_dir else "",
+            "state_dir": state_dir,
         }
         # Seams meant for another backend (the CLI's probe=False is bubblewrap's)
         # are not this one's business.
@@ -434,6 +456,51 @@ class WindowsDriver(Driver):
     def new_token(self) -> str:
         return self._new_token()
 
+    @property
+    def store(self) -> Store:
+        """The journals and holds, made on first use; the journals of stockade
+        processes that died are replayed then, before this one changes anything."""
+        if self._store is None:
+            if not self.state_dir:
+                raise SandboxUnavailable(
+                    "the windows driver keeps a journal of the ACLs and labels it changes, and "
+                    "was given no state directory to keep it in; build it through stockade "
+                    "(WindowsDriver.from_config) or pass state_dir=")
+            self._store = Store(self.state_dir, pid=self._pid, alive=self.seam.process_alive)
+            self.recover()
+        return self._store
+
+    def recover(self) -> None:
+        """Undo what the runs of dead stockade processes left: ACEs, labels, stubs,
+        TEMP directories, AppContainer profiles, the labels of what they created."""
+        store = self.store
+        seam = self.seam
+        for pid, run, steps in list(store.orphans()):
+            for step in reversed(steps):
+                op = step.get("op", "")
+                try:
+                    if op == "profile":
+                        seam.delete_appcontainer_profile(step["name"])
+                    elif op == "revoke":
+                        with store.locked():
+                            seam.revoke_sid(step["path"], step["sid"])
+                    elif op == "temp":
+                        seam.remove_tree(step["path"])
+                    elif op == "relabel":
+                        with store.locked():
+                            seam.reset_low_labels(step["path"])
+                    elif op == "hold":
+                        with store.locked():
+                            last, path, saved = store.release(step["kind"], step["key"], run,
+                                                              pid)
+                            if last and step["kind"] == "stub":
+                                seam.remove_directory(path)
+                            elif last:
+                                seam.restore_label(path, saved)
+                except (Win32Error, OSError, KeyError) as exc:
+                    self.recovery_errors.append(f"{op} {step}: {exc}")
+            store.forget(pid, run)
+
     # -- the contract --------------------------------------------------------------
 
     def available(self) -> None:
@@ -446,6 +513,8 @@ class WindowsDriver(Driver):
     def prepare(self, argv: list[str], profile: Profile) -> Launch:
         if not argv:
             raise InvalidCommand("empty argv")
+        if self.seam.is_elevated():
+            raise plan.elevated_refusal()
         if profile.network.kind == profile.network.HOSTS:
             raise plan.host_allowlist_refusal(profile.network.hosts, self._resolve)
         tiers, skipped = plan.candidate_tiers(
@@ -511,18 +580,29 @@ class WindowsDriver(Driver):
         if not self.scratch_base:
             return ""
         path = ntpath.join(self.scratch_base, "run-" + self.new_token())
+        undo.record(op="temp", path=path)
         self.seam.make_directory(path)
         undo.push("remove TEMP", lambda: self.seam.remove_tree(path))
         return path
 
     def apply(self, acl_plan: acl.AclPlan, undo: _Undo, *, low_tier: bool,
               private: str = "") -> None:
-        """Apply `acl_plan` under the shared lock, pushing each step's undo as it lands.
+        """Apply `acl_plan` under the machine-wide lock, pushing each step's undo as it lands.
 
-        `private` is the run's own TEMP, which no other run shares and so does
-        not count toward the writable set parallel Low-integrity runs must agree on.
+        A DACL change is read-modify-write: two runs (of any stockade process)
+        setting ACEs on one path at once would each write back the DACL without
+        the other's ACE, and the one lost could be a deny on .git\\hooks under a
+        grant that stays. `private` is the run's own TEMP, which no other run
+        shares and so does not count toward the writable set parallel
+        Low-integrity runs must agree on, and which is new and empty.
         """
         shared = self.shared
+        for root in acl.inheriting_roots(acl_plan):
+            if private and acl.norm(root) == acl.norm(private):
+                continue
+            link = self.seam.first_link_under(root)
+            if link:
+                raise acl.link_refusal(root, link)
         if low_tier:
             key = frozenset(acl.norm(lb.path) for lb in acl_plan.labels
                             if lb.level == plan.LOW_INTEGRITY
@@ -540,63 +620,78 @@ class WindowsDriver(Driver):
                     shared.low_sets[key] -= 1
 
             undo.push("release label set", release)
+        store = self.store
         for kind, item in acl_plan.steps():
-            with shared.lock:
+            with store.locked():
                 if kind == "stub":
-                    self._stub(str(item), undo)
+                    self._hold("stub", str(item), "stub", undo)
                 elif isinstance(item, acl.Label):
-                    self._label(item, undo)
+                    self._hold("label", item.path, repr(item), undo, item)
                 elif isinstance(item, acl.Ace):
                     self._ace(item, undo)
 
-    def _stub(self, path: str, undo: _Undo) -> None:
+    def _hold(self, kind: str, path: str, value: str, undo: _Undo,
+              label: acl.Label | None = None) -> None:
+        """A stub or label shared with every run that planned it, in any stockade
+        process: made by the first, taken down by the last (call under the lock)."""
+        store = self.store
+        seam = self.seam
         key = acl.norm(path)
-        shared = self.shared
-        if shared.stubs.get(key, 0) == 0:
-            self.seam.make_directory(path)
-        shared.stubs[key] = shared.stubs.get(key, 0) + 1
+        undo.record(op="hold", kind=kind, key=key)
+        try:
+            apply = store.take(kind, key, path, undo.run_id, value,
+                               save=(lambda: seam.get_label(path)) if label else (lambda: ""))
+        except HoldConflict as exc:
+            raise Win32Error("label", plan.ERROR_ACCESS_DENIED, str(exc)) from exc
 
-        def unstub() -> None:
-            with shared.lock:
-                shared.stubs[key] -= 1
-                if shared.stubs[key] == 0:
-                    del shared.stubs[key]
-                    if not self.seam.remove_directory(path):
+        def release() -> None:
+            with store.locked():
+                last, _path, saved = store.release(kind, key, undo.run_id)
+                if not last:
+                    return
+                if label is None:
+                    if not seam.remove_directory(path):
                         raise SandboxUnavailable(f"stub {path} is not empty; left in place")
-
-        undo.push(f"remove stub {path}", unstub)
-
-    def _label(self, label: acl.Label, undo: _Undo) -> None:
-        key = acl.norm(label.path)
-        shared = self.shared
-        count, saved = shared.labels.get(key, (0, ""))
-        if count == 0:
-            saved = self.seam.get_label(label.path)
-            self.seam.set_label(label.path, label)
-        shared.labels[key] = (count + 1, saved)
-
-        def unlabel() -> None:
-            with shared.lock:
-                n, original = shared.labels[key]
-                if n == 1:
-                    del shared.labels[key]
-                    self.seam.restore_label(label.path, original)
                 else:
-                    shared.labels[key] = (n - 1, original)
+                    seam.restore_label(path, saved)
 
-        undo.push(f"restore label {label.path}", unlabel)
+        undo.push(f"release {kind} {path}", release)
+        if apply:
+            if label is None:
+                seam.make_directory(path)
+            else:
+                seam.set_label(path, label)
 
     def _ace(self, ace: acl.Ace, undo: _Undo) -> None:
-        # The undo goes on the stack before the call: SetNamedSecurityInfo can
-        # fail after changing part of a tree, and revoking a SID that holds no
-        # ACE there is harmless.
+        # The undo goes on the stack (and in the journal) before the call:
+        # SetNamedSecurityInfo can fail after changing part of a tree, and
+        # revoking a SID that holds no ACE there is harmless.
         def revoke() -> None:
-            with self.shared.lock:
+            with self.store.locked():
                 self.seam.revoke_sid(ace.path, ace.sid)
 
         if not any(name == f"revoke {ace.path} {ace.sid}" for name, _ in undo.steps):
+            undo.record(op="revoke", path=ace.path, sid=ace.sid)
             undo.push(f"revoke {ace.path} {ace.sid}", revoke)
         self.seam.add_aces(ace.path, [ace])
+
+    def reset_created(self, roots: list[str], undo: _Undo, *, skip: str = "") -> None:
+        """After the run, what the command created in `roots` loses its Low label.
+
+        A Low-integrity or AppContainer process labels what it creates Low, and
+        the label stays: any later Low process on the machine (a browser's
+        sandbox, the next command) could then write those files.
+        """
+        for root in roots:
+            if skip and acl.norm(root) == acl.norm(skip):
+                continue  # the run's own TEMP goes whole
+
+            def reset(root: str = root) -> None:
+                with self.store.locked():
+                    self.seam.reset_low_labels(root)
+
+            undo.record(op="relabel", path=root)
+            undo.push(f"reset labels under {root}", reset)
 
 
 def _none_network() -> Any:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import hashlib
 import struct
 
-from ...capabilities import FULL_ACCESS, NetworkPolicy
+from ...capabilities import FULL_ACCESS, READ_ONLY, NetworkPolicy
 from ...errors import ConfigError, SandboxUnavailable
 
 TYPE_CHECKING = False
@@ -80,6 +80,9 @@ def candidate_tiers(mode: str, network: NetworkPolicy, *, pinned: str = AUTO,
     tried: list[str] = []
     skipped: dict[str, str] = {}
     for tier in order:
+        if tier == RESTRICTED and mode not in (READ_ONLY, FULL_ACCESS):
+            skipped[tier] = f"{tier}: {RESTRICTED_WRITES}"
+            continue
         gaps = missing(tier, mode, network)
         unwaived = [g for g in gaps if not (
             (g == FILESYSTEM and allow_job_only) or (g == NETWORK and allow_open_network))]
@@ -88,6 +91,48 @@ def candidate_tiers(mode: str, network: NetworkPolicy, *, pinned: str = AUTO,
         else:
             tried.append(tier)
     return tuple(tried), skipped
+
+
+#: Why the restricted token never runs a writing mode. Its workspace is
+#: labelled Low while the user's own DACL grants Full Control, and NTFS grants
+#: DELETE on a child through FILE_DELETE_CHILD on its parent: `move .git old`
+#: and `mkdir .git\hooks` would replace the hooks and config that the
+#: Medium labels were meant to keep. A per-run restricting SID could close
+#: that and has not been built; until then only tier 1 writes.
+RESTRICTED_WRITES = (
+    "a Low-integrity token cannot keep .git and the other protected names in place in a "
+    "writable workspace (the user's Full Control lets a child be renamed through its "
+    "parent), so this tier runs only read-only commands; workspace-write needs the "
+    "AppContainer tier")
+
+#: What bounds the processes a command starts, per tier. The job holds
+#: every process created from inside it, and closing it ends them; but some
+#: routes create a process that was never inside: WMI's Win32_Process.Create,
+#: the Task Scheduler, COM local servers, ShellExecute through explorer, the
+#: console handoff to Windows Terminal. An AppContainer is refused the RPC
+#: and COM endpoints behind them unless they admit ALL APPLICATION PACKAGES;
+#: the Low token and the job-only tier are refused none of them.
+LIFETIME = {
+    APPCONTAINER: ("nothing the command starts outlives the run, unless a broker that admits "
+                   "AppContainers starts it (to confirm on a host: docs/windows-verify.md)"),
+    RESTRICTED: ("processes started through WMI, the Task Scheduler, COM local servers, "
+                 "explorer or the terminal handoff run outside the job and outlive the run"),
+    JOB_ONLY: ("processes started through WMI, the Task Scheduler, COM local servers, explorer "
+               "or the terminal handoff run outside the job, unconfined, and outlive the run"),
+}
+
+#: The Administrators group. Elevated, the token a command would get keeps it
+#: enabled, and a Low or AppContainer process holding it passes every access
+#: check that admits administrators; the restricted token makes it deny-only
+#: as well, should an elevated run ever be allowed.
+ADMINISTRATORS = "S-1-5-32-544"
+
+
+def elevated_refusal() -> SandboxUnavailable:
+    return SandboxUnavailable(
+        "stockade is running elevated (as administrator): a sandboxed command's token would "
+        "keep the Administrators group, and every boundary here assumes it does not. Run "
+        "stockade from a shell that is not elevated")
 
 
 def _gap_text(tier: str, gaps: list[str], mode: str, network: NetworkPolicy) -> str:
@@ -210,9 +255,9 @@ class JobLimits:
 def job_limits(max_pids: int | None, max_memory_mb: int | None) -> JobLimits:
     """Limits for `max_pids` and `max_memory_mb` (None: that limit off).
 
-    Kill-on-close is what makes "nothing outlives the call" hold without a
-    PID namespace: when stockade closes the job (or dies), Windows ends every
-    process in it, a detached `start /b` server included. Die-on-unhandled-
+    Kill-on-close ends, when stockade closes the job (or dies), every process
+    in it, a detached `start /b` server included. It reaches only what is in
+    the job: `LIFETIME` says, per tier, what starts outside it. Die-on-unhandled-
     exception stops the Windows Error Reporting dialog, which would otherwise
     hold a crashed command (and its job) open until someone clicks it away.
     """

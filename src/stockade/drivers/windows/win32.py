@@ -66,9 +66,18 @@ class Win32:
         """DeriveAppContainerSidFromAppContainerName: Windows' own answer for `name`."""
         raise NotImplementedError
 
-    def create_restricted_token(self) -> int:
-        """CreateRestrictedToken(DISABLE_MAX_PRIVILEGE) of this process's token, set to
-        Low integrity (S-1-16-4096); returns the token handle."""
+    def create_restricted_token(self, deny_only: tuple[str, ...] = ()) -> int:
+        """CreateRestrictedToken(DISABLE_MAX_PRIVILEGE) of this process's token, with
+        the groups in `deny_only` made deny-only, set to Low integrity (S-1-16-4096);
+        returns the token handle."""
+        raise NotImplementedError
+
+    def is_elevated(self) -> bool:
+        """Whether this process's token is elevated (TokenElevation)."""
+        raise NotImplementedError
+
+    def process_alive(self, pid: int) -> bool:
+        """Whether a process with this id still runs (a journal's owner)."""
         raise NotImplementedError
 
     # -- files
@@ -106,6 +115,16 @@ class Win32:
         raise NotImplementedError
 
     def is_file(self, path: str) -> bool:
+        raise NotImplementedError
+
+    def reset_low_labels(self, root: str) -> list[str]:
+        """Remove the explicit Low label from every object under `root` that carries
+        one (what a Low-integrity process created), never following a link; the paths."""
+        raise NotImplementedError
+
+    def first_link_under(self, root: str) -> str:
+        """The first reparse point or hard-linked file under `root` ("" for none),
+        never following a link."""
         raise NotImplementedError
 
     # -- jobs and processes
@@ -171,6 +190,10 @@ _JOB_BASIC_UI_RESTRICTIONS = 4
 _JOB_ASSOCIATE_COMPLETION_PORT = 7
 _JOB_EXTENDED_LIMIT_INFORMATION = 9
 _FACILITY_WIN32 = 7
+_TOKEN_QUERY = 0x0008
+_TOKEN_ELEVATION = 20
+_PROCESS_QUERY_LIMITED_INFORMATION = 0x1000
+_STILL_ACTIVE = 259
 
 
 class CtypesWin32(Win32):
@@ -261,20 +284,27 @@ class CtypesWin32(Win32):
         finally:
             self._api.FreeSid(out)
 
-    def create_restricted_token(self) -> int:
+    def create_restricted_token(self, deny_only: tuple[str, ...] = ()) -> int:
         import ctypes
 
         a = self._api
         own = ctypes.c_void_p()
         self._check(a.OpenProcessToken(a.GetCurrentProcess(), _TOKEN_ACCESS, ctypes.byref(own)),
                     "OpenProcessToken")
+        disabled = [self._sid(sid) for sid in deny_only]
         try:
             restricted = ctypes.c_void_p()
-            self._check(a.CreateRestrictedToken(own, _DISABLE_MAX_PRIVILEGE, 0, None, 0, None,
+            groups = (a.SID_AND_ATTRIBUTES * max(len(disabled), 1))()
+            for i, sid in enumerate(disabled):
+                groups[i].Sid = sid
+            self._check(a.CreateRestrictedToken(own, _DISABLE_MAX_PRIVILEGE, len(disabled),
+                                                groups if disabled else None, 0, None,
                                                 0, None, ctypes.byref(restricted)),
                         "CreateRestrictedToken")
         finally:
             a.CloseHandle(own)
+            for sid in disabled:
+                self._free(sid)
         low = self._sid("S-1-16-4096")
         try:
             label = a.TOKEN_MANDATORY_LABEL()
@@ -289,6 +319,39 @@ class CtypesWin32(Win32):
         finally:
             self._free(low)
         return int(restricted.value or 0)
+
+    def is_elevated(self) -> bool:
+        import ctypes
+
+        a = self._api
+        own = ctypes.c_void_p()
+        self._check(a.OpenProcessToken(a.GetCurrentProcess(), _TOKEN_QUERY, ctypes.byref(own)),
+                    "OpenProcessToken")
+        try:
+            value = ctypes.c_uint32()
+            size = ctypes.c_uint32()
+            self._check(a.GetTokenInformation(own, _TOKEN_ELEVATION, ctypes.byref(value),
+                                              ctypes.sizeof(value), ctypes.byref(size)),
+                        "GetTokenInformation")
+            return bool(value.value)
+        finally:
+            a.CloseHandle(own)
+
+    def process_alive(self, pid: int) -> bool:
+        import ctypes
+
+        a = self._api
+        handle = a.OpenProcess(_PROCESS_QUERY_LIMITED_INFORMATION, False, pid)
+        if not handle:
+            # Refused is a process that exists; any other failure, one that does not.
+            return bool(ctypes.get_last_error() == 5)  # type: ignore[attr-defined,unused-ignore]
+        try:
+            code = ctypes.c_ulong()
+            if not a.GetExitCodeProcess(handle, ctypes.byref(code)):
+                return True
+            return int(code.value) == _STILL_ACTIVE
+        finally:
+            a.CloseHandle(handle)
 
     # -- files
     def _set_dacl(self, path: str, entries: list[tuple[str, int, int, int]]) -> None:
@@ -414,6 +477,21 @@ class CtypesWin32(Win32):
         import os
 
         return os.path.isfile(path)
+
+    def reset_low_labels(self, root: str) -> list[str]:
+        from .acl import explicit_low_label, walk_no_links
+
+        done: list[str] = []
+        for path in walk_no_links(root):
+            if explicit_low_label(self.get_label(path)):
+                self.restore_label(path, "")
+                done.append(path)
+        return done
+
+    def first_link_under(self, root: str) -> str:
+        from .acl import first_link_under
+
+        return first_link_under(root)
 
     # -- jobs and processes
     def create_job(self, limits: JobLimits) -> int:
@@ -748,6 +826,8 @@ def _load() -> Any:
     proto(adv, "OpenProcessToken", B, H, D, ctypes.POINTER(H))
     proto(adv, "CreateRestrictedToken", B, H, D, D, P, D, P, D, P, ctypes.POINTER(H))
     proto(adv, "SetTokenInformation", B, H, ctypes.c_int, P, D)
+    proto(adv, "GetTokenInformation", B, H, ctypes.c_int, P, D, ctypes.POINTER(D))
+    proto(k32, "OpenProcess", H, D, B, D)
     proto(adv, "GetLengthSid", D, P)
     proto(adv, "FreeSid", P, P)
     proto(adv, "ConvertStringSidToSidW", B, S, PP)
