@@ -38,6 +38,7 @@ commands:
   policy      check a command against the command policy, list its rules
   proxy       run the managed network proxy alone, with a live log
   mcp         serve the sandbox to an MCP client over stdio
+  hook        a harness's command hook (claude-code) that runs its shell calls in the sandbox
   completion  print a bash, zsh or fish completion script
 
 `stockade <command> --help` describes each one; `stockade --version` names this one."""
@@ -703,6 +704,7 @@ COMMANDS: dict[str, Callable[[list[str]], int]] = {
     "policy": lambda argv: _delegate("command_policy.cli", argv),
     "proxy": lambda argv: _delegate("proxy.cli", argv),
     "mcp": lambda argv: _delegate("mcp_server", argv),
+    "hook": lambda argv: _delegate("adapters.claude_code", argv),
     "shell": lambda argv: _delegate("shell", argv),
     "completion": lambda argv: _delegate("completion", argv),
 }

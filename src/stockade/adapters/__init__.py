@@ -10,4 +10,6 @@ adapter itself is imported, so `import stockade` never pays for them:
   stockade (same extra).
 - `stockade.adapters.langchain` -- an execution policy for LangChain's
   `ShellToolMiddleware` (`pip install 'stockade[langchain]'`).
+- `stockade.adapters.claude_code` -- `stockade hook claude-code`, a PreToolUse
+  hook that runs Claude Code's Bash calls in stockade (no extra).
 """
