@@ -595,9 +595,12 @@ AUDIT_OPTIONS: dict[str, tuple[bool, bool, str]] = {
     "--last": (True, False, "how many records, the newest (default 20)"),
     "--network": (False, False, "show network decisions instead of executions"),
     "--json": (False, False, "one JSON object per line"),
+    "--follow": (False, False, "show each command's start and end and each denial as it is "
+                 "written, until interrupted"),
     "--help": (False, False, "show this help"),
 }
-AUDIT_USAGE = "usage: stockade audit [--session ID] [--last N] [--network] [--json]"
+AUDIT_USAGE = ("usage: stockade audit [--session ID] [--last N] [--network] [--json]\n"
+               "       stockade audit --follow [--session ID] [--json]")
 
 
 def cmd_audit(argv: list[str]) -> int:
@@ -614,7 +617,21 @@ def cmd_audit(argv: list[str]) -> int:
 
     last = int(_number(values, "last", int, AUDIT_USAGE) or 20)
     config = load_config()
-    ledger = Ledger(config.ledger_path(os.environ))
+    path = config.ledger_path(os.environ)
+    if values.get("follow"):
+        if values.get("last") or values.get("network"):
+            raise UsageError("--follow shows every new event; it takes no --last or --network",
+                             AUDIT_USAGE)
+        if path is None:
+            from .errors import ConfigError
+
+            raise ConfigError("the ledger is off (ledger = false in the config): there is "
+                              "nothing to follow")
+        from .auditfollow import follow
+
+        return follow(path, as_json=bool(values.get("json")),
+                      session=values.get("session"))  # type: ignore[arg-type]
+    ledger = Ledger(path)
     table = "network" if values.get("network") else "executions"
     rows = [decoded(row) for row in ledger.query(
         session=values.get("session"), last=last, table=table)]  # type: ignore[arg-type]
