@@ -12,4 +12,6 @@ adapter itself is imported, so `import stockade` never pays for them:
   `ShellToolMiddleware` (`pip install 'stockade[langchain]'`).
 - `stockade.adapters.claude_code` -- `stockade hook claude-code`, a PreToolUse
   hook that runs Claude Code's Bash calls in stockade (no extra).
+- `stockade.adapters.inspect_sandbox` -- the `stockade` sandbox environment
+  provider for Inspect evals (`pip install 'stockade[inspect]'`).
 """
