@@ -14,4 +14,6 @@ adapter itself is imported, so `import stockade` never pays for them:
   hook that runs Claude Code's Bash calls in stockade (no extra).
 - `stockade.adapters.inspect_sandbox` -- the `stockade` sandbox environment
   provider for Inspect evals (`pip install 'stockade[inspect]'`).
+- `stockade.adapters.mini_swe_agent` -- an environment mini-swe-agent's config
+  can select (`pip install 'stockade[mini-swe-agent]'`).
 """
