@@ -16,4 +16,6 @@ adapter itself is imported, so `import stockade` never pays for them:
   provider for Inspect evals (`pip install 'stockade[inspect]'`).
 - `stockade.adapters.mini_swe_agent` -- an environment mini-swe-agent's config
   can select (`pip install 'stockade[mini-swe-agent]'`).
+- `stockade.adapters.deepagents` -- a sandbox backend for Deep Agents'
+  `create_deep_agent` (`pip install 'stockade[deepagents]'`).
 """
