@@ -597,10 +597,14 @@ AUDIT_OPTIONS: dict[str, tuple[bool, bool, str]] = {
     "--json": (False, False, "one JSON object per line"),
     "--follow": (False, False, "show each command's start and end and each denial as it is "
                  "written, until interrupted"),
+    "--web": (False, False, "serve the ledger as web pages on 127.0.0.1 (read-only; needs "
+              "the web extra)"),
+    "--port": (True, False, "with --web: the loopback port (default 8765)"),
     "--help": (False, False, "show this help"),
 }
 AUDIT_USAGE = ("usage: stockade audit [--session ID] [--last N] [--network] [--json]\n"
-               "       stockade audit --follow [--session ID] [--json]")
+               "       stockade audit --follow [--session ID] [--json]\n"
+               "       stockade audit --web [--port PORT]")
 
 
 def cmd_audit(argv: list[str]) -> int:
@@ -618,6 +622,15 @@ def cmd_audit(argv: list[str]) -> int:
     last = int(_number(values, "last", int, AUDIT_USAGE) or 20)
     config = load_config()
     path = config.ledger_path(os.environ)
+    if values.get("web"):
+        if path is None:
+            from .errors import ConfigError
+
+            raise ConfigError("the ledger is off (ledger = false in the config): there is "
+                              "nothing to show")
+        from .auditweb import serve
+
+        return serve(path, port=int(_number(values, "port", int, AUDIT_USAGE) or 8765))
     if values.get("follow"):
         if values.get("last") or values.get("network"):
             raise UsageError("--follow shows every new event; it takes no --last or --network",

@@ -75,6 +75,8 @@ complete -c stockade -n '__fish_seen_subcommand_from audit; and not contains -- 
 complete -c stockade -n '__fish_seen_subcommand_from audit; and not contains -- -- (commandline -opc)' -l network -d 'show network decisions instead of executions'
 complete -c stockade -n '__fish_seen_subcommand_from audit; and not contains -- -- (commandline -opc)' -l json -d 'one JSON object per line'
 complete -c stockade -n '__fish_seen_subcommand_from audit; and not contains -- -- (commandline -opc)' -l follow -d 'show each command\'s start and end and each denial as it is written, until interrupted'
+complete -c stockade -n '__fish_seen_subcommand_from audit; and not contains -- -- (commandline -opc)' -l web -d 'serve the ledger as web pages on 127.0.0.1 (read-only; needs the web extra)'
+complete -c stockade -n '__fish_seen_subcommand_from audit; and not contains -- -- (commandline -opc)' -l port -x -d 'with --web: the loopback port (default 8765)'
 complete -c stockade -n '__fish_seen_subcommand_from config; and not contains -- -- (commandline -opc)' -s h -l help -d 'show this help message and exit'
 complete -c stockade -n '__fish_seen_subcommand_from config; and not contains -- -- (commandline -opc)' -l config -r -F -d 'read this TOML file instead of the usual ones'
 complete -c stockade -n '__fish_seen_subcommand_from config; and not contains -- -- (commandline -opc)' -l workspace -x -a '(__fish_complete_directories)' -d 'the project whose stockade.toml counts (default: current dir)'
