@@ -36,7 +36,7 @@ def events_of_execution(row: dict[str, Any]) -> list[dict[str, Any]]:
     base = {"ts": row["ts"], "session": row["session"], "argv": row["argv"]}
     out: list[dict[str, Any]] = []
     if row["outcome"] == "started":
-        return [{**base, "event": "start", "background": True, "mode": row["mode"]}]
+        return []  # a background start: its `starts` row was the event
     if row["outcome"] == "denied":
         out.append({**base, "event": "refused", "reason": row.get("reason")})
         return out
