@@ -15,7 +15,7 @@ $(VENV)/.installed: pyproject.toml | $(BIN)/python
 	touch $@
 
 $(VENV)/.dev-installed: pyproject.toml | $(BIN)/python
-	$(BIN)/python -m pip install -q -e '.[dev,mcp,openai-agents,langchain,ray]'
+	$(BIN)/python -m pip install -q -e '.[dev,mcp,openai-agents,langchain,deepagents,inspect,mini-swe-agent,web,ray]'
 	touch $(VENV)/.installed $@
 
 demo: $(VENV)/.installed

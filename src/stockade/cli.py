@@ -38,6 +38,7 @@ commands:
   policy      check a command against the command policy, list its rules
   proxy       run the managed network proxy alone, with a live log
   mcp         serve the sandbox to an MCP client over stdio
+  hook        a harness's command hook (claude-code) that runs its shell calls in the sandbox
   completion  print a bash, zsh or fish completion script
 
 `stockade <command> --help` describes each one; `stockade --version` names this one."""
@@ -594,9 +595,16 @@ AUDIT_OPTIONS: dict[str, tuple[bool, bool, str]] = {
     "--last": (True, False, "how many records, the newest (default 20)"),
     "--network": (False, False, "show network decisions instead of executions"),
     "--json": (False, False, "one JSON object per line"),
+    "--follow": (False, False, "show each command's start and end and each denial as it is "
+                 "written, until interrupted"),
+    "--web": (False, False, "serve the ledger as web pages on 127.0.0.1 (read-only; needs "
+              "the web extra)"),
+    "--port": (True, False, "with --web: the loopback port (default 8765)"),
     "--help": (False, False, "show this help"),
 }
-AUDIT_USAGE = "usage: stockade audit [--session ID] [--last N] [--network] [--json]"
+AUDIT_USAGE = ("usage: stockade audit [--session ID] [--last N] [--network] [--json]\n"
+               "       stockade audit --follow [--session ID] [--json]\n"
+               "       stockade audit --web [--port PORT]")
 
 
 def cmd_audit(argv: list[str]) -> int:
@@ -613,7 +621,30 @@ def cmd_audit(argv: list[str]) -> int:
 
     last = int(_number(values, "last", int, AUDIT_USAGE) or 20)
     config = load_config()
-    ledger = Ledger(config.ledger_path(os.environ))
+    path = config.ledger_path(os.environ)
+    if values.get("web"):
+        if path is None:
+            from .errors import ConfigError
+
+            raise ConfigError("the ledger is off (ledger = false in the config): there is "
+                              "nothing to show")
+        from .auditweb import serve
+
+        return serve(path, port=int(_number(values, "port", int, AUDIT_USAGE) or 8765))
+    if values.get("follow"):
+        if values.get("last") or values.get("network"):
+            raise UsageError("--follow shows every new event; it takes no --last or --network",
+                             AUDIT_USAGE)
+        if path is None:
+            from .errors import ConfigError
+
+            raise ConfigError("the ledger is off (ledger = false in the config): there is "
+                              "nothing to follow")
+        from .auditfollow import follow
+
+        return follow(path, as_json=bool(values.get("json")),
+                      session=values.get("session"))  # type: ignore[arg-type]
+    ledger = Ledger(path)
     table = "network" if values.get("network") else "executions"
     rows = [decoded(row) for row in ledger.query(
         session=values.get("session"), last=last, table=table)]  # type: ignore[arg-type]
@@ -703,6 +734,7 @@ COMMANDS: dict[str, Callable[[list[str]], int]] = {
     "policy": lambda argv: _delegate("command_policy.cli", argv),
     "proxy": lambda argv: _delegate("proxy.cli", argv),
     "mcp": lambda argv: _delegate("mcp_server", argv),
+    "hook": lambda argv: _delegate("adapters.claude_code", argv),
     "shell": lambda argv: _delegate("shell", argv),
     "completion": lambda argv: _delegate("completion", argv),
 }

@@ -31,6 +31,7 @@ SUMMARIES: dict[str, str] = {
     "policy": "check a command against the command policy, list its rules",
     "proxy": "run the managed network proxy alone, with a live log",
     "mcp": "serve the sandbox to an MCP client over stdio",
+    "hook": "a harness's command hook (claude-code) that runs its shell calls in the sandbox",
     "completion": "print a bash, zsh or fish completion script",
 }
 
@@ -210,7 +211,8 @@ def parser(only: str | None = None) -> argparse.ArgumentParser:
 
 
 #: The subcommands whose parser lives in their own module.
-FOREIGN = {"policy": "command_policy.cli", "proxy": "proxy.cli", "mcp": "mcp_server"}
+FOREIGN = {"policy": "command_policy.cli", "proxy": "proxy.cli", "mcp": "mcp_server",
+           "hook": "adapters.claude_code"}
 
 
 def subparsers(root: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:

@@ -453,6 +453,8 @@ class SandboxCore:
                 key = endpoint[2]
                 launch.also(lambda: self._drop_proxy_endpoint(key))
             timeout = cmd.timeout or caps.timeout_secs or self.default_timeout
+            self.ledger.record_start(session=sid, argv=cmd.argv, cwd=cwd, mode=mode,
+                                     backend=backend)
             result = yield Run(launch, profile, cmd.stdin, timeout, self.max_output)
         except CapabilityDenied as exc:
             self.audit(cmd, ws, mode, caps, backend, DENIED, started, denied=True,

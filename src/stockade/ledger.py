@@ -58,6 +58,15 @@ CREATE TABLE IF NOT EXISTS network (
     detail TEXT
 );
 CREATE INDEX IF NOT EXISTS network_session ON network(session, id);
+CREATE TABLE IF NOT EXISTS starts (
+    id INTEGER PRIMARY KEY,
+    ts REAL NOT NULL,
+    session TEXT NOT NULL,
+    argv TEXT NOT NULL,
+    cwd TEXT,
+    mode TEXT NOT NULL,
+    backend TEXT NOT NULL
+);
 """
 
 # Outcomes of an execute.
@@ -239,6 +248,18 @@ class Ledger:
              rec.get("exit_code"), rec.get("signal"), rec.get("duration_ms"),
              int(bool(rec.get("denied"))), rec["outcome"],
              to_json(rec["detail"]) if rec.get("detail") else None),
+        )
+
+    def record_start(self, **rec: object) -> None:
+        """Note that a command is starting (its execution record comes when it ends):
+        what `stockade audit --follow` shows while it runs. argv is redacted as
+        an execution record's is."""
+        rec = redacted(rec)
+        rec.setdefault("ts", time.time())
+        self._insert(
+            "INSERT INTO starts (ts, session, argv, cwd, mode, backend) VALUES (?,?,?,?,?,?)",
+            (rec["ts"], rec["session"], to_json(rec["argv"]), rec.get("cwd"), rec["mode"],
+             rec["backend"]),
         )
 
     def record_network(self, **rec: object) -> None:

@@ -18,15 +18,20 @@ which takes everything the shell started with it.
 The shell's stdin is gated: each command the middleware writes passes the
 command policy (and the rest of the before-hooks) first and gets its own
 ledger record. A denied command never reaches the shell; the model reads
-the reason on stderr instead, with exit status 126. A command that ran is
-recorded when it ends, with the exit status the shell printed for it on
-the middleware's own status line (`<marker> $?`, read as it passes on the
-shell's stdout), or as `timeout` when the middleware gave up on it.
+the reason on stderr instead, with exit status 126. A command that passes
+runs in a bash of its own, started by the persistent shell with stdin from
+/dev/null, which carries the directory and the exported variables to the
+next command and nothing else (`_framed`): the persistent shell never runs
+a command's code, so no trap, function or shell variable of one command can
+run code in another's place. The exit status comes back on a status line
+only this process knows how to print, and is recorded with the command.
 """
 
 from __future__ import annotations
 
 import os
+import re
+import shlex
 import subprocess
 import threading
 from collections.abc import Mapping, Sequence
@@ -138,20 +143,64 @@ class StockadeExecutionPolicy(BaseExecutionPolicy):
 
 
 # What ShellSession writes after each command to learn its exit status
-# (`printf '__LC_SHELL_DONE__<hex> %s\n' $?`), and to end.
-_MARKER = "__LC_SHELL_DONE__"
-_MARKER_PREFIX = f"printf '{_MARKER}"
+# (`printf '__LC_SHELL_DONE__<hex> %s\n' $?`), and to end. The status line is
+# recognised whole, never by its start: text that only begins like it is a
+# command like any other.
+_STATUS_LINE = re.compile(r"printf '(__LC_SHELL_DONE__[0-9a-f]{32}) %s\\n' \$\?\n")
 _EXIT = "exit\n"
+
+#: What runs each command: a bash of its own, started by the persistent shell
+#: with stdin from /dev/null, that first takes on the previous command's
+#: directory and exported variables and at its end writes its own back.
+#: Nothing else carries over: the persistent shell never runs a command's
+#: code, so a trap, a function, an alias or a shell option dies with the
+#: command that set it, and a variable that makes a shell run code
+#: (`BASH_ENV`, `PROMPT_COMMAND`, `PS4`, ...) or the loader load it
+#: (`LD_*`) is not carried.
+_CARRY_NOT = ("BASH_ENV|ENV|PROMPT_COMMAND|PS0|PS1|PS2|PS3|PS4|BASH_XTRACEFD|SHELLOPTS|"
+              "BASHOPTS|IFS|POSIXLY_CORRECT|SHLVL|_|LD_*|BASH_FUNC_*")
+_CHILD = (
+    '__sk_c=$1; __sk_d=$2; shift 2; '
+    'if [ -f "$__sk_d/env" ]; then declare -A __sk_keep=(); '
+    'while IFS= read -r -d "" __sk_kv; do __sk_n=${__sk_kv%%=*}; '
+    f'case $__sk_n in {_CARRY_NOT}) continue;; esac; '
+    '__sk_keep[$__sk_n]=1; export "$__sk_kv" 2>/dev/null; done < "$__sk_d/env"; '
+    'for __sk_n in $(compgen -e); do [ -n "${__sk_keep[$__sk_n]-}" ] || unset "$__sk_n"; '
+    'done; fi; '
+    '[ -f "$__sk_d/cwd" ] && cd -- "$(cat "$__sk_d/cwd")"; '
+    'unset __sk_keep __sk_kv __sk_n; '
+    'eval "$__sk_c"; __sk_rc=$?; '
+    'pwd > "$__sk_d/cwd"; env -0 > "$__sk_d/env"; : > "$__sk_d/done"; exit $__sk_rc')
+
+
+def _framed(command: str, token: str) -> str:
+    """The one line the persistent shell reads for `command`.
+
+    It is one line so that the shell has read all of it before the command
+    starts: nothing is left on the shell's stdin for the command to read, and
+    the command's own stdin is /dev/null. The status line that ends it names
+    a token the command never sees (it is only in the line the persistent
+    shell read), so no output of the command can pass for it. A command
+    that ends its shell (`exit 3`, `exec`) ends the persistent shell with its
+    status, as it would in a shell of its own.
+    """
+    return (
+        '[ -n "${__sk_d-}" ] || __sk_d=$(mktemp -d); rm -f "$__sk_d/done"; '
+        f"/bin/bash --norc --noprofile -c {shlex.quote(_CHILD)} bash "
+        f'{shlex.quote(command)} "$__sk_d" < /dev/null; __sk_rc=$?; '
+        '[ -f "$__sk_d/done" ] || exit $__sk_rc; '
+        f"printf '%s %s\\n' {token} \"$__sk_rc\"\n")
+
+
+def _refused(hint: str, token: str) -> str:
+    return f"printf '%s\\n' {shlex.quote(hint)} >&2; printf '%s %s\\n' {token} 126\n"
 
 
 class _CommandGate:
     """The before-hooks and a ledger record for one command of the persistent shell.
 
-    A command that passes is recorded once it ends, with its exit status:
-    the record written as it went in carried none, so the ledger could not
-    tell a failing test run from a passing one. The status is the one the
-    middleware asks the shell to print after every command, read from the
-    shell's stdout as it goes by.
+    A command that passes is recorded once it ends, with its exit status,
+    read from the status line its framing prints (see `_framed`).
     """
 
     def __init__(self, sandbox: Any, ws: Any, backend: str, cwd: str,
@@ -161,10 +210,11 @@ class _CommandGate:
         self._lock = threading.Lock()
         #: The command that went into the shell and has no record yet.
         self._pending: _Pending | None = None
+        #: The last command written, whose status line the middleware may still ask for.
+        self._framing: _Pending | None = None
 
     def __call__(self, command: str) -> str:
         """What to write to the shell instead of `command`."""
-        import shlex
         import time
 
         from ..hooks import run_before_hooks
@@ -176,8 +226,8 @@ class _CommandGate:
         core = self._sandbox.core
         sid = self._ws.session_id
         started = time.monotonic()
-        cmd = SandboxCommand("/bin/bash", ["-c", command.rstrip("\n")], session_id=sid,
-                             cwd=self._cwd)
+        text = command.rstrip("\n")
+        cmd = SandboxCommand("/bin/bash", ["-c", text], session_id=sid, cwd=self._cwd)
         mode = core.mode_for(self._ws)
         try:
             denial, warnings = run_before_hooks(core.hooks, cmd, sid)
@@ -186,37 +236,61 @@ class _CommandGate:
             reason = f"the command policy failed: {exc}"
         else:
             reason = denial.reason if denial is not None else ""
+        token = f"__stockade_status_{os.urandom(16).hex()}"
+        detail: dict[str, object] = {"persistent_shell": True}
+        pending = _Pending(cmd, mode, started, detail, token)
         if reason:
             hint = ("stockade denied this command before it reached the shell: "
                     f"{reason}. Do not retry it as is; ask the user, or do the task another way.")
             core.audit(cmd, self._ws, mode, None, self._backend, DENIED, started,
-                        denied=True, detail={"reason": reason, "hint": hint,
-                                             "persistent_shell": True})
-            return f"printf '%s\\n' {shlex.quote(hint)} >&2; (exit 126)\n"
-        detail: dict[str, object] = {"persistent_shell": True}
+                       denied=True, detail={"reason": reason, "hint": hint,
+                                            "persistent_shell": True})
+            pending.recorded = True
+            with self._lock:
+                self._framing = pending
+            return _refused(hint, token)
         if warnings:
             detail["warnings"] = list(warnings)
         with self._lock:
-            self._pending = _Pending(cmd, mode, started, detail)
-        return command
+            self._pending = self._framing = pending
+        return _framed(text, token)
 
-    def status_line_asked(self, text: str) -> None:
-        """The middleware wrote the line that prints the last command's status."""
-        marker = text[len(_MARKER_PREFIX) - len(_MARKER):].split(" ", 1)[0]
+    def status_line_asked(self, text: str) -> bool:
+        """The middleware wrote the line that prints the last command's status:
+        True when it is exactly that line, for the command just written."""
+        match = _STATUS_LINE.fullmatch(text)
         with self._lock:
-            if self._pending is not None and self._pending.marker is None:
-                self._pending.marker = marker
+            framing = self._framing
+            if match is None or framing is None or framing.marker is not None:
+                return False
+            framing.marker = match.group(1)
+            framing.asked.set()
+        return True
 
-    def stdout_line(self, line: str) -> None:
-        """A line the shell printed: the pending command's status line ends it."""
-        pending = self._pending
-        if pending is None or pending.marker is None:
-            return
-        at = line.find(pending.marker)
-        if at < 0:
-            return
-        status = line[at + len(pending.marker):].strip()
-        self._settle(int(status) if status.lstrip("-").isdigit() else None, expect=pending)
+    def stdout_line(self, line: str) -> list[str]:
+        """What the middleware reads for a line the shell printed: a status line
+        of ours becomes the middleware's, with the command's exit status."""
+        framing = self._framing
+        if framing is None:
+            return [line]
+        at = line.find(framing.token + " ")
+        if at < 0 or not line.endswith("\n"):
+            return [line]
+        status = line[at + len(framing.token) + 1:].strip()
+        before = [line[:at]] if at else []
+        if not status.lstrip("-").isdigit():
+            return [line]
+        code = int(status)
+        if not framing.recorded:
+            self._settle(code, expect=framing)
+        # The middleware writes its status line right after the command; a
+        # caller that writes none reads nothing of ours.
+        if not framing.asked.wait(timeout=2.0) or framing.marker is None:
+            return before
+        with self._lock:
+            if self._framing is framing:
+                self._framing = None
+        return [*before, f"{framing.marker} {code}\n"]
 
     def shell_stopping(self) -> None:
         """The middleware is ending the shell (`exit`): whatever still runs was given up on."""
@@ -247,6 +321,7 @@ class _CommandGate:
             if pending is None or (expect is not None and pending is not expect):
                 return
             self._pending = None
+            pending.recorded = True
         exit_code = code if code is not None and code >= 0 else None
         signal = -code if code is not None and code < 0 else None
         self._sandbox.core.audit(pending.cmd, self._ws, pending.mode, None, self._backend,
@@ -260,12 +335,17 @@ class _Pending:
     mode: str
     started: float
     detail: dict[str, object]
+    #: What the command's status line is printed after, known to this process alone.
+    token: str
     #: The token of the status line the middleware asked for after it.
     marker: str | None = None
+    asked: threading.Event = field(default_factory=threading.Event)
+    recorded: bool = False
 
 
 class _GatedStdin:
-    """The shell's stdin, with every command written to it passed through the gate."""
+    """The shell's stdin: every command written to it passes the gate, and the
+    middleware's status line is answered by the gate's own framing."""
 
     def __init__(self, raw: Any, gate: _CommandGate) -> None:
         self._raw, self._gate = raw, gate
@@ -273,11 +353,12 @@ class _GatedStdin:
     def write(self, text: str) -> int:
         if text == _EXIT:
             self._gate.shell_stopping()
-        elif text.startswith(_MARKER_PREFIX):
-            self._gate.status_line_asked(text)
+        elif self._gate.status_line_asked(text):
+            return len(text)  # never reaches the shell, where a command could read it
         else:
             text = self._gate(text)
-        return int(self._raw.write(text))
+        self._raw.write(text)
+        return len(text)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._raw, name)
@@ -288,14 +369,16 @@ class _WatchedStdout:
 
     def __init__(self, raw: Any, gate: _CommandGate) -> None:
         self._raw, self._gate = raw, gate
+        self._ahead: list[str] = []
 
     def readline(self, *args: Any) -> str:
-        line = str(self._raw.readline(*args))
-        if line:
-            self._gate.stdout_line(line)
-        else:
-            self._gate.shell_ended()
-        return line
+        while not self._ahead:
+            line = str(self._raw.readline(*args))
+            if not line:
+                self._gate.shell_ended()
+                return line
+            self._ahead = self._gate.stdout_line(line)
+        return self._ahead.pop(0)
 
     def __iter__(self) -> _WatchedStdout:
         return self

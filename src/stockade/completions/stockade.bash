@@ -6,13 +6,13 @@
 # See also: https://github.com/scop/bash-completion/blob/main/doc/configuration.md
 
 _shtab_stockade_policy_subparsers=(check rules)
-_shtab_stockade_subparsers=(run explain shell doctor audit config trust policy proxy mcp completion)
+_shtab_stockade_subparsers=(run explain shell doctor audit config trust policy proxy mcp hook completion)
 
 _shtab_stockade_run_option_strings=(-h --help --mode --workspace --cwd --session --allow-read --allow-write --network --allow-host --deny-host --no-subprocess --env --publish --timeout --max-output --backend --config --json --yes -q --quiet)
 _shtab_stockade_explain_option_strings=(-h --help --mode --workspace --cwd --session --allow-read --allow-write --network --allow-host --deny-host --no-subprocess --env --timeout --backend --config --json)
 _shtab_stockade_shell_option_strings=(-h --help --mode --workspace --cwd --session --allow-read --allow-write --network --allow-host --deny-host --env --timeout --backend --config --yes)
 _shtab_stockade_doctor_option_strings=(-h --help --json)
-_shtab_stockade_audit_option_strings=(-h --help --session --last --network --json)
+_shtab_stockade_audit_option_strings=(-h --help --session --last --network --json --follow --web --port)
 _shtab_stockade_config_option_strings=(-h --help --config --workspace --json)
 _shtab_stockade_trust_option_strings=(-h --help --list --revoke)
 _shtab_stockade_policy_check_option_strings=(-h --help --stdin --json --config)
@@ -20,6 +20,7 @@ _shtab_stockade_policy_rules_option_strings=(-h --help --json --config)
 _shtab_stockade_policy_option_strings=(-h --help)
 _shtab_stockade_proxy_option_strings=(-h --help --allow-host --deny-host --listen-port --unix --json --connect-timeout --idle-timeout --max-connections)
 _shtab_stockade_mcp_option_strings=(-h --help --workspace --mode --allow-host --config --backend --session --timeout --log-level)
+_shtab_stockade_hook_option_strings=(-h --help --workspace --mode --config --install --project --user --run --session --timeout --cwd-fd)
 _shtab_stockade_completion_option_strings=(-h --help)
 _shtab_stockade_option_strings=(-h --help -V --version)
 
@@ -60,6 +61,7 @@ _shtab_stockade_shell___timeout_COMPGEN=_stockade_nothing
 _shtab_stockade_shell___config_COMPGEN=_shtab_compgen_files
 _shtab_stockade_audit___session_COMPGEN=_stockade_nothing
 _shtab_stockade_audit___last_COMPGEN=_stockade_nothing
+_shtab_stockade_audit___port_COMPGEN=_stockade_nothing
 _shtab_stockade_config___config_COMPGEN=_shtab_compgen_files
 _shtab_stockade_config___workspace_COMPGEN=_shtab_compgen_dirs
 _shtab_stockade_trust_pos_0_COMPGEN=_shtab_compgen_files
@@ -79,6 +81,11 @@ _shtab_stockade_mcp___allow_host_COMPGEN=_stockade_nothing
 _shtab_stockade_mcp___config_COMPGEN=_shtab_compgen_files
 _shtab_stockade_mcp___session_COMPGEN=_stockade_nothing
 _shtab_stockade_mcp___timeout_COMPGEN=_stockade_nothing
+_shtab_stockade_hook___workspace_COMPGEN=_shtab_compgen_dirs
+_shtab_stockade_hook___config_COMPGEN=_shtab_compgen_files
+_shtab_stockade_hook___session_COMPGEN=_stockade_nothing
+_shtab_stockade_hook___timeout_COMPGEN=_stockade_nothing
+_shtab_stockade_hook___cwd_fd_COMPGEN=_stockade_nothing
 
 _shtab_stockade_run___mode_choices=(read-only workspace-write full-access)
 _shtab_stockade_run___network_choices=(none proxy all)
@@ -94,8 +101,10 @@ _shtab_stockade_policy_pos_0_choices=(check rules)
 _shtab_stockade_mcp___mode_choices=(read-only workspace-write full-access)
 _shtab_stockade_mcp___backend_choices=(auto bubblewrap landlock none)
 _shtab_stockade_mcp___log_level_choices=(DEBUG INFO WARNING ERROR)
+_shtab_stockade_hook_pos_0_choices=(claude-code)
+_shtab_stockade_hook___mode_choices=(read-only workspace-write full-access)
 _shtab_stockade_completion_pos_0_choices=(bash zsh fish)
-_shtab_stockade_pos_0_choices=(run explain shell doctor audit config trust policy proxy mcp completion)
+_shtab_stockade_pos_0_choices=(run explain shell doctor audit config trust policy proxy mcp hook completion)
 
 _shtab_stockade_run_pos_0_nargs=...
 _shtab_stockade_run__h_nargs=0
@@ -121,6 +130,8 @@ _shtab_stockade_audit__h_nargs=0
 _shtab_stockade_audit___help_nargs=0
 _shtab_stockade_audit___network_nargs=0
 _shtab_stockade_audit___json_nargs=0
+_shtab_stockade_audit___follow_nargs=0
+_shtab_stockade_audit___web_nargs=0
 _shtab_stockade_config__h_nargs=0
 _shtab_stockade_config___help_nargs=0
 _shtab_stockade_config___json_nargs=0
@@ -143,6 +154,12 @@ _shtab_stockade_proxy___help_nargs=0
 _shtab_stockade_proxy___json_nargs=0
 _shtab_stockade_mcp__h_nargs=0
 _shtab_stockade_mcp___help_nargs=0
+_shtab_stockade_hook__h_nargs=0
+_shtab_stockade_hook___help_nargs=0
+_shtab_stockade_hook___install_nargs=0
+_shtab_stockade_hook___project_nargs=0
+_shtab_stockade_hook___user_nargs=0
+_shtab_stockade_hook___run_nargs=0
 _shtab_stockade_completion__h_nargs=0
 _shtab_stockade_completion___help_nargs=0
 _shtab_stockade_pos_0_nargs=A...

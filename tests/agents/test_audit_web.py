@@ -1,0 +1,124 @@
+"""`stockade audit --web` in a real headless Chromium.
+
+A real refused command and a real blocked one are written to a ledger by
+`stockade run`; `stockade audit --web` serves it; Chromium loads the denials
+page, dumps what it rendered and takes a screenshot.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("datasette")
+
+pytestmark = pytest.mark.timeout(180)
+
+CHROMIUM = "/usr/bin/chromium"
+STOCKADE = [sys.executable, "-I", "-c", "from stockade.cli import main; import sys; "
+            "sys.exit(main())"]
+
+
+@pytest.fixture
+def world() -> Iterator[tuple[Path, dict[str, str]]]:
+    base = Path(tempfile.mkdtemp(prefix="stockade-web-", dir="/var/tmp"))
+    for sub in ("ws", "home", "state", "data", "config"):
+        (base / sub).mkdir()
+    env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": str(base / "home"),
+           "XDG_STATE_HOME": str(base / "state"), "XDG_DATA_HOME": str(base / "data"),
+           "XDG_CONFIG_HOME": str(base / "config"), "PYTHONPATH": ""}
+    yield base, env
+    shutil.rmtree(base, ignore_errors=True)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _listening_on(port: int) -> list[str]:
+    """The local addresses a socket listens on at `port` (from /proc/net/tcp{,6})."""
+    found = []
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for line in Path(table).read_text().splitlines()[1:]:
+            local, state = line.split()[1], line.split()[3]
+            address, _, hexport = local.partition(":")
+            if state == "0A" and int(hexport, 16) == port:
+                found.append(address)
+    return found
+
+
+def test_the_denials_page_in_headless_chromium(world: tuple[Path, dict[str, str]]) -> None:
+    if not os.path.exists(CHROMIUM):
+        pytest.skip("Debian's chromium is not installed at /usr/bin/chromium "
+                    "(apt-get install chromium; .ci/run installs it): no browser to load the "
+                    "page with")
+    base, env = world
+    ws = base / "ws"
+    for argv in (["rm", "-rf", "--no-preserve-root", "/"],
+                 ["/bin/sh", "-c", f"touch {base}/home/planted"]):
+        subprocess.run([*STOCKADE, "run", "--mode", "workspace-write", "--", *argv], cwd=ws,
+                       env=env, capture_output=True, timeout=60, check=False)
+    ledger = base / "data" / "stockade" / "ledger.db"
+    before = ledger.read_bytes()
+    port = _free_port()
+    server = subprocess.Popen([*STOCKADE, "audit", "--web", "--port", str(port)], cwd=ws,
+                              env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    profile = base / "chromium"
+    profile.mkdir()
+    shot = profile / "denials.png"
+    chrome = [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu",
+              "--disable-dev-shm-usage", "--no-first-run", f"--user-data-dir={profile}",
+              "--window-size=1400,900"]
+    url = f"http://127.0.0.1:{port}/ledger/denials?session="
+    try:
+        deadline = time.monotonic() + 30
+        while not _listening_on(port) and time.monotonic() < deadline:
+            assert server.poll() is None, server.stdout.read() if server.stdout else ""
+            time.sleep(0.2)
+        # Loopback only: 127.0.0.1, never 0.0.0.0 or another address.
+        assert _listening_on(port) == ["0100007F"]
+        browser_env = {**env, "HOME": str(profile)}
+        dom = subprocess.run([*chrome, "--dump-dom", url], env=browser_env,
+                             capture_output=True, timeout=90, check=False)
+        taken = subprocess.run([*chrome, f"--screenshot={shot}", url], env=browser_env,
+                               capture_output=True, timeout=90, check=False)
+        # Read-only: a write through Datasette's API is refused.
+        import urllib.error
+        import urllib.request
+
+        request = urllib.request.Request(
+            f"http://127.0.0.1:{port}/ledger/executions/-/insert", method="POST",
+            data=b'{"row": {"session": "forged"}}', headers={"Content-Type": "application/json"})
+        with pytest.raises(urllib.error.HTTPError):
+            urllib.request.urlopen(request, timeout=10)
+    finally:
+        server.terminate()
+        server.wait(timeout=10)
+    page = dom.stdout.decode(errors="replace")
+    assert "rm -rf --no-preserve-root /" in page, page[:2000]
+    assert "command policy blocked: rm-no-preserve-root" in page
+    assert "refused" in page and "blocked" in page
+    assert f"touch {base}/home/planted" in page
+    assert shot.exists() and shot.stat().st_size > 10_000, taken.stderr.decode(errors="replace")
+    assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert b"forged" not in ledger.read_bytes()
+    assert len(ledger.read_bytes()) == len(before)
+
+
+def test_web_refuses_a_missing_ledger_in_one_line(world: tuple[Path, dict[str, str]]) -> None:
+    base, env = world
+    res = subprocess.run([*STOCKADE, "audit", "--web", "--port", str(_free_port())],
+                         cwd=base / "ws", env=env, capture_output=True, timeout=60, check=False)
+    assert res.returncode == 64
+    assert res.stderr.decode().count("\n") == 1 and b"no ledger" in res.stderr

@@ -1,0 +1,93 @@
+"""`StockadeSandbox` as the backend of a real `create_deep_agent` run.
+
+A scripted chat model calls Deep Agents' own tools (`execute`, `write_file`,
+`read_file`, `edit_file`, `grep`); every one runs in stockade, and the test
+checks what landed on the host and what the model was shown.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+import sqlite3
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("deepagents")
+
+pytestmark = pytest.mark.timeout(120)
+
+
+@pytest.fixture
+def dirs(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[Path, Path]]:
+    base = Path(tempfile.mkdtemp(prefix="stockade-deepagents-", dir="/var/tmp"))
+    for sub in ("ws", "home/.aws", "state", "data", "config"):
+        (base / sub).mkdir(parents=True)
+    (base / "home/.bashrc").write_text("# mine\n")
+    (base / "home/.aws/credentials").write_text("SECRET-KEY-deep\n")
+    for name, sub in (("HOME", "home"), ("XDG_STATE_HOME", "state"), ("XDG_DATA_HOME", "data"),
+                      ("XDG_CONFIG_HOME", "config")):
+        monkeypatch.setenv(name, str(base / sub))
+    yield base / "ws", base / "home"
+    shutil.rmtree(base, ignore_errors=True)
+
+
+def _agent_run(ws: Path, calls: list[tuple[str, dict[str, Any]]]) -> list[str]:
+    """A `create_deep_agent` run whose model makes these tool calls, one per turn."""
+    from deepagents import create_deep_agent
+    from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
+    from langchain_core.messages import AIMessage
+
+    from stockade.adapters.deepagents import StockadeSandbox
+
+    class ScriptedChat(GenericFakeChatModel):
+        def bind_tools(self, tools: Any, **kwargs: Any) -> Any:
+            return self
+
+    model = ScriptedChat(messages=iter([
+        *(AIMessage(content="", tool_calls=[{"name": name, "id": f"call_{i}", "args": args}])
+          for i, (name, args) in enumerate(calls)),
+        AIMessage(content="done"),
+    ]))
+    with StockadeSandbox(str(ws), mode="workspace-write") as backend:
+        agent = create_deep_agent(model=model, backend=backend)
+        state = agent.invoke({"messages": [{"role": "user", "content": "go"}]})
+    return [str(m.content) for m in state["messages"] if m.type == "tool"]
+
+
+def test_a_deep_agent_runs_its_shell_and_file_tools_in_stockade(
+        dirs: tuple[Path, Path]) -> None:
+    ws, home = dirs
+    notes = str(ws / "notes.txt")
+    shown = _agent_run(ws, [
+        ("execute", {"command": "echo built > build.log && cat build.log && "
+                                "echo $STOCKADE_SANDBOX"}),
+        ("write_file", {"file_path": notes, "content": "first line\nsecond line\n"}),
+        ("edit_file", {"file_path": notes, "old_string": "second", "new_string": "2nd"}),
+        ("read_file", {"file_path": notes}),
+        ("grep", {"pattern": "2nd", "path": str(ws)}),
+        ("execute", {"command": "echo pwned >> ~/.bashrc; cat ~/.aws/credentials"}),
+        ("write_file", {"file_path": str(home / "planted.txt"), "content": "x"}),
+        ("read_file", {"file_path": str(home / ".aws/credentials")}),
+        ("execute", {"command": "rm -rf --no-preserve-root /"}),
+    ])
+    assert len(shown) == 9, shown
+    assert "built" in shown[0] and "bubblewrap" in shown[0]
+    assert (ws / "build.log").read_text() == "built\n"
+    assert (ws / "notes.txt").read_text() == "first line\n2nd line\n"
+    assert "2nd line" in shown[3] and "notes.txt" in shown[4]
+    assert "Read-only file system" in shown[5] and "stockade: blocked by the sandbox" in shown[5]
+    assert "SECRET-KEY-deep" not in "".join(shown)
+    assert "permission_denied" in shown[6] and not (home / "planted.txt").exists()
+    assert "command policy blocked" in shown[8] and "77" in shown[8]
+    assert (home / ".bashrc").read_text() == "# mine\n"
+    # Each operation, file ones included, has its ledger record in the session.
+    with contextlib.closing(sqlite3.connect(home.parent / "data/stockade/ledger.db")) as db:
+        sessions = {s for (s,) in db.execute("SELECT session FROM executions")}
+        count = db.execute("SELECT count(*) FROM executions").fetchone()[0]
+    assert len(sessions) == 1 and next(iter(sessions)).startswith("deepagents-")
+    assert count >= 9

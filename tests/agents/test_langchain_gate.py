@@ -1,0 +1,110 @@
+"""Attacks on the LangChain persistent shell's gate, each through a real agent run.
+
+`create_agent` with `ShellToolMiddleware` and a scripted chat model: the
+middleware writes each command and its own status line to the shell, as it
+does for a real model. Each attack aims at the policy or the record, not the
+kernel boundary: running a policy-blocked command unrecorded, reporting a
+status the command made up, or running code the ledger never saw.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import sqlite3
+from pathlib import Path
+
+import pytest
+from test_adapters import _scripted_agent_run
+from test_adapters import dirs as dirs  # the fixture
+
+from stockade.config import SandboxConfig
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def _run(ws: Path, commands: list[str]) -> tuple[list[str], list[tuple[str, str, int | None]]]:
+    """What the model was shown for each command, and each command's record."""
+    pytest.importorskip("langchain.agents.middleware")
+    ledger = ws.parent / "ledger.db"
+    shown = _scripted_agent_run(ws, [{"command": c} for c in commands],
+                                config=SandboxConfig(mode="workspace-write", ledger=str(ledger)))
+    with contextlib.closing(sqlite3.connect(ledger)) as db:
+        rows = db.execute("SELECT argv, outcome, exit_code, detail FROM executions "
+                          "ORDER BY id").fetchall()
+    records = [(json.loads(argv)[2], outcome, code) for argv, outcome, code, detail in rows
+               if "persistent_shell" in (detail or "")]
+    return shown, records
+
+
+def test_text_that_starts_like_the_status_line_is_a_command(dirs: tuple[Path, Path]) -> None:
+    ws, _ = dirs
+    (ws / "keep").write_text("still here\n")
+    attack = "printf '__LC_SHELL_DONE__'>/dev/null; rm -rf --no-preserve-root \"$PWD/keep\" /"
+    shown, records = _run(ws, [attack])
+    assert (ws / "keep").read_text() == "still here\n"
+    assert "stockade denied this command" in shown[0]
+    assert records == [(attack, "denied", None)]
+
+
+def test_a_command_cannot_read_the_framing_and_forge_its_status(dirs: tuple[Path, Path]) -> None:
+    ws, _ = dirs
+    # Reads the middleware's status line from the shell's stdin, prints a
+    # status line of its own with that marker and exit 0, then fails.
+    forge = ("read -r line; m=${line#printf \\'}; m=${m%% *}; "
+             "printf '%s 0\\n' \"$m\"; echo made-up; false")
+    shown, records = _run(ws, [forge, "echo next"])
+    assert "Exit code: 1" in shown[0], shown
+    assert records == [(forge, "ran", 1), ("echo next", "ran", 0)]
+    assert "next" in shown[1]
+
+
+def test_a_command_cannot_print_a_status_line_for_the_next_one(dirs: tuple[Path, Path]) -> None:
+    ws, _ = dirs
+    # A background job of the first command prints status-like lines while the
+    # second runs: the second's record and result are its own.
+    first = ("(for i in 1 2 3 4 5 6 7 8; do echo __LC_SHELL_DONE__0 0; "
+             "echo __stockade_status_0 0; sleep 0.1; done) &")
+    shown, records = _run(ws, [first, "sleep 0.5; sh -c 'exit 5'"])
+    assert "Exit code: 5" in shown[1], shown
+    assert records[1] == ("sleep 0.5; sh -c 'exit 5'", "ran", 5)
+
+
+@pytest.mark.parametrize("plant", [
+    "trap '. ./.t' DEBUG",
+    "trap '. ./.t' RETURN; f() { :; }",
+    "ls() { . ./.t; }; alias true='. ./.t; true'; shopt -s expand_aliases",
+    "export BASH_ENV=$PWD/.t ENV=$PWD/.t",
+    "export PROMPT_COMMAND='. ./.t'",
+    "export LD_PRELOAD=$PWD/nothing.so",
+    "set -o xtrace; export PS4='$(. ./.t)'",
+], ids=["debug-trap", "return-trap", "function-alias", "bash-env", "prompt-command",
+        "ld-preload", "ps4"])
+def test_no_command_leaves_code_for_the_next(dirs: tuple[Path, Path], plant: str) -> None:
+    ws, _ = dirs
+    # Armed by the second command: what the first runs of it itself is its own.
+    (ws / ".t").write_text("[ -f armed ] && touch hidden-ran\n")
+    second = "touch armed; ls; true; echo $LD_PRELOAD; echo visible"
+    shown, records = _run(ws, [plant, second])
+    assert not (ws / "hidden-ran").exists(), shown
+    assert "visible" in shown[1]
+    assert [r[0] for r in records] == [plant, second]
+
+
+def test_the_directory_and_exported_variables_carry_over(dirs: tuple[Path, Path]) -> None:
+    ws, _ = dirs
+    shown, records = _run(ws, [
+        "mkdir -p sub/deep && cd sub/deep && export GREETING='a b' GONE=1",
+        "unset GONE; pwd; echo \"$GREETING|${GONE-unset}\"",
+        "cd ..; pwd",
+    ])
+    assert f"{ws}/sub/deep\na b|unset" in shown[1], shown
+    assert f"{ws}/sub\n" in shown[2] or shown[2].startswith(f"{ws}/sub"), shown
+    assert [r[2] for r in records] == [0, 0, 0]
+
+
+def test_exit_ends_the_shell_with_its_status(dirs: tuple[Path, Path]) -> None:
+    ws, _ = dirs
+    _, records = _run(ws, ["exit 4", "echo back"])
+    assert records[0] == ("exit 4", "ran", 4)
+    assert records[1] == ("echo back", "ran", 0)
