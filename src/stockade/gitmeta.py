@@ -298,7 +298,6 @@ def merge_config(base: list[Entry], ours: list[Entry], host_text: str
     dropped = [k for k in changed if k not in kept]
     if not kept:
         return host_text, [], dropped
-    lines = host_text.split("\n")
     gone: set[int] = set()
     headers: dict[int, str] = {}
     for entry in host:
@@ -306,15 +305,52 @@ def merge_config(base: list[Entry], ours: list[Entry], host_text: str
             gone.update(range(entry.start, entry.start + len(entry.lines)))
             if entry.lines[0].lstrip().startswith("["):
                 headers[entry.start] = entry.section_line  # `[core] bare = true`
-    text = "\n".join(headers.get(n, line) for n, line in enumerate(lines)
-                     if n not in gone or n in headers).rstrip("\n")
-    sections: dict[str, list[str]] = {}
+    emptied: set[str] = set()
+    lines: list[str] = []
+    for n, line in enumerate(host_text.split("\n")):
+        if n in headers or n not in gone:
+            lines.append(headers.get(n, line))
+        else:
+            emptied.add(_header_id(lines) or "")
+    new: dict[str, tuple[str, list[str]]] = {}
     for entry in ours:
         if entry.key in kept:
             header, name = _spelled(entry.key) or ("", "")
-            sections.setdefault(header, []).append(f"\t{name} = {_quote(entry.value)}")
-    blocks = [header + "\n" + "\n".join(body) for header, body in sections.items()]
-    return "\n".join(([text] if text else []) + blocks) + "\n", kept, dropped
+            new.setdefault(entry.key.rpartition(".")[0], (header, []))[1].append(
+                f"\t{name} = {_quote(entry.value)}")
+    return _placed(lines, new, emptied), kept, dropped
+
+
+def _header_id(lines: list[str]) -> str | None:
+    """The section of the last header among `lines` (`_section`'s spelling)."""
+    for line in reversed(lines):
+        stripped = line.strip()
+        if stripped.startswith("["):
+            return _section(stripped[:stripped.find("]") + 1])
+    return None
+
+
+def _placed(lines: list[str], new: dict[str, tuple[str, list[str]]], emptied: set[str]
+            ) -> str:
+    """`lines` with each section's `new` entries at the end of its last header's body
+    (or in a block of their own), and the bare headers of `emptied` sections that
+    were left with nothing under them dropped, as git's own writes would leave it."""
+    starts = [n for n, line in enumerate(lines) if line.strip().startswith("[")]
+    out = lines[:starts[0]] if starts else list(lines)
+    sections = [_header_id(lines[:n + 1]) or "" for n in starts]
+    last = {section: n for n, section in zip(starts, sections, strict=True)}
+    for n, end, section in zip(starts, [*starts[1:], len(lines)], sections, strict=True):
+        body = lines[n + 1:end]
+        filled = len(body)
+        while filled and not body[filled - 1].strip():
+            filled -= 1
+        added = new.pop(section, ("", []))[1] if last[section] == n else []
+        bare = lines[n].strip().endswith("]")
+        if added or filled or not bare or section not in emptied:
+            out += [lines[n], *body[:filled], *added, *body[filled:]]
+    text = "\n".join(out).rstrip("\n")
+    blocks = [header + "\n" + "\n".join(body) for header, body in new.values()]
+    return "\n".join(([text] if text else []) + blocks) + "\n"
 
 
 def _values(entries: list[Entry]) -> dict[str, list[str]]:

@@ -16,7 +16,7 @@ import time
 
 import pytest
 
-from .conftest import Box, text
+from .conftest import RUN_TIMEOUT, Box, text
 from .test_iso_git import GIT_ENV, git, repo
 
 pytestmark = pytest.mark.isolation
@@ -166,3 +166,100 @@ def test_the_persons_own_config_write_during_a_run_is_kept(repo: Box) -> None:
     assert git(box, "config", "core.sshCommand", "ssh -i ~/.ssh/work").returncode == 0
     running.join()
     assert config(box, "core.sshCommand") == "ssh -i ~/.ssh/work"
+
+
+#: Writes a key git runs into the host's config through a hard link in a directory
+#: no watch looks at, then waits (bounded) for it to be taken out while it runs.
+LINKED_WRITE = r"""
+ln .git/config .git/objects/cfg-link || exit 3
+printf '[core]\n\tfsmonitor = touch %s/pwned-link\n' "$PWD" >> .git/objects/cfg-link
+for i in $(seq 100); do
+  grep -qi fsmonitor .git/config || { echo cut; exit 0; }
+  sleep 0.05
+done
+echo still-live
+"""
+#: The same, once the person's own `git config` has replaced the file the command's
+#: private copy was bound over (which detaches that mount inside).
+AFTER_PERSONS_WRITE = r"""
+first=$(stat -c %i .git/config)
+touch ready
+for i in $(seq 500); do
+  [ "$(stat -c %i .git/config)" != "$first" ] && break
+  sleep 0.02
+done
+[ "$(stat -c %i .git/config)" = "$first" ] && { echo held; exit 0; }
+""" + LINKED_WRITE
+
+
+def linked_write_is_cut_while_it_runs(box: Box, script: str, person: bool) -> bytes:
+    """The command's output; asserts the host's git never ran the key, mid-run or after."""
+    results: list[subprocess.CompletedProcess[bytes]] = []
+    running = threading.Thread(target=lambda: results.append(box.sh(
+        script, mode="workspace-write", env=box.env(**GIT_ENV))))
+    running.start()
+    if person:
+        deadline = time.monotonic() + RUN_TIMEOUT
+        while not (box.ws / "ready").exists() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert git(box, "config", "user.email", "me@example.invalid").returncode == 0
+    seen = 0
+    while running.is_alive():
+        _host_git_runs_something(box)  # the person's prompt, meanwhile
+        seen += 1
+        time.sleep(0.05)
+    running.join()
+    res = results[0]
+    assert res.returncode == 0, text(res)
+    assert "fsmonitor" not in git(box, "config", "--list").stdout.decode().lower()
+    assert _host_git_runs_something(box) == [] and seen >= 1
+    return res.stdout
+
+
+def test_a_key_written_through_a_hard_link_after_the_persons_write_is_cut_at_once(
+        repo: Box) -> None:
+    out = linked_write_is_cut_while_it_runs(repo, AFTER_PERSONS_WRITE, person=True)
+    assert b"cut" in out, out
+
+
+def test_control_a_key_written_through_a_hard_link_stays_unconfined(repo: Box) -> None:
+    box = repo
+    res = box.host(["/bin/sh", "-c", LINKED_WRITE], env=box.env(**GIT_ENV))
+    assert b"still-live" in res.stdout, text(res)
+    assert _host_git_runs_something(box) == ["pwned-link"]
+
+
+#: What a git killed while writing its config leaves: `config.lock`, which makes every
+#: later `git config` fail until someone removes it.
+LEFT_LOCK = r"""
+git config user.name "Agent Smith"
+printf '[user]\n\tname = half-written\n' > .git/config.lock
+echo done
+"""
+
+
+def test_a_config_lock_the_command_left_is_removed_and_its_keys_merged(repo: Box) -> None:
+    box = repo
+    person_lock = box.ws / ".git" / "config.lock"
+    res = box.sh(LEFT_LOCK + "sleep 1.2", mode="workspace-write", env=box.env(**GIT_ENV))
+    assert res.returncode == 0 and b"done" in res.stdout, text(res)
+    assert "config.lock" in text(res), text(res)  # said, not silent
+    assert not person_lock.exists()
+    assert config(box, "user.name") == "Agent Smith"
+    assert git(box, "config", "color.ui", "auto").returncode == 0
+
+
+def test_a_config_lock_from_before_the_command_is_the_persons(repo: Box) -> None:
+    box = repo
+    person_lock = box.write(box.ws / ".git" / "config.lock", "[user]\n")
+    res = box.sh("git config user.name A; true", mode="workspace-write",
+                 env=box.env(**GIT_ENV))
+    assert res.returncode == 0, text(res)
+    assert person_lock.read_text() == "[user]\n"
+
+
+def test_control_a_left_config_lock_stops_the_persons_git(repo: Box) -> None:
+    box = repo
+    box.host(["/bin/sh", "-c", LEFT_LOCK], env=box.env(**GIT_ENV))
+    res = git(box, "config", "color.ui", "auto")
+    assert res.returncode != 0 and b"lock" in res.stderr, text(res)

@@ -31,3 +31,18 @@ def test_keys_git_acts_on_never_reach_the_host(repo: Box) -> None:
 
 def test_overlapping_commands_and_the_person_all_keep_their_keys(repo: Box) -> None:
     iso.test_overlapping_commands_and_the_person_all_keep_their_keys(repo)
+
+
+def test_a_key_written_through_a_hard_link_is_cut_at_once(repo: Box) -> None:
+    """Without a mount the command can link the person's config anywhere in the
+    workspace; a write through the link is seen by the file's own watch."""
+    out = iso.linked_write_is_cut_while_it_runs(repo, iso.LINKED_WRITE, person=False)
+    assert b"cut" in out, out
+
+
+def test_a_config_lock_the_command_left_is_removed_and_its_keys_merged(repo: Box) -> None:
+    iso.test_a_config_lock_the_command_left_is_removed_and_its_keys_merged(repo)
+
+
+def test_a_config_lock_from_before_the_command_is_the_persons(repo: Box) -> None:
+    iso.test_a_config_lock_from_before_the_command_is_the_persons(repo)

@@ -137,3 +137,41 @@ def test_a_header_line_with_a_variable_keeps_its_header(tmp_path: Path) -> None:
     assert result is not None
     (tmp_path / "c").write_text(result[0])
     assert sorted(listing(tmp_path / "c")) == ["user.email=a@b", "user.name=New"]
+
+
+def merged_text(repo: Path, tmp_path: Path, command: list[list[str]]) -> tuple[str, str]:
+    """(what merging `command`'s git config writes leaves, what git itself left)."""
+    config = repo / ".git" / "config"
+    base = config.read_text()
+    for args in command:
+        git(*args, cwd=repo)
+    ours = config.read_text()
+    result = merge_config(parse_config(base) or [], parse_config(ours) or [], base)
+    assert result is not None
+    return result[0], ours
+
+
+def test_a_removed_section_leaves_no_empty_header(repo: Path, tmp_path: Path) -> None:
+    git("remote", "add", "origin", "/srv/a.git", cwd=repo)
+    git("branch", "-m", "main", cwd=repo)
+    git("config", "branch.main.remote", "origin", cwd=repo)
+    got, git_wrote = merged_text(repo, tmp_path, [["remote", "remove", "origin"]])
+    assert got == git_wrote
+    assert "[remote" not in got and "[branch" not in got
+
+
+def test_a_changed_key_stays_in_its_section(repo: Path, tmp_path: Path) -> None:
+    git("remote", "add", "origin", "/srv/a.git", cwd=repo)
+    got, _ = merged_text(repo, tmp_path, [["remote", "set-url", "origin", "/srv/b.git"]])
+    assert got.count('[remote "origin"]') == 1
+    out = tmp_path / "merged"
+    out.write_text(got)
+    assert "remote.origin.url=/srv/b.git" in listing(out)
+    assert "remote.origin.fetch=+refs/heads/*:refs/remotes/origin/*" in listing(out)
+
+
+def test_headers_the_person_wrote_empty_or_commented_stay(tmp_path: Path) -> None:
+    host = '[alias]\n[remote "o"] # mine\n\turl = a\n\n[user]\n\tname = A\n'
+    result = merge_config(parse_config(host) or [], parse_config("[alias]\n") or [], host)
+    assert result is not None
+    assert result[0] == '[alias]\n[remote "o"] # mine\n'  # [user] was emptied by the merge

@@ -50,6 +50,27 @@ def is_config_of(path: str, gitdirs: Iterable[str]) -> bool:
         is_under(os.path.dirname(path), g) for g in gitdirs)
 
 
+#: The state directories whose dead processes' copies this process removed.
+_swept: set[str] = set()
+
+
+def _sweep_dead(base: str) -> None:
+    """Remove the copies of stockade processes that died (SIGKILL) before closing
+    them: each holds a config of the person's, which must not pile up."""
+    for name in os.listdir(base):
+        pid = name.partition(".")[0]
+        if not pid.isdigit() or int(pid) == os.getpid():
+            continue
+        try:
+            os.kill(int(pid), 0)
+        except ProcessLookupError:
+            from .fstree import remove_tree
+
+            remove_tree(os.path.join(base, name))
+        except OSError:
+            pass  # alive, another user's: theirs to close
+
+
 class Merged:
     """What one merge did: the keys it dropped, or why it could not be done."""
 
@@ -72,6 +93,9 @@ class PrivateConfigs:
     def __init__(self, paths: list[str], state_dir: str) -> None:
         base = os.path.join(state_dir, "gitconfig")
         os.makedirs(base, mode=0o700, exist_ok=True)
+        if base not in _swept:
+            _swept.add(base)
+            _sweep_dead(base)
         self.dir = os.path.join(base, f"{os.getpid()}.{os.urandom(6).hex()}")
         os.mkdir(self.dir, 0o700)
         self.copies = {path: os.path.join(self.dir, str(n)) for n, path in enumerate(paths)}
@@ -143,10 +167,40 @@ def merge_into(fs: Roots, path: str, base: bytes, ours: bytes) -> Merged:
         except FileExistsError:
             # The person's git holds config.lock: it is writing the file now.
             if time.monotonic() > deadline:
-                return Merged(path, [], "git held config.lock throughout")
+                return Merged(path, [], f"{os.path.basename(path)}.lock was held throughout "
+                              "(if no git is running, a killed one left it: remove it)")
             time.sleep(0.02)
         except OSError as exc:
             return Merged(path, [], f"it could not be written ({exc.strerror or exc})")
+
+
+def clear_left_lock(fs: Roots, path: str, since_ns: int) -> str:
+    """Remove the `config.lock` beside `path` that a command's git left (killed while
+    writing): git refuses every later write of the config while it is there, the
+    person's and the merge's alike. What was done, or "" when there is none.
+
+    Only a lock made since `since_ns` (its ctime, which no command can set
+    back), and once it is `LOCK_WAIT_SECONDS` old: a git still running holds
+    it for milliseconds. An older lock is the person's: left alone.
+    """
+    where = fs.locate(path + ".lock")
+    if where is None:
+        return ""
+    root, rel = where
+    st = root.lstat(rel)
+    if st is None:
+        return ""
+    if st.st_ctime_ns < since_ns:
+        return ""
+    while (age := time.time_ns() - st.st_ctime_ns) < LOCK_WAIT_SECONDS * 1e9:
+        time.sleep(min(0.05, LOCK_WAIT_SECONDS - age / 1e9))
+        now = root.lstat(rel)
+        if now is None:
+            return ""  # a git that was still writing it is done
+        st = now
+    root.remove(rel)
+    return ("removed: the command's git left it, and git refuses to change the config "
+            "while it is there")
 
 
 def _write_locked(root: Root, rel: str, data: bytes, st: os.stat_result | None) -> None:

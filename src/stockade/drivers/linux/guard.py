@@ -98,6 +98,8 @@ class MetadataGuard:
         self.watch: Watch | None = None
         self.tree = tree
         self.private: PrivateConfigs | None = None
+        #: When the command began (its config locks are younger).
+        self.started_ns = time.time_ns()
         from ...paths import sha256_hex
 
         key = sha256_hex(profile.workspace.encode())[:32]
@@ -149,16 +151,33 @@ class MetadataGuard:
     def _watch(self) -> None:
         """Settle each protected name as it appears (and, when copies are kept, each
         protected directory as it changes) for as long as this guard is alive."""
+        import stat
         import threading
 
         from .watch import Watch
 
         names: dict[str, set[str]] = {}
         trees: set[str] = set()
+        # Each protected file also by its inode: a hard link the command made to
+        # it (under Landlock, or once the person's rename detached a mount)
+        # writes it where no directory watch sees.
+        files: dict[str, str] = {}
         for path in self.paths:
             names.setdefault(os.path.dirname(path), set()).add(os.path.basename(path))
-            if self.content and os.path.isdir(path) and not os.path.islink(path):
+            try:
+                mode = os.lstat(path).st_mode
+            except OSError:
+                continue
+            if stat.S_ISREG(mode):
+                files[path] = path
+            elif self.content and stat.S_ISDIR(mode):
                 trees.add(path)
+                try:
+                    with os.scandir(path) as entries:
+                        files.update((e.path, path) for e in entries
+                                     if e.is_file(follow_symlinks=False))
+                except OSError:
+                    pass  # the tree's own watch and the sweep still cover it
         for gitdir in self.gitdirs:
             # New worktrees and modules appear there. Not the index: its gitlinks
             # wait for the sweep after the run (see `_gitlinks`).
@@ -172,7 +191,7 @@ class MetadataGuard:
             self._during_from = os.stat(self._during).st_size
         except OSError:
             self._during_from = 0
-        self.watch = Watch(names, trees, self._settle_now)
+        self.watch = Watch(names, trees, self._settle_now, files)
 
     @property
     def unwatched(self) -> str:
@@ -215,6 +234,7 @@ class MetadataGuard:
             self.private.close()  # a parked sandbox's, which could not serve after all
         private.owner = self
         self.private = private
+        self.started_ns = time.time_ns()
         fs = Roots(self.roots)
         try:
             if self.alive_fd < 0:
@@ -244,6 +264,22 @@ class MetadataGuard:
         finally:
             fs.close()
             private.close()
+        return done
+
+    def _left_locks(self) -> list[Neutralised]:
+        """Each `config.lock` of a guarded repository the command's git left behind."""
+        from .gitconfig import clear_left_lock, is_config_of
+
+        done: list[Neutralised] = []
+        fs = Roots(self.roots)
+        try:
+            for path in self.paths:
+                if is_config_of(path, self.gitdirs):
+                    what = clear_left_lock(fs, path, self.started_ns)
+                    if what:
+                        done.append(Neutralised(path + ".lock", what))
+        finally:
+            fs.close()
         return done
 
     def _leave(self) -> None:
@@ -428,6 +464,7 @@ class MetadataGuard:
             self.watch.close()
         try:
             with _FileLock(self._snap_lock):
+                done += self._left_locks()
                 done += self._merge_private()
                 if self.watch is not None:
                     done += self._settled_during()
@@ -649,10 +686,15 @@ class MetadataGuard:
         # Replaced in one rename, the command's version copied aside, never moved:
         # its git, reading the file between a removal and a rewrite, took it for
         # empty and wrote back a config without the person's keys.
-        moved = self._quarantine_copy(path, have) if dropped else ""
         temp = f".stockade-new-{os.urandom(6).hex()}"
         write_tree(fd, temp, (*want[:5], body))
+        if _read_at(fd, name) != ours:
+            # Written again since it was read: the rename would undo that write
+            # (the command's next `git config`); its own event settles it.
+            os.unlink(temp, dir_fd=fd)
+            return True
         os.rename(temp, name, src_dir_fd=fd, dst_dir_fd=fd)
+        moved = self._quarantine_copy(path, have) if dropped else ""
         if dropped:
             done.append(Neutralised(path, "restored, but for the command's changes git does "
                                     "not act on: dropped " + ", ".join(dropped), moved))
@@ -1096,6 +1138,16 @@ def _write(dir_fd: int, name: str, text: str) -> None:
                  dir_fd=dir_fd)
     with open(fd, "wb") as fh:
         fh.write(text.encode("utf-8", "surrogateescape"))
+
+
+def _read_at(dir_fd: int, name: str) -> bytes | None:
+    try:
+        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
+                     dir_fd=dir_fd)
+    except OSError:
+        return None
+    with open(fd, "rb") as fh:
+        return fh.read(gitmeta.MAX_CONFIG_BYTES + 1)
 
 
 def _read(path: str) -> str:

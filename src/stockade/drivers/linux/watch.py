@@ -25,6 +25,7 @@ so.
 
 from __future__ import annotations
 
+import errno
 import os
 import select
 import struct
@@ -48,8 +49,10 @@ IN_DONT_FOLLOW = 0x02000000
 IN_NONBLOCK = os.O_NONBLOCK
 IN_CLOEXEC = os.O_CLOEXEC
 
-#: (inotify_init1, inotify_add_watch) by seccomp architecture name.
-_NR = {"x86_64": (294, 254), "aarch64": (26, 27)}
+#: (inotify_init1, inotify_add_watch, inotify_rm_watch) by seccomp architecture name.
+_NR = {"x86_64": (294, 254, 255), "aarch64": (26, 27, 28)}
+#: How often one event re-arms and settles a file whose settle replaced it.
+REARM_LIMIT = 4
 _EVENT = struct.Struct("iIII")
 
 
@@ -57,16 +60,22 @@ class Watch:
     """A thread that calls `settle(path)` for each watched path that changes.
 
     `names`: directory -> the entries in it watched for appearing or changing;
-    `trees`: directories whose every change settles the directory itself.
+    `trees`: directories whose every change settles the directory itself;
+    `files`: file -> the path its change settles. A file is watched as an
+    inode, so a write through another link to it (a hard link the command
+    made in a directory nobody watches) is seen as one by its name.
     """
 
     def __init__(self, names: dict[str, set[str]], trees: set[str],
-                 settle: Callable[[str], None]) -> None:
+                 settle: Callable[[str], None], files: dict[str, str] | None = None) -> None:
         self.failed = ""
         self._settle = settle
         self._names = names
         self._trees = trees
+        self._files = files or {}
         self._wd: dict[int, str] = {}
+        #: file -> (watch descriptor, inode) of the inode its name had when armed.
+        self._armed: dict[str, tuple[int, int]] = {}
         self._fd = -1
         self._stop_r, self._stop_w = os.pipe2(os.O_CLOEXEC)
         self._thread: threading.Thread | None = None
@@ -76,6 +85,8 @@ class Watch:
             self._fd = inotify_init()
             for path in sorted({*names, *trees}):
                 self._add(path)
+            for path in self._files:
+                self._arm(path)
         except OSError as exc:
             # Another program (another sandbox, even) can use up the user's
             # inotify instances: the names are then looked at on a timer, which
@@ -116,6 +127,29 @@ class Watch:
             return  # gone, not a directory, or not ours to read: the sweep covers it
         self._wd[wd] = path
 
+    def _arm(self, path: str) -> int:
+        """Watch the inode `path` names now (its previous one no longer); its inode."""
+        try:
+            # Not IN_ATTRIB: a rename over the name changes the old inode's link
+            # count, and each `git config` would settle the file twice.
+            wd = inotify_add_watch(self._fd, path, IN_MODIFY | IN_CLOSE_WRITE | IN_DONT_FOLLOW)
+            ino = os.lstat(path).st_ino
+        except OSError as exc:
+            wd, ino = -1, 0
+            if exc.errno == errno.ENOSPC and not self.failed:
+                self.failed = ("inotify watches used up: a write through a link to a "
+                               "protected file waits for the sweep")
+        old = self._armed.pop(path, None)
+        if old is not None and old[0] != wd and old[0] not in (
+                w for w, _ in self._armed.values()):
+            try:
+                inotify_rm_watch(self._fd, old[0])
+            except OSError:
+                pass  # its inode is gone: the kernel dropped the watch
+        if wd >= 0:
+            self._armed[path] = (wd, ino)
+        return ino
+
     def _loop(self) -> None:
         read_events(self._fd, self._stop_r, self._handle)
 
@@ -123,8 +157,22 @@ class Watch:
         for path in self._paths(data):
             try:
                 self._settle(path)
+                self._rearm(path)
             except Exception:  # the sweep after the run reports it
                 pass
+
+    def _rearm(self, settled: str) -> None:
+        """Arm each file `settled` covers on the inode its name has now, then settle
+        again if that changed: what was written to a new inode before it was armed
+        raised no event."""
+        for path, target in self._files.items():
+            if target != settled and path != settled:
+                continue
+            for _ in range(REARM_LIMIT):
+                if _inode(path) == self._armed.get(path, (-1, 0))[1]:
+                    break
+                self._arm(path)
+                self._settle(target)
 
     def _state(self) -> dict[str, tuple[int, ...]]:
         """What the watched paths are now: each name's identity, each tree's entries'."""
@@ -168,6 +216,7 @@ class Watch:
                 continue
             parent = self._wd.get(wd)
             if parent is None:
+                out.extend(self._files[p] for p, (w, _) in self._armed.items() if w == wd)
                 continue
             if parent in self._trees:
                 out.append(parent)
@@ -225,6 +274,13 @@ def read_events(fd: int, stop_r: int, handle: Callable[[bytes], None]) -> None:
 POLL_SECONDS = 0.05
 
 
+def _inode(path: str) -> int:
+    try:
+        return os.lstat(path).st_ino
+    except OSError:
+        return 0
+
+
 def _identity(path: str) -> tuple[int, ...]:
     try:
         st = os.lstat(path)
@@ -248,3 +304,7 @@ def inotify_init() -> int:
 
 def inotify_add_watch(fd: int, path: str, mask: int) -> int:
     return _syscall(1, fd, os.fsencode(path), mask)
+
+
+def inotify_rm_watch(fd: int, wd: int) -> int:
+    return _syscall(2, fd, wd)
