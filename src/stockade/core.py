@@ -756,20 +756,19 @@ def _private_dir(base: str, session_id: str) -> str:
 def remove_session_tmp(path: str) -> None:
     """Remove a session's /tmp, however deep the command made it.
 
-    shutil.rmtree recurses in Python: a tree 1200 directories deep raised
-    RecursionError out of `close()`, which then left every other session's
-    processes running. coreutils' rm walks without recursing and never
-    follows a link.
+    The walk in Python stops at a bounded depth: a tree 1200 directories deep
+    raised RecursionError out of `close()`, which then left every other
+    session's processes running. coreutils' rm takes what is left; it walks
+    without recursing and never follows a link.
     """
     try:
-        os.rmdir(path)  # most often empty: no `shutil` (2 ms of imports) on the CLI's path
+        os.rmdir(path)  # most often empty
     except OSError:
-        import shutil
+        # Not shutil.rmtree: its imports cost every CLI run 2 ms (a session's
+        # cache directory holds a layer for each toolchain cache the host has).
+        from .drivers.linux.fstree import remove_tree
 
-        try:
-            shutil.rmtree(path, ignore_errors=True)
-        except RecursionError:
-            pass
+        remove_tree(path)
     if os.path.lexists(path):
         from .process import run_plain
 

@@ -38,7 +38,9 @@ MAX_INCLUDE_DEPTH = 10
 #: of ~/.bashrc; nor `extensions.worktreeConfig`, which makes git read each
 #: linked worktree's config.worktree, one outside the workspace included;
 #: nor `core.sparseCheckout`, which without the patterns file
-#: in read-only `info/` makes the person's next checkout empty the tree).
+#: in read-only `info/` makes the person's next checkout empty the tree;
+#: nor `remote.*.pushurl`, `.push` or `.mirror`, which turn the person's next
+#: plain `git push` into an upload elsewhere or a deletion of branches).
 #: `*` is a subsection.
 INERT_KEYS = frozenset({
     "core.repositoryformatversion", "core.filemode", "core.bare", "core.logallrefupdates",
@@ -48,8 +50,7 @@ INERT_KEYS = frozenset({
     "core.splitindex", "core.abbrev", "core.commentchar",
     "extensions.objectformat", "extensions.refstorage",
     "extensions.noop", "init.defaultbranch", "user.name", "user.email",
-    "remote.*.url", "remote.*.pushurl", "remote.*.fetch", "remote.*.push", "remote.*.tagopt",
-    "remote.*.prune", "remote.*.mirror",
+    "remote.*.url", "remote.*.fetch", "remote.*.tagopt", "remote.*.prune",
     "branch.*.remote", "branch.*.merge", "branch.*.rebase", "branch.*.pushremote",
     "branch.*.description",
     "submodule.*.url", "submodule.*.active", "submodule.*.branch",
@@ -116,6 +117,8 @@ def _unquote(raw: str) -> str:
             quoted = not quoted
         elif c == "\\" and i + 1 < len(raw):
             i += 1
+            if raw[i] not in 'ntb"\\':
+                raise ValueError(f"git rejects the escape \\{raw[i]}")
             out.append({"n": "\n", "t": "\t", "b": "\b"}.get(raw[i], raw[i]))
             significant = len(out)
         elif c in "#;" and not quoted:
@@ -206,7 +209,10 @@ def parse_config(text: str) -> list[Entry] | None:
         name = name.strip().lower()
         if not name or not all(c.isalnum() or c == "-" for c in name):
             return None
-        value = _unquote(raw) if eq else "true"
+        try:
+            value = _unquote(raw) if eq else "true"
+        except ValueError:
+            return None
         dot = section.find(".")
         key = (f"{section[:dot].lower()}.{section[dot + 1:]}.{name}" if dot >= 0
                else f"{section}.{name}")
@@ -294,7 +300,11 @@ def merge_config(base: list[Entry], ours: list[Entry], host_text: str
     before, after = _values(base), _values(ours)
     changed = sorted(k for k in before.keys() | after.keys()
                      if before.get(k, []) != after.get(k, []))
-    kept = [k for k in changed if _key_matches(k, INERT_KEYS) and _spelled(k) is not None]
+    # A remote the person had stays as it was: a new URL would receive their next
+    # `git push`. One the command added is its own.
+    theirs = {k.rpartition(".")[0] for k in before if k.startswith("remote.")}
+    kept = [k for k in changed if _key_matches(k, INERT_KEYS) and _spelled(k) is not None
+            and k.rpartition(".")[0] not in theirs]
     dropped = [k for k in changed if k not in kept]
     if not kept:
         return host_text, [], dropped

@@ -263,3 +263,73 @@ def test_control_a_left_config_lock_stops_the_persons_git(repo: Box) -> None:
     box.host(["/bin/sh", "-c", LEFT_LOCK], env=box.env(**GIT_ENV))
     res = git(box, "config", "color.ui", "auto")
     assert res.returncode != 0 and b"lock" in res.stderr, text(res)
+
+
+#: Once the person's rename detached the private copy, a file of the command's with
+#: the inode number the held config had (freed by that rename) renamed over it:
+#: identical by device and inode to what the baseline recorded.
+REUSED_INODE = r"""
+import os, sys, time
+orig = next(e.inode() for e in os.scandir(".git") if e.name == "config")
+person = sys.argv[1].encode()
+open("ready", "w").close()
+deadline = time.monotonic() + 20
+while person not in open(".git/config", "rb").read():
+    if time.monotonic() > deadline:
+        sys.exit("never detached")
+    time.sleep(0.01)
+payload = '[user]\n\tname = person\n[core]\n\tfsmonitor = "touch pwned-reused"\n'
+# The number is free once the detached mount has let go of the old file, which
+# takes a moment; the guard's own rewrite of the config may get it first.
+made, mine = [], None
+for i in range(40000):
+    if i % 1000 == 0:
+        if os.stat(".git/config").st_ino == orig:
+            mine = ".git/config"
+            break
+        time.sleep(0.05)
+    p = f".git/.t{i}"
+    open(p, "w").close()
+    if os.stat(p).st_ino == orig:
+        mine = p
+        break
+    made.append(p)
+for p in made:
+    os.unlink(p)
+if mine is None:
+    print("not-reused")
+    sys.exit(0)
+with open(mine, "a") as fh:
+    fh.write(payload)
+if mine != ".git/config":
+    os.rename(mine, ".git/config")
+time.sleep(1)
+print("reused")
+"""
+
+
+def test_a_file_that_reuses_the_held_configs_inode_number_is_still_cut(repo: Box) -> None:
+    """The attack as a command makes it; when the number is handed out again is up to
+    the kernel, so it is tried until it is (tests/unit/test_guard_replaced.py
+    plays the same outcome deterministically)."""
+    box = repo
+    for attempt in range(4):
+        (box.ws / "ready").unlink(missing_ok=True)
+        results: list[subprocess.CompletedProcess[bytes]] = []
+        running = threading.Thread(target=lambda n=attempt, out=results: out.append(box.py(
+            REUSED_INODE, f"person-{n}", mode="workspace-write", env=box.env(**GIT_ENV))))
+        running.start()
+        deadline = time.monotonic() + RUN_TIMEOUT
+        while not (box.ws / "ready").exists() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert git(box, "config", "user.name", f"person-{attempt}").returncode == 0
+        running.join()
+        res = results[0]
+        assert res.returncode == 0, text(res)
+        assert "fsmonitor" not in git(box, "config", "--list").stdout.decode().lower()
+        assert _host_git_runs_something(box) == []
+        if b"not-reused" not in res.stdout:
+            assert b"reused" in res.stdout and "core.fsmonitor" in text(res), text(res)
+            return
+    pytest.skip("the kernel never handed the held config's inode number out again in "
+                "4 runs; the guard-level test covers the outcome")

@@ -105,16 +105,16 @@ def test_what_the_host_wrote_meanwhile_stays(repo: Path, tmp_path: Path) -> None
 
 def test_removals_and_multiple_values_merge_as_lists(repo: Path, tmp_path: Path) -> None:
     config = repo / ".git" / "config"
-    git("config", "-f", str(config), "remote.old.url", "/srv/old.git")
-    git("config", "-f", str(config), "--add", "remote.up.fetch", "+refs/heads/a:refs/a")
+    git("config", "-f", str(config), "branch.old.remote", "origin")
     got, kept, _ = merged(repo, tmp_path, [
-        ["--remove-section", "remote.old"],
+        ["--remove-section", "branch.old"],
+        ["--add", "remote.up.fetch", "+refs/heads/a:refs/a"],
         ["--add", "remote.up.fetch", "+refs/heads/b:refs/b"],
     ], [])
-    assert not [line for line in got if line.startswith("remote.old.")]
+    assert not [line for line in got if line.startswith("branch.old.")]
     assert [line for line in got if line.startswith("remote.up.fetch=")] == [
         "remote.up.fetch=+refs/heads/a:refs/a", "remote.up.fetch=+refs/heads/b:refs/b"]
-    assert sorted(kept) == ["remote.old.url", "remote.up.fetch"]
+    assert sorted(kept) == ["branch.old.remote", "remote.up.fetch"]
 
 
 def test_values_that_need_quoting_come_back_exactly(repo: Path, tmp_path: Path) -> None:
@@ -152,26 +152,54 @@ def merged_text(repo: Path, tmp_path: Path, command: list[list[str]]) -> tuple[s
 
 
 def test_a_removed_section_leaves_no_empty_header(repo: Path, tmp_path: Path) -> None:
-    git("remote", "add", "origin", "/srv/a.git", cwd=repo)
-    git("branch", "-m", "main", cwd=repo)
     git("config", "branch.main.remote", "origin", cwd=repo)
-    got, git_wrote = merged_text(repo, tmp_path, [["remote", "remove", "origin"]])
-    assert got == git_wrote
-    assert "[remote" not in got and "[branch" not in got
+    git("config", "branch.main.merge", "refs/heads/main", cwd=repo)
+    got, git_wrote = merged_text(repo, tmp_path, [["config", "--unset", "branch.main.remote"],
+                                                  ["config", "--unset", "branch.main.merge"]])
+    assert "[branch" not in got and "[branch" not in git_wrote
+    assert "repositoryformatversion" in got
 
 
 def test_a_changed_key_stays_in_its_section(repo: Path, tmp_path: Path) -> None:
-    git("remote", "add", "origin", "/srv/a.git", cwd=repo)
-    got, _ = merged_text(repo, tmp_path, [["remote", "set-url", "origin", "/srv/b.git"]])
-    assert got.count('[remote "origin"]') == 1
+    git("config", "branch.main.remote", "origin", cwd=repo)
+    git("config", "branch.main.merge", "refs/heads/main", cwd=repo)
+    got, _ = merged_text(repo, tmp_path, [["config", "branch.main.remote", "up"]])
+    assert got.count('[branch "main"]') == 1
     out = tmp_path / "merged"
     out.write_text(got)
-    assert "remote.origin.url=/srv/b.git" in listing(out)
-    assert "remote.origin.fetch=+refs/heads/*:refs/remotes/origin/*" in listing(out)
+    assert "branch.main.remote=up" in listing(out)
+    assert "branch.main.merge=refs/heads/main" in listing(out)
+
+
+def test_a_remote_the_person_had_keeps_where_it_pushes(repo: Path, tmp_path: Path) -> None:
+    """Nothing here runs, but each would send the person's next plain `git push`
+    elsewhere, or make it delete their branches."""
+    git("remote", "add", "origin", "/srv/real.git", cwd=repo)
+    got, kept, dropped = merged(repo, tmp_path, [
+        ["remote.origin.url", "/srv/attacker.git"],
+        ["remote.origin.pushurl", "/srv/attacker.git"],
+        ["--add", "remote.origin.push", ":refs/heads/keep-me"],
+        ["remote.origin.mirror", "true"],
+        ["remote.mine.url", "/srv/mine.git"],
+    ], [])
+    assert "remote.origin.url=/srv/real.git" in got
+    assert not [k for k in got if k.startswith(("remote.origin.push", "remote.origin.mirror"))]
+    assert kept == ["remote.mine.url"]
+    assert sorted(dropped) == ["remote.origin.mirror", "remote.origin.push",
+                               "remote.origin.pushurl", "remote.origin.url"]
 
 
 def test_headers_the_person_wrote_empty_or_commented_stay(tmp_path: Path) -> None:
-    host = '[alias]\n[remote "o"] # mine\n\turl = a\n\n[user]\n\tname = A\n'
+    host = '[alias]\n[user] # mine\n\tname = a\n\n[color]\n\tui = auto\n'
     result = merge_config(parse_config(host) or [], parse_config("[alias]\n") or [], host)
     assert result is not None
-    assert result[0] == '[alias]\n[remote "o"] # mine\n'  # [user] was emptied by the merge
+    assert result[0] == '[alias]\n[user] # mine\n'  # [color] was emptied by the merge
+
+
+def test_an_escape_git_rejects_makes_the_file_unparsed(tmp_path: Path) -> None:
+    bad = tmp_path / "c"
+    bad.write_text('[user]\n\tname = "\\xff"\n')
+    assert subprocess.run(["git", "config", "-f", str(bad), "--list"],
+                          capture_output=True).returncode != 0
+    assert parse_config(bad.read_text()) is None
+    assert parse_config('[user]\n\tname = "a\\"b\\\\c\\td"\n') is not None

@@ -207,6 +207,11 @@ class MetadataGuard:
         with self._lock, _FileLock(self._snap_lock):
             if self.alive_fd < 0:
                 return
+            if self.watch is not None and path in self.watch.replaced:
+                # For every guard of the baseline, for the rest of its life.
+                key = self._key(path)
+                if os.path.lexists(os.path.join(self.dir, key + ".present")):
+                    _touch_path(os.path.join(self.dir, key + ".replaced"))
             gitdirs = self._recorded()[1]
             parent = os.path.dirname(path)
             if parent in gitdirs and os.path.basename(path) in ("worktrees", "modules"):
@@ -617,13 +622,19 @@ class MetadataGuard:
         where = self._open_parent(path)
         if not kept and os.path.lexists(present):
             # Held read-only by a mount: unchanged, unless it is no longer the
-            # same file (a directory above it renamed aside and rebuilt).
+            # same file. Then the mount is gone and the command can write what
+            # is there now: a directory above was renamed aside and rebuilt, or
+            # a file took the name (the person's `git config` renames one in),
+            # whatever inode number it got -- a freed one is soon handed out
+            # again, and the command can make files until it gets it.
             if where is None:
                 self._break_chain(path, done)
                 return
             fd, name = where
             try:
-                if _identity(fd, name) not in ("", _read(present)):
+                now = _identity(fd, name)
+                if now and (now != _read(present)
+                            or os.path.lexists(os.path.join(self.dir, key + ".replaced"))):
                     self._neutralise(fd, name, path, done)
             finally:
                 os.close(fd)
@@ -1156,6 +1167,10 @@ def _read(path: str) -> str:
             return fh.read().decode("utf-8", "surrogateescape")
     except OSError:
         return ""
+
+
+def _touch_path(path: str) -> None:
+    os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o600))
 
 
 def _touch(dir_fd: int, name: str) -> None:

@@ -74,6 +74,10 @@ class Watch:
         self._trees = trees
         self._files = files or {}
         self._wd: dict[int, str] = {}
+        #: Watched names that another file took the place of (made, moved in or
+        #: out, removed), before their settle: one held by a mount is no longer
+        #: held then, whatever inode number the new file happens to get.
+        self.replaced: set[str] = set()
         #: file -> (watch descriptor, inode) of the inode its name had when armed.
         self._armed: dict[str, tuple[int, int]] = {}
         self._fd = -1
@@ -198,7 +202,12 @@ class Watch:
                 return
             now = self._state()
             for path, ident in now.items():
-                if before.get(path) != ident:
+                old = before.get(path, ())
+                if path not in self._trees and (old[:1] != ident[:1] or old[4:] != ident[4:]):
+                    # Another inode, or the same number with a new ctime: no poll
+                    # can tell a rewrite in place from a file that reused it.
+                    self.replaced.add(path)
+                if old != ident:
                     try:
                         self._settle(path)
                     except Exception:  # the sweep after the run reports it
@@ -210,8 +219,11 @@ class Watch:
         out: list[str] = []
         for wd, mask, name in events(data):
             if mask & IN_Q_OVERFLOW:
-                # Events were lost: every watched path, as the sweep would.
-                out.extend(os.path.join(p, n) for p, names in self._names.items() for n in names)
+                # Events were lost: every watched path, as the sweep would, and
+                # each may have been replaced.
+                lost = [os.path.join(p, n) for p, names in self._names.items() for n in names]
+                self.replaced.update(lost)
+                out.extend(lost)
                 out.extend(self._trees)
                 continue
             parent = self._wd.get(wd)
@@ -222,6 +234,8 @@ class Watch:
                 out.append(parent)
             if name in self._names.get(parent, ()):
                 out.append(os.path.join(parent, name))
+                if mask & (IN_CREATE | IN_MOVED_TO | IN_MOVED_FROM | IN_DELETE):
+                    self.replaced.add(out[-1])
         return list(dict.fromkeys(out))
 
     def close(self) -> None:

@@ -1,0 +1,70 @@
+"""A protected file held by a mount is judged by whether its name was replaced, not
+by its inode number: a file of the command's can get the number the held file had.
+
+The kernel hands a freed number out again, so a command whose mount the person's
+`git config` detached can make files until one gets it and rename that over the
+config: device and inode then match the baseline. This plays that outcome
+directly, on the host, through the guard the bubblewrap driver uses.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from stockade.capabilities import capabilities_for_mode
+from stockade.drivers.linux.guard import MetadataGuard
+from stockade.profile import build_profile
+
+PAYLOAD = '[core]\n\tfsmonitor = "touch pwned"\n'
+
+
+@pytest.fixture
+def ws(tmp_path: Path) -> Path:
+    ws = tmp_path / "ws"
+    subprocess.run(["git", "init", "-q", str(ws)], check=True)
+    return ws
+
+
+def _guard(ws: Path, state: Path) -> MetadataGuard:
+    caps = capabilities_for_mode("workspace-write", str(ws))
+    profile = build_profile(mode="workspace-write", workspace=str(ws), cwd=str(ws),
+                            capabilities=caps, read_scope="host",
+                            host_env={"HOME": "/nonexistent"}, use_scratch=False)
+    return MetadataGuard(profile, str(state), restore_content=False)
+
+
+def _same_number_renamed_over(config: Path) -> None:
+    """What the command's winning file amounts to: a new file renamed over the name,
+    which then carries the number the baseline recorded (the guard's own test of
+    the name is by device, inode and type)."""
+    st = config.stat()
+    new = config.with_name("config.new")
+    new.write_text(config.read_text() + PAYLOAD)
+    os.rename(new, config)
+    guard_dir = next(p for p in config.parents if p.name == "ws").parent / "state" / "guard"
+    for present in guard_dir.rglob("*.present"):
+        if present.read_text() == f"{st.st_dev}:{st.st_ino}:{st.st_mode & 0o170000}":
+            now = config.stat()
+            present.write_text(f"{now.st_dev}:{now.st_ino}:{now.st_mode & 0o170000}")
+
+
+def test_a_replaced_held_config_is_cut_whatever_its_inode_number(ws: Path,
+                                                                  tmp_path: Path) -> None:
+    config = ws / ".git" / "config"
+    guard = _guard(ws, tmp_path / "state")
+    try:
+        _same_number_renamed_over(config)
+        deadline = time.monotonic() + 5
+        while "fsmonitor" in config.read_text() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert "fsmonitor" not in config.read_text()  # while the command still runs
+        config.write_text(config.read_text() + PAYLOAD)  # written again, by name
+    finally:
+        done = guard.release()
+    assert "fsmonitor" not in config.read_text()
+    assert any("core.fsmonitor" in n.what for n in done), done
