@@ -85,7 +85,7 @@ def decide(payload: Mapping[str, Any], *, program: list[str], workspace: str | N
 
 def _decide_bash(payload: Mapping[str, Any], *, program: list[str], workspace: str | None,
                  mode: str | None, config_path: str | None,
-                 env: Mapping[str, str]) -> dict[str, Any]:
+                 env: Mapping[str, str]) -> dict[str, Any] | None:
     from ..capabilities import parse_mode
     from ..command import SandboxCommand
     from ..config import load_config
@@ -103,8 +103,16 @@ def _decide_bash(payload: Mapping[str, Any], *, program: list[str], workspace: s
     if not isinstance(cwd, str) or not os.path.isabs(cwd):
         raise HookError("the payload has no absolute cwd")
     root = workspace or env.get("CLAUDE_PROJECT_DIR") or cwd
+    where = own_code_inside(root)
+    if where:
+        return deny(f"stockade refused this command: {own_code_refusal(where)}. Ask the "
+                    "person to do that.")
     config = load_config(env, root, paths=[config_path] if config_path else None, mode=mode)
     mode = parse_mode(config.mode)
+    if mode == "full-access":
+        # Nothing to confine: Claude Code's own permission rules decide, not an
+        # allow from here that would skip them.
+        return None
     session = session_id(payload)
     with SyncWorkspaceSandbox(config, env=env) as sandbox:
         ws = sandbox.session(session, root, ephemeral_tmp=True)
@@ -188,17 +196,47 @@ def rewrite(command: str, *, program: list[str], workspace: str, mode: str, sess
             '[ -n "$__stockade_cwd" ] && cd -- "$__stockade_cwd"; (exit $__stockade_rc)')
 
 
-def stockade_program(argv0: str) -> list[str]:
-    """How the rewritten line starts stockade again: the console script when this
-    is one, else this interpreter in isolated mode on this copy of the package
-    (`-I`: a `stockade/` the agent wrote in the project must never be imported)."""
-    if os.path.isabs(argv0) and os.path.basename(argv0) == "stockade" and os.access(
-            argv0, os.X_OK):
-        return [argv0]
-    top = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    boot = (f"import sys; sys.path.insert(0, {top!r}); from stockade.cli import main; "
-            "sys.exit(main())")
-    return [sys.executable, "-I", "-c", boot]
+def stockade_program() -> list[str]:
+    """How the rewritten line starts stockade again: this interpreter on this copy of
+    the package, isolated (`-I`: no PYTHONPATH, no `stockade/` in the current
+    directory) and without `site` (`-S`: no `.pth` file of an environment runs)."""
+    import site
+
+    # The environment's own directories, named here: stockade's dependencies
+    # live there, and without `site` nothing else would put them on the path.
+    where = [_package_top(), *(p for p in site.getsitepackages() if os.path.isdir(p))]
+    boot = (f"import sys; sys.path[:0] = {list(dict.fromkeys(where))!r}; "
+            "from stockade.cli import main; sys.exit(main())")
+    return [sys.executable, "-I", "-S", "-c", boot]
+
+
+def _package_top() -> str:
+    return os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def own_code_inside(workspace: str) -> str:
+    """Where this stockade's interpreter or package lies inside `workspace`, or "".
+
+    The hook runs on the host before every Bash call, so code a sandboxed
+    command can write must never be what it runs: a project's `.venv` or an
+    editable checkout would hand the next call's host process to the command.
+    """
+    from ..capabilities import is_under
+
+    real = os.path.realpath(workspace)
+    for path in (sys.executable, os.path.realpath(sys.executable), sys.prefix,
+                 _package_top()):
+        if path and (is_under(os.path.abspath(path), real)
+                     or is_under(os.path.realpath(path), real)):
+            return path
+    return ""
+
+
+def own_code_refusal(where: str) -> str:
+    return (f"stockade runs from {where}, inside the project, where a sandboxed command "
+            "can write: the hook would run what a command left there on the host. "
+            "Install stockade outside the project (`pipx install stockade` or "
+            "`uv tool install stockade`) and install the hook from there")
 
 
 # -- --run: the command inside the sandbox ----------------------------------------------
@@ -352,6 +390,9 @@ def install(scope: str, *, project: str, program: list[str], mode: str | None,
     """Add the hook to Claude Code's settings; the line that says what was done."""
     from ..errors import ConfigError
 
+    where = own_code_inside(project)
+    if where:
+        raise ConfigError(own_code_refusal(where) + "; nothing was changed")
     path = settings_path(scope, project, env)
     args = [*program, "hook", HARNESS]
     if mode:
@@ -442,7 +483,7 @@ def main(argv: list[str]) -> int:
     args = _parser().parse_args(argv)
     args.command = command
     env = os.environ
-    program = stockade_program(sys.argv[0])
+    program = stockade_program()
     if args.install:
         if args.run:
             raise InvalidCommand("--install and --run do not go together")
