@@ -28,7 +28,6 @@ if TYPE_CHECKING:
 
 HOST = "host"
 STRICT = "strict"
-READ_SCOPES = (HOST, STRICT)
 
 # The strict read scope: what a dynamically linked program needs to start.
 SYSTEM_READ_PATHS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc")

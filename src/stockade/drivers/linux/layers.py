@@ -1,15 +1,7 @@
 """The host side of stockade-init: what it is told, how it is started, what it will report.
 
 `init_config` and `init_argv` are pure functions of a `Profile`; the init
-itself (init.py, initcore.py) runs inside bwrap and never imports this. The
-integration in `BubblewrapDriver.prepare` is:
-
-    launch = init_launch(profile, list(argv), proxy_ports=..., keep_fds=...)
-    args = build_bwrap_args(profile, self.bwrap, inner=launch.argv,
-                            extra_mounts=launch.mounts)  # before /dev turns read-only
-    return Launch(args, launch.env, profile.cwd, ...)
-
-and `launch.landlock_report()` is what the audit record shows.
+itself (init.py, initcore.py) runs inside bwrap and never imports this.
 """
 
 from __future__ import annotations
