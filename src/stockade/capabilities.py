@@ -55,7 +55,7 @@ def _normal(path: str) -> bool:
             and (path == "/" or not path.endswith("/")))
 
 
-def _paths_within(inner: tuple[str, ...], outer: tuple[str, ...]) -> bool:
+def paths_within(inner: tuple[str, ...], outer: tuple[str, ...]) -> bool:
     return all(any(is_under(p, root) for root in outer) for p in inner)
 
 
@@ -169,8 +169,8 @@ class SandboxCapabilities:
         Writing a path implies reading it, so a read is within a write grant.
         """
         return (
-            _paths_within(self.fs_read, other.fs_read + other.fs_write)
-            and _paths_within(self.fs_write, other.fs_write)
+            paths_within(self.fs_read, other.fs_read + other.fs_write)
+            and paths_within(self.fs_write, other.fs_write)
             and self.network.is_within(other.network)
             and (other.spawn_subprocess or not self.spawn_subprocess)
         )

@@ -11,6 +11,13 @@ from __future__ import annotations
 import os
 import sys
 
+from .cliutil import (
+    UsageError,
+    check_host_flags,
+    command_help,
+    explicit_env,
+    positive_number,
+)
 from .drivers import registry as _backends
 
 TYPE_CHECKING = False
@@ -89,14 +96,6 @@ RUN_DESCRIPTION = ("Run one command inside the sandbox. stdin and stdout pass th
 EXIT_USAGE = 2
 
 
-def _help(command: str) -> str:
-    """`stockade COMMAND --help`, from the one description of the CLI (clispec.py):
-    argparse renders it, so every subcommand's help has one style."""
-    from .clispec import help_text
-
-    return help_text(command)
-
-
 def parse_options(argv: list[str], options: dict[str, tuple[bool, bool, str]],
                   usage: str) -> tuple[dict[str, object], list[str]]:
     """`--name value`, `--name=value`, flags, repeats; everything after `--` is the command."""
@@ -140,72 +139,12 @@ def parse_options(argv: list[str], options: dict[str, tuple[bool, bool, str]],
     return values, []
 
 
-class UsageError(Exception):
-    def __init__(self, message: str, usage: str) -> None:
-        super().__init__(message)
-        self.usage = usage
-
-
 def escape(text: str) -> str:
     """Control characters as escapes: a name from the command line must not move the
     cursor, recolour the terminal or forge a second line."""
     if text.isprintable():
         return text
     return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
-
-
-def _number(values: dict[str, object], key: str, kind: type, usage: str
-            ) -> float | int | None:
-    """A finite number above zero: every numeric flag, one rule, one message."""
-    raw = values.get(key)
-    if raw is None:
-        return None
-    what = "a positive integer" if kind is int else "a positive number"
-    try:
-        number = kind(raw)
-    except ValueError:
-        number = None
-    # `nan > 0` is false and `inf - inf` is nan: both fall out here.
-    if number is None or not number > 0 or number - number != 0:
-        raise UsageError(f"--{key.replace('_', '-')} must be {what}, got {str(raw)!r}",
-                         usage)
-    return number  # type: ignore[no-any-return]
-
-
-def _check_hosts(values: dict[str, object], usage: str) -> None:
-    from .config import host_entry_problem
-
-    for key in ("allow_host", "deny_host"):
-        for entry in values.get(key, []):  # type: ignore[attr-defined]
-            # A deny entry may carry its reason: `host=why`.
-            host = str(entry).partition("=")[0].strip() if key == "deny_host" else str(entry)
-            problem = host_entry_problem(host)
-            if problem:
-                flag = "--" + key.replace("_", "-")
-                if problem.startswith("give a host name"):
-                    problem = problem.replace("try ", f"try {flag} ")
-                raise UsageError(f"{flag} {str(entry)!r}: {problem}", usage)
-
-
-def _explicit_env(entries: list[str], usage: str) -> dict[str, str]:
-    """`--env NAME` (the caller's value) and `--env NAME=VALUE`, for one command.
-
-    The way to hand a command a secret the scrub would drop: `env NAME=value
-    cmd` put the value in argv, which the ledger keeps and `stockade audit`
-    prints. Here the value travels in the command's environment only.
-    """
-    env: dict[str, str] = {}
-    for entry in entries:
-        name, eq, value = str(entry).partition("=")
-        if not name or not name.replace("_", "a").isalnum() or name[0].isdigit():
-            raise UsageError(f"--env {str(entry)!r}: give NAME or NAME=VALUE", usage)
-        if not eq:
-            if name not in os.environ:
-                raise UsageError(f"--env {name}: {name} is not set here, so there is no "
-                                 f"value to pass (use --env {name}=VALUE)", usage)
-            value = os.environ[name]
-        env[name] = value
-    return env
 
 
 def _published(entries: list[str], usage: str) -> tuple[tuple[str, int, int], ...]:
@@ -228,7 +167,7 @@ def cmd_run(argv: list[str]) -> int:
     else:
         values, command = parse_options(argv, RUN_OPTIONS, RUN_USAGE)
     if values.get("help"):
-        print(_help("run"))
+        print(command_help("run"))
         return 0
     if not command:
         raise UsageError("no command given (put it after --)", RUN_USAGE)
@@ -238,9 +177,9 @@ def cmd_run(argv: list[str]) -> int:
         from .drivers.linux.limits import prime_migration
 
         prime_migration()
-    timeout = _number(values, "timeout", float, RUN_USAGE)
-    max_output = _number(values, "max_output", int, RUN_USAGE)
-    _check_hosts(values, RUN_USAGE)
+    timeout = positive_number(values, "timeout", float, RUN_USAGE)
+    max_output = positive_number(values, "max_output", int, RUN_USAGE)
+    check_host_flags(values, RUN_USAGE)
     publish = _published(values.get("publish", []), RUN_USAGE)  # type: ignore[arg-type]
 
     from .command import SandboxCommand
@@ -251,7 +190,7 @@ def cmd_run(argv: list[str]) -> int:
     caps = requested_capabilities(values, sandbox, ws, mode, RUN_USAGE)
     cmd = SandboxCommand(command[0], command[1:], session_id=session, capabilities=caps,
                          timeout=timeout, cwd=str(values["cwd"]) if values.get("cwd") else None,
-                         env=_explicit_env(values.get("env", []), RUN_USAGE),  # type: ignore[arg-type]
+                         env=explicit_env(values.get("env", []), RUN_USAGE),  # type: ignore[arg-type]
                          publish=publish)
     capture = bool(values.get("json") or max_output)
     quiet = bool(values.get("quiet"))
@@ -580,7 +519,7 @@ DOCTOR_DESCRIPTION = ("Report each backend's availability and why, kernel featur
 def cmd_doctor(argv: list[str]) -> int:
     values, _ = parse_options(argv, DOCTOR_OPTIONS, DOCTOR_USAGE)
     if values.get("help"):
-        print(_help("doctor"))
+        print(command_help("doctor"))
         return 0
     from .config import load_config
     from .doctor import report
@@ -610,7 +549,7 @@ AUDIT_USAGE = ("usage: stockade audit [--session ID] [--last N] [--network] [--j
 def cmd_audit(argv: list[str]) -> int:
     values, rest = parse_options(argv, AUDIT_OPTIONS, AUDIT_USAGE)
     if values.get("help"):
-        print(_help("audit"))
+        print(command_help("audit"))
         return 0
     if rest:
         raise UsageError(f"unexpected argument {rest[0]!r}", AUDIT_USAGE)
@@ -619,7 +558,7 @@ def cmd_audit(argv: list[str]) -> int:
     from .config import load_config
     from .ledger import Ledger, decoded
 
-    last = int(_number(values, "last", int, AUDIT_USAGE) or 20)
+    last = int(positive_number(values, "last", int, AUDIT_USAGE) or 20)
     config = load_config()
     path = config.ledger_path(os.environ)
     if values.get("web"):
@@ -630,7 +569,7 @@ def cmd_audit(argv: list[str]) -> int:
                               "nothing to show")
         from .auditweb import serve
 
-        return serve(path, port=int(_number(values, "port", int, AUDIT_USAGE) or 8765))
+        return serve(path, port=int(positive_number(values, "port", int, AUDIT_USAGE) or 8765))
     if values.get("follow"):
         if values.get("last") or values.get("network"):
             raise UsageError("--follow shows every new event; it takes no --last or --network",
@@ -694,7 +633,7 @@ TRUST_EPILOG = ("PATH defaults to ./stockade.toml. Trust records the file's real
 def cmd_trust(argv: list[str]) -> int:
     values, rest = parse_options(argv, TRUST_OPTIONS, TRUST_USAGE)
     if values.get("help"):
-        print(_help("trust"))
+        print(command_help("trust"))
         return 0
     if len(rest) > 1 or (rest and (values.get("list") or values.get("revoke"))) or (
             values.get("list") and values.get("revoke")):

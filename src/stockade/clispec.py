@@ -112,7 +112,7 @@ def _command_argument(parser: argparse.ArgumentParser, optional: bool = False) -
 def _foreign(module: str) -> argparse.ArgumentParser | None:
     """A subcommand's own argparse parser; None when its extra is not installed."""
     try:
-        return importlib.import_module(f"stockade.{module}")._parser()  # type: ignore[no-any-return]
+        return importlib.import_module(f"stockade.{module}").argument_parser()  # type: ignore[no-any-return]
     except ImportError:
         return None
 

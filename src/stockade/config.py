@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 _STR_LIST = "list of strings"
 
 # key: (type name, default)
-_FIELDS: dict[str, tuple[str, object]] = {
+FIELDS: dict[str, tuple[str, object]] = {
     "enabled": ("bool", True),
     "workspace_root": ("path", ""),
     "default_timeout_seconds": ("number", 60.0),
@@ -67,7 +67,7 @@ def _backend_fields() -> dict[str, tuple[str, object]]:
     return {o.key: (kinds.get(o.kind, o.kind), o.default) for o in config_options().values()}
 
 
-_FIELDS.update(_backend_fields())
+FIELDS.update(_backend_fields())
 
 
 def _backend_maxima() -> dict[str, float]:
@@ -211,7 +211,7 @@ class SandboxConfig:
             return getattr(self, key)
         if key in self.backend_options:
             return self.backend_options[key]
-        option = _FIELDS.get(key)
+        option = FIELDS.get(key)
         if option is None:
             raise ConfigError(f"no backend declares the setting {key!r}")
         return option[1]
@@ -248,7 +248,7 @@ _KEYWORDS = _KEYWORDS_OF["SandboxConfig.__init__"]
 
 
 def _check_backend_options(values: Mapping[str, object], source: str) -> None:
-    unknown = sorted(k for k in values if k not in _FIELDS or k in _KEYWORDS)
+    unknown = sorted(k for k in values if k not in FIELDS or k in _KEYWORDS)
     if unknown:
         raise ConfigError(
             f"{source}: backend_options may hold only keys a backend declares that have no "
@@ -257,9 +257,9 @@ def _check_backend_options(values: Mapping[str, object], source: str) -> None:
 
 def _validate(values: Mapping[str, object], source: str) -> None:
     for key, value in values.items():
-        if key not in _FIELDS:
+        if key not in FIELDS:
             continue
-        kind = _FIELDS[key][0]
+        kind = FIELDS[key][0]
         ok = {
             "bool": isinstance(value, bool),
             # Finite: an `inf` timeout overflowed the first timed wait it reached.
@@ -383,7 +383,7 @@ def load_config(env: Mapping[str, str] | None = None, cwd: str | None = None,
                 raise ConfigError(f"{path}: no such file; name an existing TOML file "
                                   "(--config FILE)")
             continue
-        table = _parse(data, path)
+        table = parse_settings(data, path)
         if kind == PROJECT:
             from .trust import check_project
 
@@ -416,7 +416,7 @@ def allowed_settings(env: Mapping[str, str], **overrides: object) -> dict[str, o
     for path, kind in config_sources(env, "/"):
         data = read_settings(path, follow=True) if kind == USER else None
         if data is not None:
-            _merge(merged, _parse(data, path), path)
+            _merge(merged, parse_settings(data, path), path)
     return _allowed(merged, _given(overrides))
 
 
@@ -435,7 +435,7 @@ def _given(overrides: Mapping[str, object]) -> dict[str, object]:
 
 
 def _allowed(merged: dict[str, object], given: dict[str, object]) -> dict[str, object]:
-    allowed: dict[str, object] = {key: default for key, (_kind, default) in _FIELDS.items()}
+    allowed: dict[str, object] = {key: default for key, (_kind, default) in FIELDS.items()}
     allowed.update(merged)
     allowed.update(given)
     allowed.setdefault("command_policy", {})
@@ -543,10 +543,10 @@ def read_project_file(path: str) -> tuple[bytes, dict[str, object]] | None:
     """The bytes and the parsed table, read as the workspace's (see `_read_bytes`); None
     when there is no file. Trust is judged on exactly what was parsed."""
     data = read_settings(path, follow=False)
-    return None if data is None else (data, _parse(data, path))
+    return None if data is None else (data, parse_settings(data, path))
 
 
-def _parse(raw: bytes, path: str) -> dict[str, object]:
+def parse_settings(raw: bytes, path: str) -> dict[str, object]:
     import tomllib
 
     try:
@@ -563,7 +563,7 @@ def _parse(raw: bytes, path: str) -> dict[str, object]:
     table = data.get("sandbox", {})
     if not isinstance(table, dict):
         raise ConfigError(f"{path}: sandbox must be a table")
-    unknown = [k for k in table if k not in _FIELDS and k not in _TABLES]
+    unknown = [k for k in table if k not in FIELDS and k not in _TABLES]
     if unknown:
         raise ConfigError(f"{path}: unknown key [sandbox] {unknown[0]!r}")
     if "command_policy" in table and not isinstance(table["command_policy"], dict):

@@ -13,16 +13,8 @@ from __future__ import annotations
 import os
 import sys
 
-from .cli import (
-    RUN_OPTIONS,
-    UsageError,
-    _check_hosts,
-    _help,
-    _number,
-    open_session,
-    parse_options,
-    requested_capabilities,
-)
+from .cli import RUN_OPTIONS, open_session, parse_options, requested_capabilities
+from .cliutil import UsageError, check_host_flags, command_help, positive_number
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -57,14 +49,14 @@ FLAG_KEYS = {"mode": "mode", "backend": "backend", "deny_host": "deny_hosts"}
 def setting_sources(config: SandboxConfig, flags: dict[str, object] | None = None
                     ) -> dict[str, str]:
     """key -> where its value came from: a flag, the last file that set it, or "default"."""
-    from .config import _FIELDS, _parse, read_settings
+    from .config import FIELDS, parse_settings, read_settings
 
-    origin = dict.fromkeys(_FIELDS, "default")
+    origin = dict.fromkeys(FIELDS, "default")
     for path in config.sources:
         data = read_settings(path, follow=path not in config.project_sources)
         if data is None:
             continue
-        for setting in _parse(data, path):
+        for setting in parse_settings(data, path):
             origin[setting] = path
     for flag, value in (flags or {}).items():
         key = FLAG_KEYS.get(flag)
@@ -75,10 +67,10 @@ def setting_sources(config: SandboxConfig, flags: dict[str, object] | None = Non
 
 
 def settings(config: SandboxConfig) -> dict[str, object]:
-    from .config import _FIELDS
+    from .config import FIELDS
 
     out: dict[str, object] = {}
-    for key in _FIELDS:
+    for key in FIELDS:
         if hasattr(config, key):
             out[key] = getattr(config, key)
         else:
@@ -102,7 +94,7 @@ def _show(value: object) -> str:
 def config_main(argv: list[str]) -> int:
     values, rest = parse_options(argv, CONFIG_OPTIONS, CONFIG_USAGE)
     if values.get("help") or rest[:1] in (["-h"], ["--help"]):
-        print(_help("config"))
+        print(command_help("config"))
         return 0
     if rest != ["show"]:
         raise UsageError("config needs one action: show", CONFIG_USAGE)
@@ -136,12 +128,12 @@ def main(argv: list[str]) -> int:
     else:
         values, command = parse_options(argv, EXPLAIN_OPTIONS, EXPLAIN_USAGE)
     if values.get("help"):
-        print(_help("explain"))
+        print(command_help("explain"))
         return 0
     if not command:
         raise UsageError("no command given (put it after --)", EXPLAIN_USAGE)
-    timeout = _number(values, "timeout", float, EXPLAIN_USAGE)
-    _check_hosts(values, EXPLAIN_USAGE)
+    timeout = positive_number(values, "timeout", float, EXPLAIN_USAGE)
+    check_host_flags(values, EXPLAIN_USAGE)
     report = explain(values, command, timeout)
     if values.get("json"):
         import json

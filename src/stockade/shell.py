@@ -25,16 +25,8 @@ from __future__ import annotations
 import os
 import sys
 
-from .cli import (
-    RUN_OPTIONS,
-    _check_hosts,
-    _explicit_env,
-    _help,
-    _number,
-    open_session,
-    parse_options,
-    requested_capabilities,
-)
+from .cli import RUN_OPTIONS, open_session, parse_options, requested_capabilities
+from .cliutil import check_host_flags, command_help, explicit_env, positive_number
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -96,10 +88,10 @@ def default_shell() -> list[str]:
 def main(argv: list[str]) -> int:
     values, command = parse_options(argv, SHELL_OPTIONS, SHELL_USAGE)
     if values.get("help"):
-        print(_help("shell"))
+        print(command_help("shell"))
         return 0
-    timeout = _number(values, "timeout", float, SHELL_USAGE)
-    _check_hosts(values, SHELL_USAGE)
+    timeout = positive_number(values, "timeout", float, SHELL_USAGE)
+    check_host_flags(values, SHELL_USAGE)
 
     from .command import SandboxCommand
     from .errors import CommandTimeout
@@ -118,7 +110,7 @@ def main(argv: list[str]) -> int:
             shell_env["TERM"] = "dumb"
         elif "TERM" in os.environ:
             shell_env["TERM"] = os.environ["TERM"]
-        shell_env.update(_explicit_env(values.get("env", []), SHELL_USAGE))  # type: ignore[arg-type]
+        shell_env.update(explicit_env(values.get("env", []), SHELL_USAGE))  # type: ignore[arg-type]
         # The real interpreter, not a venv's link to it: the init binds that
         # one into the sandbox, and a venv under /tmp would be invisible there.
         cmd = SandboxCommand(os.path.realpath(sys.executable),

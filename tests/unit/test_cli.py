@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from stockade.cli import RUN_OPTIONS, UsageError, main, parse_options
+from stockade.cli import RUN_OPTIONS, main, parse_options
+from stockade.cliutil import UsageError
 
 
 def test_parse_options_values_flags_repeats_and_command():

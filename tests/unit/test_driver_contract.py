@@ -81,7 +81,8 @@ def test_every_surface_offers_the_registrys_backends() -> None:
     assert registry.choices("darwin") == ("auto", "seatbelt", "none")
     assert cli.CHOICES["--backend"] == registry.choices()
     assert " | ".join(registry.choices()) in cli.RUN_OPTIONS["--backend"][2]
-    action = next(a for a in mcp_server._parser()._actions if "--backend" in a.option_strings)
+    action = next(a for a in mcp_server.argument_parser()._actions
+                  if "--backend" in a.option_strings)
     assert tuple(action.choices or ()) == registry.choices()
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import importlib.machinery
 import os
 import sys
@@ -57,3 +58,129 @@ def test_no_test_directory_or_module_shadows_an_importable_package() -> None:
             where = spec.origin or list(spec.submodule_search_locations or [])
             clashes.append(f"{os.path.relpath(path, TESTS)} shadows {name} ({where})")
     assert not clashes, "rename these under tests/:\n" + "\n".join(clashes)
+
+
+# -- the modules of src/stockade ----------------------------------------------------------
+
+SRC = os.path.join(os.path.dirname(TESTS), "src")
+
+
+def _modules() -> dict[str, tuple[str, ast.Module]]:
+    """Every module of the package by dotted name, with its path and syntax tree."""
+    out: dict[str, tuple[str, ast.Module]] = {}
+    for root, dirs, files in os.walk(os.path.join(SRC, "stockade")):
+        dirs[:] = [d for d in dirs if d != "__pycache__"]
+        for name in files:
+            if name.endswith(".py"):
+                path = os.path.join(root, name)
+                dotted = os.path.relpath(path, SRC)[:-3].replace(os.sep, ".")
+                dotted = dotted.removesuffix(".__init__")
+                with open(path, encoding="utf-8") as fh:
+                    out[dotted] = (path, ast.parse(fh.read(), path))
+    return out
+
+
+def _is_private(name: str) -> bool:
+    return name.startswith("_") and not (name.startswith("__") and name.endswith("__"))
+
+
+def _package(module: str, modules: dict[str, tuple[str, ast.Module]]) -> str:
+    return module if modules[module][0].endswith("__init__.py") else module.rpartition(".")[0]
+
+
+def _target(module: str, node: ast.ImportFrom, modules: dict[str, tuple[str, ast.Module]]) -> str:
+    """The absolute name a `from ... import` reads from."""
+    if node.level == 0:
+        return node.module or ""
+    parts = _package(module, modules).split(".")
+    parts = parts[:len(parts) - (node.level - 1)]
+    return ".".join(parts + ([node.module] if node.module else []))
+
+
+def _may_import(importer: str, dotted: str) -> bool:
+    """A private module (`cluster._local`) is its package's own: only modules inside
+    that package may import it."""
+    parts = dotted.split(".")
+    for i, part in enumerate(parts):
+        owner = ".".join(parts[:i])
+        if _is_private(part) and not (importer == owner or importer.startswith(owner + ".")):
+            return False
+    return True
+
+
+def _private_names_defined(tree: ast.Module) -> set[str]:
+    """Private names a module defines: functions, classes, variables, attributes it sets."""
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            names.add(node.name)
+        elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            names.add(node.id)
+        elif isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store):
+            names.add(node.attr)
+        elif isinstance(node, ast.arg):
+            names.add(node.arg)
+    return {name for name in names if _is_private(name)}
+
+
+#: A third-party object's private attribute that shares its name with one of
+#: stockade's. The OpenAI Agents SDK's `SandboxSession` has no public name for
+#: the session it wraps; its own clients read `_inner`.
+THIRD_PARTY = {"src/stockade/adapters/openai_sandbox.py": {"session._inner"}}
+
+
+def cross_module_private_uses() -> list[str]:
+    """Where a module of stockade uses a private name of another of its modules.
+
+    Three shapes: `from .x import _name` (or a private module from outside
+    its package); `module._name`; and `obj._name` where `_name` is defined
+    only in other modules of stockade (the module cannot own it, so it
+    reaches into another's object, as `self._ledger._connect()` did). A
+    private name the module defines itself is its own, whatever object
+    carries it; the private names of third-party and standard modules
+    (`argparse._SubParsersAction`, `posix._exit`) are not stockade's and
+    are not checked here.
+    """
+    modules = _modules()
+    defined = {name: _private_names_defined(tree) for name, (_path, tree) in modules.items()}
+    found = []
+    for module, (path, tree) in modules.items():
+        own = defined[module]
+        others = set().union(*(names for name, names in defined.items() if name != module))
+        where = os.path.relpath(path, os.path.dirname(SRC))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom):
+                target = _target(module, node, modules)
+                if target != "stockade" and not target.startswith("stockade."):
+                    continue
+                if not _may_import(module, target):
+                    found.append(f"{where}:{node.lineno}: imports from {target}")
+                for alias in node.names:
+                    dotted = f"{target}.{alias.name}"
+                    if dotted in modules:
+                        if not _may_import(module, dotted):
+                            found.append(f"{where}:{node.lineno}: imports {dotted}")
+                    elif _is_private(alias.name) and target != module:
+                        found.append(f"{where}:{node.lineno}: imports {alias.name} from {target}")
+            elif isinstance(node, ast.Import):
+                found.extend(f"{where}:{node.lineno}: imports {alias.name}" for alias in node.names
+                             if alias.name.startswith("stockade.")
+                             and not _may_import(module, alias.name))
+            elif isinstance(node, ast.Attribute) and _is_private(node.attr):
+                owner = node.value
+                if isinstance(owner, ast.Name) and owner.id in ("self", "cls"):
+                    continue
+                if (isinstance(owner, ast.Call) and isinstance(owner.func, ast.Name)
+                        and owner.func.id == "super"):
+                    continue
+                if (node.attr not in own and node.attr in others
+                        and ast.unparse(node) not in THIRD_PARTY.get(where, set())):
+                    found.append(f"{where}:{node.lineno}: {ast.unparse(node)}")
+    return sorted(found)
+
+
+def test_no_module_uses_another_modules_private_names() -> None:
+    """A leading underscore says "only this module relies on it": a module that
+    needs another's name gets a public one, so the owner knows who depends on it."""
+    found = cross_module_private_uses()
+    assert not found, "give these a public name:\n" + "\n".join(found)

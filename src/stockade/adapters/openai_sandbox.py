@@ -950,6 +950,8 @@ class StockadeSandboxClient(BaseSandboxClient[StockadeSandboxClientOptions | Non
 
     async def delete(self, session: SandboxSession) -> SandboxSession:
         """Remove the workspace if this client recorded making it (never a named one)."""
+        # The SDK's wrapper has no public name for the session it wraps; its
+        # own clients' delete() reads `_inner` the same way.
         inner = session._inner
         if not isinstance(inner, StockadeSandboxSession):
             raise TypeError("StockadeSandboxClient.delete expects a StockadeSandboxSession")
