@@ -44,9 +44,23 @@ def is_under(path: str, root: str) -> bool:
     if _normal(path) and _normal(root):
         # Already normal (the profile's paths are canonical): a prefix test.
         return path == root or path.startswith("/" if root == "/" else root + "/")
-    from .fsroot import within
-
     return within(path, root) is not None
+
+
+def within(path: str, root: str) -> str | None:
+    """`path` relative to `root` ("" for the root itself), or None when it is not beneath it.
+
+    Lexical, on normalised absolute paths, component by component: `/a/bc` is
+    not beneath `/a/b`, and `/a/b/../c` is not beneath `/a/b`.
+    """
+    if not (path.startswith("/") and root.startswith("/")):
+        return None
+    p = os.path.normpath(path).split("/")
+    r = [] if root == "/" else os.path.normpath(root).split("/")[1:]
+    p = [x for x in p[1:] if x]
+    if p[:len(r)] != r:
+        return None
+    return "/".join(p[len(r):])
 
 
 def _normal(path: str) -> bool:

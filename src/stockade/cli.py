@@ -638,16 +638,16 @@ def cmd_trust(argv: list[str]) -> int:
     if len(rest) > 1 or (rest and (values.get("list") or values.get("revoke"))) or (
             values.get("list") and values.get("revoke")):
         raise UsageError("give one PATH, or --list, or --revoke PATH", TRUST_USAGE)
-    from . import trust
+    from . import trustcmd
 
     env, cwd = os.environ, os.getcwd()
     if values.get("list"):
-        lines = trust.list_trusted(env)
+        lines = trustcmd.list_trusted(env)
     elif values.get("revoke"):
-        lines = trust.revoke_file(str(values["revoke"]), env)
+        lines = trustcmd.revoke_file(str(values["revoke"]), env)
     else:
-        lines = trust.trust_file(rest[0] if rest else os.path.join(cwd, "stockade.toml"), env,
-                                 cwd)
+        lines = trustcmd.trust_file(rest[0] if rest else os.path.join(cwd, "stockade.toml"),
+                                    env, cwd)
     print("\n".join(lines))
     return 0
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import os
 
 from .errors import ConfigError
+from .settingsfile import MAX_SETTINGS_BYTES, settings_problem
 
 TYPE_CHECKING = False
 
@@ -480,11 +481,6 @@ def _users_own(path: str, used: list[str]) -> str:
     return real if any(real == os.path.realpath(u) for u in used) else ""
 
 
-#: The most stockade reads of a settings file: far past any real one, and a bound on what
-#: a planted file (a terabyte of holes costs nothing) can make it hold in memory.
-MAX_SETTINGS_BYTES = 1 << 20
-
-
 def _read_bytes(path: str, *, follow: bool) -> bytes | None:
     """A settings file's bytes, None when there is none; OSError when it cannot be one.
 
@@ -513,30 +509,6 @@ def read_settings(path: str, *, follow: bool) -> bytes | None:
         return _read_bytes(path, follow=follow)
     except OSError as exc:
         raise ConfigError(f"{path}: {settings_problem(path, exc, follow=follow)}") from exc
-
-
-def settings_problem(path: str, exc: OSError, *, follow: bool, fix: str = "remove it") -> str:
-    """What is wrong with the settings file at `path` that `exc` refused, in a few words;
-    `fix` ends the words for a file that is not a regular one."""
-    import errno
-    import stat
-
-    if exc.errno == errno.EFBIG:
-        return (f"larger than {MAX_SETTINGS_BYTES >> 20} MiB, more than any settings file "
-                "holds; remove it")
-    try:
-        mode = os.stat(path, follow_symlinks=follow).st_mode
-    except OSError:
-        mode = 0
-    if stat.S_ISLNK(mode):
-        return ("is a symbolic link, which stockade does not follow for a project's "
-                "settings; put the file itself there, or remove it")
-    for test, kind in ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"),
-                       (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
-                       (stat.S_ISDIR, "a directory")):
-        if test(mode):
-            return f"not a regular file ({kind}); {fix}"
-    return f"cannot read: {exc.strerror or exc}"
 
 
 def read_project_file(path: str) -> tuple[bytes, dict[str, object]] | None:

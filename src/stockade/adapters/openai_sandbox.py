@@ -130,6 +130,7 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
     ) from exc
 
 from .. import fsroot
+from ..capabilities import within
 from ..command import SandboxCommand
 from ..errors import CapabilityDenied, CommandTimeout, SandboxError
 
@@ -1119,7 +1120,7 @@ def _live_root_touching(path: str) -> str | None:
     with _LIVE_LOCK:
         roots = list(_LIVE.keys())
     for root in roots:
-        if fsroot.within(path, root) is not None or fsroot.within(root, path) is not None:
+        if within(path, root) is not None or within(root, path) is not None:
             return root
     return None
 
@@ -1166,7 +1167,7 @@ def _widening(asked: StockadeSandboxClientOptions,
 
     def under_any(path: str, roots: tuple[str, ...]) -> bool:
         p = os.path.abspath(path)
-        return any(fsroot.within(p, os.path.abspath(r)) is not None for r in roots)
+        return any(within(p, os.path.abspath(r)) is not None for r in roots)
 
     wider: list[str] = []
     if MODES.index(asked.mode) > MODES.index(pinned.mode):
