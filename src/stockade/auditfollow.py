@@ -73,7 +73,7 @@ def events_of_start(row: dict[str, Any]) -> list[dict[str, Any]]:
 
 def render(event: dict[str, Any]) -> str:
     """One event as one line of text."""
-    from .cli import escape
+    from .cliutil import escape
 
     when = time.strftime("%H:%M:%S", time.localtime(float(event["ts"])))
     head = f"{when} {event['session']} "

@@ -3,7 +3,8 @@
 Parsed by hand rather than with argparse: `stockade run` is paid for on every
 command an agent runs, and argparse (with the gettext and re it pulls in)
 costs more start-up time than bubblewrap takes to build the sandbox. The
-option tables below drive both parsing and `--help`, so they cannot drift.
+option tables (clitables.py) drive both parsing and `--help`, so they cannot
+drift.
 """
 
 from __future__ import annotations
@@ -11,14 +12,26 @@ from __future__ import annotations
 import os
 import sys
 
+from .clitables import (
+    AUDIT_OPTIONS,
+    AUDIT_USAGE,
+    CHOICES,
+    DOCTOR_OPTIONS,
+    DOCTOR_USAGE,
+    RUN_OPTIONS,
+    RUN_USAGE,
+    SHORT,
+    TRUST_OPTIONS,
+    TRUST_USAGE,
+)
 from .cliutil import (
     UsageError,
     check_host_flags,
     command_help,
+    escape,
     explicit_env,
     positive_number,
 )
-from .drivers import registry as _backends
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -49,49 +62,6 @@ commands:
   completion  print a bash, zsh or fish completion script
 
 `stockade <command> --help` describes each one; `stockade --version` names this one."""
-
-# name: (takes a value, repeatable, help)
-RUN_OPTIONS: dict[str, tuple[bool, bool, str]] = {
-    "--mode": (True, False, "read-only | workspace-write | full-access (default from config: "
-               "read-only)"),
-    "--workspace": (True, False, "the directory the command may work in (default: current dir)"),
-    "--cwd": (True, False, "directory inside the workspace to run in (default: the workspace)"),
-    "--session": (True, False, "session id, named in the audit record (stockade audit "
-                               "--session ID)"),
-    "--allow-read": (True, True, "also let the command read PATH (asks for approval)"),
-    "--allow-write": (True, True, "also let the command write PATH (asks for approval)"),
-    "--network": (True, False, "none | proxy | all (default: none; proxy = only the allowed "
-                  "hosts, through stockade's proxy)"),
-    "--allow-host": (True, True, "let the command reach HOST[:PORT] through the proxy "
-                     "(asks for approval)"),
-    "--deny-host": (True, True, "never let the command reach HOST, whatever else allows it"),
-    "--no-subprocess": (False, False, "the command may start no process of its own (seccomp)"),
-    "--env": (True, True, "pass NAME with your value, or NAME=VALUE, to the command, though "
-              "it looks secret; the audit record names it, never its value"),
-    "--publish": (True, True, "forward the host's 127.0.0.1:PORT (or HOST_ADDR:PORT) to the "
-                  "sandbox's SANDBOX_PORT (default PORT) while the command runs: open a dev "
-                  "server from the host"),
-    "--timeout": (True, False, "seconds before the whole process tree is killed (default 60)"),
-    "--max-output": (True, False, "capture output and stop past BYTES (split stdout/stderr)"),
-    "--backend": (True, False, _backends.choices_help()),
-    "--config": (True, False, "read this TOML file instead of the usual ones"),
-    "--json": (False, False, "capture output and print one JSON result"),
-    "--yes": (False, False, "approve the requested capabilities without asking"),
-    "--quiet": (False, False, "print no `stockade:` line about a denial after the command"),
-    "--help": (False, False, "show this help"),
-}
-# One-letter spellings, for whichever of these a parser's table has.
-SHORT = {"-h": "--help", "-q": "--quiet"}
-# The values a flag may take; anything else is a usage error (exit 2).
-CHOICES: dict[str, tuple[str, ...]] = {
-    "--mode": ("read-only", "workspace-write", "full-access"),
-    "--network": ("none", "proxy", "all"),
-    "--backend": _backends.choices(),
-}
-RUN_USAGE = "usage: stockade run [options] -- CMD [ARGS...]"
-RUN_DESCRIPTION = ("Run one command inside the sandbox. stdin and stdout pass through, and "
-                   "stockade exits with the command's status; `stockade explain` shows what "
-                   "the command would get without running it.")
 
 EXIT_USAGE = 2
 
@@ -137,14 +107,6 @@ def parse_options(argv: list[str], options: dict[str, tuple[bool, bool, str]],
             values[key] = value
         i += 1
     return values, []
-
-
-def escape(text: str) -> str:
-    """Control characters as escapes: a name from the command line must not move the
-    cursor, recolour the terminal or forge a second line."""
-    if text.isprintable():
-        return text
-    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
 def _published(entries: list[str], usage: str) -> tuple[tuple[str, int, int], ...]:
@@ -507,15 +469,6 @@ def _write_all(fd: int, data: bytes) -> None:
 
 # -- doctor, audit -------------------------------------------------------------
 
-DOCTOR_OPTIONS: dict[str, tuple[bool, bool, str]] = {
-    "--json": (False, False, "print the report as one JSON object"),
-    "--help": (False, False, "show this help"),
-}
-DOCTOR_USAGE = "usage: stockade doctor [--json]"
-DOCTOR_DESCRIPTION = ("Report each backend's availability and why, kernel features, what is "
-                      "hidden on this machine, and the bwrap in use.")
-
-
 def cmd_doctor(argv: list[str]) -> int:
     values, _ = parse_options(argv, DOCTOR_OPTIONS, DOCTOR_USAGE)
     if values.get("help"):
@@ -527,23 +480,6 @@ def cmd_doctor(argv: list[str]) -> int:
     # The bwrap `run` would use from here, configured or found.
     config = load_config(os.environ, os.getcwd())
     return report(as_json=bool(values.get("json")), configured_bwrap=config.bwrap, config=config)
-
-
-AUDIT_OPTIONS: dict[str, tuple[bool, bool, str]] = {
-    "--session": (True, False, "only the records of this session"),
-    "--last": (True, False, "how many records, the newest (default 20)"),
-    "--network": (False, False, "show network decisions instead of executions"),
-    "--json": (False, False, "one JSON object per line"),
-    "--follow": (False, False, "show each command's start and end and each denial as it is "
-                 "written, until interrupted"),
-    "--web": (False, False, "serve the ledger as web pages on 127.0.0.1 (read-only; needs "
-              "the web extra)"),
-    "--port": (True, False, "with --web: the loopback port (default 8765)"),
-    "--help": (False, False, "show this help"),
-}
-AUDIT_USAGE = ("usage: stockade audit [--session ID] [--last N] [--network] [--json]\n"
-               "       stockade audit --follow [--session ID] [--json]\n"
-               "       stockade audit --web [--port PORT]")
 
 
 def cmd_audit(argv: list[str]) -> int:
@@ -618,16 +554,6 @@ def cmd_audit(argv: list[str]) -> int:
             print(escape(f"{when} {row['session']} {row['mode']} {row['backend']}{node} "
                          f"{row['verdict']}{status} {row['duration_ms']}ms  {argv_text}{why}"))
     return 0
-
-
-TRUST_OPTIONS: dict[str, tuple[bool, bool, str]] = {
-    "--list": (False, False, "list the trusted files and whether each is unchanged"),
-    "--revoke": (True, False, "stop trusting PATH"),
-    "--help": (False, False, "show this help"),
-}
-TRUST_USAGE = "usage: stockade trust [PATH] | --list | --revoke PATH"
-TRUST_EPILOG = ("PATH defaults to ./stockade.toml. Trust records the file's real path and "
-                "SHA-256; an edit untrusts it.")
 
 
 def cmd_trust(argv: list[str]) -> int:

@@ -77,3 +77,11 @@ def explicit_env(entries: list[str], usage: str) -> dict[str, str]:
             value = os.environ[name]
         env[name] = value
     return env
+
+
+def escape(text: str) -> str:
+    """Control characters as escapes: a name from the command line must not move the
+    cursor, recolour the terminal or forge a second line."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)

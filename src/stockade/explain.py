@@ -13,7 +13,8 @@ from __future__ import annotations
 import os
 import sys
 
-from .cli import RUN_OPTIONS, open_session, parse_options, requested_capabilities
+from .cli import open_session, parse_options, requested_capabilities
+from .clitables import CONFIG_OPTIONS, CONFIG_USAGE, EXPLAIN_OPTIONS, EXPLAIN_USAGE
 from .cliutil import UsageError, check_host_flags, command_help, positive_number
 
 TYPE_CHECKING = False
@@ -21,26 +22,6 @@ if TYPE_CHECKING:
     from .command import SandboxCommand
     from .config import SandboxConfig
     from .profile import Profile
-
-EXPLAIN_OPTIONS = {k: v for k, v in RUN_OPTIONS.items()
-                   if k not in ("--yes", "--quiet", "--max-output", "--publish")}
-EXPLAIN_OPTIONS["--json"] = (False, False, "print the explanation as one JSON object")
-EXPLAIN_USAGE = "usage: stockade explain [run options] -- CMD [ARGS...]"
-EXPLAIN_DESCRIPTION = ("Show the profile `stockade run` would give the command (mode, what it "
-                       "may read and write, what is hidden, network, limits, the layers that "
-                       "apply, and where each setting came from) without running it, asking "
-                       "for approval or recording it.")
-
-CONFIG_OPTIONS: dict[str, tuple[bool, bool, str]] = {
-    "--config": (True, False, "read this TOML file instead of the usual ones"),
-    "--workspace": (True, False, "the project whose stockade.toml counts (default: current "
-                                 "dir)"),
-    "--json": (False, False, "print the settings as one JSON object"),
-    "--help": (False, False, "show this help"),
-}
-CONFIG_USAGE = "usage: stockade config show [--config FILE] [--workspace DIR] [--json]"
-CONFIG_DESCRIPTION = ("Show each effective setting, its value, and the file or flag it came "
-                      "from (default: stockade's own default).")
 
 #: Run's flags that set a config key, and the key.
 FLAG_KEYS = {"mode": "mode", "backend": "backend", "deny_host": "deny_hosts"}

@@ -25,7 +25,8 @@ from __future__ import annotations
 import os
 import sys
 
-from .cli import RUN_OPTIONS, open_session, parse_options, requested_capabilities
+from .cli import open_session, parse_options, requested_capabilities
+from .clitables import SHELL_OPTIONS, SHELL_USAGE
 from .cliutil import check_host_flags, command_help, explicit_env, positive_number
 
 TYPE_CHECKING = False
@@ -37,15 +38,6 @@ if TYPE_CHECKING:
     from .drivers import ProcessHandle
     from .process import Outcome
     from .sync import SyncWorkspaceSandbox
-
-SHELL_OPTIONS = {k: v for k, v in RUN_OPTIONS.items()
-                 if k not in ("--json", "--max-output", "--no-subprocess", "--quiet",
-                              "--publish")}
-SHELL_OPTIONS["--timeout"] = (True, False, "seconds before the shell and everything in it is "
-                                           "killed (default: none)")
-SHELL_USAGE = "usage: stockade shell [options] [-- SHELL [ARGS...]]"
-SHELL_DESCRIPTION = ("An interactive shell inside the sandbox, on a pty of its own: the same "
-                     "flags, approvals and audit record as `stockade run`.")
 
 # Runs inside the sandbox before the shell. `-I -S`: no user site, no
 # environment-driven imports, nothing but the standard library.

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from stockade.cli import RUN_OPTIONS, main, parse_options
+from stockade.cli import main, parse_options
+from stockade.clitables import RUN_OPTIONS
 from stockade.cliutil import UsageError
 
 

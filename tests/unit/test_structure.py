@@ -281,17 +281,6 @@ def test_the_cycle_finder_finds_a_cycle() -> None:
     assert import_cycles({"a": {"b"}, "b": set()}) == []
 
 
-#: Cycles not yet broken, each with why it is there. Remove an entry with the
-#: cycle: the test fails while an entry names a cycle that no longer exists.
-KNOWN_CYCLES = {
-    # The dispatcher imports each subcommand's module when it runs; shell.py
-    # and explain.py import the option tables and `open_session` from cli.py,
-    # and clispec.py (which renders every --help) reads the tables of all three.
-    frozenset({"stockade.auditfollow", "stockade.cli", "stockade.clispec", "stockade.cliutil",
-               "stockade.explain", "stockade.shell"}),
-}
-
-
 def test_no_import_cycles() -> None:
     """No two modules of stockade import each other, directly or through others.
 
@@ -306,9 +295,6 @@ def test_no_import_cycles() -> None:
     """
     graph = import_graph()
     cycles = import_cycles(graph)
-    new = [c for c in cycles if frozenset(c) not in KNOWN_CYCLES]
     shown = ["  " + " -> ".join(f"{m} ({', '.join(sorted(graph[m] & set(c)))})" for m in c)
-             for c in new]
-    assert not new, "these modules import each other:\n" + "\n".join(shown)
-    gone = KNOWN_CYCLES - {frozenset(c) for c in cycles}
-    assert not gone, f"no longer a cycle, remove it from KNOWN_CYCLES: {sorted(map(sorted, gone))}"
+             for c in cycles]
+    assert not cycles, "these modules import each other:\n" + "\n".join(shown)
