@@ -270,6 +270,8 @@ def _profile_facts(profile: Profile, config: SandboxConfig, origin: dict[str, st
 
 def layers(backend: str, profile: Profile, config: SandboxConfig) -> list[str]:
     """The kernel layers the backend would put around this profile, here."""
+    from .capabilities import NetworkPolicy
+
     out: list[str] = []
     abi = 0
     if sys.platform.startswith("linux"):
@@ -282,7 +284,7 @@ def layers(backend: str, profile: Profile, config: SandboxConfig) -> list[str]:
         kind = "none"
     if backend == "bubblewrap":
         spaces = "user, mount, PID, IPC, UTS, cgroup"
-        if profile.network.kind != "all":
+        if profile.network.kind != NetworkPolicy.ALL:
             spaces += ", network"
         workspace = "writable" if profile.workspace_writable else "read-only"
         out.append(f"bubblewrap: namespaces ({spaces}); the host read-only, the workspace "

@@ -298,3 +298,31 @@ def test_no_import_cycles() -> None:
     shown = ["  " + " -> ".join(f"{m} ({', '.join(sorted(graph[m] & set(c)))})" for m in c)
              for c in cycles]
     assert not cycles, "these modules import each other:\n" + "\n".join(shown)
+
+
+# -- names compared as strings ------------------------------------------------------------
+
+def _string_constants(node: ast.expr) -> list[str]:
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return [node.value]
+    if isinstance(node, ast.Tuple | ast.List | ast.Set):
+        return [v for element in node.elts for v in _string_constants(element)]
+    return []
+
+
+def test_network_kinds_are_compared_through_network_policy() -> None:
+    """`profile.network.kind == "hosts"` beside `NetworkPolicy.HOSTS`: a renamed kind
+    would leave the literal comparing false, silently. capabilities.py defines them."""
+    found = []
+    for _module, (path, tree) in _modules().items():
+        if path.endswith(os.path.join("stockade", "capabilities.py")):
+            continue
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.Compare):
+                continue
+            operands = [node.left, *node.comparators]
+            if (any(ast.unparse(o).endswith("network.kind") for o in operands)
+                    and any(_string_constants(o) for o in operands)):
+                found.append(f"{os.path.relpath(path, os.path.dirname(SRC))}:{node.lineno}: "
+                             f"{ast.unparse(node)}")
+    assert not found, "compare with NetworkPolicy.NONE / HOSTS / ALL:\n" + "\n".join(found)
