@@ -12,6 +12,9 @@ documented the day it exists.
 
 from __future__ import annotations
 
+# argparse has no public way to list a parser's actions or to tell its subcommand
+# action from the others: `_actions` and `_SubParsersAction` are read here and in
+# completion.py for want of one.
 import argparse
 import importlib
 
