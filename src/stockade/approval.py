@@ -52,14 +52,14 @@ class ApprovalRequest:
 
 def exceeds(request: SandboxCapabilities, baseline: SandboxCapabilities) -> str:
     """What `request` asks beyond `baseline`, in words; empty when nothing."""
-    from .capabilities import _paths_within
+    from .capabilities import paths_within
 
     parts = []
     extra_read = [p for p in request.fs_read
-                  if not _paths_within((p,), baseline.fs_read + baseline.fs_write)]
+                  if not paths_within((p,), baseline.fs_read + baseline.fs_write)]
     if extra_read:
         parts.append("read access to " + ", ".join(extra_read))
-    extra_write = [p for p in request.fs_write if not _paths_within((p,), baseline.fs_write)]
+    extra_write = [p for p in request.fs_write if not paths_within((p,), baseline.fs_write)]
     if extra_write:
         parts.append("write access to " + ", ".join(extra_write))
     if not request.network.is_within(baseline.network):

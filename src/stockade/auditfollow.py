@@ -73,7 +73,7 @@ def events_of_start(row: dict[str, Any]) -> list[dict[str, Any]]:
 
 def render(event: dict[str, Any]) -> str:
     """One event as one line of text."""
-    from .cli import escape
+    from .cliutil import escape
 
     when = time.strftime("%H:%M:%S", time.localtime(float(event["ts"])))
     head = f"{when} {event['session']} "
@@ -118,7 +118,7 @@ class Follower:
         # The ledger's own connection: it makes the file and its tables when
         # no stockade has written one yet, so there is something to follow.
         self._ledger = Ledger(path)
-        self._conn = self._ledger._connect()
+        self._conn = self._ledger.connect()
         self._last = {table: self._max(table) for table, _ in self.TABLES}
 
     def _max(self, table: str) -> int:
@@ -126,12 +126,12 @@ class Follower:
                    .fetchone()[0])
 
     def new_events(self) -> list[dict[str, Any]]:
-        from .ledger import _dict_row, decoded
+        from .ledger import decoded, dict_row
 
         found: list[dict[str, Any]] = []
         for table, to_events in self.TABLES:
             cursor = self._conn.cursor()
-            cursor.row_factory = _dict_row
+            cursor.row_factory = dict_row
             rows = cursor.execute(f"SELECT * FROM {table} WHERE id > ? ORDER BY id",
                                   (self._last[table],)).fetchall()
             for row in rows:

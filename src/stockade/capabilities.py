@@ -44,9 +44,23 @@ def is_under(path: str, root: str) -> bool:
     if _normal(path) and _normal(root):
         # Already normal (the profile's paths are canonical): a prefix test.
         return path == root or path.startswith("/" if root == "/" else root + "/")
-    from .fsroot import within
-
     return within(path, root) is not None
+
+
+def within(path: str, root: str) -> str | None:
+    """`path` relative to `root` ("" for the root itself), or None when it is not beneath it.
+
+    Lexical, on normalised absolute paths, component by component: `/a/bc` is
+    not beneath `/a/b`, and `/a/b/../c` is not beneath `/a/b`.
+    """
+    if not (path.startswith("/") and root.startswith("/")):
+        return None
+    p = os.path.normpath(path).split("/")
+    r = [] if root == "/" else os.path.normpath(root).split("/")[1:]
+    p = [x for x in p[1:] if x]
+    if p[:len(r)] != r:
+        return None
+    return "/".join(p[len(r):])
 
 
 def _normal(path: str) -> bool:
@@ -55,7 +69,7 @@ def _normal(path: str) -> bool:
             and (path == "/" or not path.endswith("/")))
 
 
-def _paths_within(inner: tuple[str, ...], outer: tuple[str, ...]) -> bool:
+def paths_within(inner: tuple[str, ...], outer: tuple[str, ...]) -> bool:
     return all(any(is_under(p, root) for root in outer) for p in inner)
 
 
@@ -169,8 +183,8 @@ class SandboxCapabilities:
         Writing a path implies reading it, so a read is within a write grant.
         """
         return (
-            _paths_within(self.fs_read, other.fs_read + other.fs_write)
-            and _paths_within(self.fs_write, other.fs_write)
+            paths_within(self.fs_read, other.fs_read + other.fs_write)
+            and paths_within(self.fs_write, other.fs_write)
             and self.network.is_within(other.network)
             and (other.spawn_subprocess or not self.spawn_subprocess)
         )

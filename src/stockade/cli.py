@@ -3,7 +3,8 @@
 Parsed by hand rather than with argparse: `stockade run` is paid for on every
 command an agent runs, and argparse (with the gettext and re it pulls in)
 costs more start-up time than bubblewrap takes to build the sandbox. The
-option tables below drive both parsing and `--help`, so they cannot drift.
+option tables (clitables.py) drive both parsing and `--help`, so they cannot
+drift.
 """
 
 from __future__ import annotations
@@ -11,7 +12,26 @@ from __future__ import annotations
 import os
 import sys
 
-from .drivers import registry as _backends
+from .clitables import (
+    AUDIT_OPTIONS,
+    AUDIT_USAGE,
+    CHOICES,
+    DOCTOR_OPTIONS,
+    DOCTOR_USAGE,
+    RUN_OPTIONS,
+    RUN_USAGE,
+    SHORT,
+    TRUST_OPTIONS,
+    TRUST_USAGE,
+)
+from .cliutil import (
+    UsageError,
+    check_host_flags,
+    command_help,
+    escape,
+    explicit_env,
+    positive_number,
+)
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -43,58 +63,7 @@ commands:
 
 `stockade <command> --help` describes each one; `stockade --version` names this one."""
 
-# name: (takes a value, repeatable, help)
-RUN_OPTIONS: dict[str, tuple[bool, bool, str]] = {
-    "--mode": (True, False, "read-only | workspace-write | full-access (default from config: "
-               "read-only)"),
-    "--workspace": (True, False, "the directory the command may work in (default: current dir)"),
-    "--cwd": (True, False, "directory inside the workspace to run in (default: the workspace)"),
-    "--session": (True, False, "session id, named in the audit record (stockade audit "
-                               "--session ID)"),
-    "--allow-read": (True, True, "also let the command read PATH (asks for approval)"),
-    "--allow-write": (True, True, "also let the command write PATH (asks for approval)"),
-    "--network": (True, False, "none | proxy | all (default: none; proxy = only the allowed "
-                  "hosts, through stockade's proxy)"),
-    "--allow-host": (True, True, "let the command reach HOST[:PORT] through the proxy "
-                     "(asks for approval)"),
-    "--deny-host": (True, True, "never let the command reach HOST, whatever else allows it"),
-    "--no-subprocess": (False, False, "the command may start no process of its own (seccomp)"),
-    "--env": (True, True, "pass NAME with your value, or NAME=VALUE, to the command, though "
-              "it looks secret; the audit record names it, never its value"),
-    "--publish": (True, True, "forward the host's 127.0.0.1:PORT (or HOST_ADDR:PORT) to the "
-                  "sandbox's SANDBOX_PORT (default PORT) while the command runs: open a dev "
-                  "server from the host"),
-    "--timeout": (True, False, "seconds before the whole process tree is killed (default 60)"),
-    "--max-output": (True, False, "capture output and stop past BYTES (split stdout/stderr)"),
-    "--backend": (True, False, _backends.choices_help()),
-    "--config": (True, False, "read this TOML file instead of the usual ones"),
-    "--json": (False, False, "capture output and print one JSON result"),
-    "--yes": (False, False, "approve the requested capabilities without asking"),
-    "--quiet": (False, False, "print no `stockade:` line about a denial after the command"),
-    "--help": (False, False, "show this help"),
-}
-# One-letter spellings, for whichever of these a parser's table has.
-SHORT = {"-h": "--help", "-q": "--quiet"}
-# The values a flag may take; anything else is a usage error (exit 2).
-CHOICES: dict[str, tuple[str, ...]] = {
-    "--mode": ("read-only", "workspace-write", "full-access"),
-    "--network": ("none", "proxy", "all"),
-    "--backend": _backends.choices(),
-}
-RUN_USAGE = "usage: stockade run [options] -- CMD [ARGS...]"
-RUN_DESCRIPTION = ("Run one command inside the sandbox. stdin and stdout pass through, and "
-                   "stockade exits with the command's status; `stockade explain` shows what "
-                   "the command would get without running it.")
-
 EXIT_USAGE = 2
-
-
-def _help(command: str) -> str:
-    """`stockade COMMAND --help`, from the one description of the CLI (clispec.py):
-    argparse renders it, so every subcommand's help has one style."""
-    from .clispec import help_text
-
-    return help_text(command)
 
 
 def parse_options(argv: list[str], options: dict[str, tuple[bool, bool, str]],
@@ -140,74 +109,6 @@ def parse_options(argv: list[str], options: dict[str, tuple[bool, bool, str]],
     return values, []
 
 
-class UsageError(Exception):
-    def __init__(self, message: str, usage: str) -> None:
-        super().__init__(message)
-        self.usage = usage
-
-
-def escape(text: str) -> str:
-    """Control characters as escapes: a name from the command line must not move the
-    cursor, recolour the terminal or forge a second line."""
-    if text.isprintable():
-        return text
-    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
-
-
-def _number(values: dict[str, object], key: str, kind: type, usage: str
-            ) -> float | int | None:
-    """A finite number above zero: every numeric flag, one rule, one message."""
-    raw = values.get(key)
-    if raw is None:
-        return None
-    what = "a positive integer" if kind is int else "a positive number"
-    try:
-        number = kind(raw)
-    except ValueError:
-        number = None
-    # `nan > 0` is false and `inf - inf` is nan: both fall out here.
-    if number is None or not number > 0 or number - number != 0:
-        raise UsageError(f"--{key.replace('_', '-')} must be {what}, got {str(raw)!r}",
-                         usage)
-    return number  # type: ignore[no-any-return]
-
-
-def _check_hosts(values: dict[str, object], usage: str) -> None:
-    from .config import host_entry_problem
-
-    for key in ("allow_host", "deny_host"):
-        for entry in values.get(key, []):  # type: ignore[attr-defined]
-            # A deny entry may carry its reason: `host=why`.
-            host = str(entry).partition("=")[0].strip() if key == "deny_host" else str(entry)
-            problem = host_entry_problem(host)
-            if problem:
-                flag = "--" + key.replace("_", "-")
-                if problem.startswith("give a host name"):
-                    problem = problem.replace("try ", f"try {flag} ")
-                raise UsageError(f"{flag} {str(entry)!r}: {problem}", usage)
-
-
-def _explicit_env(entries: list[str], usage: str) -> dict[str, str]:
-    """`--env NAME` (the caller's value) and `--env NAME=VALUE`, for one command.
-
-    The way to hand a command a secret the scrub would drop: `env NAME=value
-    cmd` put the value in argv, which the ledger keeps and `stockade audit`
-    prints. Here the value travels in the command's environment only.
-    """
-    env: dict[str, str] = {}
-    for entry in entries:
-        name, eq, value = str(entry).partition("=")
-        if not name or not name.replace("_", "a").isalnum() or name[0].isdigit():
-            raise UsageError(f"--env {str(entry)!r}: give NAME or NAME=VALUE", usage)
-        if not eq:
-            if name not in os.environ:
-                raise UsageError(f"--env {name}: {name} is not set here, so there is no "
-                                 f"value to pass (use --env {name}=VALUE)", usage)
-            value = os.environ[name]
-        env[name] = value
-    return env
-
-
 def _published(entries: list[str], usage: str) -> tuple[tuple[str, int, int], ...]:
     """`--publish` values, parsed before anything starts: a malformed one is usage (2)."""
     if not entries:
@@ -228,7 +129,7 @@ def cmd_run(argv: list[str]) -> int:
     else:
         values, command = parse_options(argv, RUN_OPTIONS, RUN_USAGE)
     if values.get("help"):
-        print(_help("run"))
+        print(command_help("run"))
         return 0
     if not command:
         raise UsageError("no command given (put it after --)", RUN_USAGE)
@@ -238,9 +139,9 @@ def cmd_run(argv: list[str]) -> int:
         from .drivers.linux.limits import prime_migration
 
         prime_migration()
-    timeout = _number(values, "timeout", float, RUN_USAGE)
-    max_output = _number(values, "max_output", int, RUN_USAGE)
-    _check_hosts(values, RUN_USAGE)
+    timeout = positive_number(values, "timeout", float, RUN_USAGE)
+    max_output = positive_number(values, "max_output", int, RUN_USAGE)
+    check_host_flags(values, RUN_USAGE)
     publish = _published(values.get("publish", []), RUN_USAGE)  # type: ignore[arg-type]
 
     from .command import SandboxCommand
@@ -251,7 +152,7 @@ def cmd_run(argv: list[str]) -> int:
     caps = requested_capabilities(values, sandbox, ws, mode, RUN_USAGE)
     cmd = SandboxCommand(command[0], command[1:], session_id=session, capabilities=caps,
                          timeout=timeout, cwd=str(values["cwd"]) if values.get("cwd") else None,
-                         env=_explicit_env(values.get("env", []), RUN_USAGE),  # type: ignore[arg-type]
+                         env=explicit_env(values.get("env", []), RUN_USAGE),  # type: ignore[arg-type]
                          publish=publish)
     capture = bool(values.get("json") or max_output)
     quiet = bool(values.get("quiet"))
@@ -568,19 +469,10 @@ def _write_all(fd: int, data: bytes) -> None:
 
 # -- doctor, audit -------------------------------------------------------------
 
-DOCTOR_OPTIONS: dict[str, tuple[bool, bool, str]] = {
-    "--json": (False, False, "print the report as one JSON object"),
-    "--help": (False, False, "show this help"),
-}
-DOCTOR_USAGE = "usage: stockade doctor [--json]"
-DOCTOR_DESCRIPTION = ("Report each backend's availability and why, kernel features, what is "
-                      "hidden on this machine, and the bwrap in use.")
-
-
 def cmd_doctor(argv: list[str]) -> int:
     values, _ = parse_options(argv, DOCTOR_OPTIONS, DOCTOR_USAGE)
     if values.get("help"):
-        print(_help("doctor"))
+        print(command_help("doctor"))
         return 0
     from .config import load_config
     from .doctor import report
@@ -590,27 +482,10 @@ def cmd_doctor(argv: list[str]) -> int:
     return report(as_json=bool(values.get("json")), configured_bwrap=config.bwrap, config=config)
 
 
-AUDIT_OPTIONS: dict[str, tuple[bool, bool, str]] = {
-    "--session": (True, False, "only the records of this session"),
-    "--last": (True, False, "how many records, the newest (default 20)"),
-    "--network": (False, False, "show network decisions instead of executions"),
-    "--json": (False, False, "one JSON object per line"),
-    "--follow": (False, False, "show each command's start and end and each denial as it is "
-                 "written, until interrupted"),
-    "--web": (False, False, "serve the ledger as web pages on 127.0.0.1 (read-only; needs "
-              "the web extra)"),
-    "--port": (True, False, "with --web: the loopback port (default 8765)"),
-    "--help": (False, False, "show this help"),
-}
-AUDIT_USAGE = ("usage: stockade audit [--session ID] [--last N] [--network] [--json]\n"
-               "       stockade audit --follow [--session ID] [--json]\n"
-               "       stockade audit --web [--port PORT]")
-
-
 def cmd_audit(argv: list[str]) -> int:
     values, rest = parse_options(argv, AUDIT_OPTIONS, AUDIT_USAGE)
     if values.get("help"):
-        print(_help("audit"))
+        print(command_help("audit"))
         return 0
     if rest:
         raise UsageError(f"unexpected argument {rest[0]!r}", AUDIT_USAGE)
@@ -619,7 +494,7 @@ def cmd_audit(argv: list[str]) -> int:
     from .config import load_config
     from .ledger import Ledger, decoded
 
-    last = int(_number(values, "last", int, AUDIT_USAGE) or 20)
+    last = int(positive_number(values, "last", int, AUDIT_USAGE) or 20)
     config = load_config()
     path = config.ledger_path(os.environ)
     if values.get("web"):
@@ -630,7 +505,7 @@ def cmd_audit(argv: list[str]) -> int:
                               "nothing to show")
         from .auditweb import serve
 
-        return serve(path, port=int(_number(values, "port", int, AUDIT_USAGE) or 8765))
+        return serve(path, port=int(positive_number(values, "port", int, AUDIT_USAGE) or 8765))
     if values.get("follow"):
         if values.get("last") or values.get("network"):
             raise UsageError("--follow shows every new event; it takes no --last or --network",
@@ -681,34 +556,24 @@ def cmd_audit(argv: list[str]) -> int:
     return 0
 
 
-TRUST_OPTIONS: dict[str, tuple[bool, bool, str]] = {
-    "--list": (False, False, "list the trusted files and whether each is unchanged"),
-    "--revoke": (True, False, "stop trusting PATH"),
-    "--help": (False, False, "show this help"),
-}
-TRUST_USAGE = "usage: stockade trust [PATH] | --list | --revoke PATH"
-TRUST_EPILOG = ("PATH defaults to ./stockade.toml. Trust records the file's real path and "
-                "SHA-256; an edit untrusts it.")
-
-
 def cmd_trust(argv: list[str]) -> int:
     values, rest = parse_options(argv, TRUST_OPTIONS, TRUST_USAGE)
     if values.get("help"):
-        print(_help("trust"))
+        print(command_help("trust"))
         return 0
     if len(rest) > 1 or (rest and (values.get("list") or values.get("revoke"))) or (
             values.get("list") and values.get("revoke")):
         raise UsageError("give one PATH, or --list, or --revoke PATH", TRUST_USAGE)
-    from . import trust
+    from . import trustcmd
 
     env, cwd = os.environ, os.getcwd()
     if values.get("list"):
-        lines = trust.list_trusted(env)
+        lines = trustcmd.list_trusted(env)
     elif values.get("revoke"):
-        lines = trust.revoke_file(str(values["revoke"]), env)
+        lines = trustcmd.revoke_file(str(values["revoke"]), env)
     else:
-        lines = trust.trust_file(rest[0] if rest else os.path.join(cwd, "stockade.toml"), env,
-                                 cwd)
+        lines = trustcmd.trust_file(rest[0] if rest else os.path.join(cwd, "stockade.toml"),
+                                    env, cwd)
     print("\n".join(lines))
     return 0
 

@@ -12,6 +12,9 @@ documented the day it exists.
 
 from __future__ import annotations
 
+# argparse has no public way to list a parser's actions or to tell its subcommand
+# action from the others: `_actions` and `_SubParsersAction` are read here and in
+# completion.py for want of one.
 import argparse
 import importlib
 
@@ -69,7 +72,7 @@ def table_parser(prog: str, usage: str, options: Mapping[str, tuple[bool, bool, 
                  description: str | None = None, epilog: str | None = None,
                  parser: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
     """An argparse parser equivalent to one of cli.py's option tables."""
-    from .cli import CHOICES, SHORT
+    from .clitables import CHOICES, SHORT
 
     if parser is None:
         parser = argparse.ArgumentParser(prog=prog, formatter_class=HelpFormatter)
@@ -112,7 +115,7 @@ def _command_argument(parser: argparse.ArgumentParser, optional: bool = False) -
 def _foreign(module: str) -> argparse.ArgumentParser | None:
     """A subcommand's own argparse parser; None when its extra is not installed."""
     try:
-        return importlib.import_module(f"stockade.{module}")._parser()  # type: ignore[no-any-return]
+        return importlib.import_module(f"stockade.{module}").argument_parser()  # type: ignore[no-any-return]
     except ImportError:
         return None
 
@@ -147,7 +150,7 @@ def parser(only: str | None = None) -> argparse.ArgumentParser:
     `only` builds that subcommand alone (a `--help` need not import the MCP
     server's modules to describe `run`).
     """
-    from . import cli
+    from . import clitables
 
     root = argparse.ArgumentParser(
         prog="stockade", formatter_class=HelpFormatter,
@@ -168,31 +171,33 @@ def parser(only: str | None = None) -> argparse.ArgumentParser:
         if only is not None and name != only:
             continue
         if name == "run":
-            _command_argument(local("run", cli.RUN_USAGE, cli.RUN_OPTIONS,
-                                    cli.RUN_DESCRIPTION))
+            _command_argument(local("run", clitables.RUN_USAGE, clitables.RUN_OPTIONS,
+                                    clitables.RUN_DESCRIPTION))
         elif name == "explain":
-            from .explain import EXPLAIN_DESCRIPTION, EXPLAIN_OPTIONS, EXPLAIN_USAGE
+            from .clitables import EXPLAIN_DESCRIPTION, EXPLAIN_OPTIONS, EXPLAIN_USAGE
 
             _command_argument(local("explain", EXPLAIN_USAGE, EXPLAIN_OPTIONS,
                                     EXPLAIN_DESCRIPTION))
         elif name == "shell":
-            from .shell import SHELL_DESCRIPTION, SHELL_OPTIONS, SHELL_USAGE
+            from .clitables import SHELL_DESCRIPTION, SHELL_OPTIONS, SHELL_USAGE
 
             _command_argument(local("shell", SHELL_USAGE, SHELL_OPTIONS, SHELL_DESCRIPTION),
                               optional=True)
         elif name == "doctor":
-            local("doctor", cli.DOCTOR_USAGE, cli.DOCTOR_OPTIONS, cli.DOCTOR_DESCRIPTION)
+            local("doctor", clitables.DOCTOR_USAGE, clitables.DOCTOR_OPTIONS,
+                  clitables.DOCTOR_DESCRIPTION)
         elif name == "audit":
-            local("audit", cli.AUDIT_USAGE, cli.AUDIT_OPTIONS)
+            local("audit", clitables.AUDIT_USAGE, clitables.AUDIT_OPTIONS)
         elif name == "config":
-            from .explain import CONFIG_DESCRIPTION, CONFIG_OPTIONS, CONFIG_USAGE
+            from .clitables import CONFIG_DESCRIPTION, CONFIG_OPTIONS, CONFIG_USAGE
 
             config = local("config", CONFIG_USAGE, CONFIG_OPTIONS, CONFIG_DESCRIPTION)
             config.add_argument("action", choices=("show",),
                                 help="show: each setting, its value and the file or flag it "
                                      "came from")
         elif name == "trust":
-            trust = local("trust", cli.TRUST_USAGE, cli.TRUST_OPTIONS, epilog=cli.TRUST_EPILOG)
+            trust = local("trust", clitables.TRUST_USAGE, clitables.TRUST_OPTIONS,
+                          epilog=clitables.TRUST_EPILOG)
             path = trust.add_argument("path", nargs="?", metavar="PATH",
                                       help="the stockade.toml to trust (default: "
                                            "./stockade.toml)")

@@ -19,7 +19,7 @@ from __future__ import annotations
 import os
 import sys
 
-from .cli import UsageError
+from .cliutil import UsageError
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -163,9 +163,9 @@ def write() -> None:
 
 def main(argv: list[str]) -> int:
     if argv[:1] in (["-h"], ["--help"]):
-        from .cli import _help
+        from .cliutil import command_help
 
-        print(_help("completion"))
+        print(command_help("completion"))
         return 0
     if argv == ["--write"]:
         write()

@@ -16,6 +16,7 @@ from __future__ import annotations
 import os
 
 from .errors import ConfigError
+from .settingsfile import MAX_SETTINGS_BYTES, settings_problem
 
 TYPE_CHECKING = False
 
@@ -29,7 +30,7 @@ if TYPE_CHECKING:
 _STR_LIST = "list of strings"
 
 # key: (type name, default)
-_FIELDS: dict[str, tuple[str, object]] = {
+FIELDS: dict[str, tuple[str, object]] = {
     "enabled": ("bool", True),
     "workspace_root": ("path", ""),
     "default_timeout_seconds": ("number", 60.0),
@@ -67,7 +68,7 @@ def _backend_fields() -> dict[str, tuple[str, object]]:
     return {o.key: (kinds.get(o.kind, o.kind), o.default) for o in config_options().values()}
 
 
-_FIELDS.update(_backend_fields())
+FIELDS.update(_backend_fields())
 
 
 def _backend_maxima() -> dict[str, float]:
@@ -211,7 +212,7 @@ class SandboxConfig:
             return getattr(self, key)
         if key in self.backend_options:
             return self.backend_options[key]
-        option = _FIELDS.get(key)
+        option = FIELDS.get(key)
         if option is None:
             raise ConfigError(f"no backend declares the setting {key!r}")
         return option[1]
@@ -248,7 +249,7 @@ _KEYWORDS = _KEYWORDS_OF["SandboxConfig.__init__"]
 
 
 def _check_backend_options(values: Mapping[str, object], source: str) -> None:
-    unknown = sorted(k for k in values if k not in _FIELDS or k in _KEYWORDS)
+    unknown = sorted(k for k in values if k not in FIELDS or k in _KEYWORDS)
     if unknown:
         raise ConfigError(
             f"{source}: backend_options may hold only keys a backend declares that have no "
@@ -257,9 +258,9 @@ def _check_backend_options(values: Mapping[str, object], source: str) -> None:
 
 def _validate(values: Mapping[str, object], source: str) -> None:
     for key, value in values.items():
-        if key not in _FIELDS:
+        if key not in FIELDS:
             continue
-        kind = _FIELDS[key][0]
+        kind = FIELDS[key][0]
         ok = {
             "bool": isinstance(value, bool),
             # Finite: an `inf` timeout overflowed the first timed wait it reached.
@@ -383,7 +384,7 @@ def load_config(env: Mapping[str, str] | None = None, cwd: str | None = None,
                 raise ConfigError(f"{path}: no such file; name an existing TOML file "
                                   "(--config FILE)")
             continue
-        table = _parse(data, path)
+        table = parse_settings(data, path)
         if kind == PROJECT:
             from .trust import check_project
 
@@ -416,7 +417,7 @@ def allowed_settings(env: Mapping[str, str], **overrides: object) -> dict[str, o
     for path, kind in config_sources(env, "/"):
         data = read_settings(path, follow=True) if kind == USER else None
         if data is not None:
-            _merge(merged, _parse(data, path), path)
+            _merge(merged, parse_settings(data, path), path)
     return _allowed(merged, _given(overrides))
 
 
@@ -435,7 +436,7 @@ def _given(overrides: Mapping[str, object]) -> dict[str, object]:
 
 
 def _allowed(merged: dict[str, object], given: dict[str, object]) -> dict[str, object]:
-    allowed: dict[str, object] = {key: default for key, (_kind, default) in _FIELDS.items()}
+    allowed: dict[str, object] = {key: default for key, (_kind, default) in FIELDS.items()}
     allowed.update(merged)
     allowed.update(given)
     allowed.setdefault("command_policy", {})
@@ -480,11 +481,6 @@ def _users_own(path: str, used: list[str]) -> str:
     return real if any(real == os.path.realpath(u) for u in used) else ""
 
 
-#: The most stockade reads of a settings file: far past any real one, and a bound on what
-#: a planted file (a terabyte of holes costs nothing) can make it hold in memory.
-MAX_SETTINGS_BYTES = 1 << 20
-
-
 def _read_bytes(path: str, *, follow: bool) -> bytes | None:
     """A settings file's bytes, None when there is none; OSError when it cannot be one.
 
@@ -515,38 +511,14 @@ def read_settings(path: str, *, follow: bool) -> bytes | None:
         raise ConfigError(f"{path}: {settings_problem(path, exc, follow=follow)}") from exc
 
 
-def settings_problem(path: str, exc: OSError, *, follow: bool, fix: str = "remove it") -> str:
-    """What is wrong with the settings file at `path` that `exc` refused, in a few words;
-    `fix` ends the words for a file that is not a regular one."""
-    import errno
-    import stat
-
-    if exc.errno == errno.EFBIG:
-        return (f"larger than {MAX_SETTINGS_BYTES >> 20} MiB, more than any settings file "
-                "holds; remove it")
-    try:
-        mode = os.stat(path, follow_symlinks=follow).st_mode
-    except OSError:
-        mode = 0
-    if stat.S_ISLNK(mode):
-        return ("is a symbolic link, which stockade does not follow for a project's "
-                "settings; put the file itself there, or remove it")
-    for test, kind in ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"),
-                       (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
-                       (stat.S_ISDIR, "a directory")):
-        if test(mode):
-            return f"not a regular file ({kind}); {fix}"
-    return f"cannot read: {exc.strerror or exc}"
-
-
 def read_project_file(path: str) -> tuple[bytes, dict[str, object]] | None:
     """The bytes and the parsed table, read as the workspace's (see `_read_bytes`); None
     when there is no file. Trust is judged on exactly what was parsed."""
     data = read_settings(path, follow=False)
-    return None if data is None else (data, _parse(data, path))
+    return None if data is None else (data, parse_settings(data, path))
 
 
-def _parse(raw: bytes, path: str) -> dict[str, object]:
+def parse_settings(raw: bytes, path: str) -> dict[str, object]:
     import tomllib
 
     try:
@@ -563,7 +535,7 @@ def _parse(raw: bytes, path: str) -> dict[str, object]:
     table = data.get("sandbox", {})
     if not isinstance(table, dict):
         raise ConfigError(f"{path}: sandbox must be a table")
-    unknown = [k for k in table if k not in _FIELDS and k not in _TABLES]
+    unknown = [k for k in table if k not in FIELDS and k not in _TABLES]
     if unknown:
         raise ConfigError(f"{path}: unknown key [sandbox] {unknown[0]!r}")
     if "command_policy" in table and not isinstance(table["command_policy"], dict):

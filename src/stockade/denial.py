@@ -196,9 +196,11 @@ def denial_hint(kind: str, stderr: bytes, mode: str, *, workspace: str | None = 
     if kind == "network":
         return _network_hint(profile)
     if kind == "refused":
+        from .capabilities import NetworkPolicy
+
         if profile is not None:
             sock = next((s for s in profile.sockets if s.encode() in stderr), "")
-            if sock or profile.network.kind == "all":
+            if sock or profile.network.kind == NetworkPolicy.ALL:
                 return (f"blocked by the sandbox: {escape(sock) or 'a host socket'} (docker.sock "
                         "and the like) is covered in every mode but full-access")
             return _network_hint(profile)
@@ -214,11 +216,13 @@ def denial_hint(kind: str, stderr: bytes, mode: str, *, workspace: str | None = 
 
 
 def _network_hint(profile: Profile | None) -> str:
-    if profile is None or profile.network.kind == "none":
+    from .capabilities import NetworkPolicy
+
+    if profile is None or profile.network.kind == NetworkPolicy.NONE:
         return ("blocked by the sandbox: network access is off for this command (network "
                 "none: its own loopback only, so a server on the host's 127.0.0.1 is out of "
                 "reach too); request it, e.g. --allow-host HOST:PORT")
-    if profile.network.kind == "hosts":
+    if profile.network.kind == NetworkPolicy.HOSTS:
         hosts = ", ".join(escape(h) for h in profile.network.hosts) or "none"
         return ("blocked by the sandbox: the network is limited to the allowed hosts, through "
                 f"stockade's proxy (allowed: {hosts}); a direct connection, or one to another "

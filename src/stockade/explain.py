@@ -13,42 +13,15 @@ from __future__ import annotations
 import os
 import sys
 
-from .cli import (
-    RUN_OPTIONS,
-    UsageError,
-    _check_hosts,
-    _help,
-    _number,
-    open_session,
-    parse_options,
-    requested_capabilities,
-)
+from .cli import open_session, parse_options, requested_capabilities
+from .clitables import CONFIG_OPTIONS, CONFIG_USAGE, EXPLAIN_OPTIONS, EXPLAIN_USAGE
+from .cliutil import UsageError, check_host_flags, command_help, positive_number
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from .command import SandboxCommand
     from .config import SandboxConfig
     from .profile import Profile
-
-EXPLAIN_OPTIONS = {k: v for k, v in RUN_OPTIONS.items()
-                   if k not in ("--yes", "--quiet", "--max-output", "--publish")}
-EXPLAIN_OPTIONS["--json"] = (False, False, "print the explanation as one JSON object")
-EXPLAIN_USAGE = "usage: stockade explain [run options] -- CMD [ARGS...]"
-EXPLAIN_DESCRIPTION = ("Show the profile `stockade run` would give the command (mode, what it "
-                       "may read and write, what is hidden, network, limits, the layers that "
-                       "apply, and where each setting came from) without running it, asking "
-                       "for approval or recording it.")
-
-CONFIG_OPTIONS: dict[str, tuple[bool, bool, str]] = {
-    "--config": (True, False, "read this TOML file instead of the usual ones"),
-    "--workspace": (True, False, "the project whose stockade.toml counts (default: current "
-                                 "dir)"),
-    "--json": (False, False, "print the settings as one JSON object"),
-    "--help": (False, False, "show this help"),
-}
-CONFIG_USAGE = "usage: stockade config show [--config FILE] [--workspace DIR] [--json]"
-CONFIG_DESCRIPTION = ("Show each effective setting, its value, and the file or flag it came "
-                      "from (default: stockade's own default).")
 
 #: Run's flags that set a config key, and the key.
 FLAG_KEYS = {"mode": "mode", "backend": "backend", "deny_host": "deny_hosts"}
@@ -57,14 +30,14 @@ FLAG_KEYS = {"mode": "mode", "backend": "backend", "deny_host": "deny_hosts"}
 def setting_sources(config: SandboxConfig, flags: dict[str, object] | None = None
                     ) -> dict[str, str]:
     """key -> where its value came from: a flag, the last file that set it, or "default"."""
-    from .config import _FIELDS, _parse, read_settings
+    from .config import FIELDS, parse_settings, read_settings
 
-    origin = dict.fromkeys(_FIELDS, "default")
+    origin = dict.fromkeys(FIELDS, "default")
     for path in config.sources:
         data = read_settings(path, follow=path not in config.project_sources)
         if data is None:
             continue
-        for setting in _parse(data, path):
+        for setting in parse_settings(data, path):
             origin[setting] = path
     for flag, value in (flags or {}).items():
         key = FLAG_KEYS.get(flag)
@@ -75,10 +48,10 @@ def setting_sources(config: SandboxConfig, flags: dict[str, object] | None = Non
 
 
 def settings(config: SandboxConfig) -> dict[str, object]:
-    from .config import _FIELDS
+    from .config import FIELDS
 
     out: dict[str, object] = {}
-    for key in _FIELDS:
+    for key in FIELDS:
         if hasattr(config, key):
             out[key] = getattr(config, key)
         else:
@@ -102,7 +75,7 @@ def _show(value: object) -> str:
 def config_main(argv: list[str]) -> int:
     values, rest = parse_options(argv, CONFIG_OPTIONS, CONFIG_USAGE)
     if values.get("help") or rest[:1] in (["-h"], ["--help"]):
-        print(_help("config"))
+        print(command_help("config"))
         return 0
     if rest != ["show"]:
         raise UsageError("config needs one action: show", CONFIG_USAGE)
@@ -136,12 +109,12 @@ def main(argv: list[str]) -> int:
     else:
         values, command = parse_options(argv, EXPLAIN_OPTIONS, EXPLAIN_USAGE)
     if values.get("help"):
-        print(_help("explain"))
+        print(command_help("explain"))
         return 0
     if not command:
         raise UsageError("no command given (put it after --)", EXPLAIN_USAGE)
-    timeout = _number(values, "timeout", float, EXPLAIN_USAGE)
-    _check_hosts(values, EXPLAIN_USAGE)
+    timeout = positive_number(values, "timeout", float, EXPLAIN_USAGE)
+    check_host_flags(values, EXPLAIN_USAGE)
     report = explain(values, command, timeout)
     if values.get("json"):
         import json
@@ -297,6 +270,8 @@ def _profile_facts(profile: Profile, config: SandboxConfig, origin: dict[str, st
 
 def layers(backend: str, profile: Profile, config: SandboxConfig) -> list[str]:
     """The kernel layers the backend would put around this profile, here."""
+    from .capabilities import NetworkPolicy
+
     out: list[str] = []
     abi = 0
     if sys.platform.startswith("linux"):
@@ -309,7 +284,7 @@ def layers(backend: str, profile: Profile, config: SandboxConfig) -> list[str]:
         kind = "none"
     if backend == "bubblewrap":
         spaces = "user, mount, PID, IPC, UTS, cgroup"
-        if profile.network.kind != "all":
+        if profile.network.kind != NetworkPolicy.ALL:
             spaces += ", network"
         workspace = "writable" if profile.workspace_writable else "read-only"
         out.append(f"bubblewrap: namespaces ({spaces}); the host read-only, the workspace "

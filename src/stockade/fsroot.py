@@ -27,6 +27,8 @@ import os
 import stat
 import sys
 
+from .capabilities import within
+
 TYPE_CHECKING = False
 
 if TYPE_CHECKING:
@@ -68,22 +70,6 @@ def check_name(name: str, *, git: bool = False) -> str:
         if git and part.lower() == ".git":
             raise UnsafeName(f"a name with a .git component: {name!r}")
     return name
-
-
-def within(path: str, root: str) -> str | None:
-    """`path` relative to `root` ("" for the root itself), or None when it is not beneath it.
-
-    Lexical, on normalised absolute paths, component by component: `/a/bc` is
-    not beneath `/a/b`, and `/a/b/../c` is not beneath `/a/b`.
-    """
-    if not (path.startswith("/") and root.startswith("/")):
-        return None
-    p = os.path.normpath(path).split("/")
-    r = [] if root == "/" else os.path.normpath(root).split("/")[1:]
-    p = [x for x in p[1:] if x]
-    if p[:len(r)] != r:
-        return None
-    return "/".join(p[len(r):])
 
 
 class _Syscall:

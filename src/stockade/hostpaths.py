@@ -138,7 +138,7 @@ def home_workspace(workspace: str, env: Mapping[str, str]) -> str:
     hundred (`~/.config/lesskey`, `~/.config/user-tmpfiles.d`, REPL start-up
     files, toolchain shims, install configs), and no list of names ends.
     """
-    from .fsroot import within
+    from .capabilities import within
 
     # The account's own home too: HOME unset, relative or pointed elsewhere
     # must not turn the person's real home into an ordinary project.

@@ -159,12 +159,12 @@ def redact_text(text: str) -> str:
 
 
 def _redact_assignment(match: Any) -> str:
-    from .profile import _NOT_SECRET, DEFAULT_SECRET_ENV, _glob
+    from .profile import DEFAULT_SECRET_ENV, NOT_SECRET, name_matches
 
     dashes, name, value = match.group(1) or "", match.group(2), match.group(3)
     key = name.upper().replace("-", "_")
-    if (not value or key in _NOT_SECRET
-            or not any(_glob(p.upper(), key) for p in DEFAULT_SECRET_ENV)):
+    if (not value or key in NOT_SECRET
+            or not any(name_matches(p.upper(), key) for p in DEFAULT_SECRET_ENV)):
         return str(match.group(0))
     quote = value[:1] if value[:1] in ("'", '"') and value.endswith(value[:1]) else ""
     return f"{dashes}{name}={quote}{REDACTED}{quote}"
@@ -208,7 +208,7 @@ class Ledger:
 
         self._lock = _thread.allocate_lock()
 
-    def _connect(self) -> sqlite3.Connection:
+    def connect(self) -> sqlite3.Connection:
         if self._conn is None:
             sqlite3 = _sqlite()
             assert self.path is not None
@@ -226,7 +226,7 @@ class Ledger:
         """Open the database ahead of time, e.g. while the command runs."""
         if self.path is not None:
             try:
-                self._connect()
+                self.connect()
             except Exception:
                 pass  # `record` reports it
 
@@ -286,7 +286,7 @@ class Ledger:
             return
         try:
             with self._lock:
-                self._connect().execute(sql, params)
+                self.connect().execute(sql, params)
         except Exception as exc:  # an audit failure must be seen, not fatal
             print(f"stockade: could not write the audit ledger {self.path}: {exc}",
                   file=sys.stderr)
@@ -297,8 +297,8 @@ class Ledger:
             return []
         if table not in ("executions", "network"):
             raise ValueError(table)
-        conn = self._connect()
-        conn.row_factory = _dict_row
+        conn = self.connect()
+        conn.row_factory = dict_row
         where, args = ("WHERE session = ?", [session]) if session else ("", [])
         rows = conn.execute(
             f"SELECT * FROM {table} {where} ORDER BY id DESC LIMIT ?", (*args, last)
@@ -347,5 +347,5 @@ def _sqlite() -> Any:
         return sqlite3
 
 
-def _dict_row(cursor: sqlite3.Cursor, row: tuple[object, ...]) -> dict[str, object]:
+def dict_row(cursor: sqlite3.Cursor, row: tuple[object, ...]) -> dict[str, object]:
     return {d[0]: v for d, v in zip(cursor.description, row, strict=True)}

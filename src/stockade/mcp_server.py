@@ -792,7 +792,7 @@ async def _serve(server: Any) -> None:
         tg.cancel_scope.cancel()
 
 
-def _parser() -> argparse.ArgumentParser:
+def argument_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="stockade mcp",
         description="Serve the sandbox to one MCP client over stdio (one connection, one "
@@ -820,7 +820,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str]) -> int:
-    options = _parser().parse_args(argv)
+    options = argument_parser().parse_args(argv)
     logging.basicConfig(stream=sys.stderr, level=getattr(logging, options.log_level),
                         format="stockade mcp: %(levelname)s %(name)s: %(message)s")
     if _MCP_MISSING is not None:

@@ -24,7 +24,7 @@ import time
 # is a measurable part of the CLI's start-up; the raw numbers are all we need.
 from _signal import SIGINT, SIGKILL, SIGPIPE, SIGQUIT, SIGTERM
 
-from .drivers.base import ProcessHandle
+from .drivers.handle import ProcessHandle
 from .errors import SandboxUnavailable
 
 TYPE_CHECKING = False

@@ -28,7 +28,6 @@ if TYPE_CHECKING:
 
 HOST = "host"
 STRICT = "strict"
-READ_SCOPES = (HOST, STRICT)
 
 # The strict read scope: what a dynamically linked program needs to start.
 SYSTEM_READ_PATHS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc")
@@ -39,9 +38,9 @@ DIR, FILE, SOCKET, LINK, MISSING = "dir", "file", "socket", "link", "missing"
 # Variables that make a program load code it was not asked to run. The
 # caller's environment is not the command's: a host shell's LD_PRELOAD or
 # PYTHONSTARTUP would run inside every sandboxed command.
-_INJECTION_PREFIXES = ("LD_", "DYLD_", "BASH_FUNC_", "PYTHON")
-_INJECTION_NAMES = ("BASH_ENV", "ENV", "NODE_OPTIONS", "PERL5OPT", "RUBYOPT", "MallocNanoZone")
-_PYTHON_HARMLESS = ("PYTHONUNBUFFERED", "PYTHONDONTWRITEBYTECODE", "PYTHONIOENCODING",
+INJECTION_PREFIXES = ("LD_", "DYLD_", "BASH_FUNC_", "PYTHON")
+INJECTION_NAMES = ("BASH_ENV", "ENV", "NODE_OPTIONS", "PERL5OPT", "RUBYOPT", "MallocNanoZone")
+PYTHON_HARMLESS = ("PYTHONUNBUFFERED", "PYTHONDONTWRITEBYTECODE", "PYTHONIOENCODING",
                     "PYTHONUTF8", "PYTHONHASHSEED")
 
 #: Variables naming the extra CA certificates a user's tools must trust.
@@ -68,7 +67,7 @@ DEFAULT_SECRET_ENV = ("*TOKEN*", "*SECRET*", "*PASSWORD*", "*PASSWD*", "*PWD*", 
 # working directories (`*PWD*` matches both, and tools that trust $PWD would
 # run in the wrong place); SSH_AUTH_SOCK is a path, and the socket behind it
 # is granted or masked separately.
-_NOT_SECRET = ("PWD", "OLDPWD", "SSH_AUTH_SOCK")
+NOT_SECRET = ("PWD", "OLDPWD", "SSH_AUTH_SOCK")
 
 
 def path_kind(path: str) -> str:
@@ -86,7 +85,7 @@ def path_kind(path: str) -> str:
     return FILE
 
 
-def _glob(pattern: str, name: str) -> bool:
+def name_matches(pattern: str, name: str) -> bool:
     """`*X*`, `X*`, `*X` or exact: all a secret pattern needs, without importing `re`."""
     lead, trail = pattern.startswith("*"), pattern.endswith("*") and len(pattern) > 1
     core = pattern.strip("*")
@@ -145,11 +144,11 @@ def sandbox_env(
     env: dict[str, str] = {}
     for name, value in host_env.items():
         upper = name.upper()
-        if name.startswith(_INJECTION_PREFIXES) and name not in _PYTHON_HARMLESS:
+        if name.startswith(INJECTION_PREFIXES) and name not in PYTHON_HARMLESS:
             continue
-        if name in _INJECTION_NAMES:
+        if name in INJECTION_NAMES:
             continue
-        if name not in _NOT_SECRET and any(_glob(p.upper(), upper) for p in secret_patterns):
+        if name not in NOT_SECRET and any(name_matches(p.upper(), upper) for p in secret_patterns):
             continue
         if "://" in value and has_url_password(value):
             continue

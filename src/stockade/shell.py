@@ -25,16 +25,9 @@ from __future__ import annotations
 import os
 import sys
 
-from .cli import (
-    RUN_OPTIONS,
-    _check_hosts,
-    _explicit_env,
-    _help,
-    _number,
-    open_session,
-    parse_options,
-    requested_capabilities,
-)
+from .cli import open_session, parse_options, requested_capabilities
+from .clitables import SHELL_OPTIONS, SHELL_USAGE
+from .cliutil import check_host_flags, command_help, explicit_env, positive_number
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -45,15 +38,6 @@ if TYPE_CHECKING:
     from .drivers import ProcessHandle
     from .process import Outcome
     from .sync import SyncWorkspaceSandbox
-
-SHELL_OPTIONS = {k: v for k, v in RUN_OPTIONS.items()
-                 if k not in ("--json", "--max-output", "--no-subprocess", "--quiet",
-                              "--publish")}
-SHELL_OPTIONS["--timeout"] = (True, False, "seconds before the shell and everything in it is "
-                                           "killed (default: none)")
-SHELL_USAGE = "usage: stockade shell [options] [-- SHELL [ARGS...]]"
-SHELL_DESCRIPTION = ("An interactive shell inside the sandbox, on a pty of its own: the same "
-                     "flags, approvals and audit record as `stockade run`.")
 
 # Runs inside the sandbox before the shell. `-I -S`: no user site, no
 # environment-driven imports, nothing but the standard library.
@@ -96,10 +80,10 @@ def default_shell() -> list[str]:
 def main(argv: list[str]) -> int:
     values, command = parse_options(argv, SHELL_OPTIONS, SHELL_USAGE)
     if values.get("help"):
-        print(_help("shell"))
+        print(command_help("shell"))
         return 0
-    timeout = _number(values, "timeout", float, SHELL_USAGE)
-    _check_hosts(values, SHELL_USAGE)
+    timeout = positive_number(values, "timeout", float, SHELL_USAGE)
+    check_host_flags(values, SHELL_USAGE)
 
     from .command import SandboxCommand
     from .errors import CommandTimeout
@@ -118,7 +102,7 @@ def main(argv: list[str]) -> int:
             shell_env["TERM"] = "dumb"
         elif "TERM" in os.environ:
             shell_env["TERM"] = os.environ["TERM"]
-        shell_env.update(_explicit_env(values.get("env", []), SHELL_USAGE))  # type: ignore[arg-type]
+        shell_env.update(explicit_env(values.get("env", []), SHELL_USAGE))  # type: ignore[arg-type]
         # The real interpreter, not a venv's link to it: the init binds that
         # one into the sandbox, and a venv under /tmp would be invisible there.
         cmd = SandboxCommand(os.path.realpath(sys.executable),

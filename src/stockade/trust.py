@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import os
 
-from .errors import ConfigError, InvalidCommand
+from .errors import ConfigError
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -272,8 +272,8 @@ class TrustStore:
         import json
         from errno import EFBIG
 
-        from .config import settings_problem
         from .fsroot import read_fd
+        from .settingsfile import settings_problem
 
         try:
             # Non-blocking: a FIFO here would hold every start-up in a project that
@@ -385,51 +385,3 @@ def check_project(allowed: Mapping[str, object], table: Mapping[str, object], pa
     changed = " (it changed since you trusted it)" if recorded is not None else ""
     raise ConfigError(f"{shown}: {what}{changed}; review the file and run: "
                       f"stockade trust {shown}")
-
-
-# -- `stockade trust` ----------------------------------------------------------
-
-def trust_file(path: str, env: Mapping[str, str], cwd: str) -> list[str]:
-    """Record `path` as trusted; the lines say what it now allows beyond the user's config."""
-    from .config import allowed_settings, read_project_file
-
-    read = read_project_file(path)
-    if read is None:
-        raise InvalidCommand(f"{path}: no such file to trust")
-    data, table = read
-    found = widenings(allowed_settings(env), table, env)
-    TrustStore.for_env(env).trust(path, digest(data))
-    real = real_path(path)
-    lines = [f"trusted {real} (sha256 {digest(data)[:16]}…)"]
-    if not found:
-        lines.append("it asks for nothing wider than your own config")
-    else:
-        lines.append("it may now widen your own config:")
-        lines += [f"  {setting}  (yours: {have})" for setting, _value, have in found]
-    return lines
-
-
-def list_trusted(env: Mapping[str, str]) -> list[str]:
-    from .config import MAX_SETTINGS_BYTES, settings_problem
-    from .fsroot import read_file
-
-    store = TrustStore.for_env(env)
-    lines = []
-    for path, sha in sorted(store.entries().items()):
-        # Read as `load_config` reads it: each is in a workspace a command can write.
-        try:
-            data = read_file(path, MAX_SETTINGS_BYTES)
-        except FileNotFoundError:
-            state = "missing"
-        except OSError as exc:
-            state = f"untrusted: {settings_problem(path, exc, follow=False)}"
-        else:
-            state = "trusted" if digest(data) == sha else "changed: untrusted again"
-        lines.append(f"{path}  {sha[:16]}…  {state}")
-    return lines or [f"no trusted files ({store.path})"]
-
-
-def revoke_file(path: str, env: Mapping[str, str]) -> list[str]:
-    if not TrustStore.for_env(env).revoke(path):
-        raise InvalidCommand(f"{path}: not a trusted file (see: stockade trust --list)")
-    return [f"revoked {real_path(path)}"]

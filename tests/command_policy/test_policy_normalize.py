@@ -10,7 +10,8 @@ from hypothesis import strategies as st
 from policy_corpus import encoded
 
 from stockade.command_policy import normalize
-from stockade.command_policy.normalize import DECODED_MARKER, SCAN_LIMIT, scan_target
+from stockade.command_policy._fold import DECODED_MARKER
+from stockade.command_policy.normalize import SCAN_LIMIT, scan_target
 
 
 @pytest.mark.parametrize(("raw", "expected"), [

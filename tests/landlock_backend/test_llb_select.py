@@ -10,12 +10,7 @@ import pytest
 from stockade import doctor
 from stockade.config import SandboxConfig, load_config
 from stockade.core import SandboxCore
-from stockade.drivers import (
-    BUBBLEWRAP,
-    LANDLOCK,
-    choose_linux_backend,
-    select_driver,
-)
+from stockade.drivers import BUBBLEWRAP, LANDLOCK, Driver, choose_linux_backend, registry
 from stockade.drivers.linux import bwrap as bwrap_mod
 from stockade.drivers.linux import layers
 from stockade.drivers.linux.landlock_driver import DEFAULT_MIN_ABI, LandlockDriver
@@ -69,7 +64,7 @@ def test_other_errors_are_not_swallowed_as_unavailability() -> None:
 
 @pytest.fixture
 def fake_machine(monkeypatch: pytest.MonkeyPatch):  # type: ignore[no-untyped-def]
-    """select_driver's real wiring with the two probes replaced."""
+    """`registry.from_config`'s real wiring with the two probes replaced."""
     state = {"bwrap": "ok", "abi": 7}
 
     def probe(path: str, **_cache: object) -> None:
@@ -82,16 +77,24 @@ def fake_machine(monkeypatch: pytest.MonkeyPatch):  # type: ignore[no-untyped-de
     return state
 
 
-def test_select_driver_auto_picks_bubblewrap(fake_machine: dict[str, object]) -> None:
-    driver = select_driver("auto", env={}, workspace="/w", min_abi=3, ledger=None,
-                           workspace_root="/r", max_pids=10)
+def build(env: dict[str, str] | None = None, probe: bool | None = None,
+          **config: object) -> Driver:
+    """The driver the pipeline would build for this config (`registry.from_config`)."""
+    overrides = {} if probe is None else {"probe": probe}
+    return registry.from_config(SandboxConfig(**config), env=env or {}, workspace="/w",
+                                state_dir="/nonexistent-state", **overrides)
+
+
+def test_auto_picks_bubblewrap(fake_machine: dict[str, object]) -> None:
+    driver = build(backend="auto", landlock_min_abi=3, ledger=False, workspace_root="/r",
+                   max_pids=10)
     assert driver.name == "bubblewrap"
 
 
-def test_select_driver_auto_falls_back_to_landlock(fake_machine: dict[str, object]) -> None:
+def test_auto_falls_back_to_landlock(fake_machine: dict[str, object]) -> None:
     fake_machine["bwrap"] = "user namespaces are disabled"
-    driver = select_driver("auto", env={"HOME": "/h"}, workspace="/w", probe=False,
-                           bwrap_path="", min_abi=3, max_pids=10)
+    driver = build({"HOME": "/h"}, probe=False, backend="auto", landlock_min_abi=3,
+                   max_pids=10)
     assert driver.name == "landlock"
     assert isinstance(driver, LandlockDriver)
 
@@ -101,43 +104,40 @@ def test_a_configured_bwrap_is_never_replaced_by_landlock(
     """`bwrap = "/nonexistent"` is a mistake to report (exit 125), not a reason to switch."""
     monkeypatch.setattr(bwrap_mod, "locate_bwrap", REAL_LOCATE)
     fake_machine["bwrap"] = "user namespaces are disabled"
-    driver = select_driver("auto", env={}, workspace="/w", bwrap_path="/nonexistent",
-                           min_abi=3)
+    driver = build(backend="auto", bwrap="/nonexistent", landlock_min_abi=3)
     assert driver.name == "bubblewrap"
     with pytest.raises(SandboxUnavailable, match="/nonexistent"):
         driver.available()
 
 
-def test_select_driver_auto_refuses_with_both_reasons(fake_machine: dict[str, object]) -> None:
+def test_auto_refuses_with_both_reasons(fake_machine: dict[str, object]) -> None:
     fake_machine.update(bwrap="user namespaces are disabled", abi=2)
     with pytest.raises(SandboxUnavailable, match=r"disabled.*Landlock ABI 2"):
-        select_driver("auto", env={}, workspace="/w", min_abi=3)
+        build(backend="auto", landlock_min_abi=3)
 
 
-def test_select_driver_auto_respects_a_higher_minimum(fake_machine: dict[str, object]) -> None:
+def test_auto_respects_a_higher_minimum(fake_machine: dict[str, object]) -> None:
     fake_machine.update(bwrap="no", abi=5)
     with pytest.raises(SandboxUnavailable, match="needs ABI 6"):
-        select_driver("auto", env={}, workspace="/w", min_abi=6)
+        build(backend="auto", landlock_min_abi=6)
 
 
 def test_explicit_landlock_is_landlock_whatever_bwrap_says(
         fake_machine: dict[str, object]) -> None:
-    driver = select_driver("landlock", env={}, workspace="/w", bwrap_path="/x", probe=True,
-                           require_landlock=True)
+    driver = build(probe=True, backend="landlock", bwrap="/x", require_landlock=True)
     assert driver.name == "landlock"
 
 
 def test_explicit_landlock_too_old_is_refused_at_available(
         fake_machine: dict[str, object]) -> None:
     fake_machine["abi"] = 2
-    driver = select_driver("landlock", env={}, workspace="/w")
+    driver = build(backend="landlock")
     with pytest.raises(SandboxUnavailable, match="ABI 2"):
         driver.available()
 
 
 def test_bubblewrap_is_not_handed_landlock_options(fake_machine: dict[str, object]) -> None:
-    driver = select_driver("bubblewrap", env={}, workspace="/w", min_abi=3, ledger="/l",
-                           workspace_root="/r")
+    driver = build(backend="bubblewrap", landlock_min_abi=3, ledger="/l", workspace_root="/r")
     assert driver.name == "bubblewrap"
 
 

@@ -16,7 +16,8 @@ from macos_fakes import HOME, PROXY_PORT, WS, mac_profile
 from sbpl_eval import Policy
 
 from stockade.capabilities import NetworkPolicy, SandboxCapabilities
-from stockade.drivers import select_driver
+from stockade.config import SandboxConfig
+from stockade.drivers import registry
 from stockade.drivers.macos.diagnose import (
     explain_denial,
     refused_path,
@@ -82,8 +83,9 @@ def test_a_planted_sandbox_exec_on_path_is_never_used(tmp_path) -> None:
         launch.cleanup()
 
 
-def test_select_driver_builds_it_with_the_pipelines_options() -> None:
-    driver = select_driver("seatbelt", env={"HOME": HOME}, workspace=WS, bwrap_path="/x/bwrap")
+def test_the_registry_builds_it_with_the_pipelines_options() -> None:
+    driver = registry.from_config(SandboxConfig(backend="seatbelt", bwrap="/x/bwrap"),
+                                  env={"HOME": HOME}, workspace=WS, state_dir="/nonexistent")
     assert isinstance(driver, SeatbeltDriver) and driver.name == "seatbelt"
 
 

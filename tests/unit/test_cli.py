@@ -8,7 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from stockade.cli import RUN_OPTIONS, UsageError, main, parse_options
+from stockade.cli import main, parse_options
+from stockade.clitables import RUN_OPTIONS
+from stockade.cliutil import UsageError
 
 
 def test_parse_options_values_flags_repeats_and_command():

@@ -13,9 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from stockade.config import MAX_SETTINGS_BYTES, load_config, read_project_file
+from stockade.config import load_config, read_project_file
 from stockade.errors import ConfigError
-from stockade.trust import TrustStore, list_trusted, trust_file
+from stockade.settingsfile import MAX_SETTINGS_BYTES
+from stockade.trust import TrustStore
+from stockade.trustcmd import list_trusted, trust_file
 
 REPO = Path(__file__).resolve().parents[2]
 #: Long enough for a start-up, far shorter than "forever".
@@ -182,7 +184,7 @@ def test_listing_does_not_wait_on_a_trusted_file_replaced_by_a_fifo(
     os.mkfifo(path)
     out = in_child("""
         import json, sys
-        from stockade.trust import list_trusted
+        from stockade.trustcmd import list_trusted
         print("\\n".join(list_trusted(json.loads(sys.argv[1]))))
         """, json.dumps(env))
     assert out.returncode == 0, out.stderr

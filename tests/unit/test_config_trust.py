@@ -13,7 +13,8 @@ import pytest
 
 from stockade.config import load_config
 from stockade.errors import ConfigError
-from stockade.trust import TrustStore, list_trusted, revoke_file, trust_file
+from stockade.trust import TrustStore
+from stockade.trustcmd import list_trusted, revoke_file, trust_file
 
 USER = """[sandbox]
 mode = "workspace-write"

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from stockade.cli import RUN_OPTIONS
+from stockade.clitables import RUN_OPTIONS
 from stockade.completion import command_options
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -73,15 +73,16 @@ def test_the_pipeline_asks_every_driver_and_raises_not_returns(tmp_path) -> None
 
 
 def test_every_surface_offers_the_registrys_backends() -> None:
-    from stockade import cli, mcp_server
+    from stockade import clitables, mcp_server
     from stockade.drivers import registry
 
     here = registry.choices("linux")
     assert here == ("auto", "bubblewrap", "landlock", "none")
     assert registry.choices("darwin") == ("auto", "seatbelt", "none")
-    assert cli.CHOICES["--backend"] == registry.choices()
-    assert " | ".join(registry.choices()) in cli.RUN_OPTIONS["--backend"][2]
-    action = next(a for a in mcp_server._parser()._actions if "--backend" in a.option_strings)
+    assert clitables.CHOICES["--backend"] == registry.choices()
+    assert " | ".join(registry.choices()) in clitables.RUN_OPTIONS["--backend"][2]
+    action = next(a for a in mcp_server.argument_parser()._actions
+                  if "--backend" in a.option_strings)
     assert tuple(action.choices or ()) == registry.choices()
 
 

@@ -432,7 +432,7 @@ def install(scope: str, *, project: str, program: list[str], mode: str | None,
 # -- the command line -----------------------------------------------------------
 
 
-def _parser() -> argparse.ArgumentParser:
+def argument_parser() -> argparse.ArgumentParser:
     import argparse
 
     from ..clispec import HelpFormatter
@@ -480,7 +480,7 @@ def main(argv: list[str]) -> int:
         argv, command = argv[:at], argv[at + 1:]
     else:
         command = []
-    args = _parser().parse_args(argv)
+    args = argument_parser().parse_args(argv)
     args.command = command
     env = os.environ
     program = stockade_program()

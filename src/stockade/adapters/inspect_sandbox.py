@@ -30,13 +30,11 @@ try:
         OutputLimitExceededError,
         SandboxEnvironment,
         SandboxEnvironmentConfigType,
-        sandboxenv,
-    )
-    from inspect_ai.util._sandbox.environment import (
+        SandboxEnvironmentLimits,
         SandboxUnavailableError,
         SandboxUserUnsupportedError,
+        sandboxenv,
     )
-    from inspect_ai.util._sandbox.limits import SandboxEnvironmentLimits
 except ImportError as exc:  # pragma: no cover - exercised only without the extra
     raise ImportError(
         "stockade.adapters.inspect_sandbox needs inspect-ai: pip install 'stockade[inspect]'"

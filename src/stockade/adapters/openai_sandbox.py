@@ -130,6 +130,7 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
     ) from exc
 
 from .. import fsroot
+from ..capabilities import within
 from ..command import SandboxCommand
 from ..errors import CapabilityDenied, CommandTimeout, SandboxError
 
@@ -950,6 +951,8 @@ class StockadeSandboxClient(BaseSandboxClient[StockadeSandboxClientOptions | Non
 
     async def delete(self, session: SandboxSession) -> SandboxSession:
         """Remove the workspace if this client recorded making it (never a named one)."""
+        # The SDK's wrapper has no public name for the session it wraps; its
+        # own clients' delete() reads `_inner` the same way.
         inner = session._inner
         if not isinstance(inner, StockadeSandboxSession):
             raise TypeError("StockadeSandboxClient.delete expects a StockadeSandboxSession")
@@ -1117,7 +1120,7 @@ def _live_root_touching(path: str) -> str | None:
     with _LIVE_LOCK:
         roots = list(_LIVE.keys())
     for root in roots:
-        if fsroot.within(path, root) is not None or fsroot.within(root, path) is not None:
+        if within(path, root) is not None or within(root, path) is not None:
             return root
     return None
 
@@ -1164,7 +1167,7 @@ def _widening(asked: StockadeSandboxClientOptions,
 
     def under_any(path: str, roots: tuple[str, ...]) -> bool:
         p = os.path.abspath(path)
-        return any(fsroot.within(p, os.path.abspath(r)) is not None for r in roots)
+        return any(within(p, os.path.abspath(r)) is not None for r in roots)
 
     wider: list[str] = []
     if MODES.index(asked.mode) > MODES.index(pinned.mode):

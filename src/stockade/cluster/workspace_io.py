@@ -20,6 +20,7 @@ import tarfile
 from typing import TYPE_CHECKING
 
 from .. import fsroot
+from ..capabilities import within
 from ..errors import InvalidCommand
 
 if TYPE_CHECKING:
@@ -132,7 +133,7 @@ def _extract(tar: tarfile.TarFile, ws: fsroot.Root, member: tarfile.TarInfo) -> 
         target = member.linkname
         # Lexically inside is not inside once links already placed are followed
         # (`d/p -> ..`, then `l -> d/p/..`): a target that climbs is refused.
-        if target.startswith("/") or ".." in target.split("/") or fsroot.within(
+        if target.startswith("/") or ".." in target.split("/") or within(
                 os.path.join(ws.path, head, target), ws.path) is None:
             raise InvalidCommand(f"tarball refused: {member.name} links outside the "
                                  f"workspace, to {target}")

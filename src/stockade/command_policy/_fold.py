@@ -28,7 +28,11 @@ import binascii
 import functools
 import re
 
-from .normalize import DECODED_MARKER
+#: Stands in for a decoded `-EncodedCommand` payload; the decoded text is
+#: appended below. It cannot itself be mistaken for a payload (`[` is not
+#: base64), which is what keeps the fold idempotent.
+DECODED_MARKER = "[decoded below]"
+
 
 # Characters a terminal does not show. A person reviewing `r<U+200B>m -rf /`
 # reads `rm -rf /`, and so must the filter; removing them can only join

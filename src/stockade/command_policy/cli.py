@@ -39,7 +39,7 @@ class _UsageError(Exception):
     pass
 
 
-def _parser() -> argparse.ArgumentParser:
+def argument_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="stockade policy",
                      description="Inspect the [sandbox.command_policy] hard filter.")
     sub = parser.add_subparsers(dest="action", required=True, parser_class=_Parser)
@@ -67,7 +67,7 @@ def main(argv: list[str], *, stdin: TextIO | None = None, stdout: TextIO | None 
     out = stdout or sys.stdout
     err = stderr or sys.stderr
     try:
-        args = _parser().parse_args(argv)
+        args = argument_parser().parse_args(argv)
     except _UsageError as exc:
         hint = ""
         if argv[:1] == ["check"] and "--" not in argv:

@@ -88,9 +88,9 @@ class CommandPolicyConfig:
             taken.add(rule.name)
             problem = regex_error(rule.regex)
             if problem is not None:
-                from .engine import _bad_rule_message
+                from .engine import bad_rule_message
 
-                errors.append(_bad_rule_message(rule.name, source, problem))
+                errors.append(bad_rule_message(rule.name, source, problem))
             rules.append(rule)
         return cls(enabled=bool(enabled), enforcement=str(enforcement),
                    use_default_rules=bool(use_default_rules), custom_rules=rules,

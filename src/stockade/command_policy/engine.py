@@ -194,7 +194,7 @@ class CommandPolicy:
             if problem is None:
                 custom.append(rule)
                 continue
-            message = _bad_rule_message(rule.name, rule.source or cfg.source, problem)
+            message = bad_rule_message(rule.name, rule.source or cfg.source, problem)
             if message not in errors:
                 errors.append(message)
         defaults = DEFAULT_RULES if (cfg.use_default_rules or errors) else ()
@@ -302,6 +302,6 @@ def _compile_filter(rules: Sequence[Rule]) -> object:
     return matcher
 
 
-def _bad_rule_message(name: str, source: str, problem: str) -> str:
+def bad_rule_message(name: str, source: str, problem: str) -> str:
     return (f"{source}: [sandbox.command_policy] custom rule {name!r}: {problem}; "
             "the rule is ignored and the default rules stay in force")

@@ -17,11 +17,6 @@ if TYPE_CHECKING:
 #: the head keeps a check within milliseconds, and the verdict says it was cut.
 SCAN_LIMIT = 256 * 1024
 
-#: Stands in for a decoded `-EncodedCommand` payload; the decoded text is
-#: appended below. It cannot itself be mistaken for a payload (`[` is not
-#: base64), which is what keeps the fold idempotent.
-DECODED_MARKER = "[decoded below]"
-
 
 def normalize(text: str) -> str:
     """The canonical reading of `text` that rules are matched against. Never raises.

@@ -22,22 +22,14 @@ TYPE_CHECKING = False
 
 if TYPE_CHECKING:
     from collections.abc import Callable
-    from typing import Any
 
 __all__ = ["MEMORY", "PIDS", "Driver", "DriverOption", "Launch", "LaunchReport",
-           "PreparedLaunch", "ProcessHandle", "select_driver",
-           "should_sandbox"]
+           "ProcessHandle", "should_sandbox"]
 
 # Backend names the selection logic itself speaks of; every backend is in
 # `registry.REGISTRY`, and `registry.names()` lists them.
-AUTO = "auto"
 BUBBLEWRAP = "bubblewrap"
 LANDLOCK = "landlock"
-SEATBELT = "seatbelt"
-NONE = "none"
-
-#: The name drivers used before the contract lived in `base`.
-PreparedLaunch = Launch
 
 
 def should_sandbox(mode: str, preference: str) -> bool:
@@ -54,12 +46,6 @@ def should_sandbox(mode: str, preference: str) -> bool:
     if preference == REQUIRE:
         return True
     return mode != FULL_ACCESS
-
-
-def platform_backend() -> str:
-    from .registry import platform_backend as native
-
-    return native()
 
 
 def choose_linux_backend(bwrap_check: Callable[[], None], landlock_abi: Callable[[], int],
@@ -83,35 +69,3 @@ def choose_linux_backend(bwrap_check: Callable[[], None], landlock_abi: Callable
     raise SandboxUnavailable(
         f"no sandbox backend works here. bubblewrap: {bwrap_reason}. landlock: this kernel has "
         f"{have}, and the landlock backend needs ABI {min_abi} or newer (landlock_min_abi)")
-
-
-def select_driver(backend: str, *, sandboxed: bool = True, **options: Any) -> Driver:
-    """The driver for a backend name, built from keyword arguments; `auto` means this
-    platform's native one (see `registry.resolve_auto`).
-
-    Each backend's constructor takes the options it knows and ignores the
-    rest, so one set of options serves whichever backend `auto` becomes.
-    The pipeline builds its driver from config (`registry.from_config`);
-    this is the same selection for callers that hold options, not a config.
-    Never downgrades: a backend that cannot start raises from `available()`,
-    it is not replaced by a weaker one behind the caller's back.
-    """
-    from .registry import accepted, lookup, resolve_auto
-
-    if backend != AUTO:
-        lookup(backend)  # unknown: ConfigError naming the choices
-    if not sandboxed or backend == NONE:
-        from .none import NoneDriver
-
-        return NoneDriver()
-
-    def make(name: str) -> Driver:
-        cls = lookup(name).load()
-        return cls(**accepted(cls, options))
-
-    if backend == AUTO:
-        from .linux.options import DEFAULT_MIN_ABI
-
-        return resolve_auto(make, min_abi=int(options.get("min_abi") or DEFAULT_MIN_ABI),
-                            configured_bwrap=bool(options.get("bwrap_path")))
-    return make(backend)

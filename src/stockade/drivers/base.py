@@ -11,13 +11,14 @@ driver's strings to learn what happened.
 
 from __future__ import annotations
 
+from .handle import ProcessHandle as ProcessHandle
+
 TYPE_CHECKING = False
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
     from typing import Any, ClassVar
 
-    from ..process import Outcome, OutputMeter
     from ..profile import Profile
 
 #: `LaunchReport.limit_exceeded` values.
@@ -69,43 +70,6 @@ class LaunchReport:
         self.removed: list[str] = []
         self.neutralised: list[Any] = []
         self.audit: dict[str, object] = {}
-
-
-class ProcessHandle:
-    """A started confined process: what the shells drive, on any platform.
-
-    `stdin_w`, `stdout_r` and `stderr_r` are pipe descriptors (-1 when not
-    piped). `communicate` feeds, collects within budget and ends the tree at
-    the deadline; `kill` ends the whole tree, not only the first process.
-    """
-
-    pid: int
-    stdin_w: int
-    stdout_r: int
-    stderr_r: int
-    returncode: int | None
-
-    def communicate(self, stdin: bytes | None = None, *, timeout: float | None = None,
-                    max_output: int = 1 << 20, cancelled: Callable[[], bool] | None = None,
-                    meter: OutputMeter | None = None) -> Outcome:
-        """`meter.bytes` counts the output read so far, for progress reports."""
-        raise NotImplementedError
-
-    def kill(self) -> None:
-        raise NotImplementedError
-
-    def kill_group_only(self) -> None:
-        """After the first process exited: end what it left holding the pipes."""
-        self.kill()
-
-    def poll(self) -> int | None:
-        raise NotImplementedError
-
-    def wait(self) -> int:
-        raise NotImplementedError
-
-    def close(self) -> None:
-        raise NotImplementedError
 
 
 class Launch:
@@ -189,9 +153,15 @@ class Driver:
         Only the ones its class takes: the CLI's `probe=False` for a one-shot
         command reached `NoneDriver()`, which takes none, as a TypeError.
         """
-        from .registry import accepted
-
         return cls(**accepted(cls, overrides))
+
+    def auto_choice(self, min_abi: int) -> str:
+        """The backend `auto` runs when this platform's native driver is this one.
+
+        Itself, unless the driver knows a fallback for a machine it cannot
+        use (bubblewrap: Landlock at `min_abi` or newer).
+        """
+        return self.name
 
     def available(self) -> None:
         """Raise `SandboxUnavailable` naming the missing piece and its fix."""
@@ -250,3 +220,18 @@ class Driver:
 
     def close(self) -> None:
         """The sandbox closes: release everything (after every `close_session`)."""
+
+
+def accepted(cls: type, options: Mapping[str, Any]) -> dict[str, Any]:
+    """The keyword arguments of `options` that `cls.__init__` takes.
+
+    Read from the code object rather than `inspect`, whose import costs
+    more than the whole selection.
+    """
+    # The nearest __init__ written in Python (object's has no code object).
+    code = next((c for k in cls.__mro__
+                 if (c := getattr(vars(k).get("__init__"), "__code__", None)) is not None), None)
+    if code is None:
+        return {}
+    takes = code.co_varnames[1:code.co_argcount + code.co_kwonlyargcount]
+    return {k: v for k, v in options.items() if k in takes}

@@ -132,25 +132,19 @@ def platform_backend(platform: str | None = None) -> str:
 
 def resolve_auto(make: Callable[[str], Driver], *, min_abi: int,
                  configured_bwrap: bool) -> Driver:
-    """`auto`: this platform's backend; on Linux bubblewrap if its probe passes,
-    else Landlock (see `choose_linux_backend`).
+    """`auto`: this platform's backend, or the fallback its driver names
+    (`Driver.auto_choice`: on Linux, Landlock when bubblewrap cannot start).
 
     A bwrap the user configured by path is a choice, not a preference: if it
     cannot start, that is an error to see, not a reason to run under a
     weaker backend instead.
     """
     backend = platform_backend()
-    if backend == "bubblewrap" and not configured_bwrap:
-        from . import choose_linux_backend
-        from .linux.bwrap import BubblewrapDriver
-        from .linux.layers import host_landlock_abi
-
-        bwrap = make(backend)
-        assert isinstance(bwrap, BubblewrapDriver)
-        cache = bwrap.state_dir
-        backend = choose_linux_backend(bwrap.probe, lambda: host_landlock_abi(cache), min_abi)
-        if backend == "bubblewrap":
-            return bwrap
+    if backend and not configured_bwrap:
+        native = make(backend)
+        backend = native.auto_choice(min_abi)
+        if backend == native.name:
+            return native
     if not backend:
         raise SandboxUnavailable(
             f"backend 'auto' is not available on {sys.platform}: stockade confines commands "
@@ -173,18 +167,3 @@ def from_config(config: Any, *, env: Mapping[str, str], workspace: str, state_di
         return resolve_auto(make, min_abi=int(config.landlock_min_abi),
                             configured_bwrap=bool(config.bwrap))
     return make(config.backend)
-
-
-def accepted(cls: type, options: Mapping[str, Any]) -> dict[str, Any]:
-    """The keyword arguments of `options` that `cls.__init__` takes.
-
-    Read from the code object rather than `inspect`, whose import costs
-    more than the whole selection.
-    """
-    # The nearest __init__ written in Python (object's has no code object).
-    code = next((c for k in cls.__mro__
-                 if (c := getattr(vars(k).get("__init__"), "__code__", None)) is not None), None)
-    if code is None:
-        return {}
-    takes = code.co_varnames[1:code.co_argcount + code.co_kwonlyargcount]
-    return {k: v for k, v in options.items() if k in takes}

@@ -21,7 +21,7 @@ from .server import ManagedProxy, ProxyOptions
 _SESSION = "cli"
 
 
-def _parser() -> argparse.ArgumentParser:
+def argument_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="stockade proxy",
         description="Run the managed egress proxy in the foreground with a live decision log. "
@@ -106,7 +106,7 @@ async def _serve(args: argparse.Namespace, policy: HostPolicy, out: TextIO) -> N
 
 def main(argv: list[str], *, out: TextIO | None = None) -> int:
     """Entry point for `stockade proxy ...`; `argv` excludes the word "proxy"."""
-    args = _parser().parse_args(argv)
+    args = argument_parser().parse_args(argv)
     out = out or sys.stdout
     try:
         deny: dict[str, str] = {}

@@ -282,7 +282,7 @@ class BubblewrapDriver(ParkingDriver):
     def from_config(cls, config: Any, *, env: Mapping[str, str], workspace: str,
                     state_dir: str, **overrides: Any) -> BubblewrapDriver:
         from ...config import config_paths
-        from ..registry import accepted
+        from ..base import accepted
 
         kwargs: dict[str, Any] = {
             "env": env, "workspace": workspace, "state_dir": state_dir,
@@ -485,6 +485,15 @@ class BubblewrapDriver(ParkingDriver):
     def probe(self) -> None:
         """The probe `auto` selection runs, cached per boot in the state directory."""
         probe_userns(self.bwrap, cache_dir=self._state_dir)
+
+    def auto_choice(self, min_abi: int) -> str:
+        """bubblewrap if its probe passes, else Landlock at `min_abi` or newer
+        (see `choose_linux_backend`)."""
+        from .. import choose_linux_backend
+        from .layers import host_landlock_abi
+
+        cache = self.state_dir
+        return choose_linux_backend(self.probe, lambda: host_landlock_abi(cache), min_abi)
 
     def _cgroup(self, profile: Profile) -> ExecCgroup | None:
         memory_mb, _ = memory_in_force(profile.max_memory_mb, self._memory_default,

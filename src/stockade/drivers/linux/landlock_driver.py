@@ -121,7 +121,7 @@ class LandlockDriver(ParkingDriver):
     def from_config(cls, config: Any, *, env: Mapping[str, str], workspace: str,
                     state_dir: str, **overrides: Any) -> LandlockDriver:
         from ...config import config_paths
-        from ..registry import accepted
+        from ..base import accepted
 
         kwargs: dict[str, Any] = {
             "env": env, "workspace": workspace, "state_dir": state_dir,

@@ -1,15 +1,7 @@
 """The host side of stockade-init: what it is told, how it is started, what it will report.
 
 `init_config` and `init_argv` are pure functions of a `Profile`; the init
-itself (init.py, initcore.py) runs inside bwrap and never imports this. The
-integration in `BubblewrapDriver.prepare` is:
-
-    launch = init_launch(profile, list(argv), proxy_ports=..., keep_fds=...)
-    args = build_bwrap_args(profile, self.bwrap, inner=launch.argv,
-                            extra_mounts=launch.mounts)  # before /dev turns read-only
-    return Launch(args, launch.env, profile.cwd, ...)
-
-and `launch.landlock_report()` is what the audit record shows.
+itself (init.py, initcore.py) runs inside bwrap and never imports this.
 """
 
 from __future__ import annotations
@@ -17,6 +9,7 @@ from __future__ import annotations
 import os
 import sys
 
+from ...capabilities import NetworkPolicy
 from ...jsontext import to_json
 from ...profile import SYSTEM_READ_PATHS
 from .initschema import ARGV_INLINE, ARGV_PIECE, CONFIG_VERSION, PACKED_ARGV, config_problem
@@ -162,7 +155,7 @@ def init_config(profile: Profile, *, proxy_ports: Sequence[int] = (),
         "keep_fds": sorted(set(keep_fds)),
         "env": env_changes(profile.env if env is None else env),
     }
-    if kind == "hosts":
+    if kind == NetworkPolicy.HOSTS:
         config["bridge"] = {"unix": BRIDGE_SOCKET, "ports": list(proxy_ports)}
     if namespaces:
         config["namespaces"] = sorted(set(namespaces))
@@ -202,7 +195,7 @@ def own_namespaces(profile: Profile) -> tuple[str, ...]:
     sockets reach the command's own loopback and nothing else. The init
     refuses to run when either is not what it was told.
     """
-    return ("net", "pid") if profile.network.kind != "all" else ("pid",)
+    return ("net", "pid") if profile.network.kind != NetworkPolicy.ALL else ("pid",)
 
 
 def init_argv(python: str, init_path: str, config: Mapping[str, object],
@@ -339,7 +332,7 @@ def init_launch(profile: Profile, argv: Sequence[str], *, python: str | None = N
     python = python or init_python()
     mounts = init_mounts(python)
     env = dict(profile.env)
-    if profile.network.kind == "hosts":
+    if profile.network.kind == NetworkPolicy.HOSTS:
         if not profile.proxy_socket:
             from ...errors import SandboxUnavailable
 

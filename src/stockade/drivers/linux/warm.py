@@ -194,13 +194,8 @@ def _writer_starts(launch_id: int, roots: tuple[str, ...]) -> None:
 def _writer_ends(launch_id: int) -> None:
     with _LOCK:
         _WRITERS.pop(launch_id, None)
-    # A pool whose session asked for a sandbox while this one wrote its
-    # workspace is waiting for it to end: without a word it waited until its
-    # session's next command, which then started cold.
     for pool in list(_POOLS):
-        with pool._cond:
-            if pool._wanted:
-                pool._cond.notify()
+        pool.writer_ended()
 
 
 def writes(launch: Launch, profile: Profile) -> None:
@@ -490,6 +485,17 @@ class WarmPool:
                 self._cond.wait(left)
             entries = [p for group in self._parked.values() for p in group]
         return all(p.wait_ready(max(0.001, deadline - time.monotonic())) for p in entries)
+
+    def writer_ended(self) -> None:
+        """A command that could write a workspace ended in this process.
+
+        A session that asked for a sandbox while it wrote is waiting for it to
+        end: without a word it waited until its next command, which then
+        started cold.
+        """
+        with self._cond:
+            if self._wanted:
+                self._cond.notify()
 
     def parked_count(self) -> int:
         with self._cond:

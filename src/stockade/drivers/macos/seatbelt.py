@@ -648,7 +648,7 @@ class SeatbeltDriver(Driver):
         # Reads no Linux key: one configuration file serves a team's Linux
         # and macOS machines alike, and the registry accepts every
         # backend's keys on every platform.
-        from ..registry import accepted
+        from ..base import accepted
 
         return cls(env=env, workspace=workspace, **accepted(cls, overrides))
 

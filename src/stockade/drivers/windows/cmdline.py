@@ -12,7 +12,7 @@ from __future__ import annotations
 import ntpath
 
 from ...errors import InvalidCommand, SandboxUnavailable
-from ...profile import _INJECTION_NAMES, _INJECTION_PREFIXES, _PYTHON_HARMLESS
+from ...profile import INJECTION_NAMES, INJECTION_PREFIXES, PYTHON_HARMLESS
 
 TYPE_CHECKING = False
 
@@ -194,15 +194,15 @@ def command_env(env: Mapping[str, str], *, temp: str) -> dict[str, str]:
     """
     out: dict[str, str] = {}
     seen: set[str] = set()
-    harmless = {n.upper() for n in _PYTHON_HARMLESS}
+    harmless = {n.upper() for n in PYTHON_HARMLESS}
     for name, value in env.items():
         upper = name.upper()
         if upper in seen or upper == "TMPDIR" or (temp and upper in ("TEMP", "TMP")):
             continue
-        if upper.startswith(tuple(p.upper() for p in _INJECTION_PREFIXES)) \
+        if upper.startswith(tuple(p.upper() for p in INJECTION_PREFIXES)) \
                 and upper not in harmless:
             continue
-        if upper in {n.upper() for n in _INJECTION_NAMES}:
+        if upper in {n.upper() for n in INJECTION_NAMES}:
             continue
         if upper.startswith(_WINDOWS_INJECTION_PREFIXES) or upper in _WINDOWS_INJECTION_NAMES:
             continue

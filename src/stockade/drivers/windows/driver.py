@@ -440,7 +440,7 @@ class WindowsDriver(Driver):
         }
         # Seams meant for another backend (the CLI's probe=False is bubblewrap's)
         # are not this one's business.
-        from ..registry import accepted
+        from ..base import accepted
 
         values.update(accepted(cls, overrides))
         return cls(**values)
