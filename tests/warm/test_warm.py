@@ -436,6 +436,7 @@ def test_a_command_cannot_reach_or_signal_the_parked_sandbox(world: World) -> No
         assert word not in text, text
     assert set(host_pids) <= set(procs_with(world.marker))
     # ... and the sandbox parked for the next command is the one that serves it.
+    settle(pool)
     hits = pool.hits
     out = run(sb, "/bin/echo", "next")
     assert out.stdout == b"next\n" and pool.hits == hits + 1  # type: ignore[attr-defined]
@@ -643,7 +644,11 @@ def test_a_writer_starting_while_a_sandbox_is_listed_taints_it(
 
     monkeypatch.setattr(warm, "mount_identity", starts_a_writer)
     run(sb, "/bin/true")  # served warm; the spawner parks the next one
-    settle(pool)
+    # Its request to park may come after a first look at a pool with nothing to do.
+    deadline = time.monotonic() + 30
+    while not writers and time.monotonic() < deadline:
+        settle(pool)
+        time.sleep(0.05)
     assert writers, "the spawner never looked"
     try:
         run(sb, "/bin/true")
