@@ -239,12 +239,18 @@ def platform_areas(env: Mapping[str, str], home: str, platform: str
     if platform == DARWIN and home:
         out += [(os.path.join(home, rel), back) for rel, back in DARWIN_AREAS.items()]
     elif platform == WINDOWS:
+        import ntpath
+
         for var, back in WINDOWS_AREAS.items():
             if var:
-                place = env.get(var, "") or (os.path.join(
-                    home, "AppData", "Roaming" if var == "APPDATA" else "Local") if home else "")
-                if place:
-                    out.append((place, back))
+                # The variable's place and the profile's own: a redirected
+                # %APPDATA% leaves the real Roaming folder's logins where they were.
+                given = env.get(var, "")
+                places = [given] if ntpath.isabs(given) else []
+                if home:
+                    places.append(os.path.join(
+                        home, "AppData", "Roaming" if var == "APPDATA" else "Local"))
+                out += [(place, back) for place in dict.fromkeys(places)]
             elif home:
                 out += [(os.path.join(home, rel), ()) for rel in back]
     return out

@@ -111,6 +111,13 @@ HOME_PROTECTED_DARWIN = (
     "Library/Services", "Library/Scripts", "Library/Workflows", "Library/Application Scripts",
     "Library/QuickLook", "Library/Spotlight", "Library/Input Methods", "Library/PreferencePanes",
     "Library/Internet Plug-Ins", "Library/Mail/Bundles", "Library/Keyboard Layouts",
+    # Shown back out of hidden ~/Library for toolchains to read, and code they run
+    # without asking: a `.pth` in the user site runs in every python3, pip.conf
+    # and Go's env pick what the next install or build fetches and runs.
+    "Library/Python", "Library/Frameworks", "Library/Java", "Library/Android/sdk",
+    "Library/pnpm", "Library/Developer", "Library/Application Support/go",
+    "Library/Application Support/pip", "Library/Application Support/ruff",
+    "Library/Application Support/pypoetry",
 )
 
 #: The same for Windows: the Startup folder runs at every logon, PowerShell
@@ -119,6 +126,11 @@ HOME_PROTECTED_WINDOWS = (
     "AppData/Roaming/Microsoft/Windows/Start Menu/Programs/Startup",
     "Documents/PowerShell", "Documents/WindowsPowerShell", "AppData/Roaming/Code/User",
     "AppData/Roaming/Cursor/User", "AppData/Roaming/Claude",
+    # Shown back out of hidden AppData for toolchains to read, and code they run.
+    "AppData/Roaming/npm", "AppData/Roaming/Python", "AppData/Roaming/pip",
+    "AppData/Roaming/uv", "AppData/Roaming/nvm", "AppData/Roaming/pypoetry",
+    "AppData/Local/Programs", "AppData/Local/Microsoft/WindowsApps",
+    "AppData/Local/Microsoft/dotnet", "AppData/Local/Volta", "AppData/Local/Android/Sdk",
 )
 
 

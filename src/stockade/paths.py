@@ -48,16 +48,18 @@ def home_dir(env: Mapping[str, str], platform: str = "") -> str:
 
 
 def windows_app_data(env: Mapping[str, str], var: str) -> str:
-    """%APPDATA% or %LOCALAPPDATA% as given, else their place in the profile; raises when
+    """%APPDATA% or %LOCALAPPDATA% when absolute, else their place in the profile; raises when
     neither the variable nor the profile is known.
 
     No fallback to a shared directory: `\\tmp` on the system drive is one any
     authenticated user can create, and stockade's state there was theirs to plant.
     """
+    import ntpath
+
     from .errors import SandboxUnavailable
 
     value = env.get(var, "")
-    if value:
+    if value and ntpath.isabs(value):  # a relative one would resolve in the workspace
         return value
     home = home_dir(env, WINDOWS)
     if home:

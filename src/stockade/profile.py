@@ -570,14 +570,17 @@ def hold_ancestors(protected: list[Protected], roots: tuple[str, ...],
 
 
 def home_protection(home: str, kind: Callable[[str], str], roots: tuple[str, ...],
-                    hidden: list[tuple[str, str]], platform: str = "") -> list[Protected]:
+                    hidden: list[tuple[str, str]], platform: str = "",
+                    shown: Sequence[str] = ()) -> list[Protected]:
     """`hostpaths.HOME_PROTECTED`, where a writable root holds them.
 
     Without this a workspace of `~` (an MCP client started in the home)
     let a command append to ~/.bashrc and ~/.ssh/authorized_keys. A path
     hidden as a credential stays hidden: protecting it would mount the real
-    one back over the mask. A root of `/` is full access, asked for by name,
-    and that grants the home's files too.
+    one back over the mask, unless it is shown back out of a hidden area
+    (`shown`): then it is readable, and the writable root would hand it over.
+    A root of `/` is full access, asked for by name, and that grants the
+    home's files too.
     """
     out: list[Protected] = []
     if not home:
@@ -588,7 +591,8 @@ def home_protection(home: str, kind: Callable[[str], str], roots: tuple[str, ...
         # over ~/.config/systemd and ~/.config/stockade with it.
         if not any(is_under(path, r) for r in roots if r != "/"):
             continue
-        if any(is_under(path, h) for h, _ in hidden):
+        if any(is_under(path, h) for h, _ in hidden) and not any(
+                is_under(path, back) for back in shown):
             continue
         k = kind(path)
         if k == LINK:
@@ -954,7 +958,8 @@ def build_profile(
             if kind(root) == DIR and not any(is_under(root, d) for d, _ in hidden):
                 protected.extend(protected_under(root, kind, writable_all, home,
                                                  global_configs))
-        protected.extend(home_protection(home, kind, writable_all, hidden, platform))
+        protected.extend(home_protection(home, kind, writable_all, hidden, platform,
+                                         shown_paths))
         # A store that does not exist gets no mask, so a command in a workspace
         # of ~ wrote ~/.aws/config with a `credential_process`, ~/.kube/config
         # with an exec plugin, ~/.npmrc with `node-options`, and they stayed.

@@ -268,3 +268,27 @@ def test_spawn_subprocess_false_leaves_process_fork_denied(precedence: str) -> N
         p = Policy(text, params, precedence=precedence)
         assert p.allows(Request("process-fork")) is spawn
         assert p.execute("/bin/ls")  # exec (the command replacing itself) stays allowed
+
+
+
+@pytest.mark.parametrize("prec", ["last-match", "deny-wins"])
+@pytest.mark.parametrize("target", [
+    "Python/3.12/lib/python/site-packages/evil.pth",  # runs in every python3
+    "Application Support/pip/pip.conf",               # the next pip install's index
+    "Application Support/go/env",                     # GOFLAGS=-toolexec=...
+    "Frameworks/x.framework/x",
+])
+def test_a_home_workspace_cannot_write_the_code_shown_back_from_library(
+        prec: str, target: str) -> None:
+    """~/Library is hidden and these come back for toolchains to read; with the home
+    as the workspace they fell to its write allow."""
+    from macos_fakes import HOME, mac_profile, policy
+
+    lib = f"{HOME}/Library"
+    extra = {f"{lib}/Python/3.12/lib/python/site-packages": "dir",
+             f"{lib}/Application Support/pip": "dir", f"{lib}/Frameworks": "dir",
+             f"{lib}/Application Support/go": "dir"}
+    pol = policy(mac_profile("workspace-write", workspace=HOME, extra_fs=extra), prec)
+    path = f"{lib}/{target}"
+    assert not pol.write(path) and not pol.create(path), path
+    assert pol.read(f"{lib}/Python/3.12/lib/python/site-packages")  # still read

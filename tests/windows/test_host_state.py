@@ -304,3 +304,21 @@ def test_the_low_token_makes_administrators_deny_only(state: str) -> None:
     call = next(c for c in fake.calls if c[0] == "create_restricted_token")
     assert plan.ADMINISTRATORS in call[1]  # type: ignore[operator]
     assert CMD
+
+
+def test_a_redirected_or_relative_app_data_still_hides_the_profiles_own() -> None:
+    """Folder redirection or a wrapper's env moves %APPDATA%; the profile's Roaming and
+    Local folders keep their logins. A relative value would resolve where the
+    command runs, the workspace."""
+    from stockade import hiddenset, paths
+
+    env = {"USERPROFILE": "C:/Users/u", "APPDATA": "D:/r/Roaming", "LOCALAPPDATA": "D:/r/Local"}
+    hidden, _ = hiddenset.default_hidden(env, [], listdir=lambda p: [], platform="win32")
+    for place in ("C:/Users/u/AppData/Roaming", "C:/Users/u/AppData/Local", "D:/r/Roaming",
+                  "D:/r/Local"):
+        assert place in hidden, place
+    relative = {"USERPROFILE": "C:/Users/u", "APPDATA": "AppData", "LOCALAPPDATA": "."}
+    hidden, _ = hiddenset.default_hidden(relative, [], listdir=lambda p: [], platform="win32")
+    assert "AppData" not in hidden and "." not in hidden
+    state = paths.state_dir(relative, platform="win32")
+    assert state.startswith("C:/Users/u/AppData/Local"), state
