@@ -317,11 +317,13 @@ def merge_config(base: list[Entry], ours: list[Entry], host_text: str
                 headers[entry.start] = entry.section_line  # `[core] bare = true`
     emptied: set[str] = set()
     lines: list[str] = []
+    section = ""
     for n, line in enumerate(host_text.split("\n")):
         if n in headers or n not in gone:
             lines.append(headers.get(n, line))
+            section = _header_id(lines[-1]) or section
         else:
-            emptied.add(_header_id(lines) or "")
+            emptied.add(section)
     new: dict[str, tuple[str, list[str]]] = {}
     for entry in ours:
         if entry.key in kept:
@@ -331,13 +333,10 @@ def merge_config(base: list[Entry], ours: list[Entry], host_text: str
     return _placed(lines, new, emptied), kept, dropped
 
 
-def _header_id(lines: list[str]) -> str | None:
-    """The section of the last header among `lines` (`_section`'s spelling)."""
-    for line in reversed(lines):
-        stripped = line.strip()
-        if stripped.startswith("["):
-            return _section(stripped[:stripped.find("]") + 1])
-    return None
+def _header_id(line: str) -> str | None:
+    """The section `line` opens (`_section`'s spelling); None if it is no header."""
+    stripped = line.strip()
+    return _section(stripped[:stripped.find("]") + 1]) if stripped.startswith("[") else None
 
 
 def _placed(lines: list[str], new: dict[str, tuple[str, list[str]]], emptied: set[str]
@@ -347,7 +346,7 @@ def _placed(lines: list[str], new: dict[str, tuple[str, list[str]]], emptied: se
     were left with nothing under them dropped, as git's own writes would leave it."""
     starts = [n for n, line in enumerate(lines) if line.strip().startswith("[")]
     out = lines[:starts[0]] if starts else list(lines)
-    sections = [_header_id(lines[:n + 1]) or "" for n in starts]
+    sections = [_header_id(lines[n]) or "" for n in starts]
     last = {section: n for n, section in zip(starts, sections, strict=True)}
     for n, end, section in zip(starts, [*starts[1:], len(lines)], sections, strict=True):
         body = lines[n + 1:end]

@@ -20,27 +20,9 @@ from typing import Any
 
 import pytest
 
-from isolation.conftest import (
-    RUNNER_NAMES,
-    Box,
-    Runner,
-    iso_root,  # noqa: F401  (fixture)
-    make_runner,
-    populate,
-    unpriv_site,  # noqa: F401  (fixture)
-)
+from isolation.conftest import Box
 
 pytestmark = [pytest.mark.isolation, pytest.mark.timeout(120)]
-
-
-@pytest.fixture(scope="module", params=RUNNER_NAMES)
-def runner(request: pytest.FixtureRequest, iso_root: Path) -> Runner:  # noqa: F811
-    return make_runner(request, iso_root)
-
-
-@pytest.fixture
-def box(runner: Runner, iso_root: Path) -> Box:  # noqa: F811
-    return populate(Box, runner, iso_root)
 
 
 class Follow:

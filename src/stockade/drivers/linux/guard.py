@@ -211,7 +211,7 @@ class MetadataGuard:
                 # For every guard of the baseline, for the rest of its life.
                 key = self._key(path)
                 if os.path.lexists(os.path.join(self.dir, key + ".present")):
-                    _touch_path(os.path.join(self.dir, key + ".replaced"))
+                    _touch(None, os.path.join(self.dir, key + ".replaced"))
             gitdirs = self._recorded()[1]
             parent = os.path.dirname(path)
             if parent in gitdirs and os.path.basename(path) in ("worktrees", "modules"):
@@ -250,13 +250,12 @@ class MetadataGuard:
         finally:
             fs.close()
 
-    def _merge_private(self) -> list[Neutralised]:
+    def _merge_private(self, fs: Roots) -> list[Neutralised]:
         """The private configs' inert changes into the host's, under the baseline's lock."""
         private, self.private = self.private, None
         if private is None:
             return []
         done: list[Neutralised] = []
-        fs = Roots(self.roots)
         try:
             for merged in private.merge(fs):
                 if merged.error:
@@ -267,24 +266,19 @@ class MetadataGuard:
                                             "to this git config (git would act on them on "
                                             "the host): " + ", ".join(merged.dropped)))
         finally:
-            fs.close()
             private.close()
         return done
 
-    def _left_locks(self) -> list[Neutralised]:
+    def _left_locks(self, fs: Roots) -> list[Neutralised]:
         """Each `config.lock` of a guarded repository the command's git left behind."""
         from .gitconfig import clear_left_lock, is_config_of
 
         done: list[Neutralised] = []
-        fs = Roots(self.roots)
-        try:
-            for path in self.paths:
-                if is_config_of(path, self.gitdirs):
-                    what = clear_left_lock(fs, path, self.started_ns)
-                    if what:
-                        done.append(Neutralised(path + ".lock", what))
-        finally:
-            fs.close()
+        for path in self.paths:
+            if is_config_of(path, self.gitdirs):
+                what = clear_left_lock(fs, path, self.started_ns)
+                if what:
+                    done.append(Neutralised(path + ".lock", what))
         return done
 
     def _leave(self) -> None:
@@ -469,8 +463,12 @@ class MetadataGuard:
             self.watch.close()
         try:
             with _FileLock(self._snap_lock):
-                done += self._left_locks()
-                done += self._merge_private()
+                fs = Roots(self.roots)
+                try:
+                    done += self._left_locks(fs)
+                    done += self._merge_private(fs)
+                finally:
+                    fs.close()
                 if self.watch is not None:
                     done += self._settled_during()
                 created = self.tree.drain() if self.tree is not None else []
@@ -1169,11 +1167,7 @@ def _read(path: str) -> str:
         return ""
 
 
-def _touch_path(path: str) -> None:
-    os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o600))
-
-
-def _touch(dir_fd: int, name: str) -> None:
+def _touch(dir_fd: int | None, name: str) -> None:
     os.close(os.open(name, os.O_CREAT | os.O_WRONLY | os.O_CLOEXEC, 0o600, dir_fd=dir_fd))
 
 

@@ -170,7 +170,7 @@ class Watch:
         again if that changed: what was written to a new inode before it was armed
         raised no event."""
         for path, target in self._files.items():
-            if target != settled and path != settled:
+            if settled not in (path, target):
                 continue
             for _ in range(REARM_LIMIT):
                 if _inode(path) == self._armed.get(path, (-1, 0))[1]:
