@@ -427,7 +427,7 @@ def test_protected_names_are_neutralised_while_the_command_runs(box: Box) -> Non
         box.runner.cli_argv(["run", "--mode", "workspace-write", "--timeout", "30", "--",
                              "/bin/sh", "-c", plant + "; touch ready; sleep 3"]),
         cwd=str(box.ws), env=box.env(), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT)
+        stderr=subprocess.PIPE)
     try:
         deadline = time.monotonic() + 30
         while not (box.ws / "ready").exists() and proc.poll() is None \
@@ -436,9 +436,11 @@ def test_protected_names_are_neutralised_while_the_command_runs(box: Box) -> Non
         running = proc.poll() is None
         live = [n for n in LIVE_NAMES if (box.ws / n).exists()]
     finally:
-        out = proc.communicate(timeout=40)[0].decode(errors="replace")
+        stdout, stderr = (b.decode(errors="replace") for b in proc.communicate(timeout=40))
+    # The shell's own complaints go to stderr, so they never split a marker line.
+    out = stdout + stderr
     assert running and not live, out
-    windows = {w[1]: int(w[3]) for w in (line.split() for line in out.splitlines())
+    windows = {w[1]: int(w[3]) for w in (line.split() for line in stdout.splitlines())
                if w[:1] == ["window"]}
     assert set(windows) == set(LIVE_NAMES), out
     assert max(windows.values()) < 1000, out

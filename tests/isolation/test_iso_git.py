@@ -191,7 +191,7 @@ def commit_during(box: Box, script: str, options: tuple[str, ...] = ()) -> tuple
         box.runner.cli_argv(["run", *options, "--mode", "workspace-write", "--timeout", "30",
                              "--", "/bin/sh", "-c", script, "sh", HOOK]),
         cwd=str(box.ws), env=box.env(**GIT_ENV), stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
         deadline = time.monotonic() + 20
         while not (box.ws / "ready").exists() and proc.poll() is None \
@@ -200,9 +200,10 @@ def commit_during(box: Box, script: str, options: tuple[str, ...] = ()) -> tuple
         running = proc.poll() is None
         ran = _host_commit_runs_planted_hook(box)
     finally:
-        out = proc.communicate(timeout=40)[0].decode(errors="replace")
+        stdout, stderr = (b.decode(errors="replace") for b in proc.communicate(timeout=40))
+    out = stdout + stderr  # apart, so that a complaint never splits the marker line
     assert running, f"the command ended before the host's commit: {out}"
-    words = [line.split()[1] for line in out.splitlines() if line.startswith("window ")]
+    words = [line.split()[1] for line in stdout.splitlines() if line.startswith("window ")]
     return ran, int(words[0]) if words else -1, out
 
 
