@@ -117,6 +117,14 @@ class Neutralised:
         self.what = what
         self.moved_to = moved_to
 
+    #: How a git config's merge back begins: the keys it left out follow, comma-separated.
+    DROPPED = ("merged back, but for the command's changes git would act on "
+               "on the host: dropped ")
+
+    @classmethod
+    def dropped(cls, path: str, keys: list[str], moved_to: str = "") -> Neutralised:
+        return cls(path, cls.DROPPED + ", ".join(keys), moved_to)
+
     def to_json(self) -> dict[str, str]:
         out = {"path": self.path, "what": self.what}
         if self.moved_to:

@@ -28,7 +28,7 @@ from .capabilities import (
     is_under,
     parse_mode,
 )
-from .command import FORBID, SandboxOutput
+from .command import FORBID, Neutralised, SandboxOutput
 from .denial import denial_hint, likely_sandbox_denied, proxy_hint
 from .drivers import MEMORY, PIDS, should_sandbox
 from .errors import (
@@ -809,13 +809,32 @@ def output(value: object) -> SandboxOutput:
     return value
 
 
-def neutralised_hint(done: list[Any]) -> str:
-    """One line for the model: what the guard made inert after the run, and why."""
+def neutralised_hint(done: list[Neutralised]) -> str:
+    """One line for the model: what the guard made inert after the run, and why.
+
+    The keys one config lost over several merges during the run are named
+    together, so that they are not cut off behind "and N more".
+    """
+    items: list[Neutralised] = []
+    merges: dict[str, Neutralised] = {}
+    for item in done:
+        first = merges.get(item.path)
+        if not item.what.startswith(Neutralised.DROPPED):
+            items.append(item)
+        elif first is None:
+            merges[item.path] = Neutralised(item.path, item.what, item.moved_to)
+            items.append(merges[item.path])
+        else:
+            keys = first.what[len(Neutralised.DROPPED):].split(", ")
+            keys += [k for k in item.what[len(Neutralised.DROPPED):].split(", ")
+                     if k not in keys]
+            first.what = Neutralised.DROPPED + ", ".join(keys)
+            first.moved_to = item.moved_to or first.moved_to
     parts = []
-    for item in done[:4]:
+    for item in items[:4]:
         where = f" (moved to {item.moved_to})" if item.moved_to else ""
         parts.append(f"{item.path}: {item.what}{where}")
-    more = f"; and {len(done) - 4} more (see stockade audit)" if len(done) > 4 else ""
+    more = f"; and {len(items) - 4} more (see stockade audit)" if len(items) > 4 else ""
     return ("the sandbox neutralised what the command left for the host to run -- "
             + "; ".join(parts) + more)
 

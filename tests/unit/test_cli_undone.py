@@ -42,3 +42,19 @@ def test_a_zero_over_undone_work_is_said_on_the_line_and_the_status_is_the_comma
     assert capsys.readouterr().err == ""
     assert _report(result(0), quiet=False) == 0
     assert capsys.readouterr().err == ""
+
+
+def test_the_keys_one_config_lost_in_several_merges_are_named_together() -> None:
+    """Under Landlock a config is merged back as each write lands: seven merges must not
+    push the key that matters behind "and N more"."""
+    from stockade.core import neutralised_hint
+
+    merges = [Neutralised.dropped("/ws/.git/config", [key], f"/q/{i}")
+              for i, key in enumerate(["include.path", "alias.st", "core.pager",
+                                       "core.worktree", "core.sshcommand",
+                                       "core.fsmonitor", "include.path"])]
+    hint = neutralised_hint([VSCODE, *merges])
+    assert "more" not in hint, hint
+    assert ("dropped include.path, alias.st, core.pager, core.worktree, core.sshcommand, "
+            "core.fsmonitor (moved to /q/6)") in hint, hint
+    assert merges[0].what.endswith("dropped include.path")  # the run's own list is kept

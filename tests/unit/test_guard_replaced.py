@@ -45,12 +45,12 @@ def _same_number_renamed_over(config: Path) -> None:
     st = config.stat()
     new = config.with_name("config.new")
     new.write_text(config.read_text() + PAYLOAD)
-    os.rename(new, config)
+    now = new.stat()  # a rename keeps it: the guard sees the recorded number from the start
     guard_dir = next(p for p in config.parents if p.name == "ws").parent / "state" / "guard"
     for present in guard_dir.rglob("*.present"):
         if present.read_text() == f"{st.st_dev}:{st.st_ino}:{st.st_mode & 0o170000}":
-            now = config.stat()
             present.write_text(f"{now.st_dev}:{now.st_ino}:{now.st_mode & 0o170000}")
+    os.rename(new, config)
 
 
 def test_a_replaced_held_config_is_cut_whatever_its_inode_number(ws: Path,

@@ -136,6 +136,24 @@ def remove_entry(dir_fd: int, name: str) -> None:
     rmtree_at(dir_fd, aside)
 
 
+def exchange(dir_fd: int, a: str, b: str) -> None:
+    """Swap the entries `a` and `b` in one step (renameat2's RENAME_EXCHANGE).
+
+    Replacing a file the command also writes needs what was displaced in
+    hand, to give it back if it was newer than what was read: a rename
+    destroys it.
+    """
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.renameat2(dir_fd, os.fsencode(a), dir_fd, os.fsencode(b), _RENAME_EXCHANGE):
+        err = ctypes.get_errno()
+        raise OSError(err, os.strerror(err), b)
+
+
+_RENAME_EXCHANGE = 2
+
+
 def rmtree_at(dir_fd: int, name: str, depth: int = 0) -> bool:
     """Delete `name` in `dir_fd` and everything beneath it, through descriptors only
     (a symlink is removed, never followed); False if some of it had to stay.

@@ -45,7 +45,9 @@ from .fstree import (
     GUARD_MAX_DEPTH,
     GUARD_MAX_ENTRIES,
     TooLarge,
+    exchange,
     read_tree,
+    remove_entry,
     remove_tree,
     write_tree,
 )
@@ -262,9 +264,7 @@ class MetadataGuard:
                     done.append(Neutralised(merged.path, "the command's changes to this git "
                                             f"config were not merged: {merged.error}"))
                 elif merged.dropped:
-                    done.append(Neutralised(merged.path, "dropped from the command's changes "
-                                            "to this git config (git would act on them on "
-                                            "the host): " + ", ".join(merged.dropped)))
+                    done.append(Neutralised.dropped(merged.path, merged.dropped))
         finally:
             private.close()
         return done
@@ -692,21 +692,19 @@ class MetadataGuard:
             # While the command runs, only a change git would act on is worth
             # racing its own next write for: ours could land over that one.
             return True
-        # Replaced in one rename, the command's version copied aside, never moved:
+        # Replaced in one step, the command's version copied aside, never moved:
         # its git, reading the file between a removal and a rewrite, took it for
         # empty and wrote back a config without the person's keys.
         temp = f".stockade-new-{os.urandom(6).hex()}"
         write_tree(fd, temp, (*want[:5], body))
-        if _read_at(fd, name) != ours:
-            # Written again since it was read: the rename would undo that write
-            # (the command's next `git config`); its own event settles it.
-            os.unlink(temp, dir_fd=fd)
-            return True
-        os.rename(temp, name, src_dir_fd=fd, dst_dir_fd=fd)
+        try:
+            if not _swap_in(fd, temp, name, ours):
+                return True  # written again since it was read: its own event settles it
+        finally:
+            remove_entry(fd, temp)
         moved = self._quarantine_copy(path, have) if dropped else ""
         if dropped:
-            done.append(Neutralised(path, "restored, but for the command's changes git does "
-                                    "not act on: dropped " + ", ".join(dropped), moved))
+            done.append(Neutralised.dropped(path, dropped, moved))
         return True
 
     def _neutralise(self, fd: int, name: str, path: str, done: list[Neutralised]) -> None:
@@ -1147,6 +1145,42 @@ def _write(dir_fd: int, name: str, text: str) -> None:
                  dir_fd=dir_fd)
     with open(fd, "wb") as fh:
         fh.write(text.encode("utf-8", "surrogateescape"))
+
+
+def _swap_in(fd: int, temp: str, name: str, ours: bytes) -> bool:
+    """Put `temp` at `name` if `name` still holds `ours`; True if it did.
+
+    A write the command lands after `ours` was read is never undone: what a
+    swap displaced that is newer goes back, as does anything that landed on
+    the name meanwhile (the command's next `git config` would otherwise
+    silently lose its keys).
+    """
+    placed = _inode(fd, temp)
+    try:
+        exchange(fd, temp, name)
+    except OSError:
+        # No exchange on this file system: the check just before narrows the race.
+        if _read_at(fd, name) != ours:
+            return False
+        os.rename(temp, name, src_dir_fd=fd, dst_dir_fd=fd)
+        return True
+    if _read_at(fd, temp) == ours:
+        return True
+    for _ in range(8):
+        newest = _inode(fd, temp)
+        exchange(fd, temp, name)
+        if _inode(fd, temp) == placed:
+            break  # nothing landed meanwhile: the newest is back at its name
+        placed = newest
+    return False
+
+
+def _inode(fd: int, name: str) -> tuple[int, int] | None:
+    try:
+        st = os.stat(name, dir_fd=fd, follow_symlinks=False)
+    except FileNotFoundError:
+        return None
+    return st.st_dev, st.st_ino
 
 
 def _read_at(dir_fd: int, name: str) -> bytes | None:

@@ -1,0 +1,99 @@
+"""The guard's merge of a config the command changed never undoes a newer write.
+
+Under Landlock the guard writes its merge back while the command runs, and the
+command's next `git config` can land between the guard's read and its write:
+a plain rename then put the older merge over it and the key was lost (the
+isolation test saw it once in six runs). Each interleaving is played here
+deterministically, by writing at the moment the guard swaps.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from stockade.drivers.linux import guard
+from stockade.drivers.linux.fstree import exchange
+
+OURS, MERGED = b"ours\n", b"merged\n"
+
+
+@pytest.fixture
+def fd(tmp_path: Path) -> Iterator[int]:
+    (tmp_path / "config").write_bytes(OURS)
+    (tmp_path / "temp").write_bytes(MERGED)
+    fd = os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY)
+    yield fd
+    os.close(fd)
+
+
+def land(fd: int, body: bytes) -> None:
+    """The command's git: a lock file renamed over the config."""
+    with open(os.open("config.lock", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644,
+                      dir_fd=fd), "wb") as fh:
+        fh.write(body)
+    os.rename("config.lock", "config", src_dir_fd=fd, dst_dir_fd=fd)
+
+
+def writes_during_swaps(monkeypatch: pytest.MonkeyPatch, bodies: dict[int, bytes]) -> None:
+    """After the guard's nth exchange, the command writes bodies[n]."""
+    calls = [0]
+
+    def exchange_then_write(dir_fd: int, a: str, b: str) -> None:
+        exchange(dir_fd, a, b)
+        calls[0] += 1
+        if calls[0] in bodies:
+            land(dir_fd, bodies[calls[0]])
+
+    monkeypatch.setattr(guard, "exchange", exchange_then_write)
+
+
+def config(tmp_path: Path) -> bytes:
+    return (tmp_path / "config").read_bytes()
+
+
+def test_an_unchanged_config_gets_the_merge(fd: int, tmp_path: Path) -> None:
+    assert guard._swap_in(fd, "temp", "config", OURS)
+    assert config(tmp_path) == MERGED
+    assert (tmp_path / "temp").read_bytes() == OURS  # the caller removes it
+
+
+def test_a_write_before_the_swap_is_given_back(fd: int, tmp_path: Path) -> None:
+    land(fd, b"newer\n")
+    assert not guard._swap_in(fd, "temp", "config", OURS)
+    assert config(tmp_path) == b"newer\n"
+
+
+def test_a_write_landing_on_the_merge_stays(fd: int, tmp_path: Path,
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    land(fd, b"newer\n")
+    writes_during_swaps(monkeypatch, {1: b"newest\n"})
+    assert not guard._swap_in(fd, "temp", "config", OURS)
+    assert config(tmp_path) == b"newest\n"
+
+
+def test_writes_landing_after_every_swap_leave_the_last(fd: int, tmp_path: Path,
+                                                         monkeypatch: pytest.MonkeyPatch
+                                                         ) -> None:
+    land(fd, b"newer\n")
+    writes_during_swaps(monkeypatch, {1: b"second\n", 2: b"third\n"})
+    assert not guard._swap_in(fd, "temp", "config", OURS)
+    assert config(tmp_path) == b"third\n"
+
+
+def test_a_plain_rename_would_have_lost_the_write(tmp_path: Path) -> None:
+    """Control: the check-then-rename the guard did before loses the write that lands
+    between the two."""
+    (tmp_path / "config").write_bytes(OURS)
+    (tmp_path / "temp").write_bytes(MERGED)
+    assert (tmp_path / "config").read_bytes() == OURS  # the check passes
+    fd = os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        land(fd, b"newer\n")
+    finally:
+        os.close(fd)
+    os.rename(tmp_path / "temp", tmp_path / "config")
+    assert config(tmp_path) == MERGED
