@@ -30,12 +30,12 @@ def ws(tmp_path: Path) -> Path:
     return ws
 
 
-def _guard(ws: Path, state: Path) -> MetadataGuard:
+def _guard(ws: Path, state: Path, content: bool = False) -> MetadataGuard:
     caps = capabilities_for_mode("workspace-write", str(ws))
     profile = build_profile(mode="workspace-write", workspace=str(ws), cwd=str(ws),
                             capabilities=caps, read_scope="host",
                             host_env={"HOME": "/nonexistent"}, use_scratch=False)
-    return MetadataGuard(profile, str(state), restore_content=False)
+    return MetadataGuard(profile, str(state), restore_content=content)
 
 
 def _same_number_renamed_over(config: Path) -> None:
@@ -68,3 +68,24 @@ def test_a_replaced_held_config_is_cut_whatever_its_inode_number(ws: Path,
         done = guard.release()
     assert "fsmonitor" not in config.read_text()
     assert any("core.fsmonitor" in n.what for n in done), done
+
+
+@pytest.mark.parametrize("content", [False, True])
+def test_files_a_mount_holds_are_armed_only_once_replaced(ws: Path, tmp_path: Path,
+                                                          content: bool) -> None:
+    """A held file cannot be linked (EXDEV) until its name is replaced, so bubblewrap's
+    guard arms no per-file watch up front (its cost is per command); Landlock's, whose
+    files the command can link at any time, arms them all."""
+    guard = _guard(ws, tmp_path / "state", content)
+    config = str(ws / ".git" / "config")
+    try:
+        assert guard.watch is not None
+        assert (config in guard.watch._armed) is content
+        os.rename(ws / ".git" / "config", ws / ".git" / "config.old")
+        os.rename(ws / ".git" / "config.old", ws / ".git" / "config")
+        deadline = time.monotonic() + 5
+        while config not in guard.watch._armed and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert config in guard.watch._armed  # armed by the event on its name
+    finally:
+        guard.release()

@@ -39,10 +39,13 @@ def land(fd: int, body: bytes) -> None:
 
 
 def writes_during_swaps(monkeypatch: pytest.MonkeyPatch, bodies: dict[int, bytes]) -> None:
-    """After the guard's nth exchange, the command writes bodies[n]."""
+    """After the guard's nth exchange, the command writes bodies[n] (bodies[0]: after
+    the guard's last look, before its first exchange)."""
     calls = [0]
 
     def exchange_then_write(dir_fd: int, a: str, b: str) -> None:
+        if calls[0] == 0 and 0 in bodies:
+            land(dir_fd, bodies[0])
         exchange(dir_fd, a, b)
         calls[0] += 1
         if calls[0] in bodies:
@@ -61,16 +64,25 @@ def test_an_unchanged_config_gets_the_merge(fd: int, tmp_path: Path) -> None:
     assert (tmp_path / "temp").read_bytes() == OURS  # the caller removes it
 
 
-def test_a_write_before_the_swap_is_given_back(fd: int, tmp_path: Path) -> None:
+def test_a_write_seen_before_the_swap_moves_nothing(fd: int, tmp_path: Path,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     land(fd, b"newer\n")
+    writes_during_swaps(monkeypatch, {})
+    assert not guard._swap_in(fd, "temp", "config", OURS)
+    assert config(tmp_path) == b"newer\n"
+    assert (tmp_path / "temp").read_bytes() == MERGED
+
+
+def test_a_write_just_before_the_swap_is_given_back(fd: int, tmp_path: Path,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    writes_during_swaps(monkeypatch, {0: b"newer\n"})
     assert not guard._swap_in(fd, "temp", "config", OURS)
     assert config(tmp_path) == b"newer\n"
 
 
 def test_a_write_landing_on_the_merge_stays(fd: int, tmp_path: Path,
                                              monkeypatch: pytest.MonkeyPatch) -> None:
-    land(fd, b"newer\n")
-    writes_during_swaps(monkeypatch, {1: b"newest\n"})
+    writes_during_swaps(monkeypatch, {0: b"newer\n", 1: b"newest\n"})
     assert not guard._swap_in(fd, "temp", "config", OURS)
     assert config(tmp_path) == b"newest\n"
 
@@ -78,8 +90,7 @@ def test_a_write_landing_on_the_merge_stays(fd: int, tmp_path: Path,
 def test_writes_landing_after_every_swap_leave_the_last(fd: int, tmp_path: Path,
                                                          monkeypatch: pytest.MonkeyPatch
                                                          ) -> None:
-    land(fd, b"newer\n")
-    writes_during_swaps(monkeypatch, {1: b"second\n", 2: b"third\n"})
+    writes_during_swaps(monkeypatch, {0: b"newer\n", 1: b"second\n", 2: b"third\n"})
     assert not guard._swap_in(fd, "temp", "config", OURS)
     assert config(tmp_path) == b"third\n"
 
@@ -96,4 +107,25 @@ def test_a_plain_rename_would_have_lost_the_write(tmp_path: Path) -> None:
     finally:
         os.close(fd)
     os.rename(tmp_path / "temp", tmp_path / "config")
+    assert config(tmp_path) == MERGED
+
+
+def test_a_git_mid_write_is_waited_for(fd: int, tmp_path: Path) -> None:
+    """Its rename lands before the guard looks: nothing is swapped, nothing exposed."""
+    import threading
+    import time
+
+    (tmp_path / "config.lock").write_bytes(b"newer\n")
+    finish = threading.Timer(0.01, os.rename, (tmp_path / "config.lock",
+                                               tmp_path / "config"))
+    finish.start()
+    start = time.monotonic()
+    assert not guard._swap_in(fd, "temp", "config", OURS)
+    finish.join()
+    assert config(tmp_path) == b"newer\n" and time.monotonic() - start < 1
+
+
+def test_a_lock_the_command_keeps_only_delays_the_merge(fd: int, tmp_path: Path) -> None:
+    (tmp_path / "config.lock").write_bytes(b"stalling\n")
+    assert guard._swap_in(fd, "temp", "config", OURS)
     assert config(tmp_path) == MERGED

@@ -145,13 +145,17 @@ def exchange(dir_fd: int, a: str, b: str) -> None:
     """
     import ctypes
 
-    libc = ctypes.CDLL(None, use_errno=True)
-    if libc.renameat2(dir_fd, os.fsencode(a), dir_fd, os.fsencode(b), _RENAME_EXCHANGE):
+    if not _renameat2:
+        # Loaded once: a swap that waits on ctypes leaves the file it just put
+        # in place standing for milliseconds, for the command's git to read.
+        _renameat2.append(ctypes.CDLL(None, use_errno=True).renameat2)
+    if _renameat2[0](dir_fd, os.fsencode(a), dir_fd, os.fsencode(b), _RENAME_EXCHANGE):
         err = ctypes.get_errno()
         raise OSError(err, os.strerror(err), b)
 
 
 _RENAME_EXCHANGE = 2
+_renameat2: list[Any] = []
 
 
 def rmtree_at(dir_fd: int, name: str, depth: int = 0) -> bool:

@@ -162,8 +162,11 @@ class MetadataGuard:
         trees: set[str] = set()
         # Each protected file also by its inode: a hard link the command made to
         # it (under Landlock, or once the person's rename detached a mount)
-        # writes it where no directory watch sees.
+        # writes it where no directory watch sees. One a mount holds cannot be
+        # linked (EXDEV) until its name is replaced, and the watch arms it at
+        # that event, before settling it: no add_watch per file per command.
         files: dict[str, str] = {}
+        armed: set[str] = set()
         for path in self.paths:
             names.setdefault(os.path.dirname(path), set()).add(os.path.basename(path))
             try:
@@ -172,12 +175,15 @@ class MetadataGuard:
                 continue
             if stat.S_ISREG(mode):
                 files[path] = path
+                if self.content:
+                    armed.add(path)
             elif self.content and stat.S_ISDIR(mode):
                 trees.add(path)
                 try:
                     with os.scandir(path) as entries:
-                        files.update((e.path, path) for e in entries
-                                     if e.is_file(follow_symlinks=False))
+                        inside = [e.path for e in entries if e.is_file(follow_symlinks=False)]
+                    files.update((f, path) for f in inside)
+                    armed.update(inside)
                 except OSError:
                     pass  # the tree's own watch and the sweep still cover it
         for gitdir in self.gitdirs:
@@ -193,7 +199,7 @@ class MetadataGuard:
             self._during_from = os.stat(self._during).st_size
         except OSError:
             self._during_from = 0
-        self.watch = Watch(names, trees, self._settle_now, files)
+        self.watch = Watch(names, trees, self._settle_now, files, armed)
 
     @property
     def unwatched(self) -> str:
@@ -698,8 +704,10 @@ class MetadataGuard:
         temp = f".stockade-new-{os.urandom(6).hex()}"
         write_tree(fd, temp, (*want[:5], body))
         try:
-            if not _swap_in(fd, temp, name, ours):
-                return True  # written again since it was read: its own event settles it
+            # False when written again since it was read: that write's own event
+            # settles it. What was dropped is still reported: the command's git
+            # can have read the merge in the moment it stood, and written on it.
+            _swap_in(fd, temp, name, ours)
         finally:
             remove_entry(fd, temp)
         moved = self._quarantine_copy(path, have) if dropped else ""
@@ -1147,21 +1155,32 @@ def _write(dir_fd: int, name: str, text: str) -> None:
         fh.write(text.encode("utf-8", "surrogateescape"))
 
 
+#: Milliseconds a merge waits for the command's git to finish writing the file.
+LOCK_WAITS = 50
+
+
 def _swap_in(fd: int, temp: str, name: str, ours: bytes) -> bool:
     """Put `temp` at `name` if `name` still holds `ours`; True if it did.
 
     A write the command lands after `ours` was read is never undone: what a
     swap displaced that is newer goes back, as does anything that landed on
     the name meanwhile (the command's next `git config` would otherwise
-    silently lose its keys).
+    silently lose its keys). A git mid-write (holding `config.lock`) is waited
+    for, briefly: its write would land between the look and the swap, and
+    the next git, reading before the swap-back, would build on `temp`. Never
+    under git's lock: a `git config` of the command's that met it failed.
     """
+    for _ in range(LOCK_WAITS):
+        if _inode(fd, name + ".lock") is None:
+            break
+        time.sleep(0.001)  # a lock the command keeps only delays the swap
+    if _read_at(fd, name) != ours:
+        return False  # the usual case of a newer write, seen before anything is moved
     placed = _inode(fd, temp)
     try:
         exchange(fd, temp, name)
     except OSError:
         # No exchange on this file system: the check just before narrows the race.
-        if _read_at(fd, name) != ours:
-            return False
         os.rename(temp, name, src_dir_fd=fd, dst_dir_fd=fd)
         return True
     if _read_at(fd, temp) == ours:

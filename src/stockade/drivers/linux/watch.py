@@ -63,11 +63,13 @@ class Watch:
     `trees`: directories whose every change settles the directory itself;
     `files`: file -> the path its change settles. A file is watched as an
     inode, so a write through another link to it (a hard link the command
-    made in a directory nobody watches) is seen as one by its name.
+    made in a directory nobody watches) is seen as one by its name. Those in
+    `armed` are watched from the start, the rest once their name is settled.
     """
 
     def __init__(self, names: dict[str, set[str]], trees: set[str],
-                 settle: Callable[[str], None], files: dict[str, str] | None = None) -> None:
+                 settle: Callable[[str], None], files: dict[str, str] | None = None,
+                 armed: set[str] | frozenset[str] = frozenset()) -> None:
         self.failed = ""
         self._settle = settle
         self._names = names
@@ -89,7 +91,7 @@ class Watch:
             self._fd = inotify_init()
             for path in sorted({*names, *trees}):
                 self._add(path)
-            for path in self._files:
+            for path in sorted(armed):
                 self._arm(path)
         except OSError as exc:
             # Another program (another sandbox, even) can use up the user's
