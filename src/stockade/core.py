@@ -31,6 +31,7 @@ from .capabilities import (
 from .command import FORBID, Neutralised, SandboxOutput
 from .denial import denial_hint, likely_sandbox_denied, proxy_hint
 from .drivers import MEMORY, PIDS, should_sandbox
+from .drivers.registry import declared, platform_for
 from .errors import (
     CapabilityDenied,
     CommandTimeout,
@@ -44,7 +45,6 @@ from .paths import (
     changeable_by_others,
     data_dir,
     make_own_dir,
-    platform_for,
     private_paths,
     session_key,
     state_dir,
@@ -430,7 +430,7 @@ class SandboxCore:
                 # A ceiling, not a privilege: a command may ask for less
                 # memory, never for more or for none (see SandboxCapabilities).
                 caps = caps.replace(max_memory_mb=ceiling)
-            if sandboxed and self._driver is None and self.config.backend == "none":
+            if sandboxed and self._driver is None and not declared(self.config.backend).confines:
                 raise ConfigError(no_boundary(mode))
             driver = self.driver(sandboxed, ws.cwd)
             backend = driver.name
@@ -608,7 +608,7 @@ class SandboxCore:
         key = f"{session_id}{_PROXY_KEY_SEP}{self._proxy_seq}"
         deny = dict(_deny_entry(e) for e in self.config.deny_hosts)
         policy = HostPolicy(allow=network.hosts, deny=deny)
-        if backend == "bubblewrap":
+        if declared(backend).namespaces:  # a socket bound into its network namespace
             ep = self._proxy.add_session(key, policy, tcp=False)
         else:
             ep = self._proxy.add_session(key, policy, unix=False,

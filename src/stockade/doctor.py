@@ -231,14 +231,9 @@ def session_tmp_drops() -> list[str]:
 
 def auto_choice(backends: dict[str, dict[str, object]]) -> str:
     """What `backend = "auto"` would pick here (never "none")."""
-    if sys.platform == "darwin":
-        return "seatbelt" if backends.get("seatbelt", {}).get("available") else ""
-    if sys.platform == "win32":
-        return "windows" if backends.get("windows", {}).get("available") else ""
-    for name in ("bubblewrap", "landlock"):
-        if backends.get(name, {}).get("available"):
-            return name
-    return ""
+    from .drivers.registry import auto_order
+
+    return next((n for n in auto_order() if backends.get(n, {}).get("available")), "")
 
 
 def memory_limit(config: object = None) -> str:
@@ -300,7 +295,7 @@ def report(*, as_json: bool = False, configured_bwrap: str = "", config: object 
             detail = entry.get("why") or entry.get("note") or ""
             where = f" {entry['path']}" if entry.get("path") else ""
             version = f" ({entry['version']})" if entry.get("version") else ""
-            if name == "landlock" and "abi" in entry:
+            if "abi" in entry:
                 version = f" (ABI {entry['abi']}, needs {entry['min_abi']})"
             print(f"  {mark}{name}{where}{version}{': ' + str(detail) if detail else ''}")
             if entry.get("source"):
@@ -311,7 +306,7 @@ def report(*, as_json: bool = False, configured_bwrap: str = "", config: object 
                 print(f"       drops {line}")
             for row in entry.get("tiers") or ():  # type: ignore[attr-defined]
                 print(f"       {'ok' if row['ok'] else '--'} {row['check']}: {row['detail']}")
-            if name == "landlock" and entry.get("weaker_than_bubblewrap"):
+            if entry.get("weaker_than_bubblewrap"):
                 print("       weaker than bubblewrap (docs/landlock-backend.md):")
                 for line in entry["weaker_than_bubblewrap"]:  # type: ignore[attr-defined]
                     print(f"       - {line}")

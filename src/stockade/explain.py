@@ -16,6 +16,7 @@ import sys
 from .cli import open_session, parse_options, requested_capabilities
 from .clitables import CONFIG_OPTIONS, CONFIG_USAGE, EXPLAIN_OPTIONS, EXPLAIN_USAGE
 from .cliutil import UsageError, check_host_flags, command_help, positive_number
+from .drivers.registry import declared
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -170,7 +171,7 @@ def explain(values: dict[str, object], command: list[str], timeout: float | None
             "captured_bytes": config.max_output_bytes,
             "captured_from": origin["max_output_bytes"],
         }
-        if sandboxed and mode != READ_ONLY and config.backend != "none":
+        if sandboxed and mode != READ_ONLY and declared(config.backend).confines:
             from .core import refuse_home_workspace
 
             try:
@@ -274,6 +275,7 @@ def layers(backend: str, profile: Profile, config: SandboxConfig) -> list[str]:
 
     out: list[str] = []
     abi = 0
+    traits = declared(backend)
     if sys.platform.startswith("linux"):
         from .drivers.linux.landlock import landlock_abi
         from .drivers.linux.limits import mechanism
@@ -282,14 +284,14 @@ def layers(backend: str, profile: Profile, config: SandboxConfig) -> list[str]:
         kind, _bases, _why = mechanism()
     else:
         kind = "none"
-    if backend == "bubblewrap":
+    if traits.namespaces:
         spaces = "user, mount, PID, IPC, UTS, cgroup"
         if profile.network.kind != NetworkPolicy.ALL:
             spaces += ", network"
         workspace = "writable" if profile.workspace_writable else "read-only"
-        out.append(f"bubblewrap: namespaces ({spaces}); the host read-only, the workspace "
+        out.append(f"{backend}: namespaces ({spaces}); the host read-only, the workspace "
                    f"{workspace}")
-    if backend in ("bubblewrap", "landlock"):
+    if traits.linux_layers:
         out.append(f"Landlock ABI {abi}" if abi else
                    "Landlock: not on this kernel (bubblewrap's mounts alone)")
         out.append("seccomp: the base filter"

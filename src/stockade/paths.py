@@ -20,16 +20,6 @@ if TYPE_CHECKING:
 WINDOWS = "win32"
 DARWIN = "darwin"
 
-#: The platform whose rules a backend's profiles follow. A profile is built for
-#: the OS its driver runs on, so the backend names it; `auto` and the others
-#: follow the machine stockade runs on.
-_BACKEND_PLATFORM = {"windows": WINDOWS, "seatbelt": DARWIN}
-
-
-def platform_for(backend: str) -> str:
-    """The `sys.platform` whose file-system rules profiles for `backend` follow."""
-    return _BACKEND_PLATFORM.get(backend, sys.platform)
-
 
 def home_dir(env: Mapping[str, str], platform: str = "") -> str:
     """The user's home as the platform defines it ("" when the environment names none).

@@ -15,6 +15,7 @@ import sys
 
 from . import gitmeta, hostpaths
 from .capabilities import FULL_ACCESS, READ_ONLY, NetworkPolicy, is_under
+from .drivers.registry import declared, platform_for
 from .errors import SandboxUnavailable
 from .paths import sha256_hex
 
@@ -155,7 +156,7 @@ def sandbox_env(
         env[name] = value
     env.update(explicit)
     env["STOCKADE_SANDBOX"] = backend
-    if backend != "none":
+    if declared(backend).confines:
         env["TMPDIR"] = "/tmp"
     return env
 
@@ -806,9 +807,10 @@ def build_profile(
     files `unreadable`'s patterns name (`Driver.matching`), hidden too.
     `platform`: whose home and per-user areas apply (default: the backend's OS).
     """
-    from .paths import home_dir, platform_for
+    from .paths import home_dir
 
     platform = platform or platform_for(backend)
+    namespaces = declared(backend).namespaces
     writable_ws = mode != READ_ONLY and any(is_under(workspace, w) for w in capabilities.fs_write)
     home = home_dir(host_env, platform)
     granted = [os.path.realpath(p) for p in hostpaths.paths(list(granted_sockets), host_env)]
@@ -829,7 +831,7 @@ def build_profile(
                 if kind(real) != DIR or (home and real == os.path.realpath(home)):
                     continue
                 layer = os.path.join(cache_dir, sha256_hex(real.encode())[:16])
-                if backend == "bubblewrap":
+                if namespaces:
                     layers.append((real, layer, var))  # an overlay at the cache's path
                 elif var:
                     # No mount namespace to lay a layer over it: the cache stays
@@ -915,7 +917,7 @@ def build_profile(
         # Not a target that holds a writable root (a link to ~ would mask the
         # home), nor, where only bubblewrap can mask inside one, one beneath it.
         if not any(is_under(w, target) for w in writable_here) and (
-                backend == "bubblewrap" or not any(is_under(target, w)
+                namespaces or not any(is_under(target, w)
                                                    for w in writable_here)):
             hidden.append((target, k))
     # Granted paths, CA bundles and caches inside a hidden directory come back

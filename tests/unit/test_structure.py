@@ -326,3 +326,30 @@ def test_network_kinds_are_compared_through_network_policy() -> None:
                 found.append(f"{os.path.relpath(path, os.path.dirname(SRC))}:{node.lineno}: "
                              f"{ast.unparse(node)}")
     assert not found, "compare with NetworkPolicy.NONE / HOSTS / ALL:\n" + "\n".join(found)
+
+
+def test_only_the_registry_compares_backend_names() -> None:
+    """What a backend can do is declared in drivers/registry.py; a comparison with its
+    name elsewhere is a decision the next backend would silently fall outside of."""
+    from stockade.drivers.registry import REGISTRY
+
+    src = os.path.join(os.path.dirname(TESTS), "src", "stockade")
+    found = []
+    for root, _dirs, files in os.walk(src):
+        for name in files:
+            path = os.path.join(root, name)
+            if not name.endswith(".py") or path.endswith(os.path.join("drivers", "registry.py")):
+                continue
+            with open(path, encoding="utf-8") as fh:
+                tree = ast.parse(fh.read())
+            for node in ast.walk(tree):
+                if not isinstance(node, ast.Compare):
+                    continue
+                sides = [node.left, *node.comparators]
+                named = [s for s in sides if isinstance(s, (ast.Name, ast.Attribute))
+                         and ("backend" in ast.unparse(s) or ast.unparse(s) == "name")]
+                consts = [c.value for s in sides for c in ast.walk(s)
+                          if isinstance(c, ast.Constant) and c.value in REGISTRY]
+                if named and consts:
+                    found.append(f"{os.path.relpath(path, src)}:{node.lineno}")
+    assert found == []

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..approval import DENIED, TIMEOUT, ApprovalGate
 from ..command import REQUIRE, SandboxCommand
+from ..drivers.registry import declared
 from ..errors import CapabilityDenied, SandboxError, SandboxUnavailable
 from ..ledger import Ledger
 from ..sync import SyncWorkspaceSandbox
@@ -153,7 +154,7 @@ def probe_boundary(sandbox: SyncWorkspaceSandbox, session_id: str) -> str:
                                              preference=REQUIRE))
     finally:
         sandbox.close_session(session_id)
-    if out.exit_code != 0 or out.backend in ("", "none"):
+    if out.exit_code != 0 or not out.backend or not declared(out.backend).confines:
         raise SandboxUnavailable(
             f"the boundary probe did not run confined (backend {out.backend!r}, exit "
             f"{out.exit_code}, stderr {out.stderr[-200:]!r})")
@@ -167,7 +168,7 @@ def doctor_summary() -> str:
 
         parts = []
         for name, entry in backend_status().items():
-            if name == "none":
+            if not declared(name).confines:
                 continue
             parts.append(f"{name}: " + ("ok" if entry.get("available")
                                         else str(entry.get("why") or "unavailable")))

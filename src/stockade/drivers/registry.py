@@ -27,17 +27,36 @@ AUTO = "auto"
 
 
 class Backend:
-    """One registry entry. `platforms`: `sys.platform` prefixes it runs on (empty: any)."""
+    """One registry entry, and what the core may count on from its driver.
 
-    __slots__ = ("_options", "driver", "name", "options_ref", "platforms", "summary")
+    `platforms`: `sys.platform` prefixes it runs on (empty: any).
+    `namespaces`: mount and network namespaces of its own, so layers and masks
+    can sit beneath a writable root and the proxy is reached over a unix
+    socket bound in; without them a cache stays read-only and the proxy is a
+    loopback port guarded by a secret.
+    `linux_layers`: Landlock, seccomp and a cgroup inside.
+    `confines`: False for the backend that is no boundary at all.
+    `fallback`: what `auto` runs when this one cannot start here.
+    The core asks these instead of comparing names, so a backend added here
+    is treated by what it does.
+    """
+
+    __slots__ = ("_options", "confines", "driver", "fallback", "linux_layers", "name",
+                 "namespaces", "options_ref", "platforms", "summary")
 
     def __init__(self, name: str, driver: str, summary: str, *, options: str = "",
-                 platforms: tuple[str, ...] = ()) -> None:
+                 platforms: tuple[str, ...] = (), namespaces: bool = False,
+                 linux_layers: bool = False, confines: bool = True,
+                 fallback: str = "") -> None:
         self.name = name
         self.driver = driver
         self.summary = summary
         self.options_ref = options
         self.platforms = platforms
+        self.namespaces = namespaces
+        self.linux_layers = linux_layers
+        self.confines = confines
+        self.fallback = fallback
         self._options: tuple[DriverOption, ...] | None = None
 
     def load(self) -> type[Driver]:
@@ -71,17 +90,19 @@ _LINUX = ("linux",)
 REGISTRY: dict[str, Backend] = {b.name: b for b in (
     Backend("bubblewrap", "stockade.drivers.linux.bwrap:BubblewrapDriver",
             "Linux: namespaces and mounts, then Landlock, seccomp and a cgroup",
-            options="stockade.drivers.linux.options:BUBBLEWRAP_OPTIONS", platforms=_LINUX),
+            options="stockade.drivers.linux.options:BUBBLEWRAP_OPTIONS", platforms=_LINUX,
+            namespaces=True, linux_layers=True, fallback="landlock"),
     Backend("landlock", "stockade.drivers.linux.landlock_driver:LandlockDriver",
             "Linux without user namespaces: Landlock, seccomp and a cgroup",
-            options="stockade.drivers.linux.options:LANDLOCK_OPTIONS", platforms=_LINUX),
+            options="stockade.drivers.linux.options:LANDLOCK_OPTIONS", platforms=_LINUX,
+            linux_layers=True),
     Backend("seatbelt", "stockade.drivers.macos.seatbelt:SeatbeltDriver",
             "macOS: a Seatbelt profile per command", platforms=("darwin",)),
     Backend("windows", "stockade.drivers.windows.driver:WindowsDriver",
             "Windows: an AppContainer (or a Low-integrity restricted token) in a job object",
             options="stockade.drivers.windows.options:WINDOWS_OPTIONS", platforms=("win32",)),
     Backend("none", "stockade.drivers.none:NoneDriver",
-            "no boundary: the command runs as it is (the audit says so)"),
+            "no boundary: the command runs as it is (the audit says so)", confines=False),
 )}
 
 
@@ -119,6 +140,28 @@ def lookup(name: str) -> Backend:
     if backend is None:
         raise ConfigError(f"unknown backend {name!r}: choose one of {', '.join(names())}")
     return backend
+
+
+def declared(name: str) -> Backend:
+    """The entry for `name`; for `auto` or an unknown name, one that promises nothing
+    beyond confining (the safe reading of a backend the core does not know)."""
+    return REGISTRY.get(name) or Backend(name, "", "")
+
+
+def platform_for(backend: str) -> str:
+    """The `sys.platform` whose file-system rules profiles for `backend` follow: a
+    profile is built for the OS its driver runs on; `auto` follows this machine."""
+    platforms = declared(backend).platforms
+    if platforms and not sys.platform.startswith(platforms):
+        return platforms[0]
+    return sys.platform
+
+
+def auto_order(platform: str | None = None) -> tuple[str, ...]:
+    """What `auto` tries here, in order: the native backend, then its fallback."""
+    native = platform_backend(platform)
+    fallback = REGISTRY[native].fallback if native else ""
+    return tuple(n for n in (native, fallback) if n)
 
 
 def platform_backend(platform: str | None = None) -> str:
