@@ -73,6 +73,9 @@ class FakeWin32(Win32):
         self.elevated = False
         #: Process ids that still run; a journal of any other pid is a dead stockade's.
         self.alive: set[int] = {os.getpid()}
+        #: Creation times of the processes in `alive` (default: one per id); a pid
+        #: given a new time here is the id reused by another process.
+        self.created: dict[int, int] = {}
         # -- the file system's own rules, kept apart from what the driver decides --
         #: Paths that exist (lower-cased), beyond the stub directories in `dirs`.
         self.tree: set[str] = set()
@@ -121,8 +124,10 @@ class FakeWin32(Win32):
     def is_elevated(self) -> bool:
         return self.elevated
 
-    def process_alive(self, pid: int) -> bool:
-        return pid in self.alive
+    def process_started(self, pid: int) -> int | None:
+        if pid not in self.alive:
+            return None
+        return self.created.get(pid, 133_000_000_000_000_000 + pid)
 
     # -- the model of NTFS inheritance and labels ------------------------------------
     def descriptor(self, path: str) -> str:

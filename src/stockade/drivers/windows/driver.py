@@ -466,7 +466,14 @@ class WindowsDriver(Driver):
                     "the windows driver keeps a journal of the ACLs and labels it changes, and "
                     "was given no state directory to keep it in; build it through stockade "
                     "(WindowsDriver.from_config) or pass state_dir=")
-            self._store = Store(self.state_dir, pid=self._pid, alive=self.seam.process_alive)
+            started = self.seam.process_started(self._pid)
+            if started is None or started < 0:
+                raise SandboxUnavailable(
+                    f"Windows gave no creation time for this process ({self._pid}), and the "
+                    "undo journal names its owner by id and creation time, since Windows "
+                    "reuses ids; please report this with your Windows version")
+            self._store = Store(self.state_dir, pid=self._pid, started=started,
+                                started_of=self.seam.process_started)
             self.recover()
         return self._store
 
@@ -475,7 +482,7 @@ class WindowsDriver(Driver):
         TEMP directories, AppContainer profiles, the labels of what they created."""
         store = self.store
         seam = self.seam
-        for pid, run, steps in list(store.orphans()):
+        for name, pid, run, steps in list(store.orphans()):
             for step in reversed(steps):
                 op = step.get("op", "")
                 try:
@@ -499,7 +506,7 @@ class WindowsDriver(Driver):
                                 seam.restore_label(path, saved)
                 except (Win32Error, OSError, KeyError) as exc:
                     self.recovery_errors.append(f"{op} {step}: {exc}")
-            store.forget(pid, run)
+            store.forget(name)
 
     # -- the contract --------------------------------------------------------------
 
