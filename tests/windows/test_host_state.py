@@ -9,7 +9,9 @@ Each test here failed before its fix:
   for as long as another process had its id (Windows reuses them);
 - two stockade processes undid each other's stubs and labels;
 - an inheritable grant reached through hard links and junctions;
-- an elevated stockade ran commands whose token kept Administrators.
+- an elevated stockade ran commands whose token kept Administrators;
+- what a profile shows back out of hidden AppData (per-user Python, npm's
+  globals) got no grant, so a tool installed per user could not run.
 """
 
 from __future__ import annotations
@@ -438,3 +440,54 @@ def test_a_redirected_or_relative_app_data_still_hides_the_profiles_own() -> Non
     assert "AppData" not in hidden and "." not in hidden
     state = paths.state_dir(relative, platform="win32")
     assert state.startswith("C:/Users/u/AppData/Local"), state
+
+
+# -- what is shown back out of hidden AppData ------------------------------------------------
+
+
+def test_a_core_profile_s_toolchains_are_granted_read_and_execute(win: WinHost,
+                                                                 state: str) -> None:
+    fake = FakeWin32()
+    with win.core() as core:
+        profile = win.profile(core, "read-only")
+        d = _driver(fake, state)
+        launch = d.prepare(["cmd", "/c", "ver"], profile)
+        launch.start().communicate(timeout=5)
+        aces = [a for c in fake.calls if c[0] == "add_aces"
+                for a in c[2]]  # type: ignore[attr-defined]
+        launch.cleanup()
+    python = os.path.join(win.local, "Programs")
+    npm = os.path.join(win.appdata, "npm")
+    for path in (python, npm):
+        assert acl.Ace(path, aces[0].sid, acl.ALLOW, acl.READ_EXECUTE, acl.SUBTREE) in aces, path
+    shown = {path for path, _ in profile.shown}
+    for ace in aces:
+        if ace.path in shown:
+            assert ace.access == acl.ALLOW and ace.mask == acl.READ_EXECUTE, ace
+    # The areas and the stores stay denied.
+    denied = {a.path for a in aces if a.access == acl.DENY}
+    assert {win.local, win.appdata, os.path.join(win.home, ".aws")} <= denied
+    _untouched(fake, d)
+
+
+@pytest.mark.parametrize("tier", [plan.APPCONTAINER, plan.RESTRICTED])
+def test_a_shown_directory_with_a_link_under_it_is_withheld_not_refused(
+        tier: str, state: str) -> None:
+    # An app-execution alias or a pnpm store under a toolchain's directory
+    # would otherwise refuse every command: the directory is left hidden.
+    local = f"{HOME}\\AppData\\Local"
+    aliases = f"{local}\\Microsoft\\WindowsApps"
+    python = f"{local}\\Programs\\Python"
+    fake = FakeWin32(links=(f"{aliases}\\python.exe",))
+    d = _driver(fake, state, tier=tier)
+    prof = win_profile("read-only", network=ALL, hidden=((local, "dir"),),
+                       shown=((aliases, "dir"), (python, "dir")))
+    launch = d.prepare(["cmd"], prof)
+    launch.start().communicate(timeout=5)
+    link = f"{aliases}\\python.exe".lower()
+    assert launch.report.audit["windows_shown_withheld"] == {aliases: link}
+    opened = [c for c in fake.calls if c[0] in ("add_aces", "set_label")]
+    assert any(c[1] == python for c in opened)
+    assert not any(c[1] == aliases for c in opened)
+    launch.cleanup()
+    _untouched(fake, d)
