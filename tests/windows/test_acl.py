@@ -199,3 +199,103 @@ def test_every_plan_denies_every_protected_path_and_undoes_every_ace(
     revoked = {path for kind, path, _ in p.undo() if kind == "revoke"}
     assert revoked == {a.path for a in p.aces}
     assert {path for kind, path, _ in p.undo() if kind == "unstub"} == set(p.stubs)
+
+
+# -- what is shown back out of a hidden area ---------------------------------------------------
+
+LOCAL = f"{HOME}\\AppData\\Local"
+ROAMING = f"{HOME}\\AppData\\Roaming"
+PYTHON = f"{LOCAL}\\Programs\\Python"
+NPM = f"{ROAMING}\\npm"
+AREAS = ((LOCAL, "dir"), (ROAMING, "dir"), (f"{HOME}\\.aws", "dir"))
+SHOWN = ((PYTHON, "dir"), (NPM, "dir"), (f"{ROAMING}\\pip\\pip.ini", "file"),
+         (f"{LOCAL}\\Microsoft\\WindowsApps\\python.exe", "link"))
+NR = acl.SYSTEM_MANDATORY_LABEL_NO_READ_UP
+NW = acl.SYSTEM_MANDATORY_LABEL_NO_WRITE_UP
+NX = acl.SYSTEM_MANDATORY_LABEL_NO_EXECUTE_UP
+
+
+@pytest.mark.parametrize("mode", ["read-only", "workspace-write"])
+def test_the_appcontainer_reads_and_runs_what_is_shown_back(mode: str) -> None:
+    # Per-user Python and npm's globals live in hidden AppData: without a grant of
+    # their own an AppContainer could not even start them.
+    p = acl.appcontainer_plan(win_profile(mode, hidden=AREAS, shown=SHOWN), SID, scratch=TEMP)
+    assert Ace(PYTHON, SID, ALLOW, READ_EXECUTE, SUBTREE) in p.aces
+    assert Ace(NPM, SID, ALLOW, READ_EXECUTE, SUBTREE) in p.aces
+    assert Ace(f"{ROAMING}\\pip\\pip.ini", SID, ALLOW, READ_EXECUTE, 0) in p.aces
+    # A link is not granted: the ACE would land on its target.
+    assert not [a for a in p.aces if "WindowsApps" in a.path]
+    # The areas stay denied; the explicit grant comes before their inherited deny,
+    # which still refuses every write.
+    for area, _ in AREAS:
+        assert Ace(area, SID, DENY, FILE_ALL_ACCESS, SUBTREE) in p.aces
+        assert not [a for a in p.aces if a.access == ALLOW and acl.norm(a.path) == acl.norm(area)]
+
+
+@pytest.mark.parametrize("workspace", [WS, HOME])
+def test_nothing_shown_becomes_writable_and_the_home_s_hidden_areas_stay_hidden(
+        workspace: str) -> None:
+    protected = (Protected(PYTHON, "dir"), Protected(NPM, "dir")) if workspace == HOME else None
+    prof = win_profile(hidden=AREAS, shown=SHOWN, workspace=workspace, protected=protected)
+    shown = {acl.norm(path) for path, _ in SHOWN}
+    p = acl.appcontainer_plan(prof, SID, scratch=TEMP)
+    for ace in p.aces:
+        if acl.norm(ace.path) in shown and ace.access == ALLOW:
+            assert ace.mask == READ_EXECUTE, ace
+    for area, _ in AREAS:
+        assert Ace(area, SID, DENY, FILE_ALL_ACCESS, SUBTREE) in p.aces
+    low = acl.low_integrity_plan(prof, scratch=TEMP)
+    for label in low.labels:
+        if acl.norm(label.path) in shown:
+            assert label.level == plan.MEDIUM_INTEGRITY and label.policy & NW, label
+    for area, _ in AREAS:
+        assert Label(area, plan.MEDIUM_INTEGRITY, NW | NR | NX, SUBTREE) in low.labels
+
+
+def test_a_store_hidden_inside_a_shown_directory_stays_denied() -> None:
+    config = f"{HOME}\\.config"
+    git = f"{config}\\git"
+    creds = f"{git}\\credentials"
+    prof = win_profile("read-only", hidden=((config, "dir"), (creds, "file"),
+                                            (f"{config}\\gh", "dir")),
+                       shown=((git, "dir"), (f"{config}\\gh", "dir")))
+    p = acl.appcontainer_plan(prof, SID)
+    assert Ace(git, SID, ALLOW, READ_EXECUTE, SUBTREE) in p.aces
+    assert Ace(creds, SID, DENY, FILE_ALL_ACCESS, 0) in p.aces
+    # A path both shown and hidden stays hidden.
+    assert not [a for a in p.aces if a.access == ALLOW and a.path.endswith("gh")]
+    low = acl.low_integrity_plan(prof)
+    order = [lb.path for lb in low.labels]
+    assert Label(git, plan.MEDIUM_INTEGRITY, NW, SUBTREE) in low.labels
+    assert Label(creds, plan.MEDIUM_INTEGRITY, NW | NR | NX, 0) in low.labels
+    assert Label(f"{config}\\gh", plan.MEDIUM_INTEGRITY, NW | NR | NX, SUBTREE) in low.labels
+    assert [lb for lb in low.labels if lb.path.endswith("gh")] == [
+        Label(f"{config}\\gh", plan.MEDIUM_INTEGRITY, NW | NR | NX, SUBTREE)]
+    # Outermost first: whatever Windows' propagation does to an explicit label
+    # below, the innermost decision is set last.
+    assert order.index(config) < order.index(git) < order.index(creds)
+
+
+def test_the_low_token_reads_what_is_shown_back_and_nothing_else_hidden() -> None:
+    p = acl.low_integrity_plan(win_profile("read-only", hidden=AREAS, shown=SHOWN))
+    assert Label(PYTHON, plan.MEDIUM_INTEGRITY, NW, SUBTREE) in p.labels
+    assert Label(NPM, plan.MEDIUM_INTEGRITY, NW, SUBTREE) in p.labels
+    assert Label(f"{ROAMING}\\pip\\pip.ini", plan.MEDIUM_INTEGRITY, NW, 0) in p.labels
+    assert not [lb for lb in p.labels if "WindowsApps" in lb.path]
+    order = [acl.norm(lb.path) for lb in p.labels]
+    assert order.index(acl.norm(LOCAL)) < order.index(acl.norm(PYTHON))
+
+
+def test_a_shown_path_a_write_root_already_opens_gets_nothing_of_its_own() -> None:
+    # A read-only label over a write root the person granted would take the
+    # write away, and two labels on one path are refused as a conflict.
+    cache = f"{LOCAL}\\pip"
+    prof = win_profile("full-access", hidden=AREAS, shown=((cache, "dir"), (PYTHON, "dir")),
+                       write_roots=(cache,))
+    low = acl.low_integrity_plan(prof)
+    assert [lb.level for lb in low.labels if acl.norm(lb.path) == acl.norm(cache)] == [
+        plan.LOW_INTEGRITY]
+    assert Label(PYTHON, plan.MEDIUM_INTEGRITY, NW, SUBTREE) in low.labels
+    ac = acl.appcontainer_plan(prof, SID)
+    assert not [a for a in ac.aces if acl.norm(a.path) == acl.norm(cache)
+                and a.mask == READ_EXECUTE]

@@ -5,10 +5,13 @@ Each test here failed before its fix:
   (it read HOME, which Windows does not set) and put stockade's state in a
   shared `\\tmp`;
 - what a Low process created kept its Low label;
-- a stockade that died left ACEs, labels, stubs and profiles for good;
+- a stockade that died left ACEs, labels, stubs and profiles for good, and
+  for as long as another process had its id (Windows reuses them);
 - two stockade processes undid each other's stubs and labels;
 - an inheritable grant reached through hard links and junctions;
-- an elevated stockade ran commands whose token kept Administrators.
+- an elevated stockade ran commands whose token kept Administrators;
+- what a profile shows back out of hidden AppData (per-user Python, npm's
+  globals) got no grant, so a tool installed per user could not run.
 """
 
 from __future__ import annotations
@@ -153,10 +156,7 @@ def test_the_next_driver_undoes_what_a_dead_one_left(tier: str, state: str) -> N
         fake.on_process = lambda fs, low: fs.create_object(f"{WS}\\new.txt", low=low)
     dead_pid = 4_000_000
     mode = "workspace-write" if tier == plan.APPCONTAINER else "read-only"
-    crashed = _driver(fake, state, tier=tier, pid=dead_pid)
-    crashed.prepare(["cmd"], win_profile(mode, network=ALL)).start()
-    # The process died here: no cleanup, its pid is gone, and with it its handles.
-    fake.handles.clear()
+    _crash(fake, state, dead_pid, tier=tier, mode=mode)
     assert fake.dacl or fake.labels
     assert fake.dirs or tier == plan.RESTRICTED
     fresh = _driver(fake, state, tier=tier)
@@ -165,6 +165,124 @@ def test_the_next_driver_undoes_what_a_dead_one_left(tier: str, state: str) -> N
     launch.cleanup()
     assert fresh.recovery_errors == []
     _untouched(fake, fresh)
+
+
+def _crash(fake: FakeWin32, state: str, pid: int, *, tier: str = plan.APPCONTAINER,
+           mode: str = "workspace-write") -> None:
+    """A stockade process `pid` starts a run and dies: no cleanup, its handles gone."""
+    fake.alive.add(pid)
+    crashed = _driver(fake, state, tier=tier, pid=pid)
+    crashed.prepare(["cmd"], win_profile(mode, network=ALL)).start()
+    fake.handles.clear()
+    fake.alive.discard(pid)
+
+
+def _left_behind(fake: FakeWin32, state: str) -> bool:
+    stub = f"{WS}\\.stockade".lower() in fake.dirs
+    journals = os.listdir(os.path.join(state, "windows", "journal"))
+    assert stub == bool(fake.dacl) == bool(journals)
+    return stub
+
+
+def _as_before_creation_times(state: str) -> None:
+    """Rewrite the journals and holds as a stockade that kept only pids wrote them."""
+    import json
+
+    journal = os.path.join(state, "windows", "journal")
+    for name in os.listdir(journal):
+        owner, _, run = name.partition("-")
+        os.rename(os.path.join(journal, name),
+                  os.path.join(journal, f"{owner.partition('.')[0]}-{run}"))
+    holds = os.path.join(state, "windows", "holds")
+    for name in os.listdir(holds):
+        with open(os.path.join(holds, name)) as fh:
+            record = json.load(fh)
+        record["holders"] = [h[:2] for h in record["holders"]]
+        with open(os.path.join(holds, name), "w") as fh:
+            json.dump(record, fh)
+
+
+def test_a_journal_whose_pid_another_process_now_has_is_replayed(state: str) -> None:
+    # Windows reuses process ids: the id alone kept the dead run's ACEs, stub
+    # and profile for as long as some other process held the number.
+    fake = FakeWin32()
+    dead_pid = 4_000_010
+    _crash(fake, state, dead_pid)
+    fake.alive.add(dead_pid)
+    fake.created[dead_pid] = 133_999_000_000_000_000  # another process, created later
+    _ = _driver(fake, state).store
+    assert not _left_behind(fake, state)
+    assert fake.profiles == set()
+
+
+def test_a_journal_of_this_process_s_own_id_from_an_earlier_process_is_replayed(
+        state: str) -> None:
+    # The id this process has now was the dead stockade's: the old check took
+    # the journal for this process's own and never replayed it.
+    fake = FakeWin32()
+    _crash(fake, state, os.getpid())
+    fake.alive.add(os.getpid())
+    fake.created[os.getpid()] = 133_999_000_000_000_001
+    fresh = _driver(fake, state)
+    _ = fresh.store
+    assert not _left_behind(fake, state) and fresh.recovery_errors == []
+
+
+def test_a_journal_of_the_same_pid_and_creation_time_is_left_alone(state: str) -> None:
+    fake = FakeWin32()
+    other_pid = 4_000_011
+    _crash(fake, state, other_pid)
+    fake.alive.add(other_pid)  # the same process, still running
+    _ = _driver(fake, state).store
+    assert _left_behind(fake, state)
+
+
+def test_a_journal_from_before_creation_times_is_replayed_only_once_its_pid_is_free(
+        state: str) -> None:
+    # Without a time a running pid may be the stockade that wrote it, and
+    # replaying it would revoke the denies under its running command: it
+    # waits until the id is free.
+    fake = FakeWin32()
+    other_pid = 4_000_012
+    _crash(fake, state, other_pid)
+    _as_before_creation_times(state)
+    fake.alive.add(other_pid)
+    fake.created[other_pid] = 133_999_000_000_000_002  # running: owner or not, unknowable
+    _ = _driver(fake, state).store
+    assert _left_behind(fake, state)
+    fake.alive.discard(other_pid)
+    fresh = _driver(fake, state)
+    _ = fresh.store
+    assert not _left_behind(fake, state) and fresh.recovery_errors == []
+    assert os.listdir(fresh.store.holds_dir) == []
+
+
+def test_an_untimed_journal_of_this_process_s_own_id_is_replayed(state: str) -> None:
+    # This process writes only timed records, so an untimed one under its id
+    # is an earlier process's.
+    fake = FakeWin32()
+    _crash(fake, state, os.getpid())
+    _as_before_creation_times(state)
+    fake.alive.add(os.getpid())
+    _ = _driver(fake, state).store
+    assert not _left_behind(fake, state)
+
+
+def test_a_hold_whose_pid_was_reused_does_not_count_as_held(state: str) -> None:
+    # A holder counted live by its id alone kept a dead run's Low label in place
+    # and refused every later run another label on that path.
+    from stockade.drivers.windows.journal import Store
+
+    times = {4_000_013: 1, os.getpid(): 2}
+    dead = Store(state, pid=4_000_013, started=1, started_of=times.get)
+    with dead.locked():
+        assert dead.take("label", "c:\\ws", "C:\\ws", "r1", "Low", save=lambda: "")
+    times[4_000_013] = 3  # the id now belongs to a process created later
+    fresh = Store(state, pid=os.getpid(), started=2, started_of=times.get)
+    assert not fresh.running(4_000_013, 1)
+    with fresh.locked():
+        assert fresh.take("label", "c:\\ws", "C:\\ws", "r2", "Medium", save=lambda: "")
+        assert fresh.release("label", "c:\\ws", "r2") == (True, "C:\\ws", "")
 
 
 def test_a_live_stockade_s_run_is_not_undone_by_another(state: str) -> None:
@@ -322,3 +440,54 @@ def test_a_redirected_or_relative_app_data_still_hides_the_profiles_own() -> Non
     assert "AppData" not in hidden and "." not in hidden
     state = paths.state_dir(relative, platform="win32")
     assert state.startswith("C:/Users/u/AppData/Local"), state
+
+
+# -- what is shown back out of hidden AppData ------------------------------------------------
+
+
+def test_a_core_profile_s_toolchains_are_granted_read_and_execute(win: WinHost,
+                                                                 state: str) -> None:
+    fake = FakeWin32()
+    with win.core() as core:
+        profile = win.profile(core, "read-only")
+        d = _driver(fake, state)
+        launch = d.prepare(["cmd", "/c", "ver"], profile)
+        launch.start().communicate(timeout=5)
+        aces = [a for c in fake.calls if c[0] == "add_aces"
+                for a in c[2]]  # type: ignore[attr-defined]
+        launch.cleanup()
+    python = os.path.join(win.local, "Programs")
+    npm = os.path.join(win.appdata, "npm")
+    for path in (python, npm):
+        assert acl.Ace(path, aces[0].sid, acl.ALLOW, acl.READ_EXECUTE, acl.SUBTREE) in aces, path
+    shown = {path for path, _ in profile.shown}
+    for ace in aces:
+        if ace.path in shown:
+            assert ace.access == acl.ALLOW and ace.mask == acl.READ_EXECUTE, ace
+    # The areas and the stores stay denied.
+    denied = {a.path for a in aces if a.access == acl.DENY}
+    assert {win.local, win.appdata, os.path.join(win.home, ".aws")} <= denied
+    _untouched(fake, d)
+
+
+@pytest.mark.parametrize("tier", [plan.APPCONTAINER, plan.RESTRICTED])
+def test_a_shown_directory_with_a_link_under_it_is_withheld_not_refused(
+        tier: str, state: str) -> None:
+    # An app-execution alias or a pnpm store under a toolchain's directory
+    # would otherwise refuse every command: the directory is left hidden.
+    local = f"{HOME}\\AppData\\Local"
+    aliases = f"{local}\\Microsoft\\WindowsApps"
+    python = f"{local}\\Programs\\Python"
+    fake = FakeWin32(links=(f"{aliases}\\python.exe",))
+    d = _driver(fake, state, tier=tier)
+    prof = win_profile("read-only", network=ALL, hidden=((local, "dir"),),
+                       shown=((aliases, "dir"), (python, "dir")))
+    launch = d.prepare(["cmd"], prof)
+    launch.start().communicate(timeout=5)
+    link = f"{aliases}\\python.exe".lower()
+    assert launch.report.audit["windows_shown_withheld"] == {aliases: link}
+    opened = [c for c in fake.calls if c[0] in ("add_aces", "set_label")]
+    assert any(c[1] == python for c in opened)
+    assert not any(c[1] == aliases for c in opened)
+    launch.cleanup()
+    _untouched(fake, d)

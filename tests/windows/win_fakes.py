@@ -35,20 +35,21 @@ def win_profile(mode: str = "workspace-write", *, network: NetworkPolicy | None 
                 hidden: tuple[tuple[str, str], ...] = ((f"{HOME}\\.aws", "dir"),),
                 read_extra: tuple[str, ...] = (), write_roots: tuple[str, ...] = (),
                 max_memory_mb: int | None = None, session_tmp: str | None = None,
-                env: dict[str, str] | None = None) -> Profile:
+                env: dict[str, str] | None = None,
+                shown: tuple[tuple[str, str], ...] = (), workspace: str = WS) -> Profile:
     if protected is None:
         protected = (Protected(f"{WS}\\.git", "pin"), Protected(f"{WS}\\.git\\hooks", "dir"),
                      Protected(f"{WS}\\.git\\config", "file"),
                      Protected(f"{WS}\\.stockade", "watch"),
                      Protected(f"{WS}\\.vscode", "dir"))
     return Profile(
-        mode=mode, workspace=WS, workspace_writable=mode != "read-only", cwd=WS,
+        mode=mode, workspace=workspace, workspace_writable=mode != "read-only", cwd=workspace,
         read_scope="host", read_roots=("/",), read_extra=read_extra, system_links=(),
         write_roots=write_roots, hidden=hidden, sockets=(), granted_sockets=(),
         protected=protected if mode != "read-only" else (), mask_other_homes=True,
         runtime_dir="", home=HOME, network=network or NetworkPolicy.none(),
         session_tmp=session_tmp, max_memory_mb=max_memory_mb,
-        env=dict(ENV if env is None else env))
+        env=dict(ENV if env is None else env), shown=shown)
 
 
 class FakeWin32(Win32):
@@ -73,6 +74,9 @@ class FakeWin32(Win32):
         self.elevated = False
         #: Process ids that still run; a journal of any other pid is a dead stockade's.
         self.alive: set[int] = {os.getpid()}
+        #: Creation times of the processes in `alive` (default: one per id); a pid
+        #: given a new time here is the id reused by another process.
+        self.created: dict[int, int] = {}
         # -- the file system's own rules, kept apart from what the driver decides --
         #: Paths that exist (lower-cased), beyond the stub directories in `dirs`.
         self.tree: set[str] = set()
@@ -121,8 +125,10 @@ class FakeWin32(Win32):
     def is_elevated(self) -> bool:
         return self.elevated
 
-    def process_alive(self, pid: int) -> bool:
-        return pid in self.alive
+    def process_started(self, pid: int) -> int | None:
+        if pid not in self.alive:
+            return None
+        return self.created.get(pid, 133_000_000_000_000_000 + pid)
 
     # -- the model of NTFS inheritance and labels ------------------------------------
     def descriptor(self, path: str) -> str:

@@ -193,8 +193,42 @@ def _readable(profile: Profile, read_paths: Iterable[str]) -> list[str]:
     return [p for p in dict.fromkeys(out) if p and p not in ("/", "\\")]
 
 
+def _depth(path: str) -> int:
+    return norm(path).count("\\")
+
+
+def shown_back(profile: Profile, writable: Iterable[str],
+               shown: Iterable[tuple[str, str]] | None = None) -> list[tuple[str, str]]:
+    """The paths shown back out of a hidden area that a run must open up, read-only.
+
+    `shown` defaults to `profile.shown` (the driver passes it without those
+    it may not open, see `WindowsDriver.shown`). A link is left out: an ACE
+    or a label set on it lands on its target, which is shown, or not, where
+    it lives. So is a path that is itself hidden, one that no hidden
+    directory covers (nothing hides it), and one inside a writable root that
+    lies within its area (that grant opens it already, and a read-only
+    label over it would take the write away).
+    """
+    roots = list(writable)
+    hidden_dirs = [h for h, k in profile.hidden if k == DIR]
+    hidden_all = {norm(h) for h, _k in profile.hidden}
+    out: list[tuple[str, str]] = []
+    for path, kind in profile.shown if shown is None else shown:
+        if kind not in (DIR, FILE) or norm(path) in hidden_all:
+            continue
+        areas = [h for h in hidden_dirs if win_under(path, h)]
+        if not areas:
+            continue
+        area = max(areas, key=_depth)
+        if any(win_under(path, w) and win_under(w, area) for w in roots):
+            continue
+        out.append((path, kind))
+    return list(dict.fromkeys(out))
+
+
 def appcontainer_plan(profile: Profile, sid: str, *, scratch: str = "",
-                      read_paths: Iterable[str] = ()) -> AclPlan:
+                      read_paths: Iterable[str] = (),
+                      shown: Iterable[tuple[str, str]] | None = None) -> AclPlan:
     """The ACEs for one AppContainer run (pure).
 
     An AppContainer passes an access check only where its own SID (or ALL
@@ -207,12 +241,20 @@ def appcontainer_plan(profile: Profile, sid: str, *, scratch: str = "",
     cannot be renamed away under the host) and MODIFY, DELETE included, to
     what it contains. Protected metadata gets explicit denies, which Windows
     orders before every inherited grant.
+
+    What the profile shows back out of a hidden area (`shown_back`: per-user
+    Python, npm's globals) gets read and execute. Its area's deny reaches it
+    only as an inherited ACE, which Windows orders after the explicit grant,
+    so the grant opens it and the deny still refuses every write; a hidden
+    store inside it keeps its own explicit deny, which comes first.
     """
     plan = AclPlan()
     writable = _writable(profile, scratch)
     for path in _readable(profile, read_paths):
         if not any(win_under(path, w) for w in writable):
             plan.aces.append(Ace(path, sid, ALLOW, READ_EXECUTE, SUBTREE))
+    for path, kind in shown_back(profile, writable, shown):
+        plan.aces.append(Ace(path, sid, ALLOW, READ_EXECUTE, SUBTREE if kind == DIR else 0))
     for path in writable:
         plan.aces.append(Ace(path, sid, ALLOW, READ_EXECUTE | WRITE, 0))
         plan.aces.append(Ace(path, sid, ALLOW, MODIFY, SUBTREE | INHERIT_ONLY_ACE))
@@ -248,7 +290,8 @@ def _protect(plan: AclPlan, profile: Profile, sid: str, writable: list[str]) -> 
                 "a writable workspace on Windows. Replace the link, or run in read-only mode")
 
 
-def low_integrity_plan(profile: Profile, *, scratch: str = "") -> AclPlan:
+def low_integrity_plan(profile: Profile, *, scratch: str = "",
+                       shown: Iterable[tuple[str, str]] | None = None) -> AclPlan:
     """The mandatory labels for one restricted-token run (pure).
 
     A Low-integrity process cannot write what is labelled above Low, and an
@@ -259,7 +302,14 @@ def low_integrity_plan(profile: Profile, *, scratch: str = "") -> AclPlan:
     inside, not renameable" cannot be said with labels, and the stricter
     reading holds (git cannot commit on this tier; the AppContainer tier
     keeps .git writable). Hidden credential stores get Medium with no-read-up,
-    since a Low process can otherwise read everything the user can.
+    since a Low process can otherwise read everything the user can. What is
+    shown back inside a hidden area gets its own Medium label without
+    no-read-up: readable and runnable, never writable by a Low process.
+
+    Labels go on outermost first. Whether Windows' propagation replaces an
+    explicit label below is to be confirmed on a host (docs/windows-verify.md,
+    W8); in this order the innermost decision (a store hidden inside a shown
+    directory, a directory shown inside a hidden area) is set last either way.
     """
     plan = AclPlan()
     writable = _writable(profile, scratch)
@@ -283,6 +333,12 @@ def low_integrity_plan(profile: Profile, *, scratch: str = "") -> AclPlan:
                                  | SYSTEM_MANDATORY_LABEL_NO_READ_UP
                                  | SYSTEM_MANDATORY_LABEL_NO_EXECUTE_UP,
                                  SUBTREE if kind == DIR else 0))
+    labelled = {norm(lb.path) for lb in plan.labels}
+    for path, kind in shown_back(profile, writable, shown):
+        if norm(path) not in labelled:
+            plan.labels.append(Label(path, MEDIUM_INTEGRITY, SYSTEM_MANDATORY_LABEL_NO_WRITE_UP,
+                                     SUBTREE if kind == DIR else 0))
+    plan.labels.sort(key=lambda lb: _depth(lb.path))
     return plan
 
 

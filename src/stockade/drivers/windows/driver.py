@@ -19,6 +19,7 @@ import time
 
 from ...errors import InvalidCommand, SandboxUnavailable
 from ...process import DEFAULT_MAX_OUTPUT, Outcome, OutputMeter, mark_truncated
+from ...profile import DIR
 from ..base import Driver, Launch, ProcessHandle
 from . import acl, cmdline, diagnose, plan
 from .journal import HoldConflict, Journal, Store
@@ -236,8 +237,8 @@ class _Undo:
 class WindowsLaunch(Launch):
     """A prepared Windows run; `start()` walks the tier chain."""
 
-    __slots__ = ("_driver", "_profile", "_skipped", "_tiers", "application", "command_line",
-                 "limits", "tier")
+    __slots__ = ("_driver", "_profile", "_shown", "_skipped", "_tiers", "application",
+                 "command_line", "limits", "tier")
 
     def __init__(self, driver: WindowsDriver, profile: Profile, *, application: str,
                  command_line: str, env: dict[str, str], tiers: tuple[str, ...],
@@ -251,6 +252,7 @@ class WindowsLaunch(Launch):
         self.command_line = command_line
         self.limits = limits
         self.tier = ""
+        self._shown: list[tuple[str, str]] = []
 
     def start(self, *, stdin: int | None = None, capture: bool = True,
               new_session: bool = True, stdio: Mapping[int, int] | None = None
@@ -258,6 +260,10 @@ class WindowsLaunch(Launch):
         del new_session  # the job is the group
         d = self._driver
         failures: dict[str, str] = {}
+        if set(self._tiers) & {plan.APPCONTAINER, plan.RESTRICTED}:
+            self._shown, withheld = d.shown(self._profile)
+            if withheld:
+                self.report.audit["windows_shown_withheld"] = withheld
         for tier in self._tiers:
             run = d.new_token()
             undo = _Undo(d.store.journal(run), run)
@@ -330,14 +336,15 @@ class WindowsLaunch(Launch):
             # No grant for the program's own directory: system directories
             # already admit every AppContainer, and an ACE set on one (with
             # its propagation through the tree) is not stockade's to make.
-            # Tools installed elsewhere are named in windows_read_paths.
+            # Tools installed elsewhere, outside what the profile shows back,
+            # are named in windows_read_paths.
             acl_plan = acl.appcontainer_plan(profile, sid, scratch=temp,
-                                             read_paths=d.read_paths)
+                                             read_paths=d.read_paths, shown=self._shown)
         elif tier == plan.RESTRICTED:
             token = seam.create_restricted_token(deny_only=(plan.ADMINISTRATORS,))
             undo.push("CloseHandle(token)", lambda: seam.close_handle(token or 0))
             temp = d.scratch(undo, profile)
-            acl_plan = acl.low_integrity_plan(profile, scratch=temp)
+            acl_plan = acl.low_integrity_plan(profile, scratch=temp, shown=self._shown)
         else:
             temp = d.scratch(undo, profile)
             acl_plan = acl.AclPlan()
@@ -466,7 +473,14 @@ class WindowsDriver(Driver):
                     "the windows driver keeps a journal of the ACLs and labels it changes, and "
                     "was given no state directory to keep it in; build it through stockade "
                     "(WindowsDriver.from_config) or pass state_dir=")
-            self._store = Store(self.state_dir, pid=self._pid, alive=self.seam.process_alive)
+            started = self.seam.process_started(self._pid)
+            if started is None or started < 0:
+                raise SandboxUnavailable(
+                    f"Windows gave no creation time for this process ({self._pid}), and the "
+                    "undo journal names its owner by id and creation time, since Windows "
+                    "reuses ids; please report this with your Windows version")
+            self._store = Store(self.state_dir, pid=self._pid, started=started,
+                                started_of=self.seam.process_started)
             self.recover()
         return self._store
 
@@ -475,7 +489,7 @@ class WindowsDriver(Driver):
         TEMP directories, AppContainer profiles, the labels of what they created."""
         store = self.store
         seam = self.seam
-        for pid, run, steps in list(store.orphans()):
+        for name, pid, run, steps in list(store.orphans()):
             for step in reversed(steps):
                 op = step.get("op", "")
                 try:
@@ -499,7 +513,7 @@ class WindowsDriver(Driver):
                                 seam.restore_label(path, saved)
                 except (Win32Error, OSError, KeyError) as exc:
                     self.recovery_errors.append(f"{op} {step}: {exc}")
-            store.forget(pid, run)
+            store.forget(name)
 
     # -- the contract --------------------------------------------------------------
 
@@ -572,6 +586,26 @@ class WindowsDriver(Driver):
             handle.kill()
 
     # -- what launches share -------------------------------------------------------------
+
+    def shown(self, profile: Profile) -> tuple[list[tuple[str, str]], dict[str, str]]:
+        """(what the profile shows back that this run may open, {withheld path: the link}).
+
+        A shown directory is opened by an inheritable grant or label, which
+        reaches wherever the tree's links lead (`apply` refuses a run for a
+        link under any such tree). A toolchain's directory is the user's, not
+        the run's, and an app-execution alias or a pnpm store under it would
+        then refuse every command; so that directory is withheld instead, and
+        the audit names it with the link.
+        """
+        keep: list[tuple[str, str]] = []
+        withheld: dict[str, str] = {}
+        for path, kind in profile.shown:
+            link = self.seam.first_link_under(path) if kind == DIR else ""
+            if link:
+                withheld[path] = link
+            else:
+                keep.append((path, kind))
+        return keep, withheld
 
     def scratch(self, undo: _Undo, profile: Profile) -> str:
         """The run's TEMP: the session's directory when it has one, else a new one."""

@@ -3,16 +3,21 @@
 Two records live in stockade's state directory, under `windows/`:
 
 - `holds/`: one file per stub directory or mandatory label that runs share,
-  naming every run (process id and run token) that holds it and the label
-  that was there first. Parallel runs of *different* stockade processes on
-  one workspace share the stub for `.stockade` and the Low label of the
-  workspace; counted per process, the first to finish removed them under the
-  other's running command.
-- `journal/`: one file per run, each undo step written before the change it
-  undoes is made. A stockade that died mid-run (killed, a power cut) left the
-  workspace labelled Low, stub directories (one named `stockade.toml` breaks
-  config loading) and AppContainer profiles behind; the next driver replays
-  the journals of processes that are gone.
+  naming every run (process id, run token, the process's creation time)
+  that holds it and the label that was there first. Parallel runs of
+  *different* stockade processes on one workspace share the stub for
+  `.stockade` and the Low label of the workspace; counted per process, the
+  first to finish removed them under the other's running command.
+- `journal/`: one file per run, `<pid>.<created>-<run>.jsonl`, each undo
+  step written before the change it undoes is made. A stockade that died
+  mid-run (killed, a power cut) left the workspace labelled Low, stub
+  directories (one named `stockade.toml` breaks config loading) and
+  AppContainer profiles behind; the next driver replays the journals of
+  processes that are gone.
+
+A stockade process is its id *and* its creation time (`Win32.process_started`):
+Windows reuses process ids, so a record is live only while a process with
+that id runs and was created when the record says.
 
 Every change to either happens under one lock file, taken by every stockade
 process on the machine, and a thread lock for the runs of this one.
@@ -100,19 +105,38 @@ def _write_json(path: str, value: object) -> None:
 class Store:
     """The holds and journals under `<state>/windows`, for one stockade process.
 
-    `alive(pid)` says whether a process still runs (the seam's answer);
-    `pid` is this process's id.
+    `pid` and `started` are this process's id and creation time;
+    `started_of(pid)` is the seam's answer for any other id (None: no such
+    process runs).
     """
 
-    def __init__(self, state_dir: str, *, pid: int, alive: Callable[[int], bool]) -> None:
+    def __init__(self, state_dir: str, *, pid: int, started: int,
+                 started_of: Callable[[int], int | None]) -> None:
         self.root = os.path.join(state_dir, "windows")
         self.holds_dir = os.path.join(self.root, "holds")
         self.journal_dir = os.path.join(self.root, "journal")
         for d in (self.root, self.holds_dir, self.journal_dir):
             os.makedirs(d, mode=0o700, exist_ok=True)
         self.pid = pid
-        self.alive = alive
+        self.started = started
+        self.started_of = started_of
         self._thread_lock = threading.Lock()
+
+    def running(self, pid: int, started: int | None) -> bool:
+        """Whether the stockade process that wrote a record (its id, its creation time) runs.
+
+        A record written before creation times were kept (`started` None) is
+        live while any process has its id, except this process's own id, whose
+        records now always carry a time: replaying a live stockade's journal
+        would revoke the denies and remove the stubs under its running
+        command, while keeping a dead one's only postpones the cleanup until
+        the id is free.
+        """
+        if started is None:
+            return pid != self.pid and self.started_of(pid) is not None
+        if pid == self.pid:
+            return started == self.started
+        return self.started_of(pid) == started
 
     # -- the lock ------------------------------------------------------------------
 
@@ -144,7 +168,7 @@ class Store:
         return os.path.join(self.holds_dir, sha256_hex(f"{kind}\0{key}".encode())[:32] + ".json")
 
     def _live(self, holders: list[list[object]]) -> list[list[object]]:
-        return [h for h in holders if h[0] == self.pid or self.alive(int(str(h[0])))]
+        return [h for h in holders if self.running(*_holder_owner(h))]
 
     def take(self, kind: str, key: str, path: str, run: str, value: str,
              save: Callable[[], str]) -> bool:
@@ -169,7 +193,7 @@ class Store:
             apply = record.get("value") != value
         else:
             saved = save()
-        holders.append([self.pid, run])
+        holders.append([self.pid, run, self.started])
         _write_json(file, {"kind": kind, "path": path, "value": value, "saved": saved,
                            "holders": holders})
         return apply
@@ -185,7 +209,7 @@ class Store:
         record = _read_json(file)
         if not isinstance(record, dict):
             return False, "", ""
-        holders = [h for h in record.get("holders", []) if h != [pid, run]]
+        holders = [h for h in record.get("holders", []) if h[:2] != [pid, run]]
         holders = self._live(holders)
         if holders:
             record["holders"] = holders
@@ -197,20 +221,22 @@ class Store:
     # -- journals ------------------------------------------------------------------------
 
     def journal(self, run: str) -> Journal:
-        return Journal(os.path.join(self.journal_dir, f"{self.pid}-{run}.jsonl"))
+        return Journal(os.path.join(self.journal_dir, f"{self.pid}.{self.started}-{run}.jsonl"))
 
-    def orphans(self) -> Iterator[tuple[int, str, list[dict[str, str]]]]:
-        """(pid, run, steps) of each journal whose process is gone, oldest step first."""
+    def orphans(self) -> Iterator[tuple[str, int, str, list[dict[str, str]]]]:
+        """(file name, pid, run, steps) of each journal whose process is gone,
+        oldest step first."""
         import json
 
         for name in sorted(os.listdir(self.journal_dir)):
             if not name.endswith(".jsonl"):
                 continue
-            pid_text, _, run = name[:-len(".jsonl")].partition("-")
-            if not pid_text.isdigit():
+            owner, _, run = name[:-len(".jsonl")].partition("-")
+            parsed = _journal_owner(owner)
+            if parsed is None:
                 continue
-            pid = int(pid_text)
-            if pid == self.pid or self.alive(pid):
+            pid, started = parsed
+            if self.running(pid, started):
                 continue
             steps: list[dict[str, str]] = []
             with open(os.path.join(self.journal_dir, name), encoding="utf-8") as fh:
@@ -221,13 +247,30 @@ class Store:
                         continue  # the line being written when the process died
                     if isinstance(step, dict):
                         steps.append({str(k): str(v) for k, v in step.items()})
-            yield pid, run, steps
+            yield name, pid, run, steps
 
-    def forget(self, pid: int, run: str) -> None:
+    def forget(self, name: str) -> None:
+        """Remove the replayed journal `name` (as `orphans` gave it)."""
         try:
-            os.remove(os.path.join(self.journal_dir, f"{pid}-{run}.jsonl"))
+            os.remove(os.path.join(self.journal_dir, os.path.basename(name)))
         except FileNotFoundError:
             pass
+
+
+def _journal_owner(text: str) -> tuple[int, int | None] | None:
+    """(pid, creation time) from a journal name's owner part: `pid.created`, or a bare
+    `pid` from before creation times were kept (time None); None if it is neither."""
+    pid, dot, started = text.partition(".")
+    if not pid.isdigit() or (dot and not started.isdigit()):
+        return None
+    return int(pid), int(started) if dot else None
+
+
+def _holder_owner(holder: list[object]) -> tuple[int, int | None]:
+    """(pid, creation time) of a hold's holder: `[pid, run, created]`, or `[pid, run]` from
+    before creation times were kept (time None)."""
+    started = holder[2] if len(holder) > 2 else None
+    return int(str(holder[0])), None if started is None else int(str(started))
 
 
 class Journal:

@@ -76,8 +76,10 @@ class Win32:
         """Whether this process's token is elevated (TokenElevation)."""
         raise NotImplementedError
 
-    def process_alive(self, pid: int) -> bool:
-        """Whether a process with this id still runs (a journal's owner)."""
+    def process_started(self, pid: int) -> int | None:
+        """The creation time (GetProcessTimes, 100 ns since 1601) of the running process
+        with this id; None when none runs; -1 when one runs that this user may not
+        open, which therefore is not one of this user's stockade processes."""
         raise NotImplementedError
 
     # -- files
@@ -337,19 +339,24 @@ class CtypesWin32(Win32):
         finally:
             a.CloseHandle(own)
 
-    def process_alive(self, pid: int) -> bool:
+    def process_started(self, pid: int) -> int | None:
         import ctypes
 
         a = self._api
         handle = a.OpenProcess(_PROCESS_QUERY_LIMITED_INFORMATION, False, pid)
         if not handle:
             # Refused is a process that exists; any other failure, one that does not.
-            return bool(ctypes.get_last_error() == 5)  # type: ignore[attr-defined,unused-ignore]
+            return -1 if ctypes.get_last_error() == 5 else None  # type: ignore[attr-defined,unused-ignore]
         try:
             code = ctypes.c_ulong()
-            if not a.GetExitCodeProcess(handle, ctypes.byref(code)):
-                return True
-            return int(code.value) == _STILL_ACTIVE
+            if a.GetExitCodeProcess(handle, ctypes.byref(code)) and \
+                    int(code.value) != _STILL_ACTIVE:
+                return None
+            created, exited, kernel, user = (ctypes.c_uint64() for _ in range(4))
+            self._check(a.GetProcessTimes(handle, ctypes.byref(created), ctypes.byref(exited),
+                                          ctypes.byref(kernel), ctypes.byref(user)),
+                        "GetProcessTimes")
+            return int(created.value)
         finally:
             a.CloseHandle(handle)
 
@@ -828,6 +835,7 @@ def _load() -> Any:
     proto(adv, "SetTokenInformation", B, H, ctypes.c_int, P, D)
     proto(adv, "GetTokenInformation", B, H, ctypes.c_int, P, D, ctypes.POINTER(D))
     proto(k32, "OpenProcess", H, D, B, D)
+    proto(k32, "GetProcessTimes", B, H, P, P, P, P)
     proto(adv, "GetLengthSid", D, P)
     proto(adv, "FreeSid", P, P)
     proto(adv, "ConvertStringSidToSidW", B, S, PP)
