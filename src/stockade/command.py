@@ -118,8 +118,7 @@ class Neutralised:
         self.moved_to = moved_to
 
     #: How a git config's merge back begins: the keys it left out follow, comma-separated.
-    DROPPED = ("merged back, but for the command's changes git would act on "
-               "on the host: dropped ")
+    DROPPED = "restored, but for the command's changes git does not act on: dropped "
 
     @classmethod
     def dropped(cls, path: str, keys: list[str], moved_to: str = "") -> Neutralised:

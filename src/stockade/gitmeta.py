@@ -39,8 +39,9 @@ MAX_INCLUDE_DEPTH = 10
 #: linked worktree's config.worktree, one outside the workspace included;
 #: nor `core.sparseCheckout`, which without the patterns file
 #: in read-only `info/` makes the person's next checkout empty the tree;
-#: nor `remote.*.pushurl`, `.push` or `.mirror`, which turn the person's next
-#: plain `git push` into an upload elsewhere or a deletion of branches).
+#: nor `remote.*.pushurl`, `.push` or `.mirror`, nor `branch.*.pushremote`,
+#: which turn the person's next plain `git push` into an upload elsewhere or a
+#: deletion of branches).
 #: `*` is a subsection.
 INERT_KEYS = frozenset({
     "core.repositoryformatversion", "core.filemode", "core.bare", "core.logallrefupdates",
@@ -51,12 +52,16 @@ INERT_KEYS = frozenset({
     "extensions.objectformat", "extensions.refstorage",
     "extensions.noop", "init.defaultbranch", "user.name", "user.email",
     "remote.*.url", "remote.*.fetch", "remote.*.tagopt", "remote.*.prune",
-    "branch.*.remote", "branch.*.merge", "branch.*.rebase", "branch.*.pushremote",
-    "branch.*.description",
+    "branch.*.remote", "branch.*.merge", "branch.*.rebase", "branch.*.description",
     "submodule.*.url", "submodule.*.active", "submodule.*.branch",
     "fetch.prune", "pull.rebase", "pull.ff", "push.default", "merge.ff", "color.ui",
     "gc.auto",
 })
+
+#: Keys that say how the repository is stored: a command's `git init` writes
+#: them, but a change to the person's makes their git refuse the repository.
+FORMAT_KEYS = frozenset({"core.repositoryformatversion", "core.bare",
+                         "extensions.objectformat", "extensions.refstorage"})
 
 #: Keys whose value git runs as a command line. When the program it names
 #: lies in a writable root, that file is as dangerous as a hook.
@@ -300,11 +305,22 @@ def merge_config(base: list[Entry], ours: list[Entry], host_text: str
     before, after = _values(base), _values(ours)
     changed = sorted(k for k in before.keys() | after.keys()
                      if before.get(k, []) != after.get(k, []))
-    # A remote the person had stays as it was: a new URL would receive their next
-    # `git push`. One the command added is its own.
+    # A remote the person had stays as it was, and a branch of theirs follows
+    # only remotes they had: a new URL, or their branch pointed at the
+    # command's remote, would receive their next `git push`. What the command
+    # added is its own. The repository's format stays too: a new one makes the
+    # person's git refuse the repository.
     theirs = {k.rpartition(".")[0] for k in before if k.startswith("remote.")}
+    remotes = {section[len("remote."):] for section in theirs}
+    branches = {k.rpartition(".")[0] for k in before if k.startswith("branch.")}
+
+    def redirects(key: str) -> bool:
+        return (key.endswith(".remote") and key.rpartition(".")[0] in branches
+                and any(v not in remotes for v in after.get(key, [])))
+
     kept = [k for k in changed if _key_matches(k, INERT_KEYS) and _spelled(k) is not None
-            and k.rpartition(".")[0] not in theirs]
+            and k.rpartition(".")[0] not in theirs and k not in FORMAT_KEYS
+            and not redirects(k)]
     dropped = [k for k in changed if k not in kept]
     if not kept:
         return host_text, [], dropped

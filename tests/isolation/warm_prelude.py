@@ -33,6 +33,9 @@ def _run_warm(sandbox, cmd, quiet):
                                        capabilities=cmd.capabilities, cwd=cmd.cwd,
                                        timeout=cmd.timeout))
         pool = parked()
+    before = ("" if pool is None else
+              f" (before it: {pool.parked_count()} parked, {pool.hits} hits, "
+              f"{pool.misses} misses, settled {pool.settle(0)})")
     if sandbox.core._driver is None:
         # Nothing was sandboxed (full-access: an unconfined control), so
         # there is nothing to park either.
@@ -53,7 +56,7 @@ def _run_warm(sandbox, cmd, quiet):
             import sys
 
             sys.stderr.write(f"stockade-warm-harness: expected {expect}, the command was "
-                             f"{'served warm' if served else 'started cold'}\n")
+                             f"{'served warm' if served else 'started cold'}{before}\n")
             sys.stderr.flush()
             os._exit(97)
 

@@ -46,3 +46,26 @@ def test_a_config_lock_the_command_left_is_removed_and_its_keys_merged(repo: Box
 
 def test_a_config_lock_from_before_the_command_is_the_persons(repo: Box) -> None:
     iso.test_a_config_lock_from_before_the_command_is_the_persons(repo)
+
+
+def test_a_git_directory_made_read_only_is_still_neutralised(repo: Box) -> None:
+    """Landlock does not mediate chmod: with the write bit off `.git`, the guard could
+    neither write its merge nor move the command's file away, and the fsmonitor stayed
+    for the person's next `git status` (as root, no mode bit refuses the guard)."""
+    box = repo
+    res = box.sh("chmod a-w .git && printf '[core]\\n\\tfsmonitor = touch %s/pwned-fsmonitor\\n' "
+                 '"$PWD" >> .git/config', mode="workspace-write", env=box.env(**iso.GIT_ENV))
+    assert res.returncode == 0, iso.text(res)
+    assert "COULD NOT" not in iso.text(res), iso.text(res)
+    assert iso.config(box, "core.fsmonitor") == ""
+    assert iso._host_git_runs_something(box) == []
+
+
+def test_control_a_read_only_git_directory_keeps_what_was_written(repo: Box) -> None:
+    box = repo
+    box.host(["/bin/sh", "-c", "chmod a-w .git && printf '[core]\\n\\tfsmonitor = touch "
+              "%s/pwned-fsmonitor\\n' \"$PWD\" >> .git/config"], env=box.env(**iso.GIT_ENV))
+    try:
+        assert iso._host_git_runs_something(box) == ["pwned-fsmonitor"]
+    finally:
+        (box.ws / ".git").chmod(0o755)

@@ -163,12 +163,12 @@ def test_a_removed_section_leaves_no_empty_header(repo: Path, tmp_path: Path) ->
 def test_a_changed_key_stays_in_its_section(repo: Path, tmp_path: Path) -> None:
     git("config", "branch.main.remote", "origin", cwd=repo)
     git("config", "branch.main.merge", "refs/heads/main", cwd=repo)
-    got, _ = merged_text(repo, tmp_path, [["config", "branch.main.remote", "up"]])
+    got, _ = merged_text(repo, tmp_path, [["config", "branch.main.merge", "refs/heads/up"]])
     assert got.count('[branch "main"]') == 1
     out = tmp_path / "merged"
     out.write_text(got)
-    assert "branch.main.remote=up" in listing(out)
-    assert "branch.main.merge=refs/heads/main" in listing(out)
+    assert "branch.main.remote=origin" in listing(out)
+    assert "branch.main.merge=refs/heads/up" in listing(out)
 
 
 def test_a_remote_the_person_had_keeps_where_it_pushes(repo: Path, tmp_path: Path) -> None:
@@ -187,6 +187,38 @@ def test_a_remote_the_person_had_keeps_where_it_pushes(repo: Path, tmp_path: Pat
     assert kept == ["remote.mine.url"]
     assert sorted(dropped) == ["remote.origin.mirror", "remote.origin.push",
                                "remote.origin.pushurl", "remote.origin.url"]
+
+
+def test_a_branch_of_the_persons_follows_only_their_remotes(repo: Path, tmp_path: Path
+                                                            ) -> None:
+    """`pushRemote`, or their branch's remote pointed at one the command added, sent the
+    person's next plain `git push` to the command's URL; a new upstream on their own
+    remote (`git branch --set-upstream-to origin/x`) is ordinary work."""
+    git("remote", "add", "origin", "/srv/real.git", cwd=repo)
+    git("config", "branch.main.remote", "origin", cwd=repo)
+    git("config", "branch.main.merge", "refs/heads/main", cwd=repo)
+    got, kept, dropped = merged(repo, tmp_path, [
+        ["remote.exfil.url", "/srv/attacker.git"],
+        ["branch.main.pushRemote", "exfil"],
+        ["branch.main.remote", "exfil"],
+        ["branch.main.merge", "refs/heads/x"],
+        ["branch.topic.remote", "exfil"],
+    ], [])
+    assert "branch.main.remote=origin" in got and "branch.main.merge=refs/heads/x" in got
+    assert not [k for k in got if k.startswith("branch.main.pushremote")]
+    assert sorted(kept) == ["branch.main.merge", "branch.topic.remote", "remote.exfil.url"]
+    assert sorted(dropped) == ["branch.main.pushremote", "branch.main.remote"]
+
+
+def test_the_repositorys_format_stays_the_persons(repo: Path, tmp_path: Path) -> None:
+    """Inert, but the person's git then refuses the repository ("Expected git repo
+    version <= 1")."""
+    got, kept, dropped = merged(repo, tmp_path, [
+        ["core.repositoryformatversion", "99"], ["core.bare", "true"], ["user.name", "B"],
+    ], [])
+    assert "core.repositoryformatversion=0" in got and "core.bare=false" in got
+    assert kept == ["user.name"]
+    assert sorted(dropped) == ["core.bare", "core.repositoryformatversion"]
 
 
 def test_headers_the_person_wrote_empty_or_commented_stay(tmp_path: Path) -> None:

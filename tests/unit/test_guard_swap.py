@@ -129,3 +129,27 @@ def test_a_lock_the_command_keeps_only_delays_the_merge(fd: int, tmp_path: Path)
     (tmp_path / "config.lock").write_bytes(b"stalling\n")
     assert guard._swap_in(fd, "temp", "config", OURS)
     assert config(tmp_path) == MERGED
+
+
+def test_a_file_that_grows_after_it_was_counted_is_not_read_whole(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch
+                                                                   ) -> None:
+    """The budget is taken from the stat; the read must stop there, not at EOF."""
+    from stockade.drivers.linux import fstree
+
+    (tmp_path / "f").write_bytes(b"x")
+    real_open = os.open
+
+    def open_then_grow(path: str, flags: int, *args: object, **kw: object) -> int:
+        fd = real_open(path, flags, *args, **kw)  # type: ignore[arg-type]
+        with open(tmp_path / "f", "ab") as fh:
+            fh.truncate(1 << 30)  # sparse: a gibibyte the guard must not read
+        return fd
+
+    monkeypatch.setattr(fstree.os, "open", open_then_grow)
+    fd = real_open(tmp_path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        with pytest.raises(fstree.TooLarge):
+            fstree.read_tree(fd, "f")
+    finally:
+        os.close(fd)

@@ -64,9 +64,18 @@ def read_tree(dir_fd: int, name: str, budget: list[int] | None = None,
         fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK,
                      dir_fd=dir_fd)
         try:
+            # What was opened, read no further than what was counted: a fifo
+            # swapped in after the stat, or a file grown since, would have been
+            # read whole into the host's memory.
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise TooLarge
+            left = st.st_size + 1
             chunks = []
-            while chunk := os.read(fd, 1 << 20):
+            while left > 0 and (chunk := os.read(fd, min(left, 1 << 20))):
                 chunks.append(chunk)
+                left -= len(chunk)
+            if left <= 0:
+                raise TooLarge  # it grew after it was counted
         finally:
             os.close(fd)
         return ("f", mode, st.st_uid, st.st_gid, st.st_mtime_ns, b"".join(chunks))

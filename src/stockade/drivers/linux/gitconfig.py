@@ -181,7 +181,10 @@ def clear_left_lock(fs: Roots, path: str, since_ns: int) -> str:
 
     Only a lock made since `since_ns` (its ctime, which no command can set
     back), and once it is `LOCK_WAIT_SECONDS` old: a git still running holds
-    it for milliseconds. An older lock is the person's: left alone.
+    it for milliseconds. An older lock is the person's: left alone. The wait
+    is counted from the first look, whatever the lock's ctime does after it:
+    a command touching it over and over held every guard of the workspace
+    (this runs under their common lock) for as long as it liked.
     """
     where = fs.locate(path + ".lock")
     if where is None:
@@ -192,12 +195,11 @@ def clear_left_lock(fs: Roots, path: str, since_ns: int) -> str:
         return ""
     if st.st_ctime_ns < since_ns:
         return ""
-    while (age := time.time_ns() - st.st_ctime_ns) < LOCK_WAIT_SECONDS * 1e9:
-        time.sleep(min(0.05, LOCK_WAIT_SECONDS - age / 1e9))
-        now = root.lstat(rel)
-        if now is None:
+    deadline = min(st.st_ctime_ns, time.time_ns()) + LOCK_WAIT_SECONDS * 1e9
+    while (left := deadline - time.time_ns()) > 0:
+        time.sleep(min(0.05, left / 1e9))
+        if root.lstat(rel) is None:
             return ""  # a git that was still writing it is done
-        st = now
     root.remove(rel)
     return ("removed: the command's git left it, and git refuses to change the config "
             "while it is there")

@@ -534,9 +534,15 @@ class MetadataGuard:
             return None
         root, rel = where
         try:
-            return root.parent(rel)
+            try:
+                fd, name = root.parent(rel)
+            except PermissionError:
+                _regain(root.fd, rel.split("/")[:-1])
+                fd, name = root.parent(rel)
         except OSError:
             return None
+        _regain(fd, [])
+        return fd, name
 
     def _kind(self, path: str) -> str:
         """`Root.kind` of `path` through the root holding it; "" when none holds it."""
@@ -1192,6 +1198,36 @@ def _swap_in(fd: int, temp: str, name: str, ours: bytes) -> bool:
             break  # nothing landed meanwhile: the newest is back at its name
         placed = newest
     return False
+
+
+def _regain(fd: int, parts: list[str]) -> None:
+    """Give the directories `parts` lead to beneath `fd` (`fd` itself when there are
+    none) their owner's rwx back, where this user owns them and is not root.
+
+    Landlock does not mediate chmod: a command that took the write bit off
+    `.git` left the guard unable to put anything back or take anything away
+    there, and its fsmonitor stayed for the person's next `git status`.
+    """
+    import stat
+
+    if os.geteuid() == 0:
+        return  # nothing a mode bit can refuse
+    here = os.dup(fd)
+    try:
+        for part in [*parts, ""]:
+            st = os.fstat(here)
+            if st.st_uid == os.geteuid() and st.st_mode & 0o700 != 0o700:
+                os.chmod(f"/proc/self/fd/{here}", stat.S_IMODE(st.st_mode) | 0o700)
+            if not part:
+                break
+            nxt = os.open(part, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC,
+                          dir_fd=here)
+            os.close(here)
+            here = nxt
+    except OSError:
+        pass  # the settle that follows fails, and says so
+    finally:
+        os.close(here)
 
 
 def _inode(fd: int, name: str) -> tuple[int, int] | None:
