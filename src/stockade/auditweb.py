@@ -5,8 +5,9 @@ how long, what was refused and why, which hosts were reached. Datasette
 already serves a SQLite file as browsable, filterable tables; this module
 gives it stockade's titles, column descriptions and canned queries (a
 timeline, the denials with their reasons, the sessions, the network
-records), binds it to loopback only, and opens the ledger read-only.
-Datasette is the `web` extra.
+records), binds it to loopback only, answers only requests addressed to
+loopback by name, and opens the ledger read-only. Datasette is the `web`
+extra.
 """
 
 from __future__ import annotations
@@ -15,7 +16,14 @@ import os
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable, MutableMapping
     from typing import Any
+
+    Scope = MutableMapping[str, Any]
+    Message = MutableMapping[str, Any]
+    Receive = Callable[[], Awaitable[Message]]
+    Send = Callable[[Message], Awaitable[None]]
+    ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 #: Why each command ended up as it did: stockade's reason, else its hint or error.
 _REASON = ("coalesce(json_extract(detail, '$.reason'), json_extract(detail, '$.hint'), "
@@ -98,6 +106,44 @@ def metadata(name: str) -> dict[str, Any]:
     }
 
 
+def allowed_hosts(host: str, port: int) -> frozenset[str]:
+    """The Host header values the server at `host`:`port` answers: its loopback address
+    and `localhost`, with the port (without it too on port 80, where clients drop it)."""
+    literal = {"127.0.0.1": ["127.0.0.1"], "::1": ["[::1]"],
+               "localhost": ["127.0.0.1", "[::1]"]}[host]
+    names = ["localhost", *literal]
+    return frozenset([f"{n}:{port}" for n in names] + (names if port == 80 else []))
+
+
+def host_guard(app: ASGIApp, allowed: frozenset[str]) -> ASGIApp:
+    """`app`, answering a request only when its one Host header is in `allowed`.
+
+    Binding to loopback is not enough: a web page whose name an attacker
+    re-points at 127.0.0.1 (DNS rebinding) is same-origin with this server in
+    the browser and could read the whole ledger, but its requests still carry
+    the attacker's name in Host.
+    """
+
+    async def guarded(scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] in ("http", "websocket"):
+            hosts = [value.decode("latin-1").lower() for name, value in scope["headers"]
+                     if name.lower() == b"host"]
+            if len(hosts) != 1 or hosts[0] not in allowed:
+                if scope["type"] == "websocket":
+                    await send({"type": "websocket.close", "code": 1008})
+                    return
+                body = (b"stockade audit --web answers only requests addressed to "
+                        b"127.0.0.1, [::1] or localhost and its port\n")
+                await send({"type": "http.response.start", "status": 403, "headers": [
+                    (b"content-type", b"text/plain; charset=utf-8"),
+                    (b"content-length", str(len(body)).encode())]})
+                await send({"type": "http.response.body", "body": body})
+                return
+        await app(scope, receive, send)
+
+    return guarded
+
+
 def serve(path: str, *, port: int, host: str = "127.0.0.1") -> int:
     """Serve the ledger at http://HOST:PORT/ until interrupted (loopback only)."""
     from .errors import InvalidCommand, MissingDependency
@@ -121,7 +167,9 @@ def serve(path: str, *, port: int, host: str = "127.0.0.1") -> int:
     from datasette.database import Database
 
     ds.add_database(Database(ds, path=path, is_mutable=True), name=name)
-    print(f"stockade: the ledger {path}, read-only, at http://{host}:{port}/{name}",
+    shown = "[::1]" if host == "::1" else host
+    print(f"stockade: the ledger {path}, read-only, at http://{shown}:{port}/{name}",
           flush=True)
-    uvicorn.run(ds.app(), host=host, port=port, log_level="warning")
+    uvicorn.run(host_guard(ds.app(), allowed_hosts(host, port)), host=host, port=port,
+                log_level="warning")
     return 0

@@ -24,8 +24,10 @@ pytest.importorskip("datasette")
 pytestmark = pytest.mark.timeout(180)
 
 CHROMIUM = "/usr/bin/chromium"
-STOCKADE = [sys.executable, "-I", "-c", "from stockade.cli import main; import sys; "
-            "sys.exit(main())"]
+# This tree's stockade, not whichever one the interpreter has installed.
+SRC = str(Path(__file__).resolve().parents[2] / "src")
+STOCKADE = [sys.executable, "-I", "-c", f"import sys; sys.path.insert(0, {SRC!r}); "
+            "from stockade.cli import main; sys.exit(main())"]
 
 
 @pytest.fixture
@@ -122,3 +124,50 @@ def test_web_refuses_a_missing_ledger_in_one_line(world: tuple[Path, dict[str, s
                          cwd=base / "ws", env=env, capture_output=True, timeout=60, check=False)
     assert res.returncode == 64
     assert res.stderr.decode().count("\n") == 1 and b"no ledger" in res.stderr
+
+
+def _get(port: int, host: bytes | None, path: str = "/ledger/executions.json") -> bytes:
+    """A raw GET with this Host header, or an HTTP/1.0 one with none (which 1.1 requires);
+    the whole answer."""
+    head = f"GET {path} HTTP/1.{0 if host is None else 1}\r\n".encode()
+    if host is not None:
+        head += b"Host: " + host + b"\r\n"
+    with socket.create_connection(("127.0.0.1", port), timeout=20) as s:
+        s.sendall(head + b"Connection: close\r\n\r\n")
+        chunks = []
+        while chunk := s.recv(65536):
+            chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def test_web_answers_only_requests_addressed_to_loopback(
+        world: tuple[Path, dict[str, str]]) -> None:
+    """A page whose name was re-pointed at 127.0.0.1 (DNS rebinding) reaches the server
+    with its own name in Host: it gets a 403 and nothing of the ledger."""
+    base, env = world
+    marker = "rebinding-marker-4f1c"
+    subprocess.run([*STOCKADE, "run", "--", "echo", marker], cwd=base / "ws", env=env,
+                   capture_output=True, timeout=60, check=False)
+    port = _free_port()
+    server = subprocess.Popen([*STOCKADE, "audit", "--web", "--port", str(port)],
+                              cwd=base / "ws", env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 30
+        while not _listening_on(port) and time.monotonic() < deadline:
+            assert server.poll() is None, server.stdout.read() if server.stdout else ""
+            time.sleep(0.2)
+        p = str(port).encode()
+        for host in (b"127.0.0.1:" + p, b"localhost:" + p, b"LOCALHOST:" + p):
+            answer = _get(port, host)
+            assert answer.startswith(b"HTTP/1.1 200"), answer[:200]
+            assert marker.encode() in answer
+        for host in (b"evil.example", b"evil.example:" + p, b"127.0.0.1", b"localhost:1",
+                     b"127.0.0.1:" + p + b".evil.example", None):
+            for path in ("/ledger/executions.json", "/ledger/timeline", "/"):
+                answer = _get(port, host, path)
+                assert answer.startswith(b"HTTP/1.1 403"), (host, path, answer[:200])
+                assert marker.encode() not in answer and b"executions" not in answer
+    finally:
+        server.terminate()
+        server.wait(timeout=10)

@@ -9,6 +9,7 @@ in a shell started in the session's directory (the file is how it follows a
 from __future__ import annotations
 
 import json
+import os
 import shlex
 import sqlite3
 from contextlib import closing
@@ -217,6 +218,165 @@ def test_install_for_the_user(box: Box) -> None:
     data = json.loads((box.home / ".claude" / "settings.json").read_text())
     command = data["hooks"]["PreToolUse"][0]["hooks"][0]["command"]
     assert command.endswith("hook claude-code --mode read-only")
+
+
+def _install(box: Box, *args: str) -> Any:
+    return box.runner.cli(["hook", "claude-code", "--install", *args], cwd=box.ws, env=box.env())
+
+
+def _stockade_hooks(settings: Path) -> list[tuple[int, str]]:
+    """(index of the PreToolUse entry, command) of every stockade hook in `settings`."""
+    pre = json.loads(settings.read_text())["hooks"]["PreToolUse"]
+    return [(i, h["command"]) for i, entry in enumerate(pre) for h in entry["hooks"]
+            if " hook claude-code" in h["command"]]
+
+
+def test_install_again_replaces_stockades_hook_and_nothing_else(box: Box) -> None:
+    settings = box.ws / ".claude" / "settings.json"
+    theirs = {"hooks": {"PreToolUse": [
+        {"matcher": "Bash", "hooks": [{"type": "command", "command": "audit.sh"}]},
+        {"matcher": "Edit", "hooks": [{"type": "command", "command": "lint.sh"}]}]}}
+    box.write(settings, json.dumps(theirs))
+    box.runner.own(settings.parent)
+    assert _install(box, "--mode", "workspace-write").returncode == 0
+    again = _install(box, "--project", "--mode", "read-only")
+    assert again.returncode == 0 and b"replaced stockade's Bash hook" in again.stdout, again
+    [(at, command)] = _stockade_hooks(settings)
+    assert command.endswith("hook claude-code --mode read-only")
+    pre = json.loads(settings.read_text())["hooks"]["PreToolUse"]
+    assert pre[:2] == theirs["hooks"]["PreToolUse"] and at == 2 and len(pre) == 3
+    # A second copy (a hand edit, an older stockade) goes too; the first keeps its place
+    # and what else its entry holds.
+    pre[0]["hooks"].append({"type": "command", "command": command, "timeout": 30})
+    box.write(settings, json.dumps({"hooks": {"PreToolUse": pre}}))
+    assert _install(box, "--mode", "workspace-write").returncode == 0
+    pre = json.loads(settings.read_text())["hooks"]["PreToolUse"]
+    assert pre[0]["hooks"][0] == {"type": "command", "command": "audit.sh"}
+    assert pre[0]["hooks"][1]["timeout"] == 30
+    assert [i for i, _ in _stockade_hooks(settings)] == [0] and len(pre) == 2
+
+
+@pytest.mark.parametrize(("command", "ours"), [
+    ("/usr/bin/python3 -I -S -c 'from stockade.cli import main' hook claude-code", True),
+    ("$HOME/.local/bin/stockade hook claude-code --mode read-only", True),
+    ("python3 -m stockade hook claude-code", True),
+    ("audit.sh hook claude-code", False),
+    ("stockade run -- hook claude-code", False),
+    ("sh -c 'stockade hook claude-code'", False),
+    ("unbalanced 'quote", False),
+])
+def test_which_hooks_are_stockades(command: str, ours: bool) -> None:
+    from stockade.adapters.claude_code import is_stockade_hook
+
+    assert is_stockade_hook(command) is ours
+
+
+@pytest.mark.parametrize("hooks", [
+    5, [], {"PreToolUse": {}}, {"PreToolUse": [5]}, {"PreToolUse": [{"matcher": 3}]},
+    {"PreToolUse": [{"matcher": "Bash", "hooks": 5}]},
+    {"PreToolUse": [{"matcher": "Bash", "hooks": ["audit.sh"]}]},
+    {"PreToolUse": [{"matcher": "Bash", "hooks": [{"type": "command", "command": 5}]}]},
+], ids=["hooks", "hooks-list", "pretooluse", "entry", "matcher", "entry-hooks", "hook",
+        "command"])
+def test_install_refuses_settings_of_the_wrong_shape(box: Box, hooks: Any) -> None:
+    settings = box.ws / ".claude" / "settings.json"
+    text = json.dumps({"hooks": hooks})
+    box.write(settings, text)
+    res = _install(box)
+    err = res.stderr.decode()
+    assert res.returncode == 78, err
+    assert err.count("\n") == 1 and err.startswith("stockade: ConfigError: ")
+    assert "is not" in err and "nothing was changed" in err
+    assert settings.read_text() == text
+
+
+def test_install_writes_through_a_link_and_refuses_one_it_cannot(box: Box) -> None:
+    claude = box.ws / ".claude"
+    real = box.write(box.ws / "conf" / "claude.json", '{"permissions": {"allow": ["Read"]}}',
+                     mode=0o640)
+    claude.mkdir()
+    box.runner.own(claude, real.parent)
+    (claude / "settings.json").symlink_to("../conf/claude.json")
+    res = _install(box)
+    assert res.returncode == 0 and b"a link to" in res.stdout, res.stderr
+    assert (claude / "settings.json").is_symlink()
+    data = json.loads(real.read_text())
+    assert data["permissions"] == {"allow": ["Read"]} and _stockade_hooks(real)
+    assert real.stat().st_mode & 0o777 == 0o640
+    assert sorted(os.listdir(real.parent)) == ["claude.json"]
+    # A link out of the project (a cloned repository's), or to nothing: refused, named.
+    outside = box.write(box.sibling / "other.json", "{}")
+    for target in (outside, box.ws / "missing.json"):
+        (claude / "settings.json").unlink()
+        (claude / "settings.json").symlink_to(target)
+        res = _install(box)
+        err = res.stderr.decode()
+        assert res.returncode == 78 and err.count("\n") == 1, err
+        assert str(claude / "settings.json") in err and "nothing was changed" in err
+        assert (claude / "settings.json").is_symlink()
+    assert outside.read_text() == "{}" and not (box.ws / "missing.json").exists()
+
+
+def test_concurrent_installs_wait_for_each_other(box: Box) -> None:
+    """An install reads, merges and writes under a lock on the settings' directory, so
+    a writer holding it (another install) does not lose its update to this one."""
+    import fcntl
+    import subprocess
+    import time
+
+    claude = box.ws / ".claude"
+    settings = box.write(claude / "settings.json", '{"first": 1}')
+    box.runner.own(claude)
+    lock = os.open(claude, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        proc = box.runner.popen(box.runner.cli_argv(["hook", "claude-code", "--install"]),
+                                cwd=box.ws, env=box.env(), stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE)
+        time.sleep(3)
+        waited = proc.poll() is None
+        box.write(settings, '{"first": 1, "second": 2}')
+    finally:
+        os.close(lock)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    assert waited, "the install did not wait for the lock"
+    data = json.loads(settings.read_text())
+    assert data["second"] == 2 and _stockade_hooks(settings)
+
+
+def test_install_writes_a_fresh_file_it_created_itself(tmp_path: Path,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """The new settings are written to a new name, created exclusively, no link followed:
+    a link planted at a name the writer would use cannot make it write elsewhere."""
+    from stockade.adapters.claude_code import install
+    from stockade.errors import ConfigError
+
+    claude = tmp_path / ".claude"
+    claude.mkdir()
+    victim = tmp_path / "victim"
+    victim.write_text("mine\n")
+    settings = claude / "settings.json"
+    settings.write_text("{}")
+    (claude / f"settings.json.stockade-{os.getpid()}").symlink_to(victim)
+    message = install("project", project=str(tmp_path), program=["/opt/bin/stockade"],
+                      mode="read-only", env={"HOME": str(tmp_path)})
+    assert "added the Bash hook" in message
+    assert victim.read_text() == "mine\n"
+    assert not settings.is_symlink() and _stockade_hooks(settings)
+    # Even at the very name it draws, it creates its own file or fails.
+    monkeypatch.setattr(os, "urandom", lambda n: b"\0" * n)
+    for leftover in claude.iterdir():
+        if leftover.is_symlink():
+            leftover.unlink()
+    before = settings.read_text()
+    planted = claude / f".settings.json.stockade-{'00' * 8}"
+    planted.symlink_to(victim)
+    with pytest.raises(ConfigError, match="nothing was changed"):
+        install("project", project=str(tmp_path), program=["/opt/bin/stockade"],
+                mode="workspace-write", env={"HOME": str(tmp_path)})
+    assert victim.read_text() == "mine\n" and settings.read_text() == before
+    assert sorted(p.name for p in claude.iterdir()) == [planted.name, "settings.json"]
 
 
 def test_the_next_call_runs_nothing_a_call_left_on_pythonpath(box: Box) -> None:

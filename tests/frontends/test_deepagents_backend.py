@@ -91,3 +91,31 @@ def test_a_deep_agent_runs_its_shell_and_file_tools_in_stockade(
         count = db.execute("SELECT count(*) FROM executions").fetchone()[0]
     assert len(sessions) == 1 and next(iter(sessions)).startswith("deepagents-")
     assert count >= 9
+
+
+def test_a_file_over_the_limit_or_not_regular_is_reported_as_such(
+        dirs: tuple[Path, Path]) -> None:
+    """Deep Agents has no error kind for size: a file past what stockade reads of one is
+    an error naming the limit, not `permission_denied`; a FIFO or device is refused at
+    once rather than waited on until the command's timeout."""
+    import os
+    import time
+
+    from stockade.adapters.deepagents import StockadeSandbox
+
+    ws, _ = dirs
+    limit = (1 << 20) // 2  # stdout's half of the default max_output_bytes
+    (ws / "big.bin").write_bytes(b"x" * (limit + 1))
+    (ws / "full.bin").write_bytes(b"y" * limit)
+    os.mkfifo(ws / "pipe")
+    with StockadeSandbox(str(ws), mode="workspace-write") as backend:
+        big, full = backend.download_files(["big.bin", "full.bin"])
+        assert big.content is None and big.error != "permission_denied"
+        assert f"larger than {limit} bytes" in (big.error or "")
+        assert full.error is None and full.content == b"y" * limit
+        start = time.monotonic()
+        pipe, zero = backend.download_files(["pipe", "/dev/zero"])
+        [upload] = backend.upload_files([("pipe", b"x")])
+        assert time.monotonic() - start < 30
+        for response in (pipe, zero, upload):
+            assert "not a regular file" in (response.error or ""), response

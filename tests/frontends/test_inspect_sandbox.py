@@ -153,6 +153,38 @@ def test_the_provider_operations(home: Path) -> None:
     assert not directory.exists()
 
 
+def test_a_file_that_is_not_a_regular_one_fails_at_once(home: Path) -> None:
+    """A FIFO would hold an open for reading or writing until the command's timeout, and
+    a device such as /dev/zero never ends: each is a PermissionError straight away."""
+    from stockade.adapters.inspect_sandbox import StockadeSandboxEnvironment
+
+    env = _env(home)
+    directory = Path(env.directory)
+    os.mkfifo(directory / "pipe")
+    (directory / "link").symlink_to("pipe")
+
+    async def go(call: Any) -> Exception | None:
+        try:
+            await asyncio.wait_for(call, 20)
+        except Exception as exc:
+            return exc
+        return None
+
+    try:
+        for name, call in {
+            "fifo": lambda: env.read_file("pipe"),
+            "link-to-fifo": lambda: env.read_file("link", text=False),
+            "device": lambda: env.read_file("/dev/zero"),
+            "write-fifo": lambda: env.write_file("pipe", "x"),
+        }.items():
+            exc = asyncio.run(go(call()))
+            assert isinstance(exc, PermissionError), (name, exc)
+            assert "not a regular file" in str(exc), name
+    finally:
+        asyncio.run(StockadeSandboxEnvironment.sample_cleanup("t", None, {"default": env},
+                                                              False))
+
+
 def test_an_unavailable_sandbox_fails_the_sample(home: Path) -> None:
     from inspect_ai.util._sandbox.environment import SandboxUnavailableError
 

@@ -25,6 +25,7 @@ Claude Code's payloads.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shlex
@@ -33,8 +34,10 @@ import sys
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     import argparse
-    from collections.abc import Mapping
+    from collections.abc import Iterator, Mapping
     from typing import Any
+
+    from ..fsroot import Root
 
 __all__ = ["decide", "install", "main", "rewrite", "run"]
 
@@ -360,34 +363,84 @@ def settings_path(scope: str, project: str, env: Mapping[str, str]) -> str:
     return os.path.join(project, ".claude", "settings.json")
 
 
-def merged_settings(current: Mapping[str, Any], hook_command: str) -> dict[str, Any] | None:
-    """`current` with this hook added for Bash; None when it is there already.
+def is_stockade_hook(command: str) -> bool:
+    """Whether `command` starts `stockade hook claude-code`, however stockade is started:
+    the line --install writes (`python -I -S -c '...stockade.cli...'`), a `stockade`
+    script, or `python -m stockade`."""
+    try:
+        argv = shlex.split(command)
+    except ValueError:
+        return False
+    for i in range(1, len(argv) - 1):
+        if argv[i:i + 2] == ["hook", HARNESS]:
+            start = argv[:i]
+            return (os.path.basename(start[-1]) == "stockade"
+                    or (len(start) > 1 and start[-2] == "-m" and start[-1] == "stockade")
+                    or (len(start) > 1 and start[-2] == "-c"
+                        and "from stockade.cli import main" in start[-1]))
+    return False
 
-    Everything else is kept as it was: other events, other matchers, other
-    hooks on Bash (ours is added beside them, never in their place).
+
+def merged_settings(current: Mapping[str, Any], hook_command: str
+                    ) -> tuple[dict[str, Any], bool] | None:
+    """(`current` with stockade's Bash hook set to `hook_command`, whether one was there
+    before); None when it is set so already.
+
+    Only stockade's own hook changes: the first one keeps its place and takes
+    the new command, and any other is removed, since each would rewrite the
+    call again and Claude Code would run whichever answer it took last.
+    Everything else is kept as it was (other events, matchers and hooks).
+    Raises HookError, naming the key, for a part of `hooks.PreToolUse` whose
+    type Claude Code's settings do not allow.
     """
-    out = dict(current)
-    hooks = out.get("hooks", {})
+    hooks = current.get("hooks", {})
     if not isinstance(hooks, dict):
-        raise HookError("its \"hooks\" is not an object")
-    hooks = dict(hooks)
+        raise HookError('its "hooks" is not an object')
     entries = hooks.get("PreToolUse", [])
     if not isinstance(entries, list):
-        raise HookError("its \"hooks.PreToolUse\" is not a list")
-    for entry in entries:
-        if isinstance(entry, dict) and entry.get("matcher") == TOOL:
-            for hook in entry.get("hooks", []) or []:
-                if isinstance(hook, dict) and hook.get("command") == hook_command:
-                    return None
-    ours = {"matcher": TOOL, "hooks": [{"type": "command", "command": hook_command}]}
-    hooks["PreToolUse"] = [*entries, ours]
-    out["hooks"] = hooks
-    return out
+        raise HookError('its "hooks.PreToolUse" is not a list')
+    ours = {"type": "command", "command": hook_command}
+    found = placed = False
+    kept_entries = []
+    for i, entry in enumerate(entries):
+        where = f"hooks.PreToolUse[{i}]"
+        if not isinstance(entry, dict):
+            raise HookError(f'its "{where}" is not an object')
+        if not isinstance(entry.get("matcher", ""), str):
+            raise HookError(f'its "{where}.matcher" is not a string')
+        inner = entry.get("hooks", [])
+        if not isinstance(inner, list):
+            raise HookError(f'its "{where}.hooks" is not a list')
+        kept = []
+        for j, hook in enumerate(inner):
+            if not isinstance(hook, dict):
+                raise HookError(f'its "{where}.hooks[{j}]" is not an object')
+            command = hook.get("command")
+            if command is not None and not isinstance(command, str):
+                raise HookError(f'its "{where}.hooks[{j}].command" is not a string')
+            if command is None or not is_stockade_hook(command):
+                kept.append(hook)
+                continue
+            # In place only under the Bash matcher: under another it would not run
+            # for the calls it is for.
+            if not found and entry.get("matcher") == TOOL:
+                kept.append({**hook, **ours})
+                placed = True
+            found = True
+        if kept or not inner:
+            kept_entries.append(entry if kept == inner else {**entry, "hooks": kept})
+    if not placed:
+        kept_entries.append({"matcher": TOOL, "hooks": [ours]})
+    out = {**current, "hooks": {**hooks, "PreToolUse": kept_entries}}
+    return None if out == current else (out, found)
 
 
 def install(scope: str, *, project: str, program: list[str], mode: str | None,
             env: Mapping[str, str]) -> str:
-    """Add the hook to Claude Code's settings; the line that says what was done."""
+    """Set the hook in Claude Code's settings; the line that says what was done.
+
+    Any problem is a ConfigError that names the file, with the file left as it was.
+    """
     from ..errors import ConfigError
 
     where = own_code_inside(project)
@@ -398,35 +451,142 @@ def install(scope: str, *, project: str, program: list[str], mode: str | None,
     if mode:
         args += ["--mode", mode]
     hook_command = shlex.join(args)
+    target = _settings_target(path, scope, project)
+    shown = path if target == os.path.abspath(path) else f"{path} (a link to {target})"
     try:
-        with open(path, "rb") as f:
-            raw = f.read()
-    except FileNotFoundError:
-        raw = b""
+        os.makedirs(os.path.dirname(target), exist_ok=True)
+        with _locked_dir(os.path.dirname(target)) as root:
+            name = os.path.basename(target)
+            raw, st = _read_settings(root, name, path)
+            try:
+                current = json.loads(raw) if raw.strip() else {}
+            except ValueError as exc:
+                raise ConfigError(f"{path} is not valid JSON ({exc}); fix it, then run "
+                                  "--install again (nothing was changed)") from exc
+            if not isinstance(current, dict):
+                raise ConfigError(f"{path} does not hold a JSON object; nothing was changed")
+            try:
+                merged = merged_settings(current, hook_command)
+            except HookError as exc:
+                raise ConfigError(f"{path}: {exc}; nothing was changed") from exc
+            if merged is None:
+                return f"stockade: the hook is already in {shown}"
+            text = json.dumps(merged[0], indent=2) + "\n"
+            _replace_settings(root, name, text.encode(), st)
     except OSError as exc:
-        raise ConfigError(f"{path}: cannot read it ({exc.strerror})") from exc
+        raise ConfigError(f"{path}: cannot update it ({exc.strerror or exc}); nothing was "
+                          "changed") from exc
+    verb = "replaced stockade's Bash hook in" if merged[1] else "added the Bash hook to"
+    return f"stockade: {verb} {shown}: {hook_command}"
+
+
+def _settings_target(path: str, scope: str, project: str) -> str:
+    """The regular file --install rewrites for the settings at `path`: the real path of
+    `path`, or of the file a symbolic link there points to.
+
+    A link is written through, not replaced by a file, or a settings file kept
+    in a dotfiles repository would silently stop being the one in use; one
+    that points at nothing or at what is not a regular file is refused, and a
+    project's must stay in the project, where a cloned repository's link could
+    otherwise pick a file of the person's to rewrite.
+    """
+    import stat
+
+    from ..capabilities import is_under
+    from ..errors import ConfigError
+
+    target = os.path.realpath(path)
     try:
-        current = json.loads(raw) if raw.strip() else {}
-    except ValueError as exc:
-        raise ConfigError(f"{path} is not valid JSON ({exc}); fix it, then run --install "
-                          "again (nothing was changed)") from exc
-    if not isinstance(current, dict):
-        raise ConfigError(f"{path} does not hold a JSON object; nothing was changed")
+        st = os.lstat(path)
+    except FileNotFoundError:
+        st = None
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read it ({exc.strerror}); nothing was "
+                          "changed") from exc
+    if st is not None and stat.S_ISLNK(st.st_mode):
+        try:
+            regular = stat.S_ISREG(os.stat(target).st_mode)
+        except OSError:
+            regular = False
+        if not regular:
+            raise ConfigError(f"{path} is a symbolic link to {target}, which is not an existing "
+                              "regular file; point it at the settings file or remove it "
+                              "(nothing was changed)")
+    elif st is not None and not stat.S_ISREG(st.st_mode):
+        raise ConfigError(f"{path} is not a regular file; remove it (nothing was changed)")
+    if scope == "project" and not is_under(target, os.path.realpath(project)):
+        raise ConfigError(f"{path} leads to {target}, outside the project; --install writes a "
+                          "project's settings only inside it (nothing was changed)")
+    return target
+
+
+@contextlib.contextmanager
+def _locked_dir(directory: str) -> Iterator[Root]:
+    """`directory` held open and locked against another --install until the block ends.
+
+    The lock is on the directory, which the rename leaves in place: on the
+    file it would be on the inode the first writer renames away, and a second
+    writer waiting there would then write back settings read before the first.
+    """
+    import fcntl
+
+    from ..fsroot import Root
+
+    with Root(directory) as root:
+        fcntl.flock(root.fd, fcntl.LOCK_EX)
+        yield root  # closing the descriptor releases the lock
+
+
+def _read_settings(root: Root, name: str, path: str) -> tuple[bytes, os.stat_result | None]:
+    """The settings file's bytes and status; (b"", None) when there is none.
+
+    Opened without following a link and without blocking, and refused unless
+    a regular file: a FIFO put there would hold the install forever.
+    """
+    from ..fsroot import read_fd
+    from ..settingsfile import MAX_SETTINGS_BYTES
+
     try:
-        merged = merged_settings(current, hook_command)
-    except HookError as exc:
-        raise ConfigError(f"{path}: {exc}; nothing was changed") from exc
-    if merged is None:
-        return f"stockade: the hook is already in {path}"
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    tmp = f"{path}.stockade-{os.getpid()}"
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(merged, f, indent=2)
-        f.write("\n")
-    if raw:
-        os.chmod(tmp, os.stat(path).st_mode & 0o7777)
-    os.replace(tmp, path)
-    return f"stockade: added the Bash hook to {path}: {hook_command}"
+        fd = root.open(name)
+    except FileNotFoundError:
+        return b"", None
+    try:
+        return read_fd(fd, MAX_SETTINGS_BYTES, path), os.fstat(fd)
+    finally:
+        os.close(fd)
+
+
+def _replace_settings(root: Root, name: str, data: bytes, st: os.stat_result | None) -> None:
+    """`data` in place of the file `name` in `root`, all at once.
+
+    Written under a fresh random name created with O_EXCL and O_NOFOLLOW, so
+    nothing planted beside the file is ever written through, then renamed
+    over it, so Claude Code never reads half a file. The file's mode is kept:
+    settings can hold secrets in their `env`, and a looser copy would leak them.
+    """
+    import stat
+
+    tmp = f".{name}.stockade-{os.urandom(8).hex()}"
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+    fd = os.open(tmp, flags, 0o600 if st is not None else 0o666, dir_fd=root.fd)
+    try:
+        try:
+            if st is not None:
+                os.fchmod(fd, stat.S_IMODE(st.st_mode))
+                if (st.st_uid, st.st_gid) != (os.geteuid(), os.getegid()):
+                    # Root rewriting a person's settings leaves them theirs, not root's;
+                    # anyone else cannot give a file away and keeps the copy as their own.
+                    with contextlib.suppress(PermissionError):
+                        os.fchown(fd, st.st_uid, st.st_gid)
+            _write(fd, data)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.rename(tmp, name, src_dir_fd=root.fd, dst_dir_fd=root.fd)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp, dir_fd=root.fd)
+        raise
 
 
 # -- the command line -----------------------------------------------------------
@@ -450,7 +610,8 @@ def argument_parser() -> argparse.ArgumentParser:
     p.add_argument("--config", metavar="FILE", help="read this TOML file instead of the "
                    "usual ones")
     p.add_argument("--install", action="store_true",
-                   help="add this hook to Claude Code's settings, beside any hooks there")
+                   help="set this hook in Claude Code's settings: stockade's own is replaced, "
+                        "every other hook kept")
     where = p.add_mutually_exclusive_group()
     where.add_argument("--project", action="store_true",
                        help="with --install: the project's .claude/settings.json (default)")

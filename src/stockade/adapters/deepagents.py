@@ -39,10 +39,16 @@ from ..errors import CommandTimeout, SandboxError
 
 __all__ = ["StockadeSandbox"]
 
-_NOT_FOUND, _IS_DIR = 2, 21
-_READ = '[ -d "$1" ] && exit 21; [ -e "$1" ] || exit 2; exec cat -- "$1"'
-_WRITE = ('[ -d "$1" ] && exit 21; mkdir -p -- "$(dirname -- "$1")" 2>/dev/null; '
-          'cat > "$1" || exit 13')
+_NOT_FOUND, _IS_DIR, _NOT_REGULAR, _TOO_BIG = 2, 21, 22, 27
+#: Both run inside the sandbox, and both refuse what is not a regular file
+#: before opening it: a FIFO opened there waits for a writer or reader that
+#: never comes, and a device such as /dev/zero never ends.
+_READ = ('[ -d "$1" ] && exit 21; [ -e "$1" ] || exit 2; [ -f "$1" ] || exit 22; '
+         '[ -r "$1" ] && [ "$(wc -c < "$1")" -gt "$2" ] && exit 27; exec cat -- "$1"')
+_WRITE = ('[ -d "$1" ] && exit 21; [ -e "$1" ] && ! [ -f "$1" ] && exit 22; '
+          'mkdir -p -- "$(dirname -- "$1")" 2>/dev/null; cat > "$1" || exit 13')
+_NOT_REGULAR_ERROR = ("stockade: not a regular file (a FIFO, socket or device); only regular "
+                      "files are read or written")
 #: A timeout of 0 asks for none; stockade always has one, so a day.
 _NO_TIMEOUT = 24 * 3600.0
 
@@ -63,6 +69,9 @@ class StockadeSandbox(BaseSandbox):
         elif mode is not None:
             config.mode = mode
         self._sandbox = SyncWorkspaceSandbox(config, **options)
+        # The most a download returns: stockade captures half of max_output_bytes of
+        # each stream, and a file past that would come back cut.
+        self._max_file_bytes = max(int(config.max_output_bytes) // 2, 1)
         self._session = session or f"deepagents-{os.getpid()}-{id(self):x}"
         self._sandbox.session(self._session, self.workspace)
 
@@ -97,6 +106,8 @@ class StockadeSandbox(BaseSandbox):
             error = None
             if out.returncode == _IS_DIR:
                 error = "is_directory"
+            elif out.returncode == _NOT_REGULAR:
+                error = _NOT_REGULAR_ERROR
             elif out.returncode != 0:
                 error = "permission_denied"
             results.append(FileUploadResponse(path=path, error=error))
@@ -106,15 +117,24 @@ class StockadeSandbox(BaseSandbox):
         results = []
         for path in paths:
             try:
-                out = self._run(["/bin/sh", "-c", _READ, "sh", self._path(path)])
+                out = self._run(["/bin/sh", "-c", _READ, "sh", self._path(path),
+                                 str(self._max_file_bytes)])
             except SandboxError as exc:
                 results.append(FileDownloadResponse(path=path, error=f"stockade: {exc}"))
                 continue
-            if out.returncode == 0:
+            # Deep Agents has no error kind for size: the message names the limit, so
+            # the model does not take a large file for one it may not read.
+            if out.returncode == _TOO_BIG or out.truncated:
+                results.append(FileDownloadResponse(path=path, error=(
+                    f"stockade: the file is larger than {self._max_file_bytes} bytes, the most "
+                    "this sandbox reads of one file (half its max_output_bytes); read part of "
+                    "it with a command (head, sed -n, grep)")))
+            elif out.returncode == 0:
                 results.append(FileDownloadResponse(path=path, content=bytes(out.stdout)))
             else:
-                error = {_NOT_FOUND: "file_not_found", _IS_DIR: "is_directory"}.get(
-                    out.returncode, "permission_denied")
+                error = {_NOT_FOUND: "file_not_found", _IS_DIR: "is_directory",
+                         _NOT_REGULAR: _NOT_REGULAR_ERROR}.get(out.returncode,
+                                                               "permission_denied")
                 results.append(FileDownloadResponse(path=path, error=error))
         return results
 

@@ -45,12 +45,15 @@ from ..errors import CapabilityDenied, CommandTimeout, InvalidCommand, SandboxEr
 
 __all__ = ["StockadeSandboxEnvironment"]
 
-#: What read_file's helper exits with, for the exceptions Inspect expects.
-_NOT_FOUND, _IS_DIR, _TOO_BIG, _NO_PERMISSION = 2, 21, 27, 13
-_READ = ('[ -d "$1" ] && exit 21; [ -e "$1" ] || exit 2; [ -r "$1" ] || exit 13; '
-         '[ "$(wc -c < "$1")" -gt "$2" ] && exit 27; exec cat -- "$1"')
-_WRITE = ('[ -d "$1" ] && exit 21; mkdir -p -- "$(dirname -- "$1")" || exit 13; '
-          'cat > "$1" || exit 13')
+#: What the file helpers exit with, for the exceptions Inspect expects.
+_NOT_FOUND, _IS_DIR, _TOO_BIG, _NO_PERMISSION, _NOT_REGULAR = 2, 21, 27, 13, 22
+#: Both run inside the sandbox, and both refuse what is not a regular file
+#: before opening it: a FIFO opened there waits for a writer or reader that
+#: never comes, and a device such as /dev/zero never ends.
+_READ = ('[ -d "$1" ] && exit 21; [ -e "$1" ] || exit 2; [ -f "$1" ] || exit 22; '
+         '[ -r "$1" ] || exit 13; [ "$(wc -c < "$1")" -gt "$2" ] && exit 27; exec cat -- "$1"')
+_WRITE = ('[ -d "$1" ] && exit 21; [ -e "$1" ] && ! [ -f "$1" ] && exit 22; '
+          'mkdir -p -- "$(dirname -- "$1")" || exit 13; cat > "$1" || exit 13')
 
 
 @sandboxenv(name="stockade")
@@ -128,6 +131,8 @@ class StockadeSandboxEnvironment(SandboxEnvironment):
         out = await self._run(["/bin/sh", "-c", _WRITE, "sh", self._path(file)], stdin=data)
         if out.returncode == _IS_DIR:
             raise IsADirectoryError(f"{file} is a directory")
+        if out.returncode == _NOT_REGULAR:
+            raise PermissionError(_not_regular(file, "write"))
         if out.returncode != 0:
             raise PermissionError(self._why(file, out, "write"))
 
@@ -145,6 +150,8 @@ class StockadeSandboxEnvironment(SandboxEnvironment):
             raise FileNotFoundError(f"{file} does not exist in the sandbox")
         if code == _IS_DIR:
             raise IsADirectoryError(f"{file} is a directory")
+        if code == _NOT_REGULAR:
+            raise PermissionError(_not_regular(file, "read"))
         if code == _TOO_BIG:
             raise OutputLimitExceededError(f"{limit} bytes", None)
         if code != 0:
@@ -177,3 +184,8 @@ class StockadeSandboxEnvironment(SandboxEnvironment):
         except SandboxError as exc:
             # Never run without the boundary: the sample fails instead.
             raise SandboxUnavailableError(str(exc)) from exc
+
+
+def _not_regular(file: str, what: str) -> str:
+    return (f"cannot {what} {file} in the stockade sandbox: it is not a regular file "
+            "(a FIFO, socket or device), and only regular files are read or written")

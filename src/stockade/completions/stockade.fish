@@ -117,7 +117,7 @@ complete -c stockade -n '__fish_seen_subcommand_from hook; and not contains -- -
 complete -c stockade -n '__fish_seen_subcommand_from hook; and not contains -- -- (commandline -opc)' -l workspace -x -a '(__fish_complete_directories)' -d 'the project (default: $CLAUDE_PROJECT_DIR, else the call\'s cwd)'
 complete -c stockade -n '__fish_seen_subcommand_from hook; and not contains -- -- (commandline -opc)' -l mode -x -a 'read-only workspace-write full-access' -d 'the mode of every command (default from config: read-only)'
 complete -c stockade -n '__fish_seen_subcommand_from hook; and not contains -- -- (commandline -opc)' -l config -r -F -d 'read this TOML file instead of the usual ones'
-complete -c stockade -n '__fish_seen_subcommand_from hook; and not contains -- -- (commandline -opc)' -l install -d 'add this hook to Claude Code\'s settings, beside any hooks there'
+complete -c stockade -n '__fish_seen_subcommand_from hook; and not contains -- -- (commandline -opc)' -l install -d 'set this hook in Claude Code\'s settings: stockade\'s own is replaced, every other hook kept'
 complete -c stockade -n '__fish_seen_subcommand_from hook; and not contains -- -- (commandline -opc)' -l project -d 'with --install: the project\'s .claude/settings.json (default)'
 complete -c stockade -n '__fish_seen_subcommand_from hook; and not contains -- -- (commandline -opc)' -l user -d 'with --install: ~/.claude/settings.json, for every project'
 complete -c stockade -n '__fish_seen_subcommand_from hook; and not contains -- -- (commandline -opc)' -l run -d 'run COMMAND in the sandbox (what the rewritten call does)'
