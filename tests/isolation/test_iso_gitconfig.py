@@ -229,6 +229,33 @@ def test_control_a_key_written_through_a_hard_link_stays_unconfined(repo: Box) -
     assert _host_git_runs_something(box) == ["pwned-link"]
 
 
+#: Once the person's write detached the private copy, the command writes the
+#: host's file itself, pointing the person's `origin` elsewhere.
+REPOINT_AFTER_PERSONS_WRITE = AFTER_PERSONS_WRITE.split("ln .git/config")[0] + r"""
+git config remote.origin.url /srv/attacker.git && echo repointed
+"""
+
+
+def test_a_remote_the_person_had_keeps_its_url_after_their_write_detached_the_copy(
+        repo: Box) -> None:
+    """Their next `git push` would go to the command's URL: the cut after the person's
+    write kept every inert key as the command wrote it."""
+    box = repo
+    assert git(box, "remote", "add", "origin", "/srv/real.git").returncode == 0
+    out = linked_write_is_cut_while_it_runs(box, REPOINT_AFTER_PERSONS_WRITE, person=True)
+    if b"held" in out:
+        pytest.skip("the person's write did not detach the copy on this kernel")
+    assert b"repointed" in out, out
+    assert config(box, "remote.origin.url") == "/srv/real.git"
+
+
+def test_control_a_remote_repointed_unconfined_stays_repointed(repo: Box) -> None:
+    box = repo
+    assert git(box, "remote", "add", "origin", "/srv/real.git").returncode == 0
+    box.host(["git", "config", "remote.origin.url", "/srv/attacker.git"], env=box.env(**GIT_ENV))
+    assert config(box, "remote.origin.url") == "/srv/attacker.git"
+
+
 #: What a git killed while writing its config leaves: `config.lock`, which makes every
 #: later `git config` fail until someone removes it.
 LEFT_LOCK = r"""

@@ -894,7 +894,17 @@ class MetadataGuard:
                 done.append(Neutralised(path, "not a regular git config file", moved))
                 return
             entries = self._config(path)
-            if entries is None:
+            given = self.private.base.get(path) if self.private is not None else None
+            merged = (gitmeta.merge_config(gitmeta.parse_config_bytes(given) or [], entries,
+                                           gitmeta.config_text(given))
+                      if given is not None and entries is not None else None)
+            if merged is not None:
+                # The config the command was given is known (its private copy's):
+                # what it changed since is merged as the copy would be, so a
+                # remote the person had keeps its URL after their own write
+                # detached the copy and the command wrote the file itself.
+                text, _kept, removed = merged
+            elif entries is None:
                 text, removed = MINIMAL_CONFIG.decode(), ["everything (not parseable)"]
             else:
                 gitdir = os.path.dirname(path)
