@@ -158,15 +158,22 @@ def test_langchain_policy_spawns_a_sandboxed_shell(dirs: tuple[Path, Path]) -> N
     policy = StockadeExecutionPolicy(mode="workspace-write")
     try:
         proc = policy.spawn(workspace=ws, env={"GREETING": "hello"}, command=["/bin/bash"])
-        out, err = proc.communicate(
-            f'echo "$GREETING $STOCKADE_SANDBOX"; touch inside {outside}/f; exit 3\n',
-            timeout=30)
+        proc.stdin.write(
+            f'echo "$GREETING $STOCKADE_SANDBOX"; touch inside {outside}/f; exit 3\n')
+        proc.stdin.flush()
+        assert proc.stdout.readline() == "hello bubblewrap\n"
+        # Written around the gate (straight to the pipe): refused, never run.
+        os.write(proc.stdin.fileno(), b"touch around-the-gate\n")
+        _, err = proc.communicate(timeout=30)
     finally:
         policy.close()
-    assert proc.returncode == 3
-    assert out == "hello bubblewrap\n"
+    # A command's `exit` ends its own bash; the shell ends when its input does.
+    assert proc.returncode == 0
+    assert "this command ended its shell (status 3)" in err
+    assert "went around the gate and was not run" in err
     assert "Read-only file system" in err
     assert (ws / "inside").exists() and not (outside / "f").exists()
+    assert not (ws / "around-the-gate").exists()
 
 
 def test_langchain_kill_ends_everything_the_shell_started(dirs: tuple[Path, Path]) -> None:

@@ -103,7 +103,7 @@ def test_the_directory_and_exported_variables_carry_over(dirs: tuple[Path, Path]
     assert [r[2] for r in records] == [0, 0, 0]
 
 
-def test_exit_ends_the_shell_with_its_status(dirs: tuple[Path, Path]) -> None:
+def test_exit_ends_only_the_commands_own_bash(dirs: tuple[Path, Path]) -> None:
     ws, _ = dirs
     _, records = _run(ws, ["exit 4", "echo back"])
     assert records[0] == ("exit 4", "ran", 4)

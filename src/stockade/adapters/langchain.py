@@ -19,20 +19,22 @@ The shell's stdin is gated: each command the middleware writes passes the
 command policy (and the rest of the before-hooks) first and gets its own
 ledger record. A denied command never reaches the shell; the model reads
 the reason on stderr instead, with exit status 126. A command that passes
-runs in a bash of its own, started by the persistent shell with stdin from
-/dev/null, which carries the directory and the exported variables to the
-next command and nothing else (`_framed`): the persistent shell never runs
-a command's code, so no trap, function or shell variable of one command can
-run code in another's place. The exit status comes back on a status line
-only this process knows how to print, and is recorded with the command.
+runs in a bash of its own, started by the persistent shell
+(`_langchain_shell.py`) with stdin from /dev/null, which carries the
+directory and the exported variables to the next command and nothing else:
+the persistent shell never runs a command's code, so no trap, function or
+shell variable of one command can run code in another's place. The exit
+status comes back on a status line only this process and the persistent
+shell know how to print, and is recorded with the command.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
-import shlex
 import subprocess
+import sys
 import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -93,7 +95,9 @@ class StockadeExecutionPolicy(BaseExecutionPolicy):
                 done.wait(timeout=30)
                 shells.remove((prev, done))
         ws = sandbox.session(session_id, str(workspace), ephemeral_tmp=True)
-        argv = list(command)
+        # The middleware's own shell command goes unused: every command runs in
+        # a /bin/bash of its own that the persistent shell starts.
+        argv = _shell_argv()
         cmd = SandboxCommand(argv[0], argv[1:], session_id=session_id, env=dict(env))
         core = sandbox.core
         backend = "unresolved"
@@ -148,52 +152,26 @@ class StockadeExecutionPolicy(BaseExecutionPolicy):
 # command like any other.
 _STATUS_LINE = re.compile(r"printf '(__LC_SHELL_DONE__[0-9a-f]{32}) %s\\n' \$\?\n")
 _EXIT = "exit\n"
+_STOP = json.dumps({"exit": True}) + "\n"
 
-#: What runs each command: a bash of its own, started by the persistent shell
-#: with stdin from /dev/null, that first takes on the previous command's
-#: directory and exported variables and at its end writes its own back.
-#: Nothing else carries over: the persistent shell never runs a command's
-#: code, so a trap, a function, an alias or a shell option dies with the
-#: command that set it, and a variable that makes a shell run code
-#: (`BASH_ENV`, `PROMPT_COMMAND`, `PS4`, ...) or the loader load it
-#: (`LD_*`) is not carried.
-_CARRY_NOT = ("BASH_ENV|ENV|PROMPT_COMMAND|PS0|PS1|PS2|PS3|PS4|BASH_XTRACEFD|SHELLOPTS|"
-              "BASHOPTS|IFS|POSIXLY_CORRECT|SHLVL|_|LD_*|BASH_FUNC_*")
-_CHILD = (
-    '__sk_c=$1; __sk_d=$2; shift 2; '
-    'if [ -f "$__sk_d/env" ]; then declare -A __sk_keep=(); '
-    'while IFS= read -r -d "" __sk_kv; do __sk_n=${__sk_kv%%=*}; '
-    f'case $__sk_n in {_CARRY_NOT}) continue;; esac; '
-    '__sk_keep[$__sk_n]=1; export "$__sk_kv" 2>/dev/null; done < "$__sk_d/env"; '
-    'for __sk_n in $(compgen -e); do [ -n "${__sk_keep[$__sk_n]-}" ] || unset "$__sk_n"; '
-    'done; fi; '
-    '[ -f "$__sk_d/cwd" ] && cd -- "$(cat "$__sk_d/cwd")"; '
-    'unset __sk_keep __sk_kv __sk_n; '
-    'eval "$__sk_c"; __sk_rc=$?; '
-    'pwd > "$__sk_d/cwd"; env -0 > "$__sk_d/env"; : > "$__sk_d/done"; exit $__sk_rc')
+
+def _shell_argv() -> list[str]:
+    """The persistent shell: `_langchain_shell.py`, run by this interpreter.
+
+    The real interpreter, not a venv's link to it: the init binds that one into
+    the sandbox, and a venv under /tmp would be invisible there.
+    """
+    source = Path(__file__).with_name("_langchain_shell.py").read_text(encoding="utf-8")
+    return [os.path.realpath(sys.executable), "-I", "-S", "-c", source]
 
 
 def _framed(command: str, token: str) -> str:
-    """The one line the persistent shell reads for `command`.
-
-    It is one line so that the shell has read all of it before the command
-    starts: nothing is left on the shell's stdin for the command to read, and
-    the command's own stdin is /dev/null. The status line that ends it names
-    a token the command never sees (it is only in the line the persistent
-    shell read), so no output of the command can pass for it. A command
-    that ends its shell (`exit 3`, `exec`) ends the persistent shell with its
-    status, as it would in a shell of its own.
-    """
-    return (
-        '[ -n "${__sk_d-}" ] || __sk_d=$(mktemp -d); rm -f "$__sk_d/done"; '
-        f"/bin/bash --norc --noprofile -c {shlex.quote(_CHILD)} bash "
-        f'{shlex.quote(command)} "$__sk_d" < /dev/null; __sk_rc=$?; '
-        '[ -f "$__sk_d/done" ] || exit $__sk_rc; '
-        f"printf '%s %s\\n' {token} \"$__sk_rc\"\n")
+    """The request that has the persistent shell run `command` (see `_langchain_shell`)."""
+    return json.dumps({"run": command, "token": token}) + "\n"
 
 
 def _refused(hint: str, token: str) -> str:
-    return f"printf '%s\\n' {shlex.quote(hint)} >&2; printf '%s %s\\n' {token} 126\n"
+    return json.dumps({"refuse": hint, "token": token}) + "\n"
 
 
 class _CommandGate:
@@ -276,13 +254,13 @@ class _CommandGate:
         at = line.find(framing.token + " ")
         if at < 0 or not line.endswith("\n"):
             return [line]
-        status = line[at + len(framing.token) + 1:].strip()
+        status, _, why = line[at + len(framing.token) + 1:].strip().partition(" ")
         before = [line[:at]] if at else []
-        if not status.lstrip("-").isdigit():
+        if not status.isdigit() or why not in ("", "moved"):
             return [line]
         code = int(status)
         if not framing.recorded:
-            self._settle(code, expect=framing)
+            self._settle(code, expect=framing, moved=bool(why))
         # The middleware writes its status line right after the command; a
         # caller that writes none reads nothing of ours.
         if not framing.asked.wait(timeout=2.0) or framing.marker is None:
@@ -313,8 +291,8 @@ class _CommandGate:
         return self._pending is None and self._proc.returncode is not None
 
     def _settle(self, code: int | None, *, timed_out: bool = False,
-                expect: _Pending | None = None) -> None:
-        from ..ledger import RAN, TIMED_OUT
+                expect: _Pending | None = None, moved: bool = False) -> None:
+        from ..ledger import DENIED, RAN, TIMED_OUT
 
         with self._lock:
             pending = self._pending
@@ -322,6 +300,12 @@ class _CommandGate:
                 return
             self._pending = None
             pending.recorded = True
+        if moved:
+            reason = "the directory the last command ended in had moved or become a symlink"
+            self._sandbox.core.audit(pending.cmd, self._ws, pending.mode, None, self._backend,
+                                     DENIED, pending.started, denied=True,
+                                     detail={**pending.detail, "reason": reason})
+            return
         exit_code = code if code is not None and code >= 0 else None
         signal = -code if code is not None and code < 0 else None
         self._sandbox.core.audit(pending.cmd, self._ws, pending.mode, None, self._backend,
@@ -345,20 +329,43 @@ class _Pending:
 
 class _GatedStdin:
     """The shell's stdin: every command written to it passes the gate, and the
-    middleware's status line is answered by the gate's own framing."""
+    middleware's status line is answered by the gate's own framing.
+
+    `exit` alone is both how the middleware ends the shell and a command a
+    model may send; the middleware follows a command with its status line
+    before it flushes, and its own `exit` with nothing, so the write is held
+    until one or the other shows which it was: the model's is gated and
+    recorded like any command.
+    """
 
     def __init__(self, raw: Any, gate: _CommandGate) -> None:
         self._raw, self._gate = raw, gate
+        self._exit_held = False
 
     def write(self, text: str) -> int:
+        if self._exit_held:
+            self._exit_held = False
+            self._raw.write(self._gate(_EXIT))
         if text == _EXIT:
-            self._gate.shell_stopping()
-        elif self._gate.status_line_asked(text):
-            return len(text)  # never reaches the shell, where a command could read it
-        else:
-            text = self._gate(text)
-        self._raw.write(text)
+            self._exit_held = True
+        elif not self._gate.status_line_asked(text):
+            # The status line never reaches the shell: only the gate answers it.
+            self._raw.write(self._gate(text))
         return len(text)
+
+    def flush(self) -> None:
+        if self._exit_held:
+            self._exit_held = False
+            self._gate.shell_stopping()
+            self._raw.write(_STOP)
+        self._raw.flush()
+
+    def close(self) -> None:
+        try:
+            self.flush()
+        except (OSError, ValueError):
+            pass  # the shell is gone already
+        self._raw.close()
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._raw, name)

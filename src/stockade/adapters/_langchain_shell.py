@@ -1,0 +1,251 @@
+"""The LangChain adapter's persistent shell: the process inside the sandbox that
+runs each gated command and reports its status.
+
+The adapter runs it as `python -I -S -c <this file's text>` (the sandbox holds
+the interpreter and its standard library, not stockade), so it imports the
+standard library alone.
+
+The host writes one JSON object a line to its stdin:
+
+    {"run": COMMAND, "token": T}   run COMMAND, then print "T STATUS" on stdout
+    {"refuse": HINT, "token": T}   print HINT on stderr, then "T 126"
+    {"exit": true}                 end now, whatever still runs
+
+and reads each command's output from its stdout and stderr. A command refused
+because its directory moved ends with "T 126 moved" instead.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import select
+import subprocess
+import sys
+import tempfile
+
+PR_SET_DUMPABLE = 4
+
+#: Variables a command's export never hands to the next command: each makes a
+#: shell (`BASH_ENV`, `PROMPT_COMMAND`, `PS4`, ...) or the loader (`LD_*`) run
+#: code that command's record would not show.
+CARRY_NOT = frozenset(
+    b"BASH_ENV ENV PROMPT_COMMAND PS0 PS1 PS2 PS3 PS4 BASH_XTRACEFD SHELLOPTS BASHOPTS "
+    b"IFS POSIXLY_CORRECT SHLVL _".split())
+CARRY_NOT_PREFIXES = (b"LD_", b"BASH_FUNC_")
+
+#: The bash that runs one command, in the directory the shell has entered for
+#: it (`Shell.enter`): run it, then write where it ended and what it exported
+#: to the state file. Nothing runs before the command, and the state is
+#: written by builtins alone: a command's PATH names programs for the next
+#: command, never for the framing.
+CHILD = r"""
+__sk_c=$1 __sk_s=$2; shift 2
+builtin eval "$__sk_c"; __sk_rc=$?
+builtin set +eu; builtin unset IFS
+{ builtin printf 'state\0%s\0' "$PWD"; builtin pwd -P; builtin printf '\0'
+  for __sk_n in $(builtin compgen -e); do builtin printf '%s=%s\0' "$__sk_n" "${!__sk_n}"; done
+  builtin printf 'end\0'; } > "$__sk_s"
+builtin exit $__sk_rc
+"""
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
+def _carried(env: dict[bytes, bytes]) -> dict[bytes, bytes]:
+    return {k: v for k, v in env.items()
+            if k not in CARRY_NOT and not k.startswith(CARRY_NOT_PREFIXES)}
+
+
+def _request(line: bytes) -> dict[str, str]:
+    try:
+        request = json.loads(line)
+    except ValueError:
+        request = None
+    if isinstance(request, dict) and (request.get("exit") or "token" in request):
+        return request
+    # Only the adapter's gate writes here: anything else went around it, and
+    # running it would run a command no policy saw and no record holds.
+    _write_all(2, b"stockade: the shell runs only what stockade's gate sends it; "
+                  b"this line went around the gate and was not run\n")
+    return {}
+
+
+class _Command:
+    def __init__(self, proc: subprocess.Popen[bytes], token: str, state: str,
+                 pipes: tuple[int, int]) -> None:
+        self.proc, self.token, self.state, self.pipes = proc, token, state, pipes
+        try:
+            self.pidfd: int | None = os.pidfd_open(proc.pid)
+        except (AttributeError, OSError):
+            self.pidfd = None  # polled instead
+
+
+class Shell:
+    def __init__(self) -> None:
+        self.start_physical = os.getcwd()
+        pwd = os.environ.get("PWD", "")
+        same = bool(pwd) and os.path.realpath(pwd) == self.start_physical
+        self.start_logical = pwd if same else self.start_physical
+        self.logical, self.physical = self.start_logical, self.start_physical
+        self.env = _carried(dict(os.environb))
+        self.states = tempfile.mkdtemp(prefix="stockade-shell-")
+        #: Read end of a command's stdout or stderr -> where its bytes go. A
+        #: background job keeps its command's pipes, so they outlive the command.
+        self.pipes: dict[int, int] = {}
+        self.running: _Command | None = None
+
+    def serve(self) -> int:
+        requests: list[dict[str, str]] = []
+        buf, host_open = b"", True
+        while True:
+            for request in requests:
+                if request.get("exit"):
+                    return 0
+            while self.running is None and requests:
+                request = requests.pop(0)
+                if request:
+                    self.begin(request)
+            if not host_open and self.running is None:
+                return 0  # the host is gone
+            watched = list(self.pipes)
+            if host_open:
+                watched.append(0)
+            running = self.running
+            if running is not None and running.pidfd is not None:
+                watched.append(running.pidfd)
+            poll = running is not None and running.pidfd is None
+            ready, _, _ = select.select(watched, [], [], 0.05 if poll else None)
+            for fd in ready:
+                if fd == 0 and host_open:
+                    data = os.read(0, 65536)
+                    if not data:
+                        host_open = False
+                        continue
+                    buf += data
+                    *lines, buf = buf.split(b"\n")
+                    requests += [_request(line) for line in lines if line.strip()]
+                elif fd in self.pipes:
+                    self.forward(fd)
+            if running is not None and running.proc.poll() is not None:
+                self.end(running)
+
+    def begin(self, request: dict[str, str]) -> None:
+        token = request["token"]
+        if "refuse" in request:
+            _write_all(2, request["refuse"].encode() + b"\n")
+            _write_all(1, f"{token} 126\n".encode())
+            return
+        moved_to = self.enter()
+        if moved_to is not None:
+            _write_all(2, (
+                "stockade refused this command: the directory the last command ended in, "
+                f"{self.physical}, is now {moved_to} (moved, or a symlink put in its "
+                f"place); the shell is back in {self.start_logical}. Run the command again, "
+                "with a cd first if it needs that directory.\n").encode())
+            self.logical, self.physical = self.start_logical, self.start_physical
+            _write_all(1, f"{token} 126 moved\n".encode())
+            return
+        out_r, out_w = os.pipe()
+        err_r, err_w = os.pipe()
+        state = os.path.join(self.states, os.urandom(8).hex())
+        env = {**self.env, b"PWD": os.fsencode(self.logical)}
+        try:
+            proc = subprocess.Popen(
+                ["/bin/bash", "--norc", "--noprofile", "-c", CHILD, "bash", request["run"],
+                 state],
+                stdin=subprocess.DEVNULL, stdout=out_w, stderr=err_w, env=env,
+                close_fds=True, start_new_session=True)
+        finally:
+            os.close(out_w)
+            os.close(err_w)
+        for fd, to in ((out_r, 1), (err_r, 2)):
+            os.set_blocking(fd, False)
+            self.pipes[fd] = to
+        self.running = _Command(proc, token, state, (out_r, err_r))
+
+    def enter(self) -> str | None:
+        """Enter the directory the last command ended in, for the next one to
+        inherit; where it led instead when that is somewhere else.
+
+        The check is the kernel's own (getcwd, after the chdir), and the
+        command inherits the directory it checked: a symlink a background job
+        swaps in for a path on the way after the check cannot move the command.
+        """
+        for path in (self.logical, self.physical):
+            try:
+                os.chdir(path)
+                here = os.getcwd()
+            except OSError:
+                here = "gone"
+            if here == self.physical:
+                return None
+        return here
+
+    def forward(self, fd: int, reads: int = 1) -> None:
+        for _ in range(reads):
+            try:
+                data = os.read(fd, 65536)
+            except BlockingIOError:
+                return
+            if not data:
+                del self.pipes[fd]
+                os.close(fd)
+                return
+            _write_all(self.pipes[fd], data)
+
+    def end(self, command: _Command) -> None:
+        self.running = None
+        if command.pidfd is not None:
+            os.close(command.pidfd)
+        # What the command wrote before it ended is in its pipes now; read it
+        # before the status line, so its output is shown as its own. (Bounded:
+        # a background job that keeps writing gets no say in when the status comes.)
+        for fd in command.pipes:
+            if fd in self.pipes:
+                self.forward(fd, reads=64)
+        code = command.proc.returncode
+        status = code if code >= 0 else 128 - code
+        try:
+            with open(command.state, "rb") as f:
+                parts = f.read().split(b"\0")
+            os.unlink(command.state)
+        except OSError:
+            parts = []
+        if parts[:1] == [b"state"] and parts[-2:] == [b"end", b""] and len(parts) >= 5:
+            self.logical = os.fsdecode(parts[1])
+            self.physical = os.fsdecode(parts[2].rstrip(b"\n"))
+            env = dict(p.partition(b"=")[::2] for p in parts[3:-2])
+            self.env = _carried(env)
+        else:
+            _write_all(2, (
+                f"stockade: this command ended its shell (status {status}); the next "
+                "command starts where this one started, with the variables it started "
+                "with.\n").encode())
+        _write_all(1, f"{command.token} {status}\n".encode())
+
+
+def main() -> int:
+    # Not dumpable: no process a command starts -- same user, no capabilities
+    # -- can open /proc/<this>/fd or /mem, so the host's pipes and the tokens
+    # they carry stay this process's alone; without it a background job could
+    # read the next command's token and forge its status or write commands of
+    # its own.
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) != 0:
+        sys.stderr.write("stockade: the shell could not make itself undumpable "
+                         f"({os.strerror(ctypes.get_errno())}); it runs no commands\n")
+        return 125
+    try:
+        return Shell().serve()
+    except BrokenPipeError:
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,170 @@
+"""Attacks on the LangChain persistent shell's framing, as root and as an unprivileged user.
+
+Each test drives LangChain's own `ShellSession` over `StockadeExecutionPolicy`
+in a process of the runner's user, as an agent would, and a command of the
+model's attacks what carries the other commands: the shell's input (where a
+command's framing and its status token travel), the directory the next
+command starts in, the programs the framing runs, and the record of `exit`.
+"""
+
+from __future__ import annotations
+
+import json
+import sysconfig
+from typing import Any
+
+import pytest
+
+from isolation.conftest import Box
+
+pytestmark = [pytest.mark.isolation, pytest.mark.timeout(180)]
+
+#: Runs the calls it is given in one `ShellSession` (a {"sleep": s} call waits
+#: on the host) and prints what each showed and every persistent-shell record.
+DRIVER = """
+import json, sys, time
+sys.path[:0] = [sys.argv[1], sys.argv[2]]
+from pathlib import Path
+from langchain.agents.middleware.shell_tool import ShellSession
+from stockade.adapters.langchain import StockadeExecutionPolicy
+policy = StockadeExecutionPolicy(mode="workspace-write", command_timeout=20,
+                                 termination_timeout=5)
+session = ShellSession(Path.cwd(), policy, ("/bin/bash",), {})
+session.start()
+shown = []
+try:
+    for call in json.loads(sys.argv[3]):
+        if "sleep" in call:
+            time.sleep(call["sleep"])
+            continue
+        r = session.execute(call["command"], timeout=20)
+        shown.append({"output": r.output, "exit_code": r.exit_code, "timed_out": r.timed_out})
+    rows = policy._sandbox.core.ledger.query(last=100)
+finally:
+    session.stop(5)
+    policy.close()
+records = [(json.loads(r["argv"])[2] if isinstance(r["argv"], str) else r["argv"][2],
+            r["outcome"], r["exit_code"])
+           for r in sorted(rows, key=lambda r: r["id"]) if "persistent_shell" in str(r["detail"])]
+print(json.dumps({"shown": shown, "records": records}))
+"""
+
+
+def _session(box: Box, calls: list[dict[str, Any]]) -> tuple[list[dict[str, Any]],
+                                                             list[tuple[str, str, int | None]]]:
+    pytest.importorskip("langchain.agents.middleware")
+    purelib = sysconfig.get_paths()["purelib"]
+    res = box.host([box.runner.python, "-I", "-c", DRIVER, box.runner.site, purelib,
+                    json.dumps(calls)], timeout=150)
+    assert res.returncode == 0, res.stderr.decode()[-3000:]
+    out = json.loads(res.stdout.decode().strip().splitlines()[-1])
+    return out["shown"], [(r[0], r[1], r[2]) for r in out["records"]]
+
+
+#: A background job that, for `secs` seconds, opens every pipe in the sandbox it
+#: can and reads each as soon as anything arrives: any status token it finds it
+#: writes to `found` and prints with status 0 (a forged status line); with
+#: `inject`, it writes a command line into every pipe it can open for writing.
+SNOOP = r"""
+import os, re, select, sys, time
+me, secs, inject = os.getpid(), float(sys.argv[1]), sys.argv[2] == "inject"
+opened, found = {}, open("found", "ab", buffering=0)
+end = time.time() + secs
+scanned = 0.0
+while time.time() < end:
+    if time.time() - scanned > 0.2:
+        scanned = time.time()
+        for pid in os.listdir("/proc"):
+            if not pid.isdigit() or int(pid) == me:
+                continue
+            try:
+                fds = os.listdir(f"/proc/{pid}/fd")
+            except OSError:
+                continue
+            for fd in fds:
+                path = f"/proc/{pid}/fd/{fd}"
+                try:
+                    link = os.readlink(path)
+                    if not link.startswith("pipe:") or link in opened:
+                        continue
+                    flags = os.O_WRONLY if inject else os.O_RDONLY
+                    opened[link] = os.open(path, flags | os.O_NONBLOCK)
+                    if inject:
+                        os.write(opened[link], b"\ntouch injected\n")
+                except OSError:
+                    continue
+    if inject:
+        time.sleep(0.05)
+        continue
+    ready, _, _ = select.select(list(opened.values()), [], [], 0.05)
+    for r in ready:
+        try:
+            data = os.read(r, 65536)
+        except OSError:
+            continue
+        for token in re.findall(rb"__stockade_status_[0-9a-f]+", data):
+            found.write(token + b"\n")
+            os.write(1, token + b" 0\n")
+"""
+
+
+def _snoop(box: Box, mode: str) -> str:
+    box.write(box.ws / "snoop.py", SNOOP)
+    box.write(box.ws / "found", "")
+    return f"(python3 snoop.py 6 {mode} 2>/dev/null &) ; echo started"
+
+
+def test_a_background_job_cannot_read_the_framing_or_forge_a_status(box: Box) -> None:
+    start = _snoop(box, "read")
+    slow_fail = "sleep 1; sh -c 'exit 7'"
+    shown, records = _session(box, [{"command": start}, {"sleep": 1}, {"command": slow_fail},
+                                    {"command": "echo third"}])
+    assert (box.ws / "found").read_text() == "", "a command's job read a status token"
+    assert shown[1]["exit_code"] == 7, shown
+    assert "third" in shown[2]["output"], shown
+    assert records == [(start, "ran", 0), (slow_fail, "ran", 7), ("echo third", "ran", 0)]
+
+
+def test_a_background_job_cannot_write_into_the_shells_input(box: Box) -> None:
+    start = _snoop(box, "inject")
+    shown, records = _session(box, [{"command": start}, {"command": "sleep 2; echo second"},
+                                    {"command": "sleep 1; echo third"}])
+    assert not (box.ws / "injected").exists(), shown
+    assert [r[0] for r in records] == [start, "sleep 2; echo second", "sleep 1; echo third"]
+    assert "second" in shown[1]["output"] and "third" in shown[2]["output"], shown
+
+
+def test_the_next_command_never_follows_a_symlink_swapped_in_for_its_directory(
+        box: Box) -> None:
+    # The first command ends in `here`; its background job then puts a symlink
+    # to /etc where `here` was, before the second command starts.
+    first = "mkdir here && cd here; (sleep 1; cd ..; mv here was-here; ln -s /etc here) &"
+    shown, records = _session(box, [{"command": first}, {"sleep": 2.5},
+                                    {"command": "pwd -P"}, {"command": "pwd -P"}])
+    assert "/etc\n" not in shown[1]["output"].splitlines(keepends=True), shown
+    assert shown[1]["exit_code"] == 126, shown
+    assert "stockade refused this command" in shown[1]["output"], shown
+    assert records[1] == ("pwd -P", "denied", None)
+    # Refused once, then back in the workspace, which has not moved.
+    assert shown[2]["output"].strip() == str(box.ws), shown
+    assert records[2] == ("pwd -P", "ran", 0)
+
+
+def test_the_framing_runs_no_program_a_command_put_on_path(box: Box) -> None:
+    plant = ("mkdir -p bin && for p in cat env mktemp rm pwd; do "
+             "printf '#!/bin/sh\\necho \"$0\" >> %s/planted-ran\\nexec /usr/bin/$(basename $0) "
+             "\"$@\"\\n' \"$PWD\" > bin/$p; chmod +x bin/$p; done; export PATH=$PWD/bin:$PATH")
+    shown, records = _session(box, [{"command": plant}, {"command": "echo hi"},
+                                    {"command": "echo $PATH"}])
+    assert not (box.ws / "planted-ran").exists(), (box.ws / "planted-ran").read_text()
+    assert "hi" in shown[1]["output"] and f"{box.ws}/bin:" in shown[2]["output"], shown
+    assert [r[2] for r in records] == [0, 0, 0]
+
+
+def test_exit_alone_is_recorded_and_the_shell_goes_on(box: Box) -> None:
+    shown, records = _session(box, [{"command": "cd /tmp && export KEPT=1"},
+                                    {"command": "exit"}, {"command": "pwd; echo ${KEPT-}"}])
+    assert records == [("cd /tmp && export KEPT=1", "ran", 0), ("exit", "ran", 0),
+                       ("pwd; echo ${KEPT-}", "ran", 0)]
+    assert shown[1]["exit_code"] == 0 and "ended its shell" in shown[1]["output"], shown
+    assert shown[2]["output"].split() == ["/tmp", "1"], shown
