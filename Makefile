@@ -40,6 +40,7 @@ test: $(VENV)/.dev-installed
 	step "ruff" $(BIN)/ruff check src tests bench; \
 	step "mypy" $(BIN)/mypy; \
 	step "mypy, Windows driver" $(BIN)/mypy --platform win32 src/stockade/drivers/windows; \
+	step "mypy, macOS driver" $(BIN)/mypy --platform darwin src/stockade/drivers/macos; \
 	step "first pass: the whole suite, stockade's own bwrap" $(BIN)/python -m pytest; \
 	dir=$$(mktemp -d /tmp/stockade-system-bwrap.XXXXXX) && \
 	bwrap=$$($(BIN)/python tests/isolation/system_bwrap.py "$$dir"); rc=$$?; \

@@ -185,6 +185,14 @@ CHECKLIST = [
      lambda code, out: True),
     ("W7b", 1, [], ["schtasks", "/create", "/tn", "sv", "/tr", "cmd /c ver", "/sc", "once",
                     "/st", "23:59"], lambda code, out: code != 0),
+    ("W8b", 2, RO, ["cmd", "/c", "type", "%USERPROFILE%\\.aws\\sv-low.txt"],
+     lambda code, out: "SV-SECRET" not in out),
+    ("W8c", 1, RO, ["cmd", "/c", "type", "%USERPROFILE%\\.aws\\sv-low.txt"],
+     lambda code, out: "SV-SECRET" not in out),
+    ("W9a-1", 1, RO, [sys.executable, "-c", "print('SHOWN')"],
+     lambda code, out: "SHOWN" in out),
+    ("W9a-2", 2, RO, [sys.executable, "-c", "print('SHOWN')"],
+     lambda code, out: "SHOWN" in out),
     ("B2", 1, [], ["cmdkey", "/list"], lambda code, out: "sv-target" not in out),
     ("B3", 1, RO, ["cmd", "/c", "type", "%USERPROFILE%\\.aws\\sv-credentials:stream"],
      lambda code, out: "SV-SECRET" not in out),
@@ -204,10 +212,15 @@ def planted() -> object:
     path = os.path.join(aws, "sv-credentials")
     with open(path, "w") as fh:
         fh.write("SV-SECRET")
+    low = os.path.join(aws, "sv-low.txt")  # W8b: a child with a Low label of its own
+    with open(low, "w") as fh:
+        fh.write("SV-SECRET")
+    subprocess.run(["icacls", low, "/setintegritylevel", "L"], capture_output=True, check=True)
     subprocess.run(["cmdkey", "/add:sv-target", "/user:u", "/pass:SV-SECRET"],
                    capture_output=True, check=False)
     yield path
     os.remove(path)
+    os.remove(low)
     subprocess.run(["cmdkey", "/delete:sv-target"], capture_output=True, check=False)
     subprocess.run(["schtasks", "/delete", "/tn", "sv", "/f"], capture_output=True, check=False)
 
