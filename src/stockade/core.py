@@ -65,7 +65,7 @@ if TYPE_CHECKING:
     from .hooks import BeforeHook
     from .process import BackgroundProcess
     from .profile import Profile
-    from .proxy import ProxyDecision, ProxyThread
+    from .proxy import ProxyDecision, ProxyThread, SessionEndpoint
 
 
 class SessionWorkspace:
@@ -447,10 +447,10 @@ class SandboxCore:
                 launch = driver.prepare(cmd.argv, profile)
             except BaseException:
                 if endpoint:
-                    self._drop_proxy_endpoint(endpoint[2])
+                    self._drop_proxy_endpoint(endpoint.session_id)
                 raise
             if endpoint:
-                key = endpoint[2]
+                key = endpoint.session_id
                 launch.also(lambda: self._drop_proxy_endpoint(key))
             timeout = cmd.timeout or caps.timeout_secs or self.default_timeout
             self.ledger.record_start(session=sid, argv=cmd.argv, cwd=cwd, mode=mode,
@@ -512,7 +512,7 @@ class SandboxCore:
             hint = (driver.explain_run(launch, out.stderr)
                     or denial_hint(kind, out.stderr, mode, workspace=ws.cwd, cwd=cwd,
                                    profile=profile))
-        refused = self._proxy_refusals.pop(endpoint[2], None) if endpoint else None
+        refused = self._proxy_refusals.pop(endpoint.session_id, None) if endpoint else None
         if refused and not kind:
             # The proxy saw it first: the client's own error ("403", "tunnel
             # failed") rarely reads as a denial, and it names no rule.
@@ -578,8 +578,8 @@ class SandboxCore:
         return caps.replace(network=network)
 
     def proxy_endpoint(self, session_id: str, network: NetworkPolicy,
-                       backend: str = "bubblewrap") -> tuple[str, int, str, str | None]:
-        """A proxy endpoint for ONE command: (unix socket, TCP port, proxy key, secret).
+                       backend: str = "bubblewrap") -> SessionEndpoint:
+        """A proxy endpoint for ONE command, named by the command's own proxy key.
 
         Per command, not per session: a host approved once for this command
         must not become reachable to the session's other commands already
@@ -609,11 +609,9 @@ class SandboxCore:
         deny = dict(_deny_entry(e) for e in self.config.deny_hosts)
         policy = HostPolicy(allow=network.hosts, deny=deny)
         if declared(backend).namespaces:  # a socket bound into its network namespace
-            ep = self._proxy.add_session(key, policy, tcp=False)
-        else:
-            ep = self._proxy.add_session(key, policy, unix=False,
-                                         secret=secrets.token_urlsafe(24))
-        return ep.unix_path, ep.port, key, ep.secret
+            return self._proxy.add_session(key, policy, tcp=False)
+        return self._proxy.add_session(key, policy, unix=False,
+                                       secret=secrets.token_urlsafe(24))
 
     def _drop_proxy_endpoint(self, key: str) -> None:
         if self._proxy is not None:
@@ -636,7 +634,7 @@ class SandboxCore:
 
     def make_profile(self, ws: SessionWorkspace, cmd: SandboxCommand, mode: str,
                      caps: SandboxCapabilities, cwd: str, backend: str,
-                     endpoint: tuple[str, int, str, str | None] | None = None,
+                     endpoint: SessionEndpoint | None = None,
                      repositories: tuple[str, ...] = (),
                      matched: tuple[str, ...] = ()) -> Profile:
         c = self.config
@@ -645,9 +643,9 @@ class SandboxCore:
         profile = build_profile(
             private=self._private, cache_dir=ws.cache_dir, tmp_size_mb=c.tmp_size_mb,
             max_file_size_mb=c.max_file_size_mb,
-            proxy_socket=endpoint[0] if endpoint else None,
-            proxy_port=endpoint[1] if endpoint else None,
-            proxy_secret=endpoint[3] if endpoint else None,
+            proxy_socket=endpoint.unix_path if endpoint else None,
+            proxy_port=endpoint.port if endpoint else None,
+            proxy_secret=endpoint.secret if endpoint else None,
             mode=mode, workspace=ws.cwd, cwd=cwd, capabilities=caps,
             read_scope=ws.read_scope, host_env=self.env, command_env=cmd.env,
             unreadable=c.unreadable, writable=c.writable, granted_sockets=c.granted_sockets,
