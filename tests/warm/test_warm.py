@@ -157,6 +157,13 @@ def run(sb: SyncWorkspaceSandbox, *argv: str, **kw: object) -> object:
     return sb.execute(SandboxCommand(argv[0], argv[1:], session_id="s", **kw))  # type: ignore[arg-type]
 
 
+def state(pool: WarmPool) -> str:
+    """What the pool held, for a failure that says only that a command went cold."""
+    return (f"{pool.parked_count()} parked, {pool.hits} hits, {pool.misses} misses, "
+            f"wanted {len(pool._wanted)}, hurried {len(pool._hurried)}, "
+            f"backing off {pool._misses}")
+
+
 def primed(world: World, **config: object) -> tuple[SyncWorkspaceSandbox, WarmPool]:
     """A session whose next command's sandbox is parked (the ledger exists by now)."""
     sb = world.sandbox(**config)
@@ -193,7 +200,7 @@ def test_the_next_command_is_served_warm_and_the_audit_says_so(world: World) -> 
     hits = pool.hits
     out = run(sb, "/bin/sh", "-c", "echo out; echo err >&2; exit 3")
     assert (out.exit_code, out.stdout, out.stderr) == (3, b"out\n", b"err\n")  # type: ignore[attr-defined]
-    assert pool.hits == hits + 1
+    assert pool.hits == hits + 1, state(pool)
     records = sb.core.ledger.query(session="s", last=3)
     import json
 
@@ -208,7 +215,7 @@ def test_the_parked_init_is_as_confined_as_a_cold_one(world: World) -> None:
     out = run(sb, "/bin/sh", "-c",
               "grep -E '^(NoNewPrivs|Seccomp|CapEff):' /proc/self/status; echo FDS; "
               "ls /proc/self/fd")
-    assert pool.hits == hits + 1
+    assert pool.hits == hits + 1, state(pool)
     text = out.stdout.decode()  # type: ignore[attr-defined]
     for line in ("NoNewPrivs:\t1", "Seccomp:\t2", "CapEff:\t0000000000000000"):
         assert line in text, text
@@ -222,7 +229,7 @@ def test_stdin_timeout_and_duration_count_from_dispatch(world: World) -> None:
     time.sleep(1.5)  # parked for longer than the timeout below
     hits = pool.hits
     out = run(sb, "/bin/cat", stdin=b"fed\n", timeout=1.0)
-    assert pool.hits == hits + 1
+    assert pool.hits == hits + 1, state(pool)
     assert out.stdout == b"fed\n" and out.duration_ms < 1000  # type: ignore[attr-defined]
 
 
@@ -298,7 +305,7 @@ def test_a_background_start_is_served_warm(world: World) -> None:
     hits = pool.hits
     bg = sb.start(SandboxCommand("/bin/echo", ["bg"], session_id="s"))
     bg.wait(timeout=10)
-    assert pool.hits == hits + 1
+    assert pool.hits == hits + 1, state(pool)
     assert bg.output("stdout")[0] == b"bg\n"
 
 
