@@ -89,3 +89,27 @@ def test_files_a_mount_holds_are_armed_only_once_replaced(ws: Path, tmp_path: Pa
         assert config in guard.watch._armed  # armed by the event on its name
     finally:
         guard.release()
+
+
+def test_a_config_rewritten_in_a_loop_keeps_a_bounded_quarantine(ws: Path,
+                                                                 tmp_path: Path) -> None:
+    """Under Landlock each rewrite with a key git acts on is merged and the command's
+    version copied aside: a loop once left thousands of copies a second."""
+    from stockade.drivers.linux.guard import QUARANTINE_PER_PATH
+
+    config = ws / ".git" / "config"
+    guard = _guard(ws, tmp_path / "state", content=True)
+    try:
+        for n in range(QUARANTINE_PER_PATH + 30):
+            new = config.with_name("config.new")
+            new.write_text(f"[core]\n\tbare = false\n\tfsmonitor = touch pwned-{n}\n")
+            os.rename(new, config)
+            deadline = time.monotonic() + 5
+            while "fsmonitor" in config.read_text() and time.monotonic() < deadline:
+                time.sleep(0.002)
+    finally:
+        guard.release()
+    assert "fsmonitor" not in config.read_text()
+    kept = [p for p in (tmp_path / "state").rglob("origin")
+            if p.read_text().strip() == str(config)]
+    assert 10 < len(kept) <= QUARANTINE_PER_PATH

@@ -113,6 +113,7 @@ class MetadataGuard:
 
         os.makedirs(base, mode=0o700, exist_ok=True)
         self.quarantine = os.path.join(state_dir, "quarantine", key)
+        self._quarantined: dict[str, int] = {}
         self._snap_lock = os.path.join(base, key + ".lock")
         self._alive = os.path.join(base, f"{key}.alive.{os.getpid()}.{os.urandom(6).hex()}")
         with _FileLock(self._snap_lock):
@@ -956,7 +957,8 @@ class MetadataGuard:
         if where is None or not where[1]:
             return ""
         root, rel = where
-        return self._into_quarantine(path, lambda q, item: root.move_to(rel, q, item))
+        return self._into_quarantine(path, lambda q, item: root.move_to(rel, q, item),
+                                     lambda: root.remove(rel))
 
     def _quarantine_copy(self, path: str, tree: tuple[object, ...]) -> str:
         """A copy of `tree`, what `path` holds, in the quarantine; where it went."""
@@ -971,14 +973,24 @@ class MetadataGuard:
 
         return self._into_quarantine(path, put)
 
-    def _into_quarantine(self, path: str, put: Callable[[Root, str], bool]) -> str:
+    def _into_quarantine(self, path: str, put: Callable[[Root, str], bool],
+                         remove: Callable[[], None] | None = None) -> str:
         """A fresh quarantine entry for `path`, filled by `put(quarantine, item)`.
 
         The destination is stockade's own name (a fresh directory, `item`
         inside it, the original path beside it in `origin`), never one made of
         the command's names: a relative path built from them once led out of
-        the quarantine.
+        the quarantine. Past `QUARANTINE_PER_PATH` entries for one path in one
+        run, what would be kept is not (`remove` frees the name instead): a
+        command rewriting a config in a loop filled the state directory with
+        thousands of copies a second.
         """
+        kept = self._quarantined.get(path, 0)
+        if kept >= QUARANTINE_PER_PATH:
+            if remove is not None:
+                remove()
+            return ""
+        self._quarantined[path] = kept + 1
         os.makedirs(self.quarantine, mode=0o700, exist_ok=True)
         stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
         entry = f"{stamp}-{os.urandom(4).hex()}"
@@ -1170,6 +1182,10 @@ def _write(dir_fd: int, name: str, text: str) -> None:
     with open(fd, "wb") as fh:
         fh.write(text.encode("utf-8", "surrogateescape"))
 
+
+#: Quarantine entries one path gets in one run; the first ones hold the person's
+#: version and the command's first, the rest are the same loop again.
+QUARANTINE_PER_PATH = 50
 
 #: Milliseconds a merge waits for the command's git to finish writing the file.
 LOCK_WAITS = 50
