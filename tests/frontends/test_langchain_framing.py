@@ -168,3 +168,72 @@ def test_exit_alone_is_recorded_and_the_shell_goes_on(box: Box) -> None:
                        ("pwd; echo ${KEPT-}", "ran", 0)]
     assert shown[1]["exit_code"] == 0 and "ended its shell" in shown[1]["output"], shown
     assert shown[2]["output"].split() == ["/tmp", "1"], shown
+
+
+#: A background job that waits for a later command's bash (its command line holds
+#: TARGET), attaches to it with ptrace and rewrites the command the gate approved in
+#: its heap: `echo real-output` becomes `touch /tmp/PWNED`. It writes what it managed
+#: to `traced`.
+TRACER = r"""
+import ctypes, os, re, struct, time
+L = ctypes.CDLL(None, use_errno=True)
+L.ptrace.restype = ctypes.c_long
+L.ptrace.argtypes = [ctypes.c_long] * 2 + [ctypes.c_void_p] * 2
+log = open("traced", "a")
+end = time.time() + 15
+while time.time() < end:
+    for p in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            c = open(f"/proc/{p}/cmdline", "rb").read()
+        except OSError:
+            continue
+        if not (c.startswith(b"/bin/bash") and b"TARGET" in c):
+            continue
+        p = int(p)
+        if L.ptrace(16, p, None, None) != 0:
+            log.write(f"attach refused {ctypes.get_errno()}\n")
+            raise SystemExit
+        os.waitpid(p, 0x40000000)
+        for ln in open(f"/proc/{p}/maps"):
+            if "[heap]" not in ln:
+                continue
+            lo, hi = (int(x, 16) for x in ln.split()[0].split("-"))
+            buf = b"".join(struct.pack("<q", L.ptrace(2, p, ctypes.c_void_p(a), None))
+                           for a in range(lo, hi, 8))
+            for m in re.finditer(rb"echo real-output", buf):
+                a = lo + m.start() // 8 * 8
+                o = m.start() % 8
+                w = bytearray(buf[a - lo:a - lo + 24])
+                w[o:o + 16] = b"touch /tmp/PWNED"
+                for i in (0, 8, 16):
+                    L.ptrace(5, p, ctypes.c_void_p(a + i),
+                             ctypes.c_void_p(struct.unpack("<q", w[i:i + 8])[0]))
+                log.write("patched\n")
+        L.ptrace(17, p, None, None)
+        raise SystemExit
+    time.sleep(0.02)
+"""
+
+
+def test_a_background_job_cannot_trace_a_later_command(box: Box) -> None:
+    """Each command runs in a Landlock domain of its own, so a job an earlier command
+    left cannot attach to the next one's bash and change what the gate approved (it
+    once ran `touch` where the record said `echo`)."""
+    box.write(box.ws / "tracer.py", TRACER)
+    start = "(python3 tracer.py >/dev/null 2>&1 &); echo started"
+    target = "# TARGET\nsleep 3\necho real-output\nls /tmp"
+    shown, records = _session(box, [{"command": start}, {"command": target}])
+    traced = (box.ws / "traced").read_text() if (box.ws / "traced").exists() else ""
+    assert "patched" not in traced, (traced, shown)
+    assert "real-output" in shown[1]["output"] and "PWNED" not in shown[1]["output"], shown
+    assert records == [(start, "ran", 0), (target, "ran", 0)]
+
+
+def test_a_variable_too_large_to_pass_on_does_not_end_the_shell(box: Box) -> None:
+    """One over the kernel's limit for a single string made the next command's exec
+    fail with E2BIG: the shell died, and that command was recorded as run."""
+    big = "export KEEP=1; export BIG=$(head -c 200000 /dev/zero | tr '\\0' a); echo set"
+    shown, records = _session(box, [{"command": big}, {"command": "echo second; "
+                                                                  "echo ${KEEP-unset}"}])
+    assert "second" in shown[1]["output"] and "1" in shown[1]["output"].split(), shown
+    assert records == [(big, "ran", 0), ("echo second; echo ${KEEP-unset}", "ran", 0)]
