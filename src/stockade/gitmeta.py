@@ -315,6 +315,13 @@ def merge_config(base: list[Entry], ours: list[Entry], host_text: str
     branches = {k.rpartition(".")[0] for k in before if k.startswith("branch.")}
 
     def redirects(key: str) -> bool:
+        if key.startswith("remote.") and key.endswith(".fetch"):
+            # Only into the remote's own namespace: `+refs/heads/*:refs/heads/*`
+            # with prune made the person's next `git fetch --all` delete and
+            # overwrite their branches and tags.
+            own = "refs/remotes/" + key[len("remote."):-len(".fetch")] + "/"
+            return not all(v.lstrip("+").startswith("^") or v.partition(":")[2].startswith(own)
+                           for v in after.get(key, []))
         return (key.endswith(".remote") and key.rpartition(".")[0] in branches
                 and any(v not in remotes for v in after.get(key, [])))
 

@@ -154,6 +154,46 @@ def test_overlapping_commands_and_the_person_all_keep_their_keys(repo: Box) -> N
     assert config(box, "color.ui") == "auto"
 
 
+def test_the_persons_own_keys_stay_when_they_write_during_a_run(repo: Box) -> None:
+    """Their `git config user.name` mid-run replaced the file the command's copy was
+    bound over; the sweep then kept only inert keys of theirs, and their editor, alias
+    and credential helper were gone (judged against nothing instead of against the
+    config the command was given)."""
+    box = repo
+    for key, value in (("core.editor", "vim"), ("alias.co", "checkout"),
+                       ("credential.helper", "cache")):
+        assert git(box, "config", key, value).returncode == 0
+    running = threading.Thread(target=box.sh, args=("sleep 2",),
+                               kwargs={"mode": "workspace-write", "env": box.env(**GIT_ENV)})
+    running.start()
+    time.sleep(1)
+    assert git(box, "config", "user.name", "Me Myself").returncode == 0
+    running.join()
+    assert (config(box, "core.editor"), config(box, "alias.co"),
+            config(box, "credential.helper"), config(box, "user.name")) == (
+        "vim", "checkout", "cache", "Me Myself")
+
+
+#: A repository made with a key git runs, then `.git` made unreachable as the last act:
+#: the release's first step (the left-lock check) once failed on it, and the sweep that
+#: makes the new repository inert never ran.
+UNREACHABLE_GIT = (
+    'git init -q sub && git -C sub config core.fsmonitor "touch $PWD/pwned-sub; false" && '
+    "chmod 000 .git")
+
+
+def test_a_git_directory_made_unreachable_does_not_stop_the_sweep(repo: Box) -> None:
+    box = repo
+    res = box.sh(UNREACHABLE_GIT, mode="workspace-write", env=box.env(**GIT_ENV))
+    try:
+        assert "Traceback" not in text(res), text(res)
+        assert "fsmonitor" not in git(box, "-C", "sub", "config", "--list").stdout.decode()
+        box.host(["git", "-C", "sub", "status"], env=box.env(**GIT_ENV))
+        assert not (box.ws / "pwned-sub").exists(), text(res)
+    finally:
+        (box.ws / ".git").chmod(0o755)
+
+
 @pytest.mark.xfail(strict=True, reason="Known limits: a protected file the person replaces "
                    "while a command runs is a new file to it, no longer held, so the guard "
                    "cuts it to inert keys (the person's version is in the quarantine)")

@@ -69,3 +69,7 @@ def test_control_a_read_only_git_directory_keeps_what_was_written(repo: Box) -> 
         assert iso._host_git_runs_something(box) == ["pwned-fsmonitor"]
     finally:
         (box.ws / ".git").chmod(0o755)
+
+
+def test_a_git_directory_made_unreachable_does_not_stop_the_sweep(repo: Box) -> None:
+    iso.test_a_git_directory_made_unreachable_does_not_stop_the_sweep(repo)

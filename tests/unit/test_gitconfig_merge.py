@@ -108,12 +108,13 @@ def test_removals_and_multiple_values_merge_as_lists(repo: Path, tmp_path: Path)
     git("config", "-f", str(config), "branch.old.remote", "origin")
     got, kept, _ = merged(repo, tmp_path, [
         ["--remove-section", "branch.old"],
-        ["--add", "remote.up.fetch", "+refs/heads/a:refs/a"],
-        ["--add", "remote.up.fetch", "+refs/heads/b:refs/b"],
+        ["--add", "remote.up.fetch", "+refs/heads/a:refs/remotes/up/a"],
+        ["--add", "remote.up.fetch", "+refs/heads/b:refs/remotes/up/b"],
     ], [])
     assert not [line for line in got if line.startswith("branch.old.")]
     assert [line for line in got if line.startswith("remote.up.fetch=")] == [
-        "remote.up.fetch=+refs/heads/a:refs/a", "remote.up.fetch=+refs/heads/b:refs/b"]
+        "remote.up.fetch=+refs/heads/a:refs/remotes/up/a",
+        "remote.up.fetch=+refs/heads/b:refs/remotes/up/b"]
     assert sorted(kept) == ["branch.old.remote", "remote.up.fetch"]
 
 
@@ -208,6 +209,24 @@ def test_a_branch_of_the_persons_follows_only_their_remotes(repo: Path, tmp_path
     assert not [k for k in got if k.startswith("branch.main.pushremote")]
     assert sorted(kept) == ["branch.main.merge", "branch.topic.remote", "remote.exfil.url"]
     assert sorted(dropped) == ["branch.main.pushremote", "branch.main.remote"]
+
+
+def test_a_new_remote_fetches_only_into_its_own_namespace(repo: Path, tmp_path: Path
+                                                          ) -> None:
+    """With prune, `+refs/heads/*:refs/heads/*` made the person's next `git fetch --all`
+    delete and overwrite their branches; `refs/tags/*:refs/tags/*` their tags."""
+    got, kept, dropped = merged(repo, tmp_path, [
+        ["remote.mirror.url", "/srv/m.git"],
+        ["remote.mirror.fetch", "+refs/heads/*:refs/heads/*"],
+        ["--add", "remote.mirror.fetch", "+refs/tags/*:refs/tags/*"],
+        ["remote.good.url", "/srv/g.git"],
+        ["remote.good.fetch", "+refs/heads/*:refs/remotes/good/*"],
+        ["--add", "remote.good.fetch", "^refs/heads/skip"],
+    ], [])
+    assert "remote.good.fetch=+refs/heads/*:refs/remotes/good/*" in got
+    assert not [k for k in got if k.startswith("remote.mirror.fetch")]
+    assert sorted(kept) == ["remote.good.fetch", "remote.good.url", "remote.mirror.url"]
+    assert dropped == ["remote.mirror.fetch"]
 
 
 def test_the_repositorys_format_stays_the_persons(repo: Path, tmp_path: Path) -> None:

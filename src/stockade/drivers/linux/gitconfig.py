@@ -174,7 +174,8 @@ def merge_into(fs: Roots, path: str, base: bytes, ours: bytes) -> Merged:
             return Merged(path, [], f"it could not be written ({exc.strerror or exc})")
 
 
-def clear_left_lock(fs: Roots, path: str, since_ns: int) -> str:
+def clear_left_lock(fs: Roots, path: str, since_ns: int, until_ns: float = float("inf")
+                    ) -> str:
     """Remove the `config.lock` beside `path` that a command's git left (killed while
     writing): git refuses every later write of the config while it is there, the
     person's and the merge's alike. What was done, or "" when there is none.
@@ -195,7 +196,7 @@ def clear_left_lock(fs: Roots, path: str, since_ns: int) -> str:
         return ""
     if st.st_ctime_ns < since_ns:
         return ""
-    deadline = min(st.st_ctime_ns, time.time_ns()) + LOCK_WAIT_SECONDS * 1e9
+    deadline = min(min(st.st_ctime_ns, time.time_ns()) + LOCK_WAIT_SECONDS * 1e9, until_ns)
     while (left := deadline - time.time_ns()) > 0:
         time.sleep(min(0.05, left / 1e9))
         if root.lstat(rel) is None:

@@ -100,6 +100,9 @@ class MetadataGuard:
         self.watch: Watch | None = None
         self.tree = tree
         self.private: PrivateConfigs | None = None
+        #: The configs the command was given, kept past the merge for the sweep:
+        #: a config the person replaced during the run is judged against them.
+        self._given: dict[str, bytes | None] = {}
         #: When the command began (its config locks are younger).
         self.started_ns = time.time_ns()
         from ...paths import sha256_hex
@@ -264,6 +267,7 @@ class MetadataGuard:
         private, self.private = self.private, None
         if private is None:
             return []
+        self._given = dict(private.base)
         done: list[Neutralised] = []
         try:
             for merged in private.merge(fs):
@@ -278,14 +282,25 @@ class MetadataGuard:
 
     def _left_locks(self, fs: Roots) -> list[Neutralised]:
         """Each `config.lock` of a guarded repository the command's git left behind."""
-        from .gitconfig import clear_left_lock, is_config_of
+        from .gitconfig import LOCK_WAIT_SECONDS, clear_left_lock, is_config_of
 
         done: list[Neutralised] = []
+        # One wait for all of them: a command touching many locks once held the
+        # next command's start for a second each.
+        until = time.time_ns() + int(LOCK_WAIT_SECONDS * 1e9)
         for path in self.paths:
-            if is_config_of(path, self.gitdirs):
-                what = clear_left_lock(fs, path, self.started_ns)
-                if what:
-                    done.append(Neutralised(path + ".lock", what))
+            if not is_config_of(path, self.gitdirs):
+                continue
+            where = self._open_parent(path)  # its directory's owner bits back first
+            if where is not None:
+                os.close(where[0])
+            try:
+                what = clear_left_lock(fs, path, self.started_ns, until)
+            except OSError as exc:
+                what = (f"COULD NOT BE CHECKED ({exc.strerror or exc}): a git config write "
+                        "may fail until it is removed")
+            if what:
+                done.append(Neutralised(path + ".lock", what))
         return done
 
     def _leave(self) -> None:
@@ -472,8 +487,16 @@ class MetadataGuard:
             with _FileLock(self._snap_lock):
                 fs = Roots(self.roots)
                 try:
-                    done += self._left_locks(fs)
-                    done += self._merge_private(fs)
+                    for step in (self._left_locks, self._merge_private):
+                        try:
+                            done += step(fs)
+                        except Exception as exc:
+                            # Never in the way of the sweep below: it is what
+                            # takes out what the command left to run.
+                            why = getattr(exc, "strerror", None) or type(exc).__name__
+                            done.append(Neutralised(
+                                self.roots[0] if self.roots else self.dir,
+                                f"COULD NOT BE MERGED ({why}): check the git configs here"))
                 finally:
                     fs.close()
                 if self.watch is not None:
@@ -895,7 +918,7 @@ class MetadataGuard:
                 done.append(Neutralised(path, "not a regular git config file", moved))
                 return
             entries = self._config(path)
-            given = self.private.base.get(path) if self.private is not None else None
+            given = (self.private.base if self.private is not None else self._given).get(path)
             merged = (gitmeta.merge_config(gitmeta.parse_config_bytes(given) or [], entries,
                                            gitmeta.config_text(given))
                       if given is not None and entries is not None else None)
