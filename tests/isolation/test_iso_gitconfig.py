@@ -195,8 +195,9 @@ def test_a_git_directory_made_unreachable_does_not_stop_the_sweep(repo: Box) -> 
 
 
 @pytest.mark.xfail(strict=True, reason="Known limits: a protected file the person replaces "
-                   "while a command runs is a new file to it, no longer held, so the guard "
-                   "cuts it to inert keys (the person's version is in the quarantine)")
+                   "while a command runs is a new file to it, no longer held, so a key that "
+                   "runs something set meanwhile is dropped, the person's too (their version "
+                   "is in the quarantine)")
 def test_the_persons_own_config_write_during_a_run_is_kept(repo: Box) -> None:
     box = repo
     running = threading.Thread(target=box.sh, args=("sleep 2",),
