@@ -314,8 +314,8 @@ class Root:
             os.close(fd)
 
     def move_to(self, rel: str, dest: Root, dest_rel: str) -> bool:
-        """Move `rel` to `dest_rel` beneath `dest`; False when it was too large to copy
-        across filesystems and was removed instead.
+        """Move `rel` to `dest_rel` beneath `dest`; False when it was too large (or too
+        unreadable) to copy across filesystems and was removed instead.
 
         A rename where both share a filesystem; otherwise a copy through
         descriptors (fstree's budget), then removal.
@@ -334,7 +334,9 @@ class Root:
                         raise
                 try:
                     tree = read_tree(fd, name)
-                except TooLarge:
+                except (TooLarge, OSError):
+                    # Too large, or made unreadable inside (a directory of mode
+                    # 0300 among the hooks): removed, never left where it runs.
                     tree = None
                 if tree is not None:
                     write_tree(dfd, dname, tree)

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from stockade.capabilities import capabilities_for_mode
+from stockade.command import Neutralised
 from stockade.drivers.linux.guard import MetadataGuard
 from stockade.profile import build_profile
 
@@ -113,3 +114,33 @@ def test_a_config_rewritten_in_a_loop_keeps_a_bounded_quarantine(ws: Path,
     kept = [p for p in (tmp_path / "state").rglob("origin")
             if p.read_text().strip() == str(config)]
     assert 10 < len(kept) <= QUARANTINE_PER_PATH
+
+
+def test_one_hook_that_cannot_be_moved_leaves_none_of_the_others(
+        ws: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A repository the command made, its hooks taken out one by one: one it made
+    impossible to move (an unreadable directory sorted first) left the rest live."""
+    from stockade.fsroot import Roots
+
+    guard = _guard(ws, tmp_path / "state")
+    hooks = ws / "sub" / ".git" / "hooks"
+    hooks.mkdir(parents=True)
+    for name in ("a", "pre-commit", "pre-push"):
+        (hooks / name).write_text("#!/bin/sh\nevil\n")
+    real = guard._quarantine
+
+    def stuck(path: str) -> str:
+        if path.endswith("/hooks/a"):
+            raise PermissionError(13, "Permission denied")
+        return real(path)
+
+    monkeypatch.setattr(guard, "_quarantine", stuck)
+    done: list[Neutralised] = []
+    guard.fs = Roots([str(ws)])  # as the sweep opens it
+    try:
+        guard._inert_hooks(str(hooks), done)
+    finally:
+        guard.fs.close()
+        guard.release()
+    assert sorted(p.name for p in hooks.iterdir()) == ["a"], done
+    assert any("COULD NOT" in n.what for n in done), done

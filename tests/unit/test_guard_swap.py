@@ -153,3 +153,31 @@ def test_a_file_that_grows_after_it_was_counted_is_not_read_whole(tmp_path: Path
             fstree.read_tree(fd, "f")
     finally:
         os.close(fd)
+
+
+def test_what_cannot_be_copied_across_file_systems_is_removed(tmp_path: Path,
+                                                              monkeypatch: pytest.MonkeyPatch
+                                                              ) -> None:
+    """A workspace on another file system than the quarantine: a hook directory the
+    command made unreadable inside failed the copy, and the hook stayed where git runs
+    it."""
+    import errno
+
+    from stockade import fsroot
+    from stockade.drivers.linux import fstree
+
+    (tmp_path / "ws" / "hooks").mkdir(parents=True)
+    (tmp_path / "ws" / "hooks" / "pre-commit").write_text("#!/bin/sh\nevil\n")
+    (tmp_path / "q").mkdir()
+
+    def across(*args: object, **kw: object) -> None:
+        raise OSError(errno.EXDEV, "cross-device")
+
+    def unreadable(*args: object, **kw: object) -> object:
+        raise PermissionError(errno.EACCES, "Permission denied")
+
+    monkeypatch.setattr(fsroot.os, "rename", across)
+    monkeypatch.setattr(fstree, "read_tree", unreadable)
+    with fsroot.Root(str(tmp_path / "ws")) as ws, fsroot.Root(str(tmp_path / "q")) as q:
+        assert ws.move_to("hooks/pre-commit", q, "item") is False
+    assert not (tmp_path / "ws" / "hooks" / "pre-commit").exists()

@@ -959,16 +959,19 @@ class MetadataGuard:
             self._move(hooks, done, "not a hooks directory")
             return
         for entry in self._listdir(hooks):
-            path = os.path.join(hooks, entry)
-            if entry.endswith(gitmeta.SAMPLE_SUFFIX):
-                # git never runs a sample; one that is not a small file is not
-                # git's, and only weighs on the Landlock baseline's copy.
-                if self._kind(path) == "file" and self._size(path) <= SAMPLE_MAX_BYTES:
-                    continue
-                self._move(path, done, "not a sample git ships")
-                continue
-            done.append(Neutralised(path, "a git hook the command created",
-                                    self._quarantine(path)))
+            # Each on its own: one the command made impossible to move (an
+            # unreadable directory sorted first) left every hook after it live.
+            self._attempt(self._inert_hook, os.path.join(hooks, entry), done)
+
+    def _inert_hook(self, path: str, done: list[Neutralised]) -> None:
+        if path.endswith(gitmeta.SAMPLE_SUFFIX):
+            # git never runs a sample; one that is not a small file is not
+            # git's, and only weighs on the Landlock baseline's copy.
+            if self._kind(path) == "file" and self._size(path) <= SAMPLE_MAX_BYTES:
+                return
+            self._move(path, done, "not a sample git ships")
+            return
+        done.append(Neutralised(path, "a git hook the command created", self._quarantine(path)))
 
     def _move(self, path: str, done: list[Neutralised], what: str) -> None:
         if self._kind(path):
