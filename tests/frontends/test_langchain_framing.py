@@ -237,3 +237,58 @@ def test_a_variable_too_large_to_pass_on_does_not_end_the_shell(box: Box) -> Non
                                                                   "echo ${KEEP-unset}"}])
     assert "second" in shown[1]["output"] and "1" in shown[1]["output"].split(), shown
     assert records == [(big, "ran", 0), ("echo second; echo ${KEEP-unset}", "ran", 0)]
+
+
+#: A background job that waits for a later command's bash (its command holds VICTIM)
+#: and puts its own state in that command's place, for the commands after it:
+#: PATH=/tmp/evil first. Through the state file's name (a FIFO symlinked there,
+#: written once the shell opens it) or through the bash's descriptor for it.
+STATE_THIEF = r"""
+import os, time
+forged = b"state\0/\0/\n\0PATH=/tmp/evil:/usr/bin:/bin\0end\0"
+end = time.time() + 15
+while time.time() < end:
+    for p in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            argv = open(f"/proc/{p}/cmdline", "rb").read().split(b"\0")
+        except OSError:
+            continue
+        if not (argv[0] == b"/bin/bash" and len(argv) > 7 and b"VICTIM" in argv[6]):
+            continue
+        where = os.fsdecode(argv[7])
+        if where.isdigit():
+            try:
+                fd = os.open(f"/proc/{p}/fd/{where}", os.O_WRONLY)
+                open("thief", "a").write("forged\n")  # could reach it: as good as done
+                os.pwrite(fd, forged, 0)
+            except OSError as exc:
+                open("thief", "a").write(f"refused {exc.errno}\n")
+            raise SystemExit
+        fifo = where + ".f"
+        os.mkfifo(fifo)
+        os.symlink(fifo, where + ".l")
+        os.rename(where + ".l", where)
+        with open(fifo, "rb") as f:
+            while not f.read().endswith(b"end\0"):
+                pass
+        with open(fifo, "wb") as f:
+            f.write(forged)
+        open("thief", "a").write("forged\n")
+        raise SystemExit
+    time.sleep(0.01)
+"""
+
+
+def test_a_background_job_cannot_set_the_state_later_commands_start_with(box: Box) -> None:
+    """A job of one command once replaced a later command's state file, and every
+    command after it ran with the job's PATH: `ls` was the job's program."""
+    box.write(box.ws / "thief.py", STATE_THIEF)
+    start = ("mkdir -p /tmp/evil; printf '#!/bin/sh\\necho PWNED-ls\\n' > /tmp/evil/ls; "
+             "chmod +x /tmp/evil/ls; (python3 thief.py >/dev/null 2>&1 &); echo started")
+    victim = "# VICTIM\nsleep 1; echo two"
+    shown, _records = _session(box, [{"command": start}, {"sleep": 0.5}, {"command": victim},
+                                     {"command": "ls /; echo $PATH"}])
+    assert "PWNED-ls" not in shown[2]["output"], shown
+    assert "/tmp/evil" not in shown[2]["output"], shown
+    thief = box.ws / "thief"
+    assert not thief.exists() or "forged" not in thief.read_text(), thief.read_text()

@@ -44,18 +44,21 @@ CARRY_NOT_PREFIXES = (b"LD_", b"BASH_FUNC_")
 
 #: The bash that runs one command, in the directory the shell has entered for
 #: it (`Shell.enter`): run it, then write where it ended and what it exported
-#: to the state file. Nothing runs before the command, and the state is
-#: written by builtins alone: a command's PATH names programs for the next
-#: command, never for the framing.
+#: to the state descriptor ($2), which the command itself runs without.
+#: Nothing runs before the command, and the state is written by builtins
+#: alone: a command's PATH names programs for the next command, never for
+#: the framing.
 CHILD = r"""
 __sk_c=$1 __sk_s=$2; shift 2
-builtin eval "$__sk_c"; __sk_rc=$?
+builtin eval "builtin eval \"\$__sk_c\" $__sk_s>&-"; __sk_rc=$?
 builtin set +eu; builtin unset IFS
 { builtin printf 'state\0%s\0' "$PWD"; builtin pwd -P; builtin printf '\0'
   for __sk_n in $(builtin compgen -e); do builtin printf '%s=%s\0' "$__sk_n" "${!__sk_n}"; done
-  builtin printf 'end\0'; } > "$__sk_s"
+  builtin printf 'end\0'; } >&"$__sk_s"
 builtin exit $__sk_rc
 """
+#: The most state one command hands to the next.
+MAX_STATE = 8 << 20
 
 
 def _write_all(fd: int, data: bytes) -> None:
@@ -105,7 +108,7 @@ def _request(line: bytes) -> dict[str, str]:
 
 
 class _Command:
-    def __init__(self, proc: subprocess.Popen[bytes], token: str, state: str,
+    def __init__(self, proc: subprocess.Popen[bytes], token: str, state: int,
                  pipes: tuple[int, int]) -> None:
         self.proc, self.token, self.state, self.pipes = proc, token, state, pipes
         try:
@@ -179,22 +182,28 @@ class Shell:
             self.logical, self.physical = self.start_logical, self.start_physical
             _write_all(1, f"{token} 126 moved\n".encode())
             return
-        state = os.path.join(self.states, os.urandom(8).hex())
         env = {**self.env, b"PWD": os.fsencode(self.logical)}
+        try:
+            state = self.state_file()
+        except OSError as exc:
+            self.cannot_start(token, exc)
+            return
         try:
             out_r, out_w = os.pipe()
             err_r, err_w = os.pipe()
         except OSError as exc:
+            os.close(state)
             self.cannot_start(token, exc)
             return
         try:
             proc = subprocess.Popen(
                 ["/bin/bash", "--norc", "--noprofile", "-c", CHILD, "bash", request["run"],
-                 state],
+                 str(state)],
                 stdin=subprocess.DEVNULL, stdout=out_w, stderr=err_w, env=env,
-                close_fds=True, start_new_session=True, preexec_fn=_own_domain)
+                close_fds=True, pass_fds=(state,), start_new_session=True,
+                preexec_fn=_own_domain)
         except (OSError, ValueError, subprocess.SubprocessError) as exc:
-            for fd in (out_r, err_r):
+            for fd in (out_r, err_r, state):
                 os.close(fd)
             self.cannot_start(token, exc)
             return
@@ -205,6 +214,24 @@ class Shell:
             os.set_blocking(fd, False)
             self.pipes[fd] = to
         self.running = _Command(proc, token, state, (out_r, err_r))
+
+    def state_file(self) -> int:
+        """A file with no name for the next command's state, open on a descriptor.
+
+        Nameless, so that the only way in is a descriptor: the shell's, and
+        the one the command's bash inherits, which neither the command nor a
+        job an earlier command left (another Landlock domain, `_own_domain`)
+        can reach. A named file in /tmp was the way a job of one command set
+        the PATH of the ones after it.
+        """
+        try:
+            return os.open(self.states, os.O_TMPFILE | os.O_RDWR | os.O_CLOEXEC, 0o600)
+        except OSError:  # a file system without O_TMPFILE: named for a moment
+            name = os.path.join(self.states, os.urandom(8).hex())
+            fd = os.open(name, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
+                         | os.O_CLOEXEC, 0o600)
+            os.unlink(name)
+            return fd
 
     def cannot_start(self, token: str, exc: BaseException) -> None:
         """The command could not be started (a limit a command set on this shell, an
@@ -256,11 +283,12 @@ class Shell:
         code = command.proc.returncode
         status = code if code >= 0 else 128 - code
         try:
-            with open(command.state, "rb") as f:
-                parts = f.read().split(b"\0")
-            os.unlink(command.state)
+            size = min(os.fstat(command.state).st_size, MAX_STATE)
+            parts = os.pread(command.state, size, 0).split(b"\0")
         except OSError:
             parts = []
+        finally:
+            os.close(command.state)
         if parts[:1] == [b"state"] and parts[-2:] == [b"end", b""] and len(parts) >= 5:
             self.logical = os.fsdecode(parts[1])
             self.physical = os.fsdecode(parts[2].rstrip(b"\n"))
