@@ -39,9 +39,10 @@ MAX_INCLUDE_DEPTH = 10
 #: linked worktree's config.worktree, one outside the workspace included;
 #: nor `core.sparseCheckout`, which without the patterns file
 #: in read-only `info/` makes the person's next checkout empty the tree;
-#: nor `remote.*.pushurl`, `.push` or `.mirror`, nor `branch.*.pushremote`,
-#: which turn the person's next plain `git push` into an upload elsewhere or a
-#: deletion of branches).
+#: nor `remote.*.pushurl`, `.push` or `.mirror`, nor `branch.*.pushremote`
+#: or `push.default` (`upstream` with a changed `branch.*.merge` pushes to
+#: another branch), which turn the person's next plain `git push` into an
+#: upload elsewhere or a deletion of branches).
 #: `*` is a subsection.
 INERT_KEYS = frozenset({
     "core.repositoryformatversion", "core.filemode", "core.bare", "core.logallrefupdates",
@@ -54,7 +55,7 @@ INERT_KEYS = frozenset({
     "remote.*.url", "remote.*.fetch", "remote.*.tagopt", "remote.*.prune",
     "branch.*.remote", "branch.*.merge", "branch.*.rebase", "branch.*.description",
     "submodule.*.url", "submodule.*.active", "submodule.*.branch",
-    "fetch.prune", "pull.rebase", "pull.ff", "push.default", "merge.ff", "color.ui",
+    "fetch.prune", "pull.rebase", "pull.ff", "merge.ff", "color.ui",
     "gc.auto",
 })
 
@@ -320,8 +321,7 @@ def merge_config(base: list[Entry], ours: list[Entry], host_text: str
             # with prune made the person's next `git fetch --all` delete and
             # overwrite their branches and tags.
             own = "refs/remotes/" + key[len("remote."):-len(".fetch")] + "/"
-            return not all(v.lstrip("+").startswith("^") or v.partition(":")[2].startswith(own)
-                           for v in after.get(key, []))
+            return not all(_fetches_into(v, own) for v in after.get(key, []))
         return (key.endswith(".remote") and key.rpartition(".")[0] in branches
                 and any(v not in remotes for v in after.get(key, [])))
 
@@ -354,6 +354,21 @@ def merge_config(base: list[Entry], ours: list[Entry], host_text: str
             new.setdefault(entry.key.rpartition(".")[0], (header, []))[1].append(
                 f"\t{name} = {_quote(entry.value)}")
     return _placed(lines, new, emptied), kept, dropped
+
+
+def _fetches_into(refspec: str, own: str) -> bool:
+    """Whether `refspec` writes only beneath `own`, read as git reads it (split at the
+    last colon) and refused where git would refuse it: a refspec git rejects stops
+    the person's `git status`, `fetch` and `push` until it is removed by hand."""
+    spec = refspec[1:] if refspec.startswith("+") else refspec
+    if spec.startswith("^"):
+        return ":" not in spec  # a negative refspec names no destination
+    _src, colon, dst = spec.rpartition(":")
+    rest = dst[len(own):]
+    return bool(colon and dst.startswith(own) and rest and all(
+        part and not part.startswith(".") and not part.endswith((".", ".lock"))
+        and not any(c in part for c in " ~^:?[\\\x7f") and all(ord(c) >= 32 for c in part)
+        for part in rest.split("/")) and "@{" not in rest and rest.count("*") <= 1)
 
 
 def _header_id(line: str) -> str | None:

@@ -254,3 +254,36 @@ def test_an_escape_git_rejects_makes_the_file_unparsed(tmp_path: Path) -> None:
                           capture_output=True).returncode != 0
     assert parse_config(bad.read_text()) is None
     assert parse_config('[user]\n\tname = "a\\"b\\\\c\\td"\n') is not None
+
+
+@pytest.mark.parametrize("refspec", [
+    "^refs/heads/a:refs/heads/main", "+refs/heads/*:refs/remotes/x/../../heads/*",
+    "+refs/heads/main:refs/remotes/x/a:refs/heads/main",
+    "refs/heads/main:refs/remotes/x/./../../heads/q", "+refs/heads/main:refs/remotes/x/..",
+    "refs/heads/main:refs/remotes/x/", "refs/heads/main:refs/remotes/x//a",
+    "refs/heads/main:refs/remotes/x/a.lock", "refs/heads/main:refs/remotes/x/a@{1}",
+])
+def test_a_refspec_git_would_refuse_or_read_elsewhere_is_dropped(refspec: str) -> None:
+    """Each is either refused by git, which then stops the person's `git status`,
+    `fetch` and `push` until removed by hand, or read by git (split at its last colon)
+    as a destination outside the remote's namespace."""
+    from stockade.gitmeta import _fetches_into
+
+    assert not _fetches_into(refspec, "refs/remotes/x/")
+
+
+@pytest.mark.parametrize("refspec", [
+    "+refs/heads/*:refs/remotes/x/*", "refs/heads/main:refs/remotes/x/main",
+    "^refs/heads/skip", "+refs/heads/feat/*:refs/remotes/x/feat/*",
+])
+def test_a_refspec_into_the_remotes_namespace_is_kept(refspec: str) -> None:
+    from stockade.gitmeta import _fetches_into
+
+    assert _fetches_into(refspec, "refs/remotes/x/")
+
+
+def test_push_default_stays_the_persons(repo: Path, tmp_path: Path) -> None:
+    """`upstream`, with their branch's `merge` changed, pushed their `main` to `prod`."""
+    got, kept, dropped = merged(repo, tmp_path, [["push.default", "upstream"]], [])
+    assert not [k for k in got if k.startswith("push.default")]
+    assert (kept, dropped) == ([], ["push.default"])
