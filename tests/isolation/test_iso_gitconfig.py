@@ -194,6 +194,19 @@ def test_a_git_directory_made_unreachable_does_not_stop_the_sweep(repo: Box) -> 
         (box.ws / ".git").chmod(0o755)
 
 
+def test_a_mode_the_person_gave_their_git_directory_stays(repo: Box) -> None:
+    """The guard gives back owner bits a command took away, never ones the person had
+    not: a `chmod 555 .git` of theirs came back as 755 after every run."""
+    box = repo
+    (box.ws / ".git").chmod(0o555)
+    try:
+        res = box.sh("true", mode="workspace-write", env=box.env(**GIT_ENV))
+        assert res.returncode == 0, text(res)
+        assert (box.ws / ".git").stat().st_mode & 0o777 == 0o555
+    finally:
+        (box.ws / ".git").chmod(0o755)
+
+
 @pytest.mark.xfail(strict=True, reason="Known limits: a protected file the person replaces "
                    "while a command runs is a new file to it, no longer held, so a key that "
                    "runs something set meanwhile is dropped, the person's too (their version "

@@ -73,3 +73,7 @@ def test_control_a_read_only_git_directory_keeps_what_was_written(repo: Box) -> 
 
 def test_a_git_directory_made_unreachable_does_not_stop_the_sweep(repo: Box) -> None:
     iso.test_a_git_directory_made_unreachable_does_not_stop_the_sweep(repo)
+
+
+def test_a_mode_the_person_gave_their_git_directory_stays(repo: Box) -> None:
+    iso.test_a_mode_the_person_gave_their_git_directory_stays(repo)

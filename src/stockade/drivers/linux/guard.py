@@ -94,6 +94,9 @@ class MetadataGuard:
         self.gitdirs = sorted({p.path for p in profile.protected if p.kind == PIN})
         self.alive_fd = -1
         self.stale: list[Neutralised] = []
+        #: The owner bits of the directories holding protected paths, as the
+        #: command found them: what the guard gives back if they go (`_regain`).
+        self._modes = _owner_modes(self.paths) if os.geteuid() != 0 else {}
         self.fs = Roots([])
         self._seen: set[str] = set()
         self._final = True
@@ -561,11 +564,11 @@ class MetadataGuard:
             try:
                 fd, name = root.parent(rel)
             except PermissionError:
-                _regain(root.fd, rel.split("/")[:-1])
+                _regain(root.fd, root.path, rel.split("/")[:-1], self._modes)
                 fd, name = root.parent(rel)
         except OSError:
             return None
-        _regain(fd, [])
+        _regain(fd, os.path.dirname(path), [], self._modes)
         return fd, name
 
     def _kind(self, path: str) -> str:
@@ -1252,13 +1255,26 @@ def _swap_in(fd: int, temp: str, name: str, ours: bytes) -> bool:
     return False
 
 
-def _regain(fd: int, parts: list[str]) -> None:
-    """Give the directories `parts` lead to beneath `fd` (`fd` itself when there are
-    none) their owner's rwx back, where this user owns them and is not root.
+def _owner_modes(paths: list[str]) -> dict[str, int]:
+    """The owner bits of each existing directory that holds one of `paths`."""
+    out: dict[str, int] = {}
+    for parent in {os.path.dirname(p) for p in paths}:
+        try:
+            out[parent] = os.lstat(parent).st_mode & 0o700
+        except OSError:
+            pass
+    return out
+
+
+def _regain(fd: int, path: str, parts: list[str], modes: dict[str, int]) -> None:
+    """Give the directories `parts` lead to beneath `fd` (at `path`; `fd` itself when
+    there are none) back the owner bits they had when the command started (all of
+    them for one it made), where this user owns them and is not root.
 
     Landlock does not mediate chmod: a command that took the write bit off
     `.git` left the guard unable to put anything back or take anything away
-    there, and its fsmonitor stayed for the person's next `git status`.
+    there, and its fsmonitor stayed for the person's next `git status`. A
+    mode the person chose (`chmod 555 .git`) is theirs, and stays.
     """
     import stat
 
@@ -1268,10 +1284,12 @@ def _regain(fd: int, parts: list[str]) -> None:
     try:
         for part in [*parts, ""]:
             st = os.fstat(here)
-            if st.st_uid == os.geteuid() and st.st_mode & 0o700 != 0o700:
-                os.chmod(f"/proc/self/fd/{here}", stat.S_IMODE(st.st_mode) | 0o700)
+            want = modes.get(path, 0o700)
+            if st.st_uid == os.geteuid() and want & ~st.st_mode:
+                os.chmod(f"/proc/self/fd/{here}", stat.S_IMODE(st.st_mode) | want)
             if not part:
                 break
+            path = os.path.join(path, part)
             nxt = os.open(part, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC,
                           dir_fd=here)
             os.close(here)
