@@ -144,3 +144,22 @@ def test_one_hook_that_cannot_be_moved_leaves_none_of_the_others(
         guard.release()
     assert sorted(p.name for p in hooks.iterdir()) == ["a"], done
     assert any("COULD NOT" in n.what for n in done), done
+
+
+def test_a_config_read_while_it_is_rewritten_loses_none_of_the_persons_keys(
+        ws: Path, tmp_path: Path) -> None:
+    """Under Landlock the watch reads the file as the command rewrites it in place; a
+    read between the truncation and the write saw every key removed, and merging that
+    took the person's `filemode` and `logallrefupdates` away for good."""
+    config = ws / ".git" / "config"
+    before = config.read_text()
+    guard = _guard(ws, tmp_path / "state", content=True)
+    try:
+        with open(config, "w") as fh:  # truncated, and left so for a moment
+            fh.flush()
+            time.sleep(0.3)
+            fh.write(before)
+        time.sleep(0.3)
+    finally:
+        guard.release()
+    assert config.read_text() == before

@@ -727,9 +727,13 @@ class MetadataGuard:
             return False
         text, _kept, dropped = result
         body = text.encode("utf-8", "surrogateescape")
-        if body == ours or (not dropped and not self._final):
-            # While the command runs, only a change git would act on is worth
-            # racing its own next write for: ours could land over that one.
+        present = {entry.key for entry in theirs or ()}
+        if body == ours or (not self._final and not present.intersection(dropped)):
+            # While the command runs, only a key git would act on that is there
+            # is worth racing its own next write for: ours could land over that
+            # one. Not a key gone: a file read while it was being rewritten
+            # (truncated, not yet written) lacks every key, and merging that
+            # took the person's own keys away.
             return True
         # Replaced in one step, the command's version copied aside, never moved:
         # its git, reading the file between a removal and a rewrite, took it for
