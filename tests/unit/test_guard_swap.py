@@ -131,10 +131,10 @@ def test_a_lock_the_command_keeps_only_delays_the_merge(fd: int, tmp_path: Path)
     assert config(tmp_path) == MERGED
 
 
-def test_a_file_that_grows_after_it_was_counted_is_not_read_whole(tmp_path: Path,
-                                                                   monkeypatch: pytest.MonkeyPatch
-                                                                   ) -> None:
-    """The budget is taken from the stat; the read must stop there, not at EOF."""
+def test_a_file_that_grows_while_it_is_read_is_not_read_whole(tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch
+                                                               ) -> None:
+    """The read stops at the budget, not at EOF: a gibibyte appears after the stat."""
     from stockade.drivers.linux import fstree
 
     (tmp_path / "f").write_bytes(b"x")
@@ -181,3 +181,28 @@ def test_what_cannot_be_copied_across_file_systems_is_removed(tmp_path: Path,
     with fsroot.Root(str(tmp_path / "ws")) as ws, fsroot.Root(str(tmp_path / "q")) as q:
         assert ws.move_to("hooks/pre-commit", q, "item") is False
     assert not (tmp_path / "ws" / "hooks" / "pre-commit").exists()
+
+
+def test_a_file_renamed_over_between_the_look_and_the_read_is_read_as_it_is(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """git's own writes rename a new config in: one larger than the file the stat saw
+    was taken for too large, and the guard restored the person's config over the
+    command's `git remote add` while the command ran."""
+    from stockade.drivers.linux import fstree
+
+    (tmp_path / "config").write_bytes(b"[core]\n")
+    (tmp_path / "config.lock").write_bytes(b"[core]\n[remote \"origin\"]\n\turl = x\n")
+    real_open = os.open
+
+    def renamed_first(path: str, flags: int, *args: object, **kw: object) -> int:
+        if path == "config":
+            os.rename(tmp_path / "config.lock", tmp_path / "config")
+        return real_open(path, flags, *args, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(fstree.os, "open", renamed_first)
+    fd = real_open(tmp_path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        tree = fstree.read_tree(fd, "config")
+    finally:
+        os.close(fd)
+    assert tree is not None and tree[0] == "f" and b"origin" in tree[5]

@@ -58,24 +58,27 @@ def read_tree(dir_fd: int, name: str, budget: list[int] | None = None,
             os.close(fd)
         return ("d", mode, st.st_uid, st.st_gid, st.st_mtime_ns, children)
     if stat.S_ISREG(st.st_mode):
-        budget[0] -= st.st_size
-        if budget[0] < 0:
+        if st.st_size > budget[0]:
             raise TooLarge
         fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK,
                      dir_fd=dir_fd)
         try:
-            # What was opened, read no further than what was counted: a fifo
-            # swapped in after the stat, or a file grown since, would have been
-            # read whole into the host's memory.
-            if not stat.S_ISREG(os.fstat(fd).st_mode):
-                raise TooLarge
-            left = st.st_size + 1
+            # What was opened, which a rename can have put there since the stat
+            # (git's own writes do): its kind and metadata, and no more bytes
+            # than the budget, so that a fifo swapped in, or a file growing, is
+            # never read whole into the host's memory.
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
+                return ("o", stat.S_IMODE(st.st_mode))
+            mode = stat.S_IMODE(st.st_mode)
+            left = budget[0] + 1
             chunks = []
             while left > 0 and (chunk := os.read(fd, min(left, 1 << 20))):
                 chunks.append(chunk)
                 left -= len(chunk)
-            if left <= 0:
-                raise TooLarge  # it grew after it was counted
+            budget[0] = left - 1
+            if budget[0] < 0:
+                raise TooLarge
         finally:
             os.close(fd)
         return ("f", mode, st.st_uid, st.st_gid, st.st_mtime_ns, b"".join(chunks))
