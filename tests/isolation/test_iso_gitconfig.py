@@ -246,8 +246,20 @@ done
 """ + LINKED_WRITE
 
 
+#: Seconds a key written through a link may stay in the person's config: the
+#: watch's reaction, with room for a loaded machine (it stayed the whole run once).
+LIVE_AT_MOST = 0.5
+
+
 def linked_write_is_cut_while_it_runs(box: Box, script: str, person: bool) -> bytes:
-    """The command's output; asserts the host's git never ran the key, mid-run or after."""
+    """The command's output; asserts, from the host, that the key was in the person's
+    config for a moment only (polled every millisecond while the command runs) and
+    that the host's git runs nothing after it.
+
+    Not that no git of the person's ran in that moment: without a mount between the
+    command and the file (Landlock, or once the person's own rename detached it)
+    the key is there until the watch takes it out, milliseconds, and a git started
+    then reads it (docs/landlock-backend.md)."""
     results: list[subprocess.CompletedProcess[bytes]] = []
     running = threading.Thread(target=lambda: results.append(box.sh(
         script, mode="workspace-write", env=box.env(**GIT_ENV))))
@@ -257,16 +269,20 @@ def linked_write_is_cut_while_it_runs(box: Box, script: str, person: bool) -> by
         while not (box.ws / "ready").exists() and time.monotonic() < deadline:
             time.sleep(0.02)
         assert git(box, "config", "user.email", "me@example.invalid").returncode == 0
-    seen = 0
+    live: list[float] = []
     while running.is_alive():
-        _host_git_runs_something(box)  # the person's prompt, meanwhile
-        seen += 1
-        time.sleep(0.05)
+        try:
+            if b"fsmonitor" in (box.ws / ".git" / "config").read_bytes().lower():
+                live.append(time.monotonic())
+        except OSError:
+            pass  # between a removal and a rename
+        time.sleep(0.001)
     running.join()
     res = results[0]
     assert res.returncode == 0, text(res)
+    assert not live or live[-1] - live[0] < LIVE_AT_MOST, (live[-1] - live[0], text(res))
     assert "fsmonitor" not in git(box, "config", "--list").stdout.decode().lower()
-    assert _host_git_runs_something(box) == [] and seen >= 1
+    assert _host_git_runs_something(box) == []
     return res.stdout
 
 
