@@ -154,6 +154,16 @@ def test_overlapping_commands_and_the_person_all_keep_their_keys(repo: Box) -> N
     assert config(box, "color.ui") == "auto"
 
 
+def person_sets_during_a_run(box: Box, key: str, value: str) -> None:
+    """The person's own `git config KEY VALUE` on the host, a second into a command's run."""
+    running = threading.Thread(target=box.sh, args=("sleep 2",),
+                               kwargs={"mode": "workspace-write", "env": box.env(**GIT_ENV)})
+    running.start()
+    time.sleep(1)
+    assert git(box, "config", key, value).returncode == 0
+    running.join()
+
+
 def test_the_persons_own_keys_stay_when_they_write_during_a_run(repo: Box) -> None:
     """Their `git config user.name` mid-run replaced the file the command's copy was
     bound over; the sweep then kept only inert keys of theirs, and their editor, alias
@@ -163,12 +173,7 @@ def test_the_persons_own_keys_stay_when_they_write_during_a_run(repo: Box) -> No
     for key, value in (("core.editor", "vim"), ("alias.co", "checkout"),
                        ("credential.helper", "cache")):
         assert git(box, "config", key, value).returncode == 0
-    running = threading.Thread(target=box.sh, args=("sleep 2",),
-                               kwargs={"mode": "workspace-write", "env": box.env(**GIT_ENV)})
-    running.start()
-    time.sleep(1)
-    assert git(box, "config", "user.name", "Me Myself").returncode == 0
-    running.join()
+    person_sets_during_a_run(box, "user.name", "Me Myself")
     assert (config(box, "core.editor"), config(box, "alias.co"),
             config(box, "credential.helper"), config(box, "user.name")) == (
         "vim", "checkout", "cache", "Me Myself")
@@ -213,12 +218,7 @@ def test_a_mode_the_person_gave_their_git_directory_stays(repo: Box) -> None:
                    "is in the quarantine)")
 def test_the_persons_own_config_write_during_a_run_is_kept(repo: Box) -> None:
     box = repo
-    running = threading.Thread(target=box.sh, args=("sleep 2",),
-                               kwargs={"mode": "workspace-write", "env": box.env(**GIT_ENV)})
-    running.start()
-    time.sleep(1)
-    assert git(box, "config", "core.sshCommand", "ssh -i ~/.ssh/work").returncode == 0
-    running.join()
+    person_sets_during_a_run(box, "core.sshCommand", "ssh -i ~/.ssh/work")
     assert config(box, "core.sshCommand") == "ssh -i ~/.ssh/work"
 
 

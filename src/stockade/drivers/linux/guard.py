@@ -294,11 +294,14 @@ class MetadataGuard:
         for path in self.paths:
             if not is_config_of(path, self.gitdirs):
                 continue
-            where = self._open_parent(path)  # its directory's owner bits back first
-            if where is not None:
-                os.close(where[0])
             try:
-                what = clear_left_lock(fs, path, self.started_ns, until)
+                try:
+                    what = clear_left_lock(fs, path, self.started_ns, until)
+                except PermissionError:
+                    where = self._open_parent(path)  # its directory's owner bits back
+                    if where is not None:
+                        os.close(where[0])
+                    what = clear_left_lock(fs, path, self.started_ns, until)
             except OSError as exc:
                 what = (f"COULD NOT BE CHECKED ({exc.strerror or exc}): a git config write "
                         "may fail until it is removed")
@@ -1284,7 +1287,7 @@ def _regain(fd: int, path: str, parts: list[str], modes: dict[str, int]) -> None
 
     if os.geteuid() == 0:
         return  # nothing a mode bit can refuse
-    here = os.dup(fd)
+    here = fd
     try:
         for part in [*parts, ""]:
             st = os.fstat(here)
@@ -1296,12 +1299,14 @@ def _regain(fd: int, path: str, parts: list[str], modes: dict[str, int]) -> None
             path = os.path.join(path, part)
             nxt = os.open(part, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC,
                           dir_fd=here)
-            os.close(here)
+            if here != fd:
+                os.close(here)
             here = nxt
     except OSError:
         pass  # the settle that follows fails, and says so
     finally:
-        os.close(here)
+        if here != fd:
+            os.close(here)
 
 
 def _inode(fd: int, name: str) -> tuple[int, int] | None:
