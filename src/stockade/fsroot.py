@@ -264,22 +264,36 @@ class Root:
         with open(out, "wb") as fh:
             fh.write(data)
 
-    def replace(self, rel: str, data: bytes, mode: int = 0o644) -> None:
+    def replace(self, rel: str, data: bytes, mode: int = 0o644,
+                like: os.stat_result | None = None) -> None:
         """A new regular file at `rel` holding `data`, in place of whatever entry is there.
 
         Written under a fresh name beside it, then renamed over it: what a
         command left at `rel` is unlinked, never opened, so a FIFO there
         cannot hold the write and a file hard-linked to one outside the
-        root is not written through.
+        root is not written through. With `like` (the file replaced), the new
+        one keeps its mode and, where this user may give it, its owner, and is
+        on disk before the rename: a person's settings can hold secrets, and a
+        looser or half-written copy would leak or lose them.
         """
+        import contextlib
+
         fd, name = self.parent(rel)
         try:
             tmp = f".stockade-new-{os.urandom(6).hex()}"
             out = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
-                          | os.O_CLOEXEC, mode, dir_fd=fd)
+                          | os.O_CLOEXEC, 0o600 if like is not None else mode, dir_fd=fd)
             try:
                 with open(out, "wb") as fh:
+                    if like is not None:
+                        os.fchmod(out, stat.S_IMODE(like.st_mode))
+                        if (like.st_uid, like.st_gid) != (os.geteuid(), os.getegid()):
+                            with contextlib.suppress(PermissionError):
+                                os.fchown(out, like.st_uid, like.st_gid)
                     fh.write(data)
+                    if like is not None:
+                        fh.flush()
+                        os.fsync(out)
                 os.rename(tmp, name, src_dir_fd=fd, dst_dir_fd=fd)
             except BaseException:
                 try:

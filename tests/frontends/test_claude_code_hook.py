@@ -370,7 +370,7 @@ def test_install_writes_a_fresh_file_it_created_itself(tmp_path: Path,
         if leftover.is_symlink():
             leftover.unlink()
     before = settings.read_text()
-    planted = claude / f".settings.json.stockade-{'00' * 8}"
+    planted = claude / f".stockade-new-{'00' * 6}"
     planted.symlink_to(victim)
     with pytest.raises(ConfigError, match="nothing was changed"):
         install("project", project=str(tmp_path), program=["/opt/bin/stockade"],

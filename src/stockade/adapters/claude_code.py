@@ -472,7 +472,8 @@ def install(scope: str, *, project: str, program: list[str], mode: str | None,
             if merged is None:
                 return f"stockade: the hook is already in {shown}"
             text = json.dumps(merged[0], indent=2) + "\n"
-            _replace_settings(root, name, text.encode(), st)
+            # Mode and owner kept: settings can hold secrets in their `env`.
+            root.replace(name, text.encode(), 0o666, like=st)
     except OSError as exc:
         raise ConfigError(f"{path}: cannot update it ({exc.strerror or exc}); nothing was "
                           "changed") from exc
@@ -554,39 +555,6 @@ def _read_settings(root: Root, name: str, path: str) -> tuple[bytes, os.stat_res
         return read_fd(fd, MAX_SETTINGS_BYTES, path), os.fstat(fd)
     finally:
         os.close(fd)
-
-
-def _replace_settings(root: Root, name: str, data: bytes, st: os.stat_result | None) -> None:
-    """`data` in place of the file `name` in `root`, all at once.
-
-    Written under a fresh random name created with O_EXCL and O_NOFOLLOW, so
-    nothing planted beside the file is ever written through, then renamed
-    over it, so Claude Code never reads half a file. The file's mode is kept:
-    settings can hold secrets in their `env`, and a looser copy would leak them.
-    """
-    import stat
-
-    tmp = f".{name}.stockade-{os.urandom(8).hex()}"
-    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
-    fd = os.open(tmp, flags, 0o600 if st is not None else 0o666, dir_fd=root.fd)
-    try:
-        try:
-            if st is not None:
-                os.fchmod(fd, stat.S_IMODE(st.st_mode))
-                if (st.st_uid, st.st_gid) != (os.geteuid(), os.getegid()):
-                    # Root rewriting a person's settings leaves them theirs, not root's;
-                    # anyone else cannot give a file away and keeps the copy as their own.
-                    with contextlib.suppress(PermissionError):
-                        os.fchown(fd, st.st_uid, st.st_gid)
-            _write(fd, data)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.rename(tmp, name, src_dir_fd=root.fd, dst_dir_fd=root.fd)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp, dir_fd=root.fd)
-        raise
 
 
 # -- the command line -----------------------------------------------------------
