@@ -20,7 +20,8 @@ from isolation.conftest import Box
 pytestmark = [pytest.mark.isolation, pytest.mark.timeout(180)]
 
 #: Runs the calls it is given in one `ShellSession` (a {"sleep": s} call waits
-#: on the host) and prints what each showed and every persistent-shell record.
+#: on the host) with the shell environment given, and prints what each showed and
+#: every persistent-shell record.
 DRIVER = """
 import json, sys, time
 sys.path[:0] = [sys.argv[1], sys.argv[2]]
@@ -29,7 +30,7 @@ from langchain.agents.middleware.shell_tool import ShellSession
 from stockade.adapters.langchain import StockadeExecutionPolicy
 policy = StockadeExecutionPolicy(mode="workspace-write", command_timeout=20,
                                  termination_timeout=5)
-session = ShellSession(Path.cwd(), policy, ("/bin/bash",), {})
+session = ShellSession(Path.cwd(), policy, ("/bin/bash",), json.loads(sys.argv[4]))
 session.start()
 shown = []
 try:
@@ -50,12 +51,12 @@ print(json.dumps({"shown": shown, "records": records}))
 """
 
 
-def _session(box: Box, calls: list[dict[str, Any]]) -> tuple[list[dict[str, Any]],
-                                                             list[tuple[str, str, int | None]]]:
+def _session(box: Box, calls: list[dict[str, Any]], env: dict[str, str] | None = None,
+             ) -> tuple[list[dict[str, Any]], list[tuple[str, str, int | None]]]:
     pytest.importorskip("langchain.agents.middleware")
     purelib = sysconfig.get_paths()["purelib"]
     res = box.host([box.runner.python, "-I", "-c", DRIVER, box.runner.site, purelib,
-                    json.dumps(calls)], timeout=150)
+                    json.dumps(calls), json.dumps(env or {})], timeout=150)
     assert res.returncode == 0, res.stderr.decode()[-3000:]
     out = json.loads(res.stdout.decode().strip().splitlines()[-1])
     return out["shown"], [(r[0], r[1], r[2]) for r in out["records"]]
@@ -229,6 +230,23 @@ def test_a_background_job_cannot_trace_a_later_command(box: Box) -> None:
     assert records == [(start, "ran", 0), (target, "ran", 0)]
 
 
+def test_without_landlock_no_command_runs(box: Box) -> None:
+    """Without Landlock there is no domain to keep a job one command leaves away from
+    the next command's memory (ptrace, /proc/<pid>/mem) and descriptors: every
+    command then ran unconfined, and the tracer rewrote what the gate approved."""
+    box.write(box.ws / "tracer.py", TRACER)
+    start = "(python3 tracer.py >/dev/null 2>&1 &); echo started"
+    target = "# TARGET\nsleep 3\necho real-output\nls /tmp"
+    shown, records = _session(box, [{"command": start}, {"command": target}],
+                              env={"STOCKADE_SHELL_NO_LANDLOCK": "1"})
+    assert not (box.ws / "traced").exists(), shown
+    for result in shown:
+        assert result["exit_code"] == 126, shown
+        assert "could not make one here (this kernel has no Landlock)" in result["output"], shown
+        assert "started" not in result["output"] and "real-output" not in result["output"]
+    assert records == [(start, "denied", None), (target, "denied", None)]
+
+
 def test_a_variable_too_large_to_pass_on_does_not_end_the_shell(box: Box) -> None:
     """One over the kernel's limit for a single string made the next command's exec
     fail with E2BIG: the shell died, and that command was recorded as run."""
@@ -292,3 +310,61 @@ def test_a_background_job_cannot_set_the_state_later_commands_start_with(box: Bo
     assert "/tmp/evil" not in shown[2]["output"], shown
     thief = box.ws / "thief"
     assert not thief.exists() or "forged" not in thief.read_text(), thief.read_text()
+
+
+#: A background job that, while a later command (its bash's command line holds VICTIM)
+#: runs, writes INJECTED into the stdout and stderr of every process it can see through
+#: /proc (each one's own descriptors and each of its threads'), or with `kill` sends
+#: that command's bash SIGKILL. It writes what it managed to `intruder`.
+INTRUDER = r"""
+import os, sys, time
+me, log = os.getpid(), open("intruder", "a", buffering=1)
+end = time.time() + 15
+while time.time() < end:
+    pids = [p for p in os.listdir("/proc") if p.isdigit() and int(p) != me]
+    victims = []
+    for p in pids:
+        try:
+            if b"VICTIM" in open(f"/proc/{p}/cmdline", "rb").read():
+                victims.append(int(p))
+        except OSError:
+            continue
+    if not victims:
+        time.sleep(0.02)
+        continue
+    if sys.argv[1] == "kill":
+        for v in victims:
+            try:
+                os.kill(v, 9)
+                log.write(f"killed {v}\n")
+            except OSError as exc:
+                log.write(f"kill refused {exc.errno}\n")
+        raise SystemExit
+    for p in pids:
+        for where in [f"/proc/{p}"] + [f"/proc/{p}/task/{t}" for t in os.listdir(f"/proc/{p}/task")
+                                       if os.path.isdir(f"/proc/{p}/task")]:
+            for fd in (1, 2):
+                try:
+                    w = os.open(f"{where}/fd/{fd}", os.O_WRONLY | os.O_NONBLOCK)
+                    os.write(w, b"INJECTED\n")
+                    log.write(f"wrote {where}/fd/{fd}\n")
+                except OSError as exc:
+                    log.write(f"refused {where}/fd/{fd} {exc.errno}\n")
+    raise SystemExit
+"""
+
+
+@pytest.mark.parametrize("how", ["write", "kill"])
+def test_a_background_job_cannot_write_into_or_kill_a_later_command(box: Box, how: str) -> None:
+    """A job one command left once wrote into a later command's output through that
+    command's /proc/<pid>/fd/1, and killed it (status 137)."""
+    box.write(box.ws / "intruder.py", INTRUDER)
+    start = f"(python3 intruder.py {how} >/dev/null 2>&1 &); echo started"
+    victim = "# VICTIM\nsleep 2; echo victim-done"
+    shown, records = _session(box, [{"command": start}, {"command": victim},
+                                    {"command": "echo third"}])
+    log = (box.ws / "intruder").read_text() if (box.ws / "intruder").exists() else ""
+    assert "INJECTED" not in shown[1]["output"] + shown[2]["output"], (log, shown)
+    assert "wrote" not in log and "killed" not in log, (log, shown)
+    assert shown[1]["exit_code"] == 0 and "victim-done" in shown[1]["output"], (log, shown)
+    assert records == [(start, "ran", 0), (victim, "ran", 0), ("echo third", "ran", 0)]

@@ -12,7 +12,9 @@ The host writes one JSON object a line to its stdin:
     {"exit": true}                 end now, whatever still runs
 
 and reads each command's output from its stdout and stderr. A command refused
-because its directory moved ends with "T 126 moved" instead.
+because its directory moved ends with "T 126 moved" instead, one refused
+because the shell cannot put it in a Landlock domain of its own with
+"T 126 unconfined".
 """
 
 from __future__ import annotations
@@ -31,6 +33,13 @@ SYS_LANDLOCK_CREATE_RULESET, SYS_LANDLOCK_RESTRICT_SELF = 444, 446
 #: The one right the per-command domain handles: making block devices, which
 #: nothing in the sandbox can do anyway, so the domain restricts nothing else.
 LANDLOCK_ACCESS_FS_MAKE_BLOCK = 1 << 11
+LANDLOCK_CREATE_RULESET_VERSION = 1
+#: Signals scoped to the domain (Landlock ABI 6): a job one command left cannot
+#: kill or stop a later command.
+LANDLOCK_SCOPE_SIGNAL = 1 << 1
+#: Set (to anything) in the shell's environment, the shell takes the kernel for
+#: one without Landlock: how the tests reach the refusal on a kernel that has it.
+NO_LANDLOCK_ENV = "STOCKADE_SHELL_NO_LANDLOCK"
 #: One string of a command's environment the kernel takes at most (MAX_ARG_STRLEN).
 MAX_ENV_STRING = 32 * 4096
 
@@ -75,22 +84,44 @@ def _carried(env: dict[bytes, bytes]) -> dict[bytes, bytes]:
             and len(k) + len(v) + 2 <= MAX_ENV_STRING}
 
 
-def _own_domain() -> None:
-    """Put this (forked) process in a Landlock domain of its own, before exec.
+def _landlock_abi() -> int:
+    """The kernel's Landlock ABI version; 0 where it has none."""
+    if os.environ.get(NO_LANDLOCK_ENV):
+        return 0
+    libc = ctypes.CDLL(None, use_errno=True)
+    return max(int(libc.syscall(SYS_LANDLOCK_CREATE_RULESET, None, 0,
+                                LANDLOCK_CREATE_RULESET_VERSION)), 0)
 
-    Landlock lets a process trace only those in its own domain or beneath
-    it: a job one command left running, in that command's domain, can then
-    neither attach to a later command's bash and rewrite the command the
-    gate approved, nor read its memory. Nothing else is restricted. Where
-    the kernel has no Landlock the command runs as before.
+
+def _domain_ruleset(abi: int) -> int:
+    """The ruleset of one command's own Landlock domain (see `_own_domain`).
+
+    With ABI 6 its signals are scoped too; before that only ptrace and /proc
+    are kept apart, which is what Landlock had.
     """
     libc = ctypes.CDLL(None, use_errno=True)
-    attr = ctypes.c_uint64(LANDLOCK_ACCESS_FS_MAKE_BLOCK)
-    fd = libc.syscall(SYS_LANDLOCK_CREATE_RULESET, ctypes.byref(attr), 8, 0)
+    attr = (ctypes.c_uint64 * 3)(LANDLOCK_ACCESS_FS_MAKE_BLOCK, 0,
+                                 LANDLOCK_SCOPE_SIGNAL if abi >= 6 else 0)
+    fd = libc.syscall(SYS_LANDLOCK_CREATE_RULESET, ctypes.byref(attr),
+                      24 if abi >= 6 else 8, 0)
     if fd < 0:
-        return
-    libc.syscall(SYS_LANDLOCK_RESTRICT_SELF, fd, 0)
-    os.close(fd)
+        raise OSError(ctypes.get_errno(), "landlock_create_ruleset failed")
+    return int(fd)
+
+
+def _own_domain(ruleset: int) -> None:
+    """Put this (forked) process in a Landlock domain of its own, before exec, or fail.
+
+    Landlock lets a process trace, open the /proc descriptors and memory of,
+    and (ABI 6) signal only those in its own domain or beneath it: a job one
+    command left running, in that command's domain, can then neither attach
+    to a later command's bash and rewrite the command the gate approved, nor
+    write into its output, nor kill it. Nothing else is restricted. Raising
+    keeps the command from running outside one.
+    """
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.syscall(SYS_LANDLOCK_RESTRICT_SELF, ruleset, 0) != 0:
+        raise OSError(ctypes.get_errno(), "landlock_restrict_self failed")
 
 
 def _request(line: bytes) -> dict[str, str]:
@@ -125,6 +156,11 @@ class Shell:
         self.start_logical = pwd if same else self.start_physical
         self.logical, self.physical = self.start_logical, self.start_physical
         self.env = _carried(dict(os.environb))
+        self.env.pop(os.fsencode(NO_LANDLOCK_ENV), None)
+        self.landlock_abi = _landlock_abi()
+        #: Whether the last byte written to stderr ended a line: a call's stderr
+        #: ends with the call, so a fragment is never shown as the next call's.
+        self.stderr_at_line_start = True
         self.states = tempfile.mkdtemp(prefix="stockade-shell-")
         #: Read end of a command's stdout or stderr -> where its bytes go. A
         #: background job keeps its command's pipes, so they outlive the command.
@@ -169,12 +205,12 @@ class Shell:
     def begin(self, request: dict[str, str]) -> None:
         token = request["token"]
         if "refuse" in request:
-            _write_all(2, request["refuse"].encode() + b"\n")
+            self.write(2, request["refuse"].encode() + b"\n")
             _write_all(1, f"{token} 126\n".encode())
             return
         moved_to = self.enter()
         if moved_to is not None:
-            _write_all(2, (
+            self.write(2, (
                 "stockade refused this command: the directory the last command ended in, "
                 f"{self.physical}, is now {moved_to} (moved, or a symlink put in its "
                 f"place); the shell is back in {self.start_logical}. Run the command again, "
@@ -182,6 +218,19 @@ class Shell:
             self.logical, self.physical = self.start_logical, self.start_physical
             _write_all(1, f"{token} 126 moved\n".encode())
             return
+        try:
+            if self.landlock_abi < 1:
+                raise OSError("this kernel has no Landlock")
+            ruleset = _domain_ruleset(self.landlock_abi)
+        except OSError as exc:
+            self.unconfined(token, exc)
+            return
+        try:
+            self.start(token, request["run"], ruleset)
+        finally:
+            os.close(ruleset)
+
+    def start(self, token: str, command: str, ruleset: int) -> None:
         env = {**self.env, b"PWD": os.fsencode(self.logical)}
         try:
             state = self.state_file()
@@ -197,15 +246,19 @@ class Shell:
             return
         try:
             proc = subprocess.Popen(
-                ["/bin/bash", "--norc", "--noprofile", "-c", CHILD, "bash", request["run"],
+                ["/bin/bash", "--norc", "--noprofile", "-c", CHILD, "bash", command,
                  str(state)],
                 stdin=subprocess.DEVNULL, stdout=out_w, stderr=err_w, env=env,
                 close_fds=True, pass_fds=(state,), start_new_session=True,
-                preexec_fn=_own_domain)
+                preexec_fn=lambda: _own_domain(ruleset))
         except (OSError, ValueError, subprocess.SubprocessError) as exc:
             for fd in (out_r, err_r, state):
                 os.close(fd)
-            self.cannot_start(token, exc)
+            # The one thing done between fork and exec is entering the domain.
+            if isinstance(exc, subprocess.SubprocessError):
+                self.unconfined(token, OSError("landlock_restrict_self failed"))
+            else:
+                self.cannot_start(token, exc)
             return
         finally:
             os.close(out_w)
@@ -236,9 +289,26 @@ class Shell:
     def cannot_start(self, token: str, exc: BaseException) -> None:
         """The command could not be started (a limit a command set on this shell, an
         environment too large): it did not run, and says so."""
-        _write_all(2, f"stockade: the shell could not start this command ({exc}); it did "
+        self.write(2, f"stockade: the shell could not start this command ({exc}); it did "
                       "not run\n".encode())
         _write_all(1, f"{token} 126\n".encode())
+
+    def unconfined(self, token: str, exc: BaseException) -> None:
+        """No Landlock domain of its own for the command: refused, since without one
+        a job an earlier command left could trace it and change what it runs."""
+        self.write(2, (
+            "stockade refused this command: the persistent shell runs each command in a "
+            "Landlock domain of its own, so that a background job one command leaves "
+            "cannot trace, write into or kill a later one, and it could not make one here "
+            f"({exc}). It did not run. Landlock needs Linux 5.13 or later with landlock "
+            "in the kernel's lsm= list; without it, run commands with `stockade run`, "
+            "each in a sandbox of its own.\n").encode())
+        _write_all(1, f"{token} 126 unconfined\n".encode())
+
+    def write(self, fd: int, data: bytes) -> None:
+        _write_all(fd, data)
+        if fd == 2 and data:
+            self.stderr_at_line_start = data.endswith(b"\n")
 
     def enter(self) -> str | None:
         """Enter the directory the last command ended in, for the next one to
@@ -268,7 +338,7 @@ class Shell:
                 del self.pipes[fd]
                 os.close(fd)
                 return
-            _write_all(self.pipes[fd], data)
+            self.write(self.pipes[fd], data)
 
     def end(self, command: _Command) -> None:
         self.running = None
@@ -295,10 +365,12 @@ class Shell:
             env = dict(p.partition(b"=")[::2] for p in parts[3:-2])
             self.env = _carried(env)
         else:
-            _write_all(2, (
+            self.write(2, (
                 f"stockade: this command ended its shell (status {status}); the next "
                 "command starts where this one started, with the variables it started "
                 "with.\n").encode())
+        if not self.stderr_at_line_start:
+            self.write(2, b"\n")
         _write_all(1, f"{command.token} {status}\n".encode())
 
 

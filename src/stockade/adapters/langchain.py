@@ -153,6 +153,12 @@ class StockadeExecutionPolicy(BaseExecutionPolicy):
 _STATUS_LINE = re.compile(r"printf '(__LC_SHELL_DONE__[0-9a-f]{32}) %s\\n' \$\?\n")
 _EXIT = "exit\n"
 _STOP = json.dumps({"exit": True}) + "\n"
+#: Why the persistent shell refused a command it was sent, by the word on its
+#: status line (see `_langchain_shell`).
+_SHELL_REFUSED = {
+    "moved": "the directory the last command ended in had moved or become a symlink",
+    "unconfined": "the persistent shell could not put it in a Landlock domain of its own",
+}
 
 
 def _shell_argv() -> list[str]:
@@ -256,11 +262,11 @@ class _CommandGate:
             return [line]
         status, _, why = line[at + len(framing.token) + 1:].strip().partition(" ")
         before = [line[:at]] if at else []
-        if not status.isdigit() or why not in ("", "moved"):
+        if not status.isdigit() or (why and why not in _SHELL_REFUSED):
             return [line]
         code = int(status)
         if not framing.recorded:
-            self._settle(code, expect=framing, moved=bool(why))
+            self._settle(code, expect=framing, refused=_SHELL_REFUSED.get(why, ""))
         # The middleware writes its status line right after the command; a
         # caller that writes none reads nothing of ours.
         if not framing.asked.wait(timeout=2.0) or framing.marker is None:
@@ -291,7 +297,7 @@ class _CommandGate:
         return self._pending is None and self._proc.returncode is not None
 
     def _settle(self, code: int | None, *, timed_out: bool = False,
-                expect: _Pending | None = None, moved: bool = False) -> None:
+                expect: _Pending | None = None, refused: str = "") -> None:
         from ..ledger import DENIED, RAN, TIMED_OUT
 
         with self._lock:
@@ -300,11 +306,10 @@ class _CommandGate:
                 return
             self._pending = None
             pending.recorded = True
-        if moved:
-            reason = "the directory the last command ended in had moved or become a symlink"
+        if refused:
             self._sandbox.core.audit(pending.cmd, self._ws, pending.mode, None, self._backend,
                                      DENIED, pending.started, denied=True,
-                                     detail={**pending.detail, "reason": reason})
+                                     detail={**pending.detail, "reason": refused})
             return
         exit_code = code if code is not None and code >= 0 else None
         signal = -code if code is not None and code < 0 else None
