@@ -108,3 +108,48 @@ def test_exit_ends_only_the_commands_own_bash(dirs: tuple[Path, Path]) -> None:
     _, records = _run(ws, ["exit 4", "echo back"])
     assert records[0] == ("exit 4", "ran", 4)
     assert records[1] == ("echo back", "ran", 0)
+
+
+def test_every_record_carries_the_commands_exit_status(dirs: tuple[Path, Path]) -> None:
+    ws, _ = dirs
+    commands = ["false", "sh -c 'exit 7'", "kill -9 $$", "true"]
+    shown, records = _run(ws, commands)
+    assert records == [("false", "ran", 1), ("sh -c 'exit 7'", "ran", 7),
+                       ("kill -9 $$", "ran", 137), ("true", "ran", 0)], shown
+
+
+def test_a_command_with_a_nul_byte_is_refused_and_recorded(dirs: tuple[Path, Path]) -> None:
+    """It once raised out of the gate: the model saw an error and the ledger nothing."""
+    ws, _ = dirs
+    shown, records = _run(ws, ["echo a\0b", "echo after"])
+    assert "stockade denied this command" in shown[0] and "NUL byte" in shown[0], shown
+    assert "Exit code: 126" in shown[0], shown
+    assert records == [("echo a\\0b", "denied", None), ("echo after", "ran", 0)]
+    assert "after" in shown[1]
+
+
+def test_a_stderr_fragment_ends_with_its_call(dirs: tuple[Path, Path]) -> None:
+    """A last stderr line without a newline was held until the next call's stderr
+    completed it, and shown as that call's."""
+    ws, _ = dirs
+    shown, records = _run(ws, ["echo out; printf frag >&2", "echo next"])
+    assert "frag" in shown[0], shown
+    assert "frag" not in shown[1] and "next" in shown[1], shown
+    assert [r[2] for r in records] == [0, 0]
+
+
+def test_one_endless_line_does_not_grow_the_host(dirs: tuple[Path, Path]) -> None:
+    """The middleware reads whole lines: 120 MB with no newline was read into this
+    process as one string. A status line cut across two pieces still counts."""
+    import resource
+
+    ws, _ = dirs
+    endless = "head -c 120000000 /dev/zero | tr '\\0' a"
+    near_cut = [f"head -c {n} /dev/zero | tr '\\0' b; sh -c 'exit 3'"
+                for n in (65536 - 60, 65536 - 20, 65536 - 1)]
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    shown, records = _run(ws, [endless, *near_cut])
+    grown_mb = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 1024
+    assert grown_mb < 60, f"the host grew by {grown_mb:.0f} MB"
+    assert records == [(endless, "ran", 0), *((c, "ran", 3) for c in near_cut)], shown
+    assert all("Exit code: 3" in s for s in shown[1:]), [s[-200:] for s in shown]

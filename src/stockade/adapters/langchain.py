@@ -49,7 +49,7 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
     ) from exc
 
 from ..command import SandboxCommand
-from ..errors import SandboxUnavailable
+from ..errors import InvalidCommand, SandboxUnavailable
 from ..process import from_lasting_thread
 
 __all__ = ["StockadeExecutionPolicy"]
@@ -113,7 +113,9 @@ class StockadeExecutionPolicy(BaseExecutionPolicy):
         assert isinstance(proc, subprocess.Popen)
         gate = _CommandGate(sandbox, ws, backend, str(workspace), proc)
         proc.stdin = _GatedStdin(proc.stdin, gate)  # type: ignore[assignment]
-        proc.stdout = _WatchedStdout(proc.stdout, gate)  # type: ignore[assignment]
+        limit = self.max_output_bytes or LINE_LIMIT
+        proc.stdout = _WatchedStdout(proc.stdout, gate, limit)  # type: ignore[assignment]
+        proc.stderr = _BoundedLines(proc.stderr, limit)  # type: ignore[assignment]
         self._gates = [g for g in self._gates if not g.settled_and_gone()]
         self._gates.append(gate)
         return proc
@@ -211,15 +213,23 @@ class _CommandGate:
         sid = self._ws.session_id
         started = time.monotonic()
         text = command.rstrip("\n")
-        cmd = SandboxCommand("/bin/bash", ["-c", text], session_id=sid, cwd=self._cwd)
         mode = core.mode_for(self._ws)
+        warnings: Sequence[str] = ()
         try:
-            denial, warnings = run_before_hooks(core.hooks, cmd, sid)
-        except Exception as exc:  # a broken hook must not let the command through
-            denial, warnings = None, ()
-            reason = f"the command policy failed: {exc}"
+            cmd = SandboxCommand("/bin/bash", ["-c", text], session_id=sid, cwd=self._cwd)
+        except InvalidCommand:
+            # Refused like a denied one, and recorded (a NUL shown as \0): every
+            # command the model sent has its record, not only those that ran.
+            cmd = SandboxCommand("/bin/bash", ["-c", text.replace("\0", "\\0")],
+                                 session_id=sid, cwd=self._cwd)
+            reason = "the command contains a NUL byte, which no shell command can hold"
         else:
-            reason = denial.reason if denial is not None else ""
+            try:
+                denial, warnings = run_before_hooks(core.hooks, cmd, sid)
+            except Exception as exc:  # a broken hook must not let the command through
+                reason = f"the command policy failed: {exc}"
+            else:
+                reason = denial.reason if denial is not None else ""
         token = f"__stockade_status_{os.urandom(16).hex()}"
         detail: dict[str, object] = {"persistent_shell": True}
         pending = _Pending(cmd, mode, started, detail, token)
@@ -376,23 +386,29 @@ class _GatedStdin:
         return getattr(self._raw, name)
 
 
-class _WatchedStdout:
-    """The shell's stdout as the middleware reads it, each line shown to the gate."""
+#: The most of one line handed to the middleware at once where the policy sets
+#: no `max_output_bytes`.
+LINE_LIMIT = 64 * 1024
+#: What a cut line keeps back for the next piece: more than a status line, so a
+#: cut never splits one.
+_STATUS_LINE_ROOM = 128
 
-    def __init__(self, raw: Any, gate: _CommandGate) -> None:
-        self._raw, self._gate = raw, gate
-        self._ahead: list[str] = []
+
+class _BoundedLines:
+    """One of the shell's output streams, read a line at a time, a long line in pieces.
+
+    The middleware reads whole lines: a command printing gigabytes without a
+    newline grew this process by as much, however little of it the
+    middleware's output limit then kept.
+    """
+
+    def __init__(self, raw: Any, limit: int) -> None:
+        self._raw, self._limit = raw, max(limit, 2 * _STATUS_LINE_ROOM)
 
     def readline(self, *args: Any) -> str:
-        while not self._ahead:
-            line = str(self._raw.readline(*args))
-            if not line:
-                self._gate.shell_ended()
-                return line
-            self._ahead = self._gate.stdout_line(line)
-        return self._ahead.pop(0)
+        return str(self._raw.readline(self._limit))
 
-    def __iter__(self) -> _WatchedStdout:
+    def __iter__(self) -> _BoundedLines:
         return self
 
     def __next__(self) -> str:
@@ -403,6 +419,35 @@ class _WatchedStdout:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._raw, name)
+
+
+class _WatchedStdout(_BoundedLines):
+    """The shell's stdout as the middleware reads it, each line shown to the gate."""
+
+    def __init__(self, raw: Any, gate: _CommandGate, limit: int) -> None:
+        super().__init__(raw, limit)
+        self._gate = gate
+        self._ahead: list[str] = []
+        #: The end of a cut line, read again with the next piece.
+        self._kept = ""
+
+    def readline(self, *args: Any) -> str:
+        while not self._ahead:
+            piece = super().readline()
+            line, self._kept = self._kept + piece, ""
+            if not piece:
+                if line:
+                    self._ahead = [line]
+                    break
+                self._gate.shell_ended()
+                return line
+            if not line.endswith("\n"):
+                line, self._kept = line[:-_STATUS_LINE_ROOM], line[-_STATUS_LINE_ROOM:]
+                if not line:
+                    continue  # an empty line is the end of the stream to the middleware
+            self._ahead = self._gate.stdout_line(line)
+        return self._ahead.pop(0)
+
 
 
 def _popen(run: Any) -> tuple[subprocess.Popen[str], threading.Event]:
