@@ -28,7 +28,7 @@ SSH_AGENT_TOKEN = "ssh-agent"
 #: "Protected metadata" section explains each entry.
 #:
 #: - `.git`: hooks and config run code at the next `git status` or `commit`
-#:   (its insides are handled by `gitmeta` and `profile.git_protection`).
+#:   (its insides are handled by `gitpolicy.git_protection`).
 #: - `.stockade`, `stockade.toml`: stockade's own project settings; a command
 #:   that could write them would choose the boundary of the next command.
 #: - `.envrc` (direnv), `mise.toml`, `.mise.toml` (mise runs their hooks and
