@@ -114,7 +114,6 @@ def build_profile(
     writable_ws = mode != READ_ONLY and any(is_under(workspace, w) for w in capabilities.fs_write)
     home = home_dir(host_env, platform)
     granted = [os.path.realpath(p) for p in hostpaths.paths(list(granted_sockets), host_env)]
-    explicit = command_env or {}
     w = writable_roots(mode, workspace, capabilities, writable, host_env, home, kind,
                        cache_dir if use_scratch else None, platform, namespaces)
     cas = ca_bundles(host_env, kind)
@@ -131,36 +130,24 @@ def build_profile(
                             host_env, repositories, platform, kind)
                  if writable_ws or w.roots else [])
     return Profile(
-        mode=mode,
-        workspace=workspace,
-        workspace_writable=writable_ws,
-        cwd=cwd,
-        read_scope=read_scope,
-        read_roots=read_roots,
+        mode=mode, workspace=workspace, workspace_writable=writable_ws, cwd=cwd,
+        read_scope=read_scope, read_roots=read_roots, system_links=links,
         read_extra=tuple(p for p in capabilities.fs_read + tuple(extra_read) + cas
                          if p != "/"),
-        system_links=links,
-        write_roots=tuple(w.roots),
-        hidden=outermost(m.hidden, m.shown),
-        shown=m.shown,
+        write_roots=tuple(w.roots), caches=tuple(w.caches),
+        hidden=outermost(m.hidden, m.shown), shown=m.shown,
         absent=tuple(sorted(set(m.absent))),
         private_around=tuple(sorted(set(m.around), key=lambda q: (q.count("/"), q))),
         sockets=tuple(sorted(set(sockets))),
         granted_sockets=tuple(g for g in granted if kind(g) == SOCKET),
-        protected=tuple(dict.fromkeys(protected)),
-        mask_other_homes=read_scope == HOST,
-        runtime_dir=runtime_dir(host_env, kind),
-        home=home,
-        network=network(mode, capabilities),
-        session_tmp=session_tmp,
-        proxy=proxy,
-        tmp_size_mb=tmp_size_mb,
-        max_file_size_mb=max_file_size_mb,
+        protected=tuple(dict.fromkeys(protected)), mask_other_homes=read_scope == HOST,
+        runtime_dir=runtime_dir(host_env, kind), home=home,
+        network=network(mode, capabilities), proxy=proxy, session_tmp=session_tmp,
+        tmp_size_mb=tmp_size_mb, max_file_size_mb=max_file_size_mb,
         max_memory_mb=capabilities.max_memory_mb,
         spawn_subprocess=capabilities.spawn_subprocess or mode == FULL_ACCESS,
-        env=envscrub.command_env(host_env, explicit, secret_env, backend=backend, mode=mode,
-                        caches=w.caches, relocated=w.relocated),
-        caches=tuple(w.caches),
+        env=envscrub.command_env(host_env, command_env or {}, secret_env, backend=backend,
+                                 mode=mode, caches=w.caches, relocated=w.relocated),
     )
 
 

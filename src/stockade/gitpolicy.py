@@ -386,15 +386,7 @@ def git_protection(gitdir: str, worktree: str, kind: Callable[[str], str],
     out = [Protected(gitdir, PIN)] if inside else []
 
     def protect(path: str) -> None:
-        if not any(is_under(path, r) for r in roots) or _through_link(path):
-            return
-        k = kind(path)
-        if k == LINK:
-            raise SandboxUnavailable(
-                f"{path} is a symbolic link; stockade cannot keep it read-only in a writable "
-                "workspace. Replace the link, or run in read-only mode."
-            )
-        out.append(Protected(path, WATCH if k == MISSING else k if k in (DIR, FILE) else FILE))
+        out.extend(_held(path, kind, roots))
 
     # ... and a rebase or cherry-pick in progress: its todo list's `exec`
     # lines run at the person's next `git rebase --continue`.
@@ -421,35 +413,56 @@ def git_protection(gitdir: str, worktree: str, kind: Callable[[str], str],
                 path = os.path.join(worktrees, entry, name)
                 if kind(path) in (FILE, LINK):
                     protect(path)
+    return out + _entered(gitdir, worktree, kind, roots, home, depth + 1, global_configs)
+
+
+def _entered(gitdir: str, worktree: str, kind: Callable[[str], str], roots: tuple[str, ...],
+             home: str, depth: int, global_configs: tuple[str, ...]) -> list[Protected]:
+    """`git_protection` of every repository git recurses into from `gitdir`: the
+    commondir, `modules/*`, and each gitlink in the index whose checkout has a `.git`."""
+    out: list[Protected] = []
     common = os.path.join(gitdir, "commondir")
     if kind(common) == FILE:
         target = _read_first_line(common)
         if target:
             target = os.path.realpath(os.path.join(gitdir, target))
             if target != gitdir:
-                out.extend(git_protection(target, worktree, kind, roots, home, depth + 1,
+                out.extend(git_protection(target, worktree, kind, roots, home, depth,
                                           global_configs))
     modules = os.path.join(gitdir, "modules")
     if kind(modules) == DIR:
         for entry in _listdir(modules):
             sub = os.path.join(modules, entry)
             if kind(sub) == DIR:
-                out.extend(git_protection(sub, worktree, kind, roots, home, depth + 1,
+                out.extend(git_protection(sub, worktree, kind, roots, home, depth,
                                           global_configs))
     for link in gitlinks(os.path.join(gitdir, "index")):
         checkout = os.path.join(worktree, link)
         dot_git = os.path.join(checkout, ".git")
         k = kind(dot_git)
         if k == DIR:
-            out.extend(git_protection(dot_git, checkout, kind, roots, home, depth + 1,
+            out.extend(git_protection(dot_git, checkout, kind, roots, home, depth,
                                       global_configs))
         elif k == FILE:
-            protect(dot_git)
+            out.extend(_held(dot_git, kind, roots))
             pointed = gitdir_pointer(dot_git)
             if pointed:
-                out.extend(git_protection(pointed, checkout, kind, roots, home, depth + 1,
+                out.extend(git_protection(pointed, checkout, kind, roots, home, depth,
                                           global_configs))
     return out
+
+
+def _held(path: str, kind: Callable[[str], str], roots: tuple[str, ...]) -> list[Protected]:
+    """`path` protected as it is, if it lies in a writable root and no link leads there."""
+    if not any(is_under(path, r) for r in roots) or _through_link(path):
+        return []
+    k = kind(path)
+    if k == LINK:
+        raise SandboxUnavailable(
+            f"{path} is a symbolic link; stockade cannot keep it read-only in a writable "
+            "workspace. Replace the link, or run in read-only mode."
+        )
+    return [Protected(path, WATCH if k == MISSING else k if k in (DIR, FILE) else FILE)]
 
 
 def _through_link(path: str) -> bool:
