@@ -291,7 +291,7 @@ def caches(env: Mapping[str, str], platform: str = "", *, network: bool = False
     permits editing and forbids checking produces unverified change. But the
     host's own next build reads these without checking them (Go links an
     object its cache index names; pip installs a cached wheel), so a command
-    never writes them: it gets a private layer over each (profile.py). The
+    never writes them: it gets a private layer over each (boundary.py). The
     environment is read first, because the machine with GOCACHE somewhere
     unusual is the one most likely to be denied. Never the home itself.
     """
