@@ -281,7 +281,7 @@ def protected_under(root: str, kind: Callable[[str], str] = path_kind,
 
     git itself must keep working in workspace-write -- objects, index and refs
     are written by every `git add` and `git commit` -- so a `.git` directory is
-    not frozen whole: what makes git run code is (see `git_protection`).
+    not frozen whole: what makes git run code is (see `gitpolicy.git_protection`).
     `writable` are all the roots the command may write; only what lies inside
     them needs (or gets) protection.
 
