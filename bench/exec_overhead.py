@@ -24,9 +24,9 @@ import time
 
 import stockade
 from stockade import SandboxCommand, SandboxConfig, SyncWorkspaceSandbox, WorkspaceSandbox
+from stockade.boundary import build_profile
 from stockade.capabilities import capabilities_for_mode
 from stockade.drivers.linux.bwrap import build_bwrap_args, locate_bwrap
-from stockade.profile import build_profile
 
 
 def timed(fn, runs: int) -> list[float]:

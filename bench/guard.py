@@ -32,7 +32,7 @@ WORKER = r"""
 import json, sys, time
 from stockade.capabilities import capabilities_for_mode
 from stockade.drivers.linux.guard import MetadataGuard
-from stockade.profile import build_profile
+from stockade.boundary import build_profile
 
 ws, state = sys.argv[1], sys.argv[2]
 caps = capabilities_for_mode("workspace-write", ws)

@@ -91,10 +91,10 @@ def child(home: str, workspace: str, runs: int, e2e_runs: int) -> dict[str, obje
     """Run in the child: the figures for the stockade first on sys.path."""
     import stockade
     from stockade import SandboxCommand, SandboxConfig, SyncWorkspaceSandbox
+    from stockade.boundary import build_profile
     from stockade.capabilities import capabilities_for_mode
     from stockade.drivers.linux import layers
     from stockade.drivers.linux.bwrap import build_bwrap_args, locate_bwrap
-    from stockade.profile import build_profile
 
     env = {"HOME": home, "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
            "LANG": "C.UTF-8"}

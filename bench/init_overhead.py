@@ -22,6 +22,7 @@ import subprocess
 import tempfile
 import time
 
+from stockade.boundary import build_profile
 from stockade.capabilities import capabilities_for_mode
 from stockade.drivers.linux.bwrap import build_bwrap_args, locate_bwrap
 from stockade.drivers.linux.layers import (
@@ -34,7 +35,6 @@ from stockade.drivers.linux.layers import (
     inner_python,
     launch_env,
 )
-from stockade.profile import build_profile
 
 STAGES = ("config", "imports", "no_new_privs", "landlock", "seccomp_compile",
           "seccomp_install", "verify")

@@ -31,9 +31,9 @@ from collections.abc import Callable
 
 import stockade
 from stockade import SandboxCommand, SandboxConfig, SyncWorkspaceSandbox
+from stockade.boundary import build_profile
 from stockade.capabilities import capabilities_for_mode
 from stockade.drivers.linux.bwrap import build_bwrap_args, locate_bwrap
-from stockade.profile import build_profile
 
 BACKENDS = ("bubblewrap", "landlock")
 

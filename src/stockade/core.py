@@ -18,6 +18,7 @@ import os
 import time
 
 from . import approval as ap
+from .boundary import build_profile
 from .capabilities import (
     FULL_ACCESS,
     READ_ONLY,
@@ -51,7 +52,7 @@ from .paths import (
 )
 from .patterns import workspace_patterns
 from .process import Outcome
-from .profile import HOST, STRICT, build_profile
+from .profile import HOST, STRICT, ProxyEndpoint
 
 TYPE_CHECKING = False
 
@@ -643,9 +644,8 @@ class SandboxCore:
         profile = build_profile(
             private=self._private, cache_dir=ws.cache_dir, tmp_size_mb=c.tmp_size_mb,
             max_file_size_mb=c.max_file_size_mb,
-            proxy_socket=endpoint.unix_path if endpoint else None,
-            proxy_port=endpoint.port if endpoint else None,
-            proxy_secret=endpoint.secret if endpoint else None,
+            proxy=ProxyEndpoint(unix_path=endpoint.unix_path, port=endpoint.port,
+                                secret=endpoint.secret) if endpoint else None,
             mode=mode, workspace=ws.cwd, cwd=cwd, capabilities=caps,
             read_scope=ws.read_scope, host_env=self.env, command_env=cmd.env,
             unreadable=c.unreadable, writable=c.writable, granted_sockets=c.granted_sockets,
@@ -854,7 +854,7 @@ def _deny_entry(entry: str) -> tuple[str, str]:
 
 
 def _default_secrets() -> tuple[str, ...]:
-    from .profile import DEFAULT_SECRET_ENV
+    from .envscrub import DEFAULT_SECRET_ENV
 
     return DEFAULT_SECRET_ENV
 

@@ -28,7 +28,7 @@ SSH_AGENT_TOKEN = "ssh-agent"
 #: "Protected metadata" section explains each entry.
 #:
 #: - `.git`: hooks and config run code at the next `git status` or `commit`
-#:   (its insides are handled by `gitmeta` and `profile.git_protection`).
+#:   (its insides are handled by `gitpolicy.git_protection`).
 #: - `.stockade`, `stockade.toml`: stockade's own project settings; a command
 #:   that could write them would choose the boundary of the next command.
 #: - `.envrc` (direnv), `mise.toml`, `.mise.toml` (mise runs their hooks and
@@ -291,7 +291,7 @@ def caches(env: Mapping[str, str], platform: str = "", *, network: bool = False
     permits editing and forbids checking produces unverified change. But the
     host's own next build reads these without checking them (Go links an
     object its cache index names; pip installs a cached wheel), so a command
-    never writes them: it gets a private layer over each (profile.py). The
+    never writes them: it gets a private layer over each (boundary.py). The
     environment is read first, because the machine with GOCACHE somewhere
     unusual is the one most likely to be denied. Never the home itself.
     """

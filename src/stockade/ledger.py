@@ -159,7 +159,7 @@ def redact_text(text: str) -> str:
 
 
 def _redact_assignment(match: Any) -> str:
-    from .profile import DEFAULT_SECRET_ENV, NOT_SECRET, name_matches
+    from .envscrub import DEFAULT_SECRET_ENV, NOT_SECRET, name_matches
 
     dashes, name, value = match.group(1) or "", match.group(2), match.group(3)
     key = name.upper().replace("-", "_")
@@ -184,7 +184,7 @@ def _patterns() -> tuple[Any, Any]:
         assign = re.compile(r"(?<![^\s;&|(`'\"])(--?)?([A-Za-z_][A-Za-z0-9_-]*)="
                             r"('[^']*'|\"[^\"]*\"|[^\s;&|)`]*)")
         # The authority's userinfo: user, a colon, a non-empty password, `@`,
-        # before the first `/`, `?`, `#` or blank (as profile.has_url_password).
+        # before the first `/`, `?`, `#` or blank (as envscrub.has_url_password).
         url = re.compile(r"([A-Za-z0-9][A-Za-z0-9+.-]*://[^\s/?#@:]*:)[^\s/?#]+@")
         _COMPILED = assign, url
     return _COMPILED

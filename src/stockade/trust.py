@@ -104,7 +104,7 @@ def _exceptions(spec: object) -> set[str]:
 
 def _secret_env(spec: object) -> set[str]:
     if spec is None:
-        from .profile import DEFAULT_SECRET_ENV
+        from .envscrub import DEFAULT_SECRET_ENV
 
         return set(DEFAULT_SECRET_ENV)
     return {str(s) for s in spec}  # type: ignore[attr-defined]

@@ -12,13 +12,14 @@ from pathlib import Path
 import pytest
 
 from isolation.conftest import quarantined
+from stockade.boundary import build_profile
 from stockade.capabilities import capabilities_for_mode
 from stockade.drivers.linux import fstree
 from stockade.drivers.linux import guard as guard_module
 from stockade.drivers.linux.fstree import remove_tree
 from stockade.drivers.linux.guard import MetadataGuard
 from stockade.errors import SandboxUnavailable
-from stockade.profile import Profile, build_profile
+from stockade.profile import Profile
 
 
 def make_profile(ws: Path) -> Profile:

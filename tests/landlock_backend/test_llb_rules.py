@@ -10,6 +10,7 @@ import os
 
 import pytest
 
+from stockade.boundary import build_profile
 from stockade.capabilities import NetworkPolicy, capabilities_for_mode
 from stockade.drivers.linux.landlock import FS_READ, FS_READ_DIR
 from stockade.drivers.linux.landlock_driver import check_landlock, check_profile, command_env
@@ -25,7 +26,7 @@ from stockade.drivers.linux.landlock_rules import (
 from stockade.drivers.linux.seccomp import NO_UNIX, SECCOMP_MODES, TCP_ONLY, UNIX_NO_CONNECT
 from stockade.errors import SandboxUnavailable
 from stockade.paths import private_paths
-from stockade.profile import DIR, FILE, LINK, MISSING, SOCKET, build_profile, path_kind
+from stockade.profile import DIR, FILE, LINK, MISSING, SOCKET, ProxyEndpoint, path_kind
 
 HOME = "/home/u"
 WS = "/home/u/proj"
@@ -219,16 +220,16 @@ def test_network_none_and_all(network: NetworkPolicy, mode: str, ports: tuple[in
 
 
 def test_network_hosts_allows_connect_to_the_proxy_port_only() -> None:
-    p = profile(network=NetworkPolicy.allow_hosts(["example.com"]), proxy_port=40123,
-                proxy_socket="/x.sock")
+    p = profile(network=NetworkPolicy.allow_hosts(["example.com"]), proxy=ProxyEndpoint(
+        unix_path="/x.sock", port=40123))
     r = rules(p)
     assert r.rules.restrict_tcp and r.rules.tcp_connect == (40123,) and r.rules.tcp_bind == ()
     assert SECCOMP_MODES["landlock"]["hosts"] == TCP_ONLY
     env = command_env(p, TMP)
     assert env["HTTP_PROXY"] == env["https_proxy"] == "http://127.0.0.1:40123"
     assert env["ALL_PROXY"] == "http://127.0.0.1:40123"  # httpx needs socksio for socks5h://
-    p = profile(network=NetworkPolicy.allow_hosts(["localhost:8000"]), proxy_port=40123,
-                proxy_secret="pw")
+    p = profile(network=NetworkPolicy.allow_hosts(["localhost:8000"]), proxy=ProxyEndpoint(
+        port=40123, secret="pw"))
     env = command_env(p, TMP)
     assert env["ALL_PROXY"] == env["HTTP_PROXY"] == "http://stockade:pw@127.0.0.1:40123"
     assert env["NO_PROXY"] == "127.0.0.1,::1"
@@ -258,8 +259,8 @@ def test_granted_sockets_are_refused_by_name() -> None:
 
 
 def test_network_hosts_needs_tcp_rules() -> None:
-    p = profile(network=NetworkPolicy.allow_hosts(["example.com"]), proxy_port=1,
-                proxy_socket="/x")
+    p = profile(network=NetworkPolicy.allow_hosts(["example.com"]), proxy=ProxyEndpoint(
+        unix_path="/x", port=1))
     check_profile(p, TCP_ABI)
     with pytest.raises(SandboxUnavailable, match="ABI 4"):
         check_profile(p, TCP_ABI - 1)

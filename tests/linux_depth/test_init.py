@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 
 from isolation import users
+from stockade.boundary import build_profile
 from stockade.capabilities import NetworkPolicy, capabilities_for_mode
 from stockade.drivers.linux import initcore, landlock, layers, seccomp
 from stockade.drivers.linux.bwrap import build_bwrap_args
@@ -41,7 +42,7 @@ from stockade.drivers.linux.layers import (
     landlock_report,
     launch_env,
 )
-from stockade.profile import Profile, build_profile
+from stockade.profile import Profile, ProxyEndpoint
 
 PROBES = Path(__file__).with_name("depth_probes.py")
 # A checkout under /tmp (CI may clone anywhere) would vanish behind the
@@ -95,7 +96,7 @@ def test_network_policy_picks_the_socket_gate(network: NetworkPolicy, mode: str)
 ])
 def test_bubblewrap_launch_names_the_namespaces_the_init_checks(
         network: NetworkPolicy, namespaces: list[str]) -> None:
-    profile = make_profile(network=network, proxy_socket="/run/proxy.sock")
+    profile = make_profile(network=network, proxy=ProxyEndpoint(unix_path="/run/proxy.sock"))
     launch = layers.init_launch(profile, ["true"])
     assert launch.config["namespaces"] == namespaces
 

@@ -11,9 +11,10 @@ import os
 
 from sbpl_eval import Policy
 
+from stockade.boundary import build_profile
 from stockade.capabilities import NetworkPolicy, SandboxCapabilities, capabilities_for_mode
 from stockade.drivers.macos.seatbelt import seatbelt_profile
-from stockade.profile import DIR, FILE, MISSING, SOCKET, Profile, build_profile
+from stockade.profile import DIR, FILE, MISSING, SOCKET, Profile
 
 HOME = "/Users/dev"
 WS = "/Users/dev/work/proj"

@@ -23,11 +23,11 @@ from dataclasses import dataclass
 
 import pytest
 
+from stockade.boundary import build_profile
 from stockade.capabilities import NetworkPolicy, capabilities_for_mode
 from stockade.drivers.macos.seatbelt import SANDBOX_EXEC, SeatbeltDriver
 from stockade.drivers.none import NoneDriver
 from stockade.process import Process
-from stockade.profile import build_profile
 
 pytestmark = [
     pytest.mark.macos,

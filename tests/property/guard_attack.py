@@ -582,8 +582,8 @@ def bounded(fn, what: str, world: World):  # type: ignore[no-untyped-def]
 
 
 def _profile(ws: str):  # type: ignore[no-untyped-def]
+    from stockade.boundary import build_profile
     from stockade.capabilities import capabilities_for_mode
-    from stockade.profile import build_profile
 
     caps = capabilities_for_mode("workspace-write", ws)
     return build_profile(mode="workspace-write", workspace=ws, cwd=ws, capabilities=caps,

@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from stockade.gitmeta import merge_config, parse_config
+from stockade.gitmeta import parse_config
+from stockade.gitpolicy import merge_config
 
 pytestmark = pytest.mark.skipif(not shutil.which("git"), reason="git is not installed")
 
@@ -267,9 +268,9 @@ def test_a_refspec_git_would_refuse_or_read_elsewhere_is_dropped(refspec: str) -
     """Each is either refused by git, which then stops the person's `git status`,
     `fetch` and `push` until removed by hand, or read by git (split at its last colon)
     as a destination outside the remote's namespace."""
-    from stockade.gitmeta import _fetches_into
+    from stockade.gitpolicy import fetches_into
 
-    assert not _fetches_into(refspec, "refs/remotes/x/")
+    assert not fetches_into(refspec, "refs/remotes/x/")
 
 
 @pytest.mark.parametrize("refspec", [
@@ -277,9 +278,9 @@ def test_a_refspec_git_would_refuse_or_read_elsewhere_is_dropped(refspec: str) -
     "^refs/heads/skip", "+refs/heads/feat/*:refs/remotes/x/feat/*",
 ])
 def test_a_refspec_into_the_remotes_namespace_is_kept(refspec: str) -> None:
-    from stockade.gitmeta import _fetches_into
+    from stockade.gitpolicy import fetches_into
 
-    assert _fetches_into(refspec, "refs/remotes/x/")
+    assert fetches_into(refspec, "refs/remotes/x/")
 
 
 def test_push_default_stays_the_persons(repo: Path, tmp_path: Path) -> None:

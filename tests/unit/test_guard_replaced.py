@@ -16,10 +16,10 @@ from pathlib import Path
 
 import pytest
 
+from stockade.boundary import build_profile
 from stockade.capabilities import capabilities_for_mode
 from stockade.command import Neutralised
 from stockade.drivers.linux.guard import MetadataGuard
-from stockade.profile import build_profile
 
 PAYLOAD = '[core]\n\tfsmonitor = "touch pwned"\n'
 

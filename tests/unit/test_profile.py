@@ -4,8 +4,9 @@ import os
 
 import pytest
 
+from stockade.boundary import build_profile
 from stockade.capabilities import NetworkPolicy, capabilities_for_mode
-from stockade.profile import DIR, HOST, STRICT, Profile, build_profile
+from stockade.profile import DIR, HOST, STRICT, Profile, ProxyEndpoint
 
 
 @pytest.fixture
@@ -66,9 +67,10 @@ def test_network_and_limits_travel_as_given(home) -> None:
     ws = str(home / "ws")
     caps = capabilities_for_mode("workspace-write", ws).replace(
         network=NetworkPolicy.allow_hosts(["example.com"]), max_memory_mb=256)
-    p = profile(home, caps=caps, proxy_port=3128, tmp_size_mb=64)
+    p = profile(home, caps=caps, proxy=ProxyEndpoint(port=3128), tmp_size_mb=64)
     assert p.network.kind == NetworkPolicy.HOSTS and p.max_memory_mb == 256
-    assert (p.proxy_port, p.tmp_size_mb, p.proxy_socket) == (3128, 64, None)
+    assert (p.proxy, p.tmp_size_mb) == (ProxyEndpoint(port=3128), 64)
+    assert p.proxy is not None and (p.proxy.port, p.proxy.unix_path) == (3128, "")
 
 
 def test_a_profile_refuses_a_field_it_does_not_have(home) -> None:

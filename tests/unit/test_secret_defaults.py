@@ -3,16 +3,10 @@
 import pytest
 
 from stockade import hiddenset
+from stockade.boundary import build_profile
 from stockade.capabilities import capabilities_for_mode, is_under
-from stockade.profile import (
-    DEFAULT_SECRET_ENV,
-    DIR,
-    FILE,
-    MISSING,
-    build_profile,
-    has_url_password,
-    sandbox_env,
-)
+from stockade.envscrub import DEFAULT_SECRET_ENV, has_url_password, sandbox_env
+from stockade.profile import DIR, FILE, MISSING
 
 HOME = "/home/u"
 WS = "/work/proj"

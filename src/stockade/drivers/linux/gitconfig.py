@@ -6,7 +6,7 @@ command put there: `core.fsmonitor` on every `git status`). So each
 repository's config in a writable root is bound from a private copy; the
 init does git's rename onto it in place (renames.py). When the command ends
 its changes are merged into the host's config: the keys on
-`gitmeta.INERT_KEYS` it changed, each applied to the file as it is by then,
+`gitpolicy.INERT_KEYS` it changed, each applied to the file as it is by then,
 so what the person or another command wrote meanwhile stays. Every other
 change is reported and dropped. The host's file is never open to the
 command, so no key of its reaches the host, during the run or after it.
@@ -17,7 +17,7 @@ from __future__ import annotations
 import os
 import time
 
-from ... import gitmeta
+from ... import gitmeta, gitpolicy
 from ...capabilities import is_under
 from ...profile import FILE, PIN
 
@@ -31,7 +31,7 @@ if TYPE_CHECKING:
 
 #: The files of a git directory that are config (the second only with
 #: extensions.worktreeConfig, but a private copy of it costs nothing).
-NAMES = ("config", "config.worktree")
+NAMES = gitpolicy.CONFIG_NAMES
 #: How long a merge waits for a `config.lock` the person's git holds.
 LOCK_WAIT_SECONDS = 1.0
 
@@ -156,7 +156,7 @@ def merge_into(fs: Roots, path: str, base: bytes, ours: bytes) -> Merged:
         try:
             host = root.read(rel, gitmeta.MAX_CONFIG_BYTES)
             st = root.lstat(rel)
-            result = gitmeta.merge_config(gitmeta.parse_config_bytes(base) or [], theirs,
+            result = gitpolicy.merge_config(gitmeta.parse_config_bytes(base) or [], theirs,
                                           gitmeta.config_text(host))
             if result is None:
                 return Merged(path, [], "the host's config is not one git reads")

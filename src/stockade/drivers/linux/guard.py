@@ -20,7 +20,7 @@ Neutralising never deletes work. A created agent or editor config is moved
 to the quarantine in stockade's state directory; a git repository the
 command created (`git init`, `git submodule add`, a nested `sub/.git` behind
 a gitlink, a new linked worktree) stays, with its config reduced to inert
-keys (`gitmeta.INERT_KEYS`) and every real hook moved to the quarantine.
+keys (`gitpolicy.INERT_KEYS`) and every real hook moved to the quarantine.
 
 The baseline -- which protected paths existed before -- is shared by every
 command on the workspace, across processes: a command starting while
@@ -36,7 +36,7 @@ from __future__ import annotations
 import os
 import time
 
-from ... import gitmeta
+from ... import gitmeta, gitpolicy
 from ...command import Neutralised
 from ...fsroot import Root, Roots
 from ...profile import HOLD, KEEP_LINK, PIN
@@ -723,7 +723,7 @@ class MetadataGuard:
             return False
         base, ours = want[5], have[5]
         theirs = gitmeta.parse_config_bytes(ours)
-        result = (gitmeta.merge_config(gitmeta.parse_config_bytes(base) or [], theirs,
+        result = (gitpolicy.merge_config(gitmeta.parse_config_bytes(base) or [], theirs,
                                        gitmeta.config_text(base))
                   if theirs is not None else None)
         if result is None:
@@ -780,7 +780,7 @@ class MetadataGuard:
             self._kept_git_dir(path, done)
         elif name == "hooks":
             self._inert_hooks(path, done)
-        elif name in ("config", "config.worktree"):
+        elif name in gitpolicy.CONFIG_NAMES:
             self._inert_config(path, done)
         else:
             self._move(path, done, "git would follow it to another repository's config"
@@ -863,7 +863,7 @@ class MetadataGuard:
             if self._kind(os.path.join(gitdir, name)) == "link":
                 self._move(os.path.join(gitdir, name), done,
                            "a link where git reads its metadata")
-        for name in ("config", "config.worktree"):
+        for name in gitpolicy.CONFIG_NAMES:
             if self._kind(os.path.join(gitdir, name)):
                 self._attempt(self._inert_config, os.path.join(gitdir, name), done)
         self._attempt(self._inert_hooks, os.path.join(gitdir, "hooks"), done)
@@ -929,7 +929,7 @@ class MetadataGuard:
                 return
             entries = self._config(path)
             given = (self.private.base if self.private is not None else self._given).get(path)
-            merged = (gitmeta.merge_config(gitmeta.parse_config_bytes(given) or [], entries,
+            merged = (gitpolicy.merge_config(gitmeta.parse_config_bytes(given) or [], entries,
                                            gitmeta.config_text(given))
                       if given is not None and entries is not None else None)
             if merged is not None:
@@ -948,7 +948,7 @@ class MetadataGuard:
                     joined = os.path.join(gitdir, value)
                     return self.fs.holds(os.path.realpath(joined)) and self.fs.holds(joined)
 
-                text, removed = gitmeta.filter_config(entries, worktree_ok=inside)
+                text, removed = gitpolicy.filter_config(entries, worktree_ok=inside)
             if not removed:
                 return
             moved = self._quarantine(path)
@@ -974,7 +974,7 @@ class MetadataGuard:
             self._attempt(self._inert_hook, os.path.join(hooks, entry), done)
 
     def _inert_hook(self, path: str, done: list[Neutralised]) -> None:
-        if path.endswith(gitmeta.SAMPLE_SUFFIX):
+        if path.endswith(gitpolicy.SAMPLE_SUFFIX):
             # git never runs a sample; one that is not a small file is not
             # git's, and only weighs on the Landlock baseline's copy.
             if self._kind(path) == "file" and self._size(path) <= SAMPLE_MAX_BYTES:

@@ -99,12 +99,13 @@ def command_env(profile: Profile, tmpdir: str) -> dict[str, str]:
     # The user's runtime dir is out of reach (session bus, keyring, podman);
     # pointing tools at it would only turn "not set" into "permission denied".
     env.pop("XDG_RUNTIME_DIR", None)
-    if profile.network.kind == NetworkPolicy.HOSTS and profile.proxy_port:
+    proxy = profile.proxy
+    if profile.network.kind == NetworkPolicy.HOSTS and proxy is not None and proxy.port:
         from ...proxy.env import proxy_env
 
         # One port serves HTTP and SOCKS5: the proxy tells them apart.
-        env.update(proxy_env("127.0.0.1", profile.proxy_port, socks_port=profile.proxy_port,
-                             secret=profile.proxy_secret, grants=profile.network.hosts))
+        env.update(proxy_env("127.0.0.1", proxy.port, socks_port=proxy.port,
+                             secret=proxy.secret, grants=profile.network.hosts))
     return env
 
 

@@ -305,10 +305,10 @@ def landlock_backend_rules(profile: Profile, *, tmpdir: str, private: Sequence[s
     kind_net = profile.network.kind
     ports: tuple[int, ...] = ()
     if kind_net == NetworkPolicy.HOSTS:
-        if not profile.proxy_port:
+        if profile.proxy is None or not profile.proxy.port:
             raise SandboxUnavailable(
                 "network hosts needs the managed proxy's TCP port, which was not started")
-        ports = (profile.proxy_port,)
+        ports = (profile.proxy.port,)
     rules = LandlockRules(reads, writes, restrict_tcp=kind_net != NetworkPolicy.ALL,
                           tcp_connect=ports)
     granted = set(rules.read) | set(rules.write)

@@ -333,12 +333,12 @@ def init_launch(profile: Profile, argv: Sequence[str], *, python: str | None = N
     mounts = init_mounts(python)
     env = dict(profile.env)
     if profile.network.kind == NetworkPolicy.HOSTS:
-        if not profile.proxy_socket:
+        if profile.proxy is None or not profile.proxy.unix_path:
             from ...errors import SandboxUnavailable
 
             raise SandboxUnavailable("network hosts needs the managed proxy, which is not running")
         proxy_ports = proxy_ports or BRIDGE_PORTS
-        mounts += ["--ro-bind", profile.proxy_socket, BRIDGE_SOCKET]
+        mounts += ["--ro-bind", profile.proxy.unix_path, BRIDGE_SOCKET]
         from ...proxy.env import proxy_env
 
         # The bridge's ports are the sandbox's own loopback: no other user

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 
+from ... import gitpolicy
 from ...fsroot import Roots
 from ...profile import DIR, FILE, PIN, WATCH, Protected
 
@@ -32,7 +33,7 @@ def hold_git_names(profile: Profile) -> Profile:
     pinned = {p.path for p in profile.protected if p.kind == PIN}
     wanted = [p for p in profile.protected if p.kind == WATCH
               and os.path.dirname(p.path) in pinned
-              and os.path.basename(p.path) in ("hooks", "config", "config.worktree")]
+              and os.path.basename(p.path) in ("hooks", *gitpolicy.CONFIG_NAMES)]
     if not wanted:
         return profile
     made: dict[str, str] = {}

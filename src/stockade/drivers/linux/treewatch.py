@@ -13,7 +13,7 @@ A repository is a `.git` (directory or pointer file), or a directory laid
 out as one (`HEAD`, `objects/`, `refs/`: `git init --bare a/b` with a
 `core.worktree`), which git takes for a git directory before it looks for
 `.git`. Those the person had when the watch began (`existing`) are held like
-the workspace's own (`profile.build_profile`); those that appeared since
+the workspace's own (`boundary.build_profile`); those that appeared since
 (`made`) stay the command's: the guard makes every one inert again after
 each command, so one it made inert cannot be re-armed by the next.
 

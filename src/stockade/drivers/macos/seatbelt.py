@@ -599,7 +599,8 @@ def command_env(profile: Profile, *, scratch: str = "",
         from ...proxy.env import proxy_env
 
         env.update(proxy_env("127.0.0.1", ports[0], socks_port=ports[0],
-                             secret=profile.proxy_secret, grants=profile.network.hosts))
+                             secret=profile.proxy.secret if profile.proxy else None,
+                             grants=profile.network.hosts))
     return env
 
 
@@ -665,7 +666,8 @@ class SeatbeltDriver(Driver):
                 proxy_ports: Iterable[int] | None = None) -> Launch:
         if proxy_ports is None:
             # The session's proxy port, when the pipeline started one for it.
-            proxy_ports = (profile.proxy_port,) if profile.proxy_port else self._proxy_ports
+            proxy_ports = ((profile.proxy.port,) if profile.proxy and profile.proxy.port
+                           else self._proxy_ports)
         ports = _check_ports(proxy_ports)
         scratch, created = self._scratch(profile)
         try:

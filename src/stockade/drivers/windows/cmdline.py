@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import ntpath
 
+from ...envscrub import INJECTION_NAMES, INJECTION_PREFIXES, PYTHON_HARMLESS
 from ...errors import InvalidCommand, SandboxUnavailable
-from ...profile import INJECTION_NAMES, INJECTION_PREFIXES, PYTHON_HARMLESS
 
 TYPE_CHECKING = False
 

@@ -1,0 +1,266 @@
+"""What a command cannot see: the masks, and what comes back inside them.
+
+Credential stores (`hostpaths.unreadable`), the workspace's files an
+`unreadable` pattern names, and stockade's own records are hidden; what a
+grant, a CA bundle, a toolchain cache or the default's allowlist needs
+inside a hidden directory is shown back after its mask. Pure functions of
+the paths they are given and the `kind` and `listdir` that describe the
+machine.
+"""
+
+from __future__ import annotations
+
+import os
+
+from . import hostpaths
+from .capabilities import is_under
+from .profile import DIR, FILE, LINK, MISSING
+
+TYPE_CHECKING = False
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping, Sequence
+
+
+class Masks:
+    """The hidden decision: what is masked, what comes back, what is not there yet."""
+
+    __slots__ = ("absent", "around", "hidden", "requested_shown", "shown")
+
+    def __init__(self, hidden: list[tuple[str, str]], shown: tuple[tuple[str, str], ...],
+                 requested_shown: list[str], absent: list[str], around: list[str]) -> None:
+        #: (path, DIR or FILE) masked, before `outermost`.
+        self.hidden = hidden
+        #: (path, kind) shown back inside a hidden directory.
+        self.shown = shown
+        #: The paths the unreadable list itself shows back, before resolving.
+        self.requested_shown = requested_shown
+        #: Credential stores that do not exist yet.
+        self.absent = absent
+        #: stockade's own directories that hold the workspace.
+        self.around = around
+
+
+def masks(*, workspace: str, write_roots: Sequence[str], must_show: Sequence[str],
+          fs_write: Sequence[str], grants: Sequence[str], wanted: Sequence[str],
+          private: Sequence[str], unreadable: str | list[str] | None,
+          matched: Sequence[str], granted: list[str], host_env: Mapping[str, str],
+          platform: str, namespaces: bool, kind: Callable[[str], str],
+          listdir: Callable[[str], list[str]]) -> Masks:
+    """What one command cannot see; what is explicitly granted never among it.
+
+    Asking for fs_read of ~/.aws (and being approved) is how a session gets
+    it back. `wanted` (CA bundles, caches) and the grants come back inside a
+    hidden directory; `must_show` (the workspace and the writable roots a
+    mask would cover) opens one up around them.
+    """
+    hidden, around = stockade_records(private, workspace, kind)
+    hidden += matched_files(matched, kind)
+    writable_here = (workspace, *fs_write, *write_roots)
+    hidden_paths, shown_paths = hostpaths.unreadable(unreadable, host_env, granted, listdir,
+                                                     platform)
+    # The workspace's own write grant is not a request to see what is
+    # hidden inside it: a workspace of ~ must not unmask ~/.aws.
+    unmasking = [g for g in grants if g != "/" and not is_under(workspace, g)]
+    stores, unborn = credential_stores(hidden_paths, unmasking, writable_here, kind)
+    hidden += stores
+    for target, k in _linked_out([h for h, hk in hidden if hk == DIR], shown_paths, listdir,
+                                 kind):
+        # Not a target that holds a writable root (a link to ~ would mask the
+        # home), nor, where only bubblewrap can mask inside one, one beneath it.
+        if not any(is_under(w, target) for w in writable_here) and (
+                namespaces or not any(is_under(target, w) for w in writable_here)):
+            hidden.append((target, k))
+    # Granted paths, CA bundles and caches inside a hidden directory come back
+    # after its mask, as the default's allowlist does.
+    back = [*shown_paths, *(g for g in grants if g != "/"), *wanted]
+    hidden, shown = _show_back(hidden, back, must_show, kind, listdir)
+    # Inside stockade's directory around the workspace only the workspace
+    # shows: a mask there would make a mount point, a name, of what it hides.
+    hidden = [(p, k) for p, k in hidden if not any(is_under(p, a) for a in around)]
+    return Masks(hidden, shown, shown_paths, unborn, around)
+
+
+def stockade_records(private: Sequence[str], workspace: str, kind: Callable[[str], str]
+                     ) -> tuple[list[tuple[str, str]], list[str]]:
+    """(hidden, around): stockade's own records hidden, but never the workspace.
+
+    The ledger holds every earlier command's argv, the state directory every
+    other session's /tmp. A private directory that holds this workspace is
+    hidden around it: left visible for the workspace's sake, it showed every
+    other session's workspace beside it.
+    """
+    hidden: list[tuple[str, str]] = []
+    around: list[str] = []
+    for p in private:
+        real = os.path.realpath(p)
+        k = kind(real)
+        if k == MISSING:
+            continue
+        if is_under(workspace, real):
+            if k == DIR and real != workspace:
+                around.append(real)
+        else:
+            hidden.append((real, DIR if k == DIR else FILE))
+    return hidden, around
+
+
+def matched_files(matched: Sequence[str], kind: Callable[[str], str]
+                  ) -> list[tuple[str, str]]:
+    """The workspace's files an `unreadable` pattern names, a link hidden where it
+    leads (`svc/.env -> ~/secrets/app.env`)."""
+    out: list[tuple[str, str]] = []
+    for p in matched:
+        k = kind(p)
+        if k == LINK:
+            p = os.path.realpath(p)
+            k = kind(p)
+        if k in (DIR, FILE):
+            out.append((p, k))
+    return out
+
+
+def credential_stores(candidates: Sequence[str], unmasking: Sequence[str],
+                      writable_here: Sequence[str], kind: Callable[[str], str]
+                      ) -> tuple[list[tuple[str, str]], list[str]]:
+    """(hidden, not there yet) of the stores `hostpaths.unreadable` names, where
+    they really are, but for those a grant unmasks.
+
+    A link a command planted at a store's name (`ln -s ~ ~/.azure`) made
+    every later command mask the whole home it pointed to: such a link,
+    leading to a writable root, hides nothing.
+    """
+    hidden: list[tuple[str, str]] = []
+    unborn: list[str] = []
+    resolved: dict[str, str] = {}
+    for p in candidates:
+        # realpath(p), resolving each directory once: a few hundred
+        # candidates live in a dozen directories (bench/hidden.py).
+        real = _in_real_parent(p, resolved)
+        k = kind(real)
+        if k == LINK:
+            real = os.path.realpath(real)
+            k = kind(real)
+        if any(is_under(real, g) for g in unmasking):
+            continue
+        if real != os.path.abspath(p) and any(is_under(w, real) for w in writable_here):
+            continue
+        if k != MISSING:
+            hidden.append((real, DIR if k == DIR else FILE))
+        else:
+            unborn.append(real)
+    return hidden, unborn
+
+
+def outermost(hidden: list[tuple[str, str]], shown: tuple[tuple[str, str], ...] = ()
+               ) -> tuple[tuple[str, str], ...]:
+    """The hidden paths without those a hidden directory's mask covers already:
+    bwrap cannot place a mount inside it once it is read-only (the ledger
+    under stockade's hidden data directory). What lies in a path shown back
+    (git's credentials in a shown `~/.config/git`) keeps its own mask."""
+    dirs = {p for p, k in hidden if k == DIR}
+    back = {p for p, _k in shown}
+    return tuple(sorted({(p, k) for p, k in hidden
+                         if not _below_any(p, dirs) or _below_any(p, back)}))
+
+
+def _show_back(hidden: list[tuple[str, str]], wanted: Sequence[str], must: Sequence[str],
+               kind: Callable[[str], str], listdir: Callable[[str], list[str]]
+               ) -> tuple[list[tuple[str, str]], tuple[tuple[str, str], ...]]:
+    """(hidden, shown): `wanted` paths inside a hidden directory shown back, and
+    every hidden directory that holds or is one of `must` opened up around it.
+
+    A mask is mounted after the workspace and the writable roots, so one
+    above them would cover them: such a directory is replaced by its entries,
+    minus the one on the way, down to the grant (a workspace in
+    `~/.config/nvim` sees its own tree, and `~/.config/gh` stays hidden).
+    A link is never shown back by a bind: the sandbox gets the link itself,
+    and its target is shown, or not, where it lives.
+    """
+    out: list[tuple[str, str]] = []
+    todo = list(hidden)
+    while todo:
+        path, k = todo.pop()
+        inner = [m for m in must if is_under(m, path)]
+        if k != DIR or not inner:
+            out.append((path, k))
+            continue
+        try:
+            names = sorted(listdir(path))
+        except OSError:
+            continue  # cannot be opened up: left visible rather than covering the grant
+        for name in names:
+            child = os.path.join(path, name)
+            ck = kind(child)
+            if child in inner or child in wanted or ck in (LINK, MISSING):
+                continue
+            todo.append((child, DIR if ck == DIR else FILE))
+    dirs = {p for p, k in out if k == DIR}
+    shown: dict[str, str] = {}
+    # Resolved once per directory: the allowlist names some 200 paths in a
+    # dozen directories, and resolving each alone cost more than the rest of
+    # the profile (bench/hidden.py).
+    resolved: dict[str, str] = {}
+    for p in wanted:
+        # The name as the area holds it; a link above it inside leads elsewhere.
+        real = _in_real_parent(p, resolved)
+        if not _below_any(real, dirs):
+            continue
+        k = kind(real)
+        if k != MISSING:
+            shown[real] = k if k in (DIR, LINK) else FILE
+    return out, tuple(sorted(shown.items()))
+
+
+def _linked_out(hidden: Sequence[str], shown: Sequence[str],
+                listdir: Callable[[str], list[str]], kind: Callable[[str], str]
+                ) -> list[tuple[str, str]]:
+    """The targets of the links directly inside each hidden directory, but for
+    those shown back: a store kept elsewhere and linked in (`~/.config/gh ->
+    ~/dotfiles/gh`, a key in ~/.ssh) stays a store, wherever it lives."""
+    out: list[tuple[str, str]] = []
+    back = set(shown)
+    for area in hidden:
+        if listdir is os.listdir:
+            # The entries' own types: no lstat for each of ~/.config's hundreds.
+            try:
+                with os.scandir(area) as it:
+                    links = [e.path for e in it if e.is_symlink()]
+            except OSError:
+                continue
+        else:
+            try:
+                links = [os.path.join(area, n) for n in listdir(area)]
+            except OSError:
+                continue
+            links = [p for p in links if kind(p) == LINK]
+        for link in links:
+            if link in back:
+                continue
+            target = os.path.realpath(link)
+            k = kind(target)
+            if k in (DIR, FILE) and target != "/":
+                out.append((target, k))
+    return out
+
+
+def _in_real_parent(path: str, resolved: dict[str, str]) -> str:
+    """`path`'s name in its directory's real path (the name itself not followed),
+    each directory resolved once in `resolved`."""
+    head, name = os.path.split(path)
+    if name in ("", ".", ".."):
+        return os.path.realpath(path)
+    if head not in resolved:
+        resolved[head] = os.path.realpath(head)
+    return os.path.join(resolved[head], name)
+
+
+def _below_any(path: str, dirs: set[str]) -> bool:
+    """True when a directory strictly above `path` (canonical) is one of `dirs`:
+    a walk up its few components, not a comparison with each directory."""
+    parent = os.path.dirname(path)
+    while parent != path:
+        if parent in dirs:
+            return True
+        path, parent = parent, os.path.dirname(parent)
+    return False
