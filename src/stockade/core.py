@@ -29,19 +29,18 @@ from .capabilities import (
     is_under,
     parse_mode,
 )
-from .command import FORBID, Neutralised, SandboxOutput
-from .denial import denial_hint, likely_sandbox_denied, proxy_hint
-from .drivers import MEMORY, PIDS, should_sandbox
+from .command import FORBID, SandboxOutput
+from .drivers import should_sandbox
 from .drivers.registry import declared, platform_for
 from .errors import (
     CapabilityDenied,
-    CommandTimeout,
     ConfigError,
     InvalidCommand,
     SandboxUnavailable,
 )
 from .hooks import run_before_hooks
-from .ledger import DENIED, ERROR, RAN, TIMED_OUT, Ledger
+from .interpret import Record, RunContext, interpret, refusal, start
+from .ledger import Ledger
 from .paths import (
     changeable_by_others,
     data_dir,
@@ -125,6 +124,28 @@ class Performers:
                  run: Callable[[Run], object]) -> None:
         self.approve = approve
         self.run = run
+
+
+class _Decided:
+    """What the pipeline has decided for one command so far: however the command
+    ends, its record says the mode, capabilities and backend that were in force."""
+
+    __slots__ = ("backend", "caps", "mode")
+
+    def __init__(self) -> None:
+        self.mode = READ_ONLY
+        self.caps: SandboxCapabilities | None = None
+        self.backend = "unresolved"
+
+    @property
+    def capabilities(self) -> SandboxCapabilities:
+        """The capabilities, once step 3 has decided them."""
+        assert self.caps is not None
+        return self.caps
+
+
+#: What the pipeline records and raises when a command does not get to run.
+_REFUSALS = (CapabilityDenied, InvalidCommand, ConfigError, SandboxUnavailable)
 
 
 class SandboxCore:
@@ -382,182 +403,139 @@ class SandboxCore:
 
     def pipeline(self, cmd: SandboxCommand, ws: SessionWorkspace, *, background: bool = False
                  ) -> Generator[Approve | Run, object, SandboxOutput | object]:
+        """One command through the six steps; step 1, the session, is the shell's.
+
+        A command refused before it runs is recorded once, with what had been
+        decided by then, and the refusal raised; a run is read by `interpret`
+        alone, so nothing here parses what a driver or the command printed.
+        """
         started = time.monotonic()
-        sid = ws.session_id
-        mode = READ_ONLY
-        caps: SandboxCapabilities | None = None
-        backend = "unresolved"
+        decided = _Decided()
         try:
+            # 2: the directory it runs in.
             cwd = self.validate_cwd(ws, cmd.cwd)
-            mode = self.mode_for(ws)
-            baseline = self.baseline(mode, ws)
-            caps = cmd.capabilities if cmd.capabilities is not None else baseline
-            if caps.network.kind == NetworkPolicy.HOSTS:
-                check_host_entries(caps.network.hosts)
-            if cmd.preference == FORBID:
-                caps = capabilities_for_mode(FULL_ACCESS, ws.cwd)
-            elif mode == READ_ONLY and caps.fs_write:
-                # read-only mounts everything read-only: an approved write
-                # grant would be a promise the boundary does not keep.
-                raise CapabilityDenied(
-                    f"fs_write needs workspace-write or full-access mode (asked for "
-                    f"{', '.join(caps.fs_write)} in read-only)")
-            if not caps.is_within(baseline) and not self.gate.granted(sid, caps):
-                reason = ap.exceeds(caps, baseline) or "a boundary change"
-                request = ap.ApprovalRequest(sid, cmd.argv, cwd, mode, caps, baseline, reason)
-                if self.gate.requester is None:
-                    raise CapabilityDenied(
-                        f"{reason} exceeds {mode} and no approver is configured "
-                        "(grant it in config, or run with an approval requester)"
-                    )
-                outcome = yield Approve(request)
-                if outcome not in ap.APPROVED:
-                    answer = "not answered in time" if outcome == ap.TIMEOUT else "denied"
-                    raise CapabilityDenied(f"{reason} was {answer}")
-                self.gate.remember(sid, str(outcome), caps)
-            if cmd.preference == FORBID:
-                mode = FULL_ACCESS
-            denial, warnings = run_before_hooks(self.hooks, cmd, sid)
+            # 3: its capabilities (or a person's approval of more), the before-hooks.
+            decided.mode = self.mode_for(ws)
+            yield from self._approve(cmd, ws, cwd, decided)
+            denial, warnings = run_before_hooks(self.hooks, cmd, ws.session_id)
             if denial is not None:
                 raise CapabilityDenied(denial.reason)
-            sandboxed = should_sandbox(mode, cmd.preference)
-            if sandboxed and ws.cwd == "/":
-                raise CapabilityDenied(ROOT_WORKSPACE)
-            if sandboxed and mode != READ_ONLY:
-                refuse_home_workspace(ws.cwd, self.env, self.config.allow_home_workspace)
-            ceiling = self.config.max_memory_mb
-            asked = caps.max_memory_mb
-            if sandboxed and ceiling and (asked is None or asked > ceiling):
-                # A ceiling, not a privilege: a command may ask for less
-                # memory, never for more or for none (see SandboxCapabilities).
-                caps = caps.replace(max_memory_mb=ceiling)
-            if sandboxed and self._driver is None and not declared(self.config.backend).confines:
-                raise ConfigError(no_boundary(mode))
+            sandboxed = should_sandbox(decided.mode, cmd.preference)
+            self._bound(ws, decided, sandboxed)
+            # 4: its profile, and the driver's launch of it.
             driver = self.driver(sandboxed, ws.cwd)
-            backend = driver.name
+            decided.backend = driver.name
             driver.available()
-            endpoint = None
-            if sandboxed and caps.network.kind == NetworkPolicy.HOSTS:
-                endpoint = self.proxy_endpoint(sid, caps.network, backend)
-            patterns = workspace_patterns(self.config.unreadable) if sandboxed else ()
-            profile = self.make_profile(
-                ws, cmd, mode, caps, cwd, backend, endpoint,
-                repositories=driver.repositories(ws.cwd) if sandboxed and mode != READ_ONLY
-                else (), matched=driver.matching(ws.cwd, patterns) if patterns else ())
-            try:
-                launch = driver.prepare(cmd.argv, profile)
-            except BaseException:
-                if endpoint:
-                    self._drop_proxy_endpoint(endpoint.session_id)
-                raise
-            if endpoint:
-                key = endpoint.session_id
-                launch.also(lambda: self._drop_proxy_endpoint(key))
+            launch, profile, endpoint = self._launch(cmd, ws, cwd, decided, driver, sandboxed)
+            caps = decided.capabilities
+            # 5: the run.
             timeout = cmd.timeout or caps.timeout_secs or self.default_timeout
-            self.ledger.record_start(session=sid, argv=cmd.argv, cwd=cwd, mode=mode,
-                                     backend=backend)
+            self.ledger.record_start(session=ws.session_id, argv=cmd.argv, cwd=cwd,
+                                     mode=decided.mode, backend=decided.backend)
             result = yield Run(launch, profile, cmd.stdin, timeout, self.max_output)
-        except CapabilityDenied as exc:
-            self.audit(cmd, ws, mode, caps, backend, DENIED, started, denied=True,
-                        detail={"reason": exc.reason})
+        except _REFUSALS as exc:
+            self._record(cmd, ws, decided, refusal(exc), started)
             raise
-        except (InvalidCommand, ConfigError) as exc:
-            self.audit(cmd, ws, mode, caps, backend, ERROR, started,
-                        detail={"error": str(exc)})
-            raise
-        except SandboxUnavailable as exc:
-            self.audit(cmd, ws, mode, caps, backend, ERROR, started,
-                        detail={"error": str(exc)})
-            raise
+        # 6: what happened, told to the caller and recorded.
         if background:
-            # What the driver reported at the start (warm or cold, Landlock
-            # ABI, seccomp, limits), as for a command run to its end: the
-            # record of a background start said none of it.
-            started_detail: dict[str, object] = dict(launch.report.audit)
-            if warnings:
-                started_detail["warnings"] = list(warnings)
-            self.audit(cmd, ws, mode, caps, backend, "started", started,
-                        detail=started_detail or None)
+            self._record(cmd, ws, decided, start(launch.report, tuple(warnings)), started)
             return result
         assert isinstance(result, Outcome)
-        out = result
-        report = launch.report
-        # A driver that knows its boundary came up is not asked: the command
-        # ran, and whatever it printed is its own.
-        why = (driver.explain_failure(out.returncode, out.diagnostic)
-               if report.sandbox_started is not True else None)
-        if why:
-            # The boundary never came up, so the command never ran: its exit
-            # status would tell the agent something about its own command.
-            error = SandboxUnavailable(why)
-            self.audit(cmd, ws, mode, caps, backend, ERROR, started,
-                        detail={"error": str(error)})
-            raise error
-        if not report.limits_started:
-            # systemd refused the scope, so the command never ran; its
-            # stderr holds systemd-run's reason, not the command's.
-            lines = out.stderr.decode(errors="replace").strip().splitlines()
-            error = SandboxUnavailable(
-                "the command did not run: systemd-run could not start its scope"
-                + (f" ({lines[-1]})" if lines else ""))
-            self.audit(cmd, ws, mode, caps, backend, ERROR, started,
-                        detail={"error": str(error)})
-            raise error
-        # The profile the command ran with names the rule: what it hides, whether
-        # it may fork, what its network is (stderr alone only names the call).
-        kind = likely_sandbox_denied(out.exit_code, out.signal, out.stderr,
-                                     sandboxed=sandboxed, profile=profile)
-        hint = None
-        if kind:
-            # The backend's own words first: it knows which of its rules refused.
-            hint = (driver.explain_run(launch, out.stderr)
-                    or denial_hint(kind, out.stderr, mode, workspace=ws.cwd, cwd=cwd,
-                                   profile=profile))
-        refused = self._proxy_refusals.pop(endpoint.session_id, None) if endpoint else None
-        if refused and not kind:
-            # The proxy saw it first: the client's own error ("403", "tunnel
-            # failed") rarely reads as a denial, and it names no rule.
-            kind = "proxy"
-            hint = proxy_hint(*refused)
-        limit = report.limit_exceeded
-        if limit == MEMORY:
-            bound = report.audit.get("memory_mb") or caps.max_memory_mb
-            hint = (f"killed by the sandbox: out of memory (limit {bound} MiB; "
-                    "ask for a larger max_memory_mb)")
-        elif limit == PIDS:
-            hint = "the sandbox refused more processes: the process limit (max_pids) was reached"
-        output = SandboxOutput(
-            out.exit_code, out.signal, out.stdout, out.stderr,
-            truncated=out.truncated, duration_ms=out.duration_ms,
-            likely_sandbox_denied=kind is not None or limit is not None,
-            denial_hint=hint, backend=backend, limit_exceeded=limit, timed_out=out.timed_out,
-        )
-        detail: dict[str, object] = dict(report.audit)
-        if limit:
-            detail["limit_exceeded"] = limit
-        if report.neutralised:
-            # Reported where the caller looks: the model learns why its file
-            # is gone, the person where to find it.
-            detail["neutralised"] = [n.to_json() for n in report.neutralised]
-            done = neutralised_hint(report.neutralised)
-            output.denial_hint = f"{output.denial_hint}; {done}" if output.denial_hint else done
-            output.likely_sandbox_denied = True
-            output.neutralised = tuple(report.neutralised)
-        if warnings:
-            detail["warnings"] = list(warnings)
-        if out.truncated:
-            detail["truncated"] = True
-        if output.denial_hint:
-            detail["hint"] = output.denial_hint
-        self.audit(cmd, ws, mode, caps, backend, TIMED_OUT if out.timed_out else RAN, started,
-                    exit_code=out.exit_code, signal=out.signal, denied=kind is not None,
-                    detail=detail or None, cwd=cwd)
-        if out.timed_out:
-            raise CommandTimeout(
-                f"{cmd.program} ran past its {timeout:g} s timeout; its process tree was killed",
-                output=output,
-            )
-        return output
+        report = driver.finish(launch, result.returncode, result.diagnostic)
+        reading = interpret(result, report, RunContext(
+            program=cmd.program, mode=decided.mode, backend=decided.backend,
+            sandboxed=sandboxed, workspace=ws.cwd, cwd=cwd, profile=profile, timeout=timeout,
+            memory_mb=caps.max_memory_mb, warnings=tuple(warnings),
+            proxy_refusal=(self._proxy_refusals.pop(endpoint.session_id, None)
+                           if endpoint else None),
+            explain=lambda stderr: driver.explain_run(launch, stderr)))
+        self._record(cmd, ws, decided, reading.record, started)
+        if reading.error is not None:
+            raise reading.error
+        return reading.output
+
+    def _approve(self, cmd: SandboxCommand, ws: SessionWorkspace, cwd: str,
+                 decided: _Decided) -> Generator[Approve, object, None]:
+        """Step 3: the capabilities the command gets, asking a person for more than
+        its mode gives; `decided` is filled as it goes, so a refusal records them."""
+        sid = ws.session_id
+        mode = decided.mode
+        baseline = self.baseline(mode, ws)
+        caps = decided.caps = cmd.capabilities if cmd.capabilities is not None else baseline
+        if caps.network.kind == NetworkPolicy.HOSTS:
+            check_host_entries(caps.network.hosts)
+        if cmd.preference == FORBID:
+            caps = decided.caps = capabilities_for_mode(FULL_ACCESS, ws.cwd)
+        elif mode == READ_ONLY and caps.fs_write:
+            # read-only mounts everything read-only: an approved write
+            # grant would be a promise the boundary does not keep.
+            raise CapabilityDenied(
+                f"fs_write needs workspace-write or full-access mode (asked for "
+                f"{', '.join(caps.fs_write)} in read-only)")
+        if not caps.is_within(baseline) and not self.gate.granted(sid, caps):
+            reason = ap.exceeds(caps, baseline) or "a boundary change"
+            request = ap.ApprovalRequest(sid, cmd.argv, cwd, mode, caps, baseline, reason)
+            if self.gate.requester is None:
+                raise CapabilityDenied(
+                    f"{reason} exceeds {mode} and no approver is configured "
+                    "(grant it in config, or run with an approval requester)"
+                )
+            outcome = yield Approve(request)
+            if outcome not in ap.APPROVED:
+                answer = "not answered in time" if outcome == ap.TIMEOUT else "denied"
+                raise CapabilityDenied(f"{reason} was {answer}")
+            self.gate.remember(sid, str(outcome), caps)
+        if cmd.preference == FORBID:
+            decided.mode = FULL_ACCESS
+
+    def _bound(self, ws: SessionWorkspace, decided: _Decided, sandboxed: bool) -> None:
+        """What no approval lifts for a command about to run, and its memory ceiling."""
+        mode = decided.mode
+        if sandboxed and ws.cwd == "/":
+            raise CapabilityDenied(ROOT_WORKSPACE)
+        if sandboxed and mode != READ_ONLY:
+            refuse_home_workspace(ws.cwd, self.env, self.config.allow_home_workspace)
+        ceiling = self.config.max_memory_mb
+        caps = decided.capabilities
+        asked = caps.max_memory_mb
+        if sandboxed and ceiling and (asked is None or asked > ceiling):
+            # A ceiling, not a privilege: a command may ask for less
+            # memory, never for more or for none (see SandboxCapabilities).
+            decided.caps = caps.replace(max_memory_mb=ceiling)
+        if sandboxed and self._driver is None and not declared(self.config.backend).confines:
+            raise ConfigError(no_boundary(mode))
+
+    def _launch(self, cmd: SandboxCommand, ws: SessionWorkspace, cwd: str, decided: _Decided,
+                driver: Driver, sandboxed: bool
+                ) -> tuple[Launch, Profile, SessionEndpoint | None]:
+        """Step 4: the command's profile, its proxy endpoint, and the driver's launch;
+        the endpoint goes with the launch, or at once if there is none."""
+        mode, caps, backend = decided.mode, decided.capabilities, decided.backend
+        endpoint = None
+        if sandboxed and caps.network.kind == NetworkPolicy.HOSTS:
+            endpoint = self.proxy_endpoint(ws.session_id, caps.network, backend)
+        patterns = workspace_patterns(self.config.unreadable) if sandboxed else ()
+        profile = self.make_profile(
+            ws, cmd, mode, caps, cwd, backend, endpoint,
+            repositories=driver.repositories(ws.cwd) if sandboxed and mode != READ_ONLY
+            else (), matched=driver.matching(ws.cwd, patterns) if patterns else ())
+        try:
+            launch = driver.prepare(cmd.argv, profile)
+        except BaseException:
+            if endpoint:
+                self._drop_proxy_endpoint(endpoint.session_id)
+            raise
+        if endpoint:
+            key = endpoint.session_id
+            launch.also(lambda: self._drop_proxy_endpoint(key))
+        return launch, profile, endpoint
+
+    def _record(self, cmd: SandboxCommand, ws: SessionWorkspace, decided: _Decided,
+                record: Record, started: float) -> None:
+        """The pipeline's one way to the ledger: what it decided, and how the command ended."""
+        self.audit(cmd, ws, decided.mode, decided.caps, decided.backend, record.outcome,
+                   started, exit_code=record.exit_code, signal=record.signal,
+                   denied=record.denied, detail=record.detail, cwd=record.cwd)
 
     def baseline(self, mode: str, ws: SessionWorkspace) -> SandboxCapabilities:
         """What the mode gives, with the network asked for once per command.
@@ -805,36 +783,6 @@ def output(value: object) -> SandboxOutput:
     """A foreground pipeline's result, typed (what `drive` returns for it)."""
     assert isinstance(value, SandboxOutput), value
     return value
-
-
-def neutralised_hint(done: list[Neutralised]) -> str:
-    """One line for the model: what the guard made inert after the run, and why.
-
-    The keys one config lost over several merges during the run are named
-    together, so that they are not cut off behind "and N more".
-    """
-    items: list[Neutralised] = []
-    merges: dict[str, Neutralised] = {}
-    for item in done:
-        first = merges.get(item.path)
-        if not item.what.startswith(Neutralised.DROPPED):
-            items.append(item)
-        elif first is None:
-            merges[item.path] = Neutralised(item.path, item.what, item.moved_to)
-            items.append(merges[item.path])
-        else:
-            keys = first.what[len(Neutralised.DROPPED):].split(", ")
-            keys += [k for k in item.what[len(Neutralised.DROPPED):].split(", ")
-                     if k not in keys]
-            first.what = Neutralised.DROPPED + ", ".join(keys)
-            first.moved_to = item.moved_to or first.moved_to
-    parts = []
-    for item in items[:4]:
-        where = f" (moved to {item.moved_to})" if item.moved_to else ""
-        parts.append(f"{item.path}: {item.what}{where}")
-    more = f"; and {len(items) - 4} more (see stockade audit)" if len(items) > 4 else ""
-    return ("the sandbox neutralised what the command left for the host to run -- "
-            + "; ".join(parts) + more)
 
 
 def check_host_entries(hosts: tuple[str, ...]) -> None:

@@ -47,7 +47,7 @@ def test_a_zero_over_undone_work_is_said_on_the_line_and_the_status_is_the_comma
 def test_the_keys_one_config_lost_in_several_merges_are_named_together() -> None:
     """Under Landlock a config is merged back as each write lands: seven merges must not
     push the key that matters behind "and N more"."""
-    from stockade.core import neutralised_hint
+    from stockade.interpret import neutralised_hint
 
     merges = [Neutralised.dropped("/ws/.git/config", [key], f"/q/{i}")
               for i, key in enumerate(["include.path", "alias.st", "core.pager",

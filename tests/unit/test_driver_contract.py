@@ -6,7 +6,15 @@ import sqlite3
 import pytest
 
 from stockade import SandboxCommand, SandboxConfig, SyncWorkspaceSandbox
-from stockade.drivers import MEMORY, Driver, Launch, LaunchReport, ProcessHandle
+from stockade.drivers import (
+    MEMORY,
+    PIDS,
+    Driver,
+    Launch,
+    LaunchReport,
+    ProcessHandle,
+    StartFailure,
+)
 from stockade.drivers.linux.bwrap import BubblewrapDriver
 from stockade.drivers.none import NoneDriver
 from stockade.errors import SandboxUnavailable
@@ -67,6 +75,52 @@ def test_the_pipeline_asks_every_driver_and_raises_not_returns(tmp_path) -> None
     conn = sqlite3.connect(tmp_path / "l.db")
     outcomes = [r[0] for r in conn.execute("SELECT outcome FROM executions ORDER BY id")]
     assert outcomes == ["error", "ran"]
+
+
+def test_finish_explains_a_start_only_when_the_init_did_not_confirm_it() -> None:
+    driver = _RefusingDriver()
+    launch = Launch(["true"], {}, "/")
+    assert driver.finish(launch, 1, b"NOSTART\n").start_failure == StartFailure(
+        "the fake boundary could not start")
+    confirmed = Launch(["true"], {}, "/")
+    confirmed.report.sandbox_started = True  # the command ran: what it printed is its own
+    assert driver.finish(confirmed, 1, b"NOSTART\n").start_failure is None
+
+
+def test_the_boundarys_reason_wins_over_a_refused_scope() -> None:
+    launch = Launch(["true"], {}, "/")
+    launch.report.start_failure = StartFailure("scope refused", stderr_says_why=True)
+    assert _RefusingDriver().finish(launch, 1, b"x\n").start_failure == StartFailure(
+        "scope refused", stderr_says_why=True)
+    assert _RefusingDriver().finish(launch, 1, b"NOSTART\n").start_failure == StartFailure(
+        "the fake boundary could not start")
+
+
+def test_a_start_failure_is_frozen() -> None:
+    failure = StartFailure("no")
+    with pytest.raises(AttributeError):
+        failure.reason = "yes"  # type: ignore[misc]
+
+
+def test_a_report_merges_what_an_inner_launch_saw() -> None:
+    outer, inner = LaunchReport(), LaunchReport()
+    outer.neutralised.append("guard's")
+    outer.audit["start"] = "warm"
+    inner.neutralised.append("inner's")
+    inner.removed.append("/w/x")
+    inner.limit_exceeded = MEMORY
+    inner.sandbox_started = False
+    inner.start_failure = StartFailure("scope refused")
+    inner.audit["limits"] = "cgroup-v2"
+    outer.merge(inner)
+    assert outer.neutralised == ["guard's", "inner's"] and outer.removed == ["/w/x"]
+    assert outer.limit_exceeded == MEMORY and outer.sandbox_started is False
+    assert outer.start_failure == StartFailure("scope refused")
+    assert outer.audit == {"start": "warm"}  # taken when the inner launch was chosen
+    kept = LaunchReport()
+    kept.limit_exceeded, kept.sandbox_started = PIDS, True
+    kept.merge(inner)
+    assert kept.limit_exceeded == PIDS and kept.sandbox_started is True
 
 
 # -- one registry of backends -----------------------------------------------------------------

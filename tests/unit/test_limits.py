@@ -149,6 +149,24 @@ def test_scope_counters_are_read_from_the_report(tmp_path: Path) -> None:
     assert not cg.started() and not cg.oom_killed()
 
 
+def test_a_scope_systemd_refused_is_the_reports_start_failure(tmp_path: Path) -> None:
+    from stockade.drivers import LaunchReport
+
+    cg = scope(tmp_path)
+    Path(cg.report).write_text("started \n")  # systemd never ran the recording shell
+    report = LaunchReport()
+    limits.read_limits(cg, report)
+    failure = report.start_failure
+    assert failure is not None and failure.stderr_says_why
+    assert failure.message(b"Failed to start transient scope unit: Access denied\n") == (
+        "the command did not run: systemd-run could not start its scope "
+        "(Failed to start transient scope unit: Access denied)")
+    Path(cg.report).write_text("started /user.slice/x.scope\n")
+    report = LaunchReport()
+    limits.read_limits(cg, report)
+    assert report.start_failure is None
+
+
 def test_nproc_is_max_pids_in_a_user_namespace_and_headroom_without_one(
         monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(limits, "_MECHANISM", ("rlimit", {}, "test"))

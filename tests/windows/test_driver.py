@@ -167,7 +167,7 @@ def test_a_failed_start_removes_everything_it_added(failing: str) -> None:
     with pytest.raises(SandboxUnavailable, match=f"{failing} failed"):
         launch.start()
     _untouched(fake)
-    assert launch.report.limits_started is False
+    assert launch.report.start_failure is not None
     if failing in ("assign_to_job", "resume_thread"):
         # The suspended process never ran a line outside the job: it was ended.
         assert "terminate_job" in fake.names()

@@ -16,6 +16,7 @@ from .base import (
     Launch,
     LaunchReport,
     ProcessHandle,
+    StartFailure,
 )
 
 TYPE_CHECKING = False
@@ -24,7 +25,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
 __all__ = ["MEMORY", "PIDS", "Driver", "DriverOption", "Launch", "LaunchReport",
-           "ProcessHandle", "should_sandbox"]
+           "ProcessHandle", "StartFailure", "should_sandbox"]
 
 # Backend names the selection logic itself speaks of; every backend is in
 # `registry.REGISTRY`, and `registry.names()` lists them.

@@ -45,31 +45,85 @@ class DriverOption:
         self.maximum = maximum
 
 
+class StartFailure:
+    """Why a command never ran: its boundary or its limits did not come up.
+
+    Frozen: a report merged from an inner launch shares it. `stderr_says_why`
+    means the run's stderr is the refusing mechanism's own (systemd-run's),
+    whose last line is the reason's detail, never the command's output.
+    """
+
+    __slots__ = ("reason", "stderr_says_why")
+
+    reason: str
+    stderr_says_why: bool
+
+    def __init__(self, reason: str, *, stderr_says_why: bool = False) -> None:
+        object.__setattr__(self, "reason", reason)
+        object.__setattr__(self, "stderr_says_why", stderr_says_why)
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError(f"StartFailure is frozen: cannot set {name}")
+
+    def __eq__(self, other: object) -> bool:
+        return (isinstance(other, StartFailure) and other.reason == self.reason
+                and other.stderr_says_why == self.stderr_says_why)
+
+    def __hash__(self) -> int:
+        return hash((self.reason, self.stderr_says_why))
+
+    def __repr__(self) -> str:
+        return f"StartFailure({self.reason!r}, stderr_says_why={self.stderr_says_why})"
+
+    def message(self, stderr: bytes) -> str:
+        """The reason, with the mechanism's last line of stderr where it wrote one."""
+        if not self.stderr_says_why:
+            return self.reason
+        lines = stderr.decode(errors="replace").strip().splitlines()
+        return self.reason + (f" ({lines[-1]})" if lines else "")
+
+
 class LaunchReport:
     """What the driver observed about one run, filled in by `Launch.cleanup()`.
 
     `limit_exceeded`: the resource limit that ended or starved the command
-    (`MEMORY`, `PIDS`), or None. `limits_started` false means the limit
-    mechanism refused to start, so the command never ran and its stderr is
-    the mechanism's reason. `removed`: paths the driver took away after the
-    run (something planted where it must not stay); `neutralised`: what the
-    metadata guard made inert or put back (objects with `to_json()` and
-    `describe()`). `audit`: fields for the execution's audit record (the
-    Landlock ABI in force, the limit mechanism, the tier that ran).
+    (`MEMORY`, `PIDS`), or None. `start_failure`: the one place a driver
+    says the command never ran because its boundary or limits did not come
+    up (`Driver.finish` completes it from what the run printed); the
+    pipeline reads no other channel for it. `removed`: paths the driver took
+    away after the run (something planted where it must not stay);
+    `neutralised`: what the metadata guard made inert or put back (objects
+    with `to_json()` and `describe()`). `audit`: fields for the execution's
+    audit record (the Landlock ABI in force, the limit mechanism, the tier
+    that ran).
     """
 
-    __slots__ = ("audit", "limit_exceeded", "limits_started", "neutralised", "removed",
-                 "sandbox_started")
+    __slots__ = ("audit", "limit_exceeded", "neutralised", "removed", "sandbox_started",
+                 "start_failure")
 
     def __init__(self) -> None:
         #: True once the driver knows the boundary came up (its init said so),
-        #: False when it knows it did not, None when it cannot tell.
+        #: False when it knows it did not, None when it cannot tell: only a
+        #: start not known to have happened is explained from its stderr.
         self.sandbox_started: bool | None = None
+        self.start_failure: StartFailure | None = None
         self.limit_exceeded: str | None = None
-        self.limits_started = True
         self.removed: list[str] = []
         self.neutralised: list[Any] = []
         self.audit: dict[str, object] = {}
+
+    def merge(self, other: LaunchReport) -> None:
+        """Take in what a launch this one ran through saw (a parked sandbox's, a cold one's).
+
+        Its `audit` is not merged: the outer launch took those fields when
+        the inner one was chosen, and says which start it was.
+        """
+        self.limit_exceeded = self.limit_exceeded or other.limit_exceeded
+        self.start_failure = self.start_failure or other.start_failure
+        self.removed += other.removed
+        self.neutralised += other.neutralised
+        if self.sandbox_started is None:
+            self.sandbox_started = other.sandbox_started
 
 
 class Launch:
@@ -183,6 +237,21 @@ class Driver:
         from ..patterns import Matcher, walk_matches
 
         return walk_matches(workspace, Matcher(patterns))
+
+    def finish(self, launch: Launch, returncode: int, diagnostic: bytes) -> LaunchReport:
+        """After the run and its cleanup: the launch's report, its `start_failure` set
+        from `explain_failure` when the boundary is not known to have come up.
+
+        The driver's own reading wins over a limit mechanism's refusal: the
+        boundary is what failed first. `diagnostic` is what the run showed of
+        its start (`Outcome.diagnostic`).
+        """
+        report = launch.report
+        if report.sandbox_started is not True:
+            why = self.explain_failure(returncode, diagnostic)
+            if why:
+                report.start_failure = StartFailure(why)
+        return report
 
     def explain_failure(self, returncode: int, stderr: bytes) -> str | None:
         """After a run: the reason the *sandbox* failed to start, or None if the

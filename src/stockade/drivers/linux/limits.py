@@ -564,6 +564,10 @@ cat "%s$c/memory.events" "%s$c/pids.events" >> "$r" 2>/dev/null
 exit $s"""
 
 
+#: A scope systemd refused: the command never ran, and its stderr is systemd-run's reason.
+SCOPE_REFUSED = "the command did not run: systemd-run could not start its scope"
+
+
 class ScopeCgroup(ExecCgroup):
     """One execution in a transient scope of the systemd user manager.
 
@@ -667,10 +671,10 @@ def read_limits(cgroup: ExecCgroup, report: LaunchReport) -> None:
     Memory wins over pids when both fired: an allocation storm that also
     forked is reported as the limit that killed it.
     """
-    from ..base import MEMORY, PIDS
+    from ..base import MEMORY, PIDS, StartFailure
 
     if not cgroup.started():
-        report.limits_started = False
+        report.start_failure = StartFailure(SCOPE_REFUSED, stderr_says_why=True)
     if cgroup.oom_killed():
         report.limit_exceeded = MEMORY
     elif cgroup.pids_exhausted():

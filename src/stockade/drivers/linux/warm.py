@@ -748,13 +748,7 @@ def _finish(launch: Launch) -> None:
             try:
                 inner.cleanup()
             finally:
-                done = inner.report
-                report.limit_exceeded = report.limit_exceeded or done.limit_exceeded
-                report.limits_started = report.limits_started and done.limits_started
-                report.removed += done.removed
-                report.neutralised += done.neutralised
-                if report.sandbox_started is None:
-                    report.sandbox_started = done.sandbox_started
+                report.merge(inner.report)
     finally:
         guard, launch._guard = launch._guard, None
         try:

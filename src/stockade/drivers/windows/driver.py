@@ -20,7 +20,7 @@ import time
 from ...errors import InvalidCommand, SandboxUnavailable
 from ...process import DEFAULT_MAX_OUTPUT, Outcome, OutputMeter, mark_truncated
 from ...profile import DIR
-from ..base import Driver, Launch, ProcessHandle
+from ..base import Driver, Launch, ProcessHandle, StartFailure
 from . import acl, cmdline, diagnose, plan
 from .journal import HoldConflict, Journal, Store
 from .options import WINDOWS_OPTIONS
@@ -307,8 +307,9 @@ class WindowsLaunch(Launch):
 
             self._cleanup = finish
             return handle
-        self.report.limits_started = False
-        raise plan.refusal(self._profile.mode, self._profile.network, failures, self._skipped)
+        error = plan.refusal(self._profile.mode, self._profile.network, failures, self._skipped)
+        self.report.start_failure = StartFailure(str(error))
+        raise error
 
     def _start_tier(self, tier: str, undo: _Undo, *, stdin: int | None,
                     capture: bool, stdio: Mapping[int, int] | None = None
