@@ -11,7 +11,8 @@ Each test here failed before its fix:
 - an inheritable grant reached through hard links and junctions;
 - an elevated stockade ran commands whose token kept Administrators;
 - what a profile shows back out of hidden AppData (per-user Python, npm's
-  globals) got no grant, so a tool installed per user could not run.
+  globals) got no grant, so a tool installed per user could not run;
+- a full-access run planned a Low label and a grant on the drive root.
 """
 
 from __future__ import annotations
@@ -490,4 +491,26 @@ def test_a_shown_directory_with_a_link_under_it_is_withheld_not_refused(
     assert any(c[1] == python for c in opened)
     assert not any(c[1] == aliases for c in opened)
     launch.cleanup()
+    _untouched(fake, d)
+
+
+# -- full-access ------------------------------------------------------------------------------
+
+
+def test_a_full_access_run_changes_no_acl_or_label(win: WinHost, state: str) -> None:
+    # Its write root is `/`: tiers 1 and 2 planned a Low label and a MODIFY
+    # grant on the drive root, which every file on the volume would inherit.
+    fake = FakeWin32()
+    with win.core() as core:
+        profile = win.profile(core, "full-access")
+        assert "/" in profile.write_roots
+        d = _driver(fake, state)
+        launch = d.prepare(["cmd", "/c", "ver"], profile)
+        launch.start().communicate(timeout=5)
+        assert launch.report.audit["windows_tier"] == plan.JOB_ONLY
+        launch.cleanup()
+        assert not [c for c in fake.calls if c[0] in ("add_aces", "set_label")]
+        for tier in (plan.APPCONTAINER, plan.RESTRICTED):
+            with pytest.raises(SandboxUnavailable, match="drive root"):
+                _driver(fake, state, tier=tier).prepare(["cmd"], profile)
     _untouched(fake, d)
