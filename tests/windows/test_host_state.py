@@ -24,6 +24,7 @@ import pytest
 from win_fakes import CMD, HOME, STATE, WS, FakeWin32, win_profile
 from win_host import SECRETS, TOOLING, WinHost
 
+from stockade import paths
 from stockade.capabilities import NetworkPolicy
 from stockade.drivers.windows import acl, plan
 from stockade.drivers.windows.driver import WindowsDriver, _Shared
@@ -72,6 +73,23 @@ def test_state_and_ledger_live_in_local_app_data(win: WinHost) -> None:
 def test_no_profile_directory_is_an_error_not_a_shared_directory() -> None:
     with pytest.raises(SandboxUnavailable, match="USERPROFILE"):
         state_dir({"PATH": "C:\\Windows"}, platform="win32")
+
+
+def test_without_a_logon_s_variables_the_home_is_the_profile_api_s(
+        win: WinHost, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A service or scheduled task may start stockade with no USERPROFILE: it
+    # refused to run, where Windows itself resolves the home from the profile.
+    bare = {k: v for k, v in win.env.items() if k not in (
+        "USERPROFILE", "APPDATA", "LOCALAPPDATA", "HOMEDRIVE", "HOMEPATH")}
+    assert paths.with_windows_profile(bare, lambda: win.home)["USERPROFILE"] == win.home
+    assert paths.with_windows_profile(win.env, lambda: "elsewhere") == win.env
+    assert "USERPROFILE" not in paths.with_windows_profile(bare, lambda: "")
+    assert paths.windows_profile_directory() == ""  # off Windows
+    monkeypatch.setattr(os, "environ", {**bare, "HOME": "/somewhere/else"})
+    monkeypatch.setattr("stockade.core.windows_profile_directory", lambda: win.home)
+    with win.core_from_environ() as core:
+        assert core.state_dir == os.path.join(win.local, "stockade", "state")
+        assert win.profile(core).home == win.home
 
 
 @pytest.mark.parametrize("rel", SECRETS)
