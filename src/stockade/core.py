@@ -42,12 +42,15 @@ from .hooks import run_before_hooks
 from .interpret import Record, RunContext, interpret, refusal, start
 from .ledger import Ledger
 from .paths import (
+    WINDOWS,
     changeable_by_others,
     data_dir,
     make_own_dir,
     private_paths,
     session_key,
     state_dir,
+    windows_profile_directory,
+    with_windows_profile,
 )
 from .patterns import workspace_patterns
 from .process import Outcome
@@ -168,6 +171,8 @@ class SandboxCore:
         self.config = config
         self.driver_options = dict(driver_options or {})
         self.env = dict(os.environ if env is None else env)
+        if env is None and platform_for(config.backend) == WINDOWS:
+            self.env = with_windows_profile(self.env, windows_profile_directory)
         self.gate = approval or ap.ApprovalGate(timeout_secs=config.approval_timeout_seconds)
         self.hooks: list[BeforeHook] = list(hooks) if hooks is not None else default_hooks(config)
         self.mode_source = mode_source

@@ -15,7 +15,7 @@ import sys
 TYPE_CHECKING = False
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
+    from collections.abc import Callable, Mapping
 
 WINDOWS = "win32"
 DARWIN = "darwin"
@@ -35,6 +35,45 @@ def home_dir(env: Mapping[str, str], platform: str = "") -> str:
         drive, path = env.get("HOMEDRIVE", ""), env.get("HOMEPATH", "")
         return drive + path if drive and path else ""
     return env.get("HOME", "")
+
+
+def with_windows_profile(env: Mapping[str, str], lookup: Callable[[], str]) -> dict[str, str]:
+    """`env` with USERPROFILE from Windows' profile API when no logon variable names the home.
+
+    A stockade started without a logon's environment (a service, a scheduled
+    task, a stripped `env=`) otherwise refused to run, having no home to hide
+    stores in and no place for its state; the profile API is where Windows
+    itself resolves the home, never HOME.
+    """
+    out = dict(env)
+    if not home_dir(out, WINDOWS):
+        profile = lookup()
+        if profile:
+            out["USERPROFILE"] = profile
+    return out
+
+
+def windows_profile_directory() -> str:
+    """The profile directory from SHGetKnownFolderPath(FOLDERID_Profile); "" off Windows or
+    when the call fails, so the caller's refusal names the variables instead."""
+    if sys.platform != "win32":
+        return ""
+    import ctypes
+    import uuid
+
+    class GUID(ctypes.Structure):
+        _fields_ = [("Data1", ctypes.c_uint32), ("Data2", ctypes.c_uint16),
+                    ("Data3", ctypes.c_uint16), ("Data4", ctypes.c_ubyte * 8)]
+
+    u = uuid.UUID("5E6C858F-0E22-4760-9AFE-EA3317B67173")  # FOLDERID_Profile
+    guid = GUID(u.fields[0], u.fields[1], u.fields[2], (ctypes.c_ubyte * 8)(*u.bytes[8:]))
+    path = ctypes.c_wchar_p()
+    shell32, ole32 = ctypes.WinDLL("shell32"), ctypes.WinDLL("ole32")
+    try:
+        ok = shell32.SHGetKnownFolderPath(ctypes.byref(guid), 0, None, ctypes.byref(path)) == 0
+        return (path.value or "") if ok else ""
+    finally:
+        ole32.CoTaskMemFree(path)
 
 
 def windows_app_data(env: Mapping[str, str], var: str) -> str:

@@ -279,6 +279,10 @@ CASES = [
     row("shm-any-other-name", "ww", lambda p: p.shm("/com.example.host-app.state"), False),
     row("shm-cfprefs", "ww", lambda p: p.shm("apple.cfprefs.501"), False),
     row("sem-multiprocessing", "ww", lambda p: p.sem("/mp-abc123_z"), True),
+    row("sem-loky", "ww", lambda p: p.sem("/loky-4242-k1_x9abc"), True),
+    # A named semaphore another program of the user's waits on: held, it stalls that program.
+    row("sem-any-other-name", "ww", lambda p: p.sem("/com.example.host-app.lock"), False),
+    row("sem-a-name-merely-starting-like-one", "ww", lambda p: p.sem("/mp-x/../app"), False),
     row("mach-getpwuid", "ww", lambda p: p.lookup("com.apple.system.opendirectoryd.libinfo"),
         True),
     row("mach-launchservices", "ww",

@@ -312,6 +312,8 @@ CHECKLIST = [
      lambda code, out: "ok" in out),
     ("M8c", [], "/usr/bin/python3 -c 'import _posixshmem as p; p.shm_open(\"/sv-any\", 0o1102, "
      "0o600); print(\"opened\")'", lambda code, out: "opened" not in out),
+    ("M8d", [], "/usr/bin/python3 -c 'import _multiprocessing as m; m.SemLock(1, 1, 1, "
+     "\"/sv-any\", True); print(\"opened\")'", lambda code, out: "opened" not in out),
     ("M9a", ["--network", "all"], "/usr/bin/python3 -c 'import socket; "
      "print(socket.getaddrinfo(\"example.com\", 443)[0][4][0])'", lambda code, out: code == 0),
     ("M9b", ["--network", "all"], "/sbin/ifconfig -l", lambda code, out: "lo0" in out),

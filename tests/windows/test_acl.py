@@ -299,3 +299,15 @@ def test_a_shown_path_a_write_root_already_opens_gets_nothing_of_its_own() -> No
     ac = acl.appcontainer_plan(prof, SID)
     assert not [a for a in ac.aces if acl.norm(a.path) == acl.norm(cache)
                 and a.mask == READ_EXECUTE]
+
+
+@pytest.mark.parametrize("root", ["/", "\\", "C:\\", "c:/", "D:", "\\\\srv\\share\\"])
+def test_no_plan_labels_or_grants_a_whole_volume(root: str) -> None:
+    # A label or inheritable grant on a drive root reaches every file on it,
+    # and so does its undo: full-access's write root `/` planned exactly that.
+    prof = win_profile("workspace-write", write_roots=(root,))
+    with pytest.raises(SandboxUnavailable, match="whole volume"):
+        acl.low_integrity_plan(prof)
+    with pytest.raises(SandboxUnavailable, match="whole volume"):
+        acl.appcontainer_plan(prof, SID)
+    assert not acl.volume_root("C:\\Users") and not acl.volume_root("\\\\srv\\share\\x")

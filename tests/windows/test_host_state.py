@@ -11,7 +11,8 @@ Each test here failed before its fix:
 - an inheritable grant reached through hard links and junctions;
 - an elevated stockade ran commands whose token kept Administrators;
 - what a profile shows back out of hidden AppData (per-user Python, npm's
-  globals) got no grant, so a tool installed per user could not run.
+  globals) got no grant, so a tool installed per user could not run;
+- a full-access run planned a Low label and a grant on the drive root.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import pytest
 from win_fakes import CMD, HOME, STATE, WS, FakeWin32, win_profile
 from win_host import SECRETS, TOOLING, WinHost
 
+from stockade import paths
 from stockade.capabilities import NetworkPolicy
 from stockade.drivers.windows import acl, plan
 from stockade.drivers.windows.driver import WindowsDriver, _Shared
@@ -71,6 +73,23 @@ def test_state_and_ledger_live_in_local_app_data(win: WinHost) -> None:
 def test_no_profile_directory_is_an_error_not_a_shared_directory() -> None:
     with pytest.raises(SandboxUnavailable, match="USERPROFILE"):
         state_dir({"PATH": "C:\\Windows"}, platform="win32")
+
+
+def test_without_a_logon_s_variables_the_home_is_the_profile_api_s(
+        win: WinHost, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A service or scheduled task may start stockade with no USERPROFILE: it
+    # refused to run, where Windows itself resolves the home from the profile.
+    bare = {k: v for k, v in win.env.items() if k not in (
+        "USERPROFILE", "APPDATA", "LOCALAPPDATA", "HOMEDRIVE", "HOMEPATH")}
+    assert paths.with_windows_profile(bare, lambda: win.home)["USERPROFILE"] == win.home
+    assert paths.with_windows_profile(win.env, lambda: "elsewhere") == win.env
+    assert "USERPROFILE" not in paths.with_windows_profile(bare, lambda: "")
+    assert paths.windows_profile_directory() == ""  # off Windows
+    monkeypatch.setattr(os, "environ", {**bare, "HOME": "/somewhere/else"})
+    monkeypatch.setattr("stockade.core.windows_profile_directory", lambda: win.home)
+    with win.core_from_environ() as core:
+        assert core.state_dir == os.path.join(win.local, "stockade", "state")
+        assert win.profile(core).home == win.home
 
 
 @pytest.mark.parametrize("rel", SECRETS)
@@ -490,4 +509,26 @@ def test_a_shown_directory_with_a_link_under_it_is_withheld_not_refused(
     assert any(c[1] == python for c in opened)
     assert not any(c[1] == aliases for c in opened)
     launch.cleanup()
+    _untouched(fake, d)
+
+
+# -- full-access ------------------------------------------------------------------------------
+
+
+def test_a_full_access_run_changes_no_acl_or_label(win: WinHost, state: str) -> None:
+    # Its write root is `/`: tiers 1 and 2 planned a Low label and a MODIFY
+    # grant on the drive root, which every file on the volume would inherit.
+    fake = FakeWin32()
+    with win.core() as core:
+        profile = win.profile(core, "full-access")
+        assert "/" in profile.write_roots
+        d = _driver(fake, state)
+        launch = d.prepare(["cmd", "/c", "ver"], profile)
+        launch.start().communicate(timeout=5)
+        assert launch.report.audit["windows_tier"] == plan.JOB_ONLY
+        launch.cleanup()
+        assert not [c for c in fake.calls if c[0] in ("add_aces", "set_label")]
+        for tier in (plan.APPCONTAINER, plan.RESTRICTED):
+            with pytest.raises(SandboxUnavailable, match="drive root"):
+                _driver(fake, state, tier=tier).prepare(["cmd"], profile)
     _untouched(fake, d)

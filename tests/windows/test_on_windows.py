@@ -155,13 +155,13 @@ TIER_CONFIG = {
 
 
 def cli(ws: str, tier: int, options: list[str], command: list[str],
-        tmp: str) -> tuple[int, str]:
+        tmp: str, env: dict[str, str] | None = None) -> tuple[int, str]:
     config = os.path.join(tmp, f"t{tier}.toml")
     with open(config, "w") as fh:
         fh.write(TIER_CONFIG[tier])
     argv = [sys.executable, "-m", "stockade", "run", "--yes", "--backend", "windows",
             "--workspace", ws, "--config", config, *options, "--", *command]
-    out = subprocess.run(argv, cwd=ws, capture_output=True, timeout=120, check=False)
+    out = subprocess.run(argv, cwd=ws, capture_output=True, timeout=120, check=False, env=env)
     return out.returncode, (out.stdout + out.stderr).decode("utf-8", "replace")
 
 
@@ -241,6 +241,16 @@ def test_checklist(workspace: str, tmp_path: object, planted: object, item: str,
 
         time.sleep(3)
         assert not os.path.exists(os.path.join(os.path.expanduser("~"), "sv-wmi.txt"))
+
+
+def test_checklist_W1e_without_the_logon_s_variables_the_profile_api_names_the_home(
+        workspace: str, tmp_path: object, planted: object) -> None:
+    gone = ("USERPROFILE", "HOMEDRIVE", "HOMEPATH", "APPDATA", "LOCALAPPDATA")
+    env = {k: v for k, v in os.environ.items() if k.upper() not in gone}
+    code, out = cli(workspace, 1, [], ["cmd", "/c", "ver"], str(tmp_path), env=env)
+    assert code == 0 and "Microsoft Windows" in out, out
+    _, out = cli(workspace, 1, RO, ["cmd", "/c", "type", str(planted)], str(tmp_path), env=env)
+    assert "SV-SECRET" not in out
 
 
 def test_checklist_W3a_created_files_are_not_left_low(workspace: str, tmp_path: object) -> None:

@@ -36,7 +36,6 @@ def test_only_the_appcontainer_writes_the_workspace() -> None:
     tiers, skipped = plan.candidate_tiers("workspace-write", ALL, pinned=plan.RESTRICTED)
     assert tiers == () and plan.RESTRICTED in skipped
     assert plan.RESTRICTED in plan.candidate_tiers("read-only", ALL)[0]
-    assert plan.RESTRICTED in plan.candidate_tiers("full-access", ALL)[0]
 
 
 def test_what_outlives_a_run_is_said_per_tier() -> None:
@@ -49,8 +48,15 @@ def test_what_outlives_a_run_is_said_per_tier() -> None:
     assert "nothing outlives" not in plan.job_limits.__doc__
 
 
-def test_full_access_may_use_every_tier() -> None:
-    assert plan.candidate_tiers("full-access", ALL) == (plan.TIERS, {})
+def test_full_access_runs_only_in_the_job() -> None:
+    # Its write root is the whole filesystem: tiers 1 and 2 could allow that
+    # only through a label or grant on a drive root, inherited by every file.
+    tiers, skipped = plan.candidate_tiers("full-access", ALL)
+    assert tiers == (plan.JOB_ONLY,)
+    for tier in (plan.APPCONTAINER, plan.RESTRICTED):
+        assert "drive root" in skipped[tier]
+    tiers, skipped = plan.candidate_tiers("full-access", ALL, pinned=plan.APPCONTAINER)
+    assert tiers == () and "drive root" in plan.refusal("full-access", ALL, {}, skipped).args[0]
 
 
 def test_a_closed_network_needs_the_appcontainer() -> None:

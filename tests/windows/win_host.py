@@ -65,6 +65,15 @@ class WinHost:
         finally:
             core.close()
 
+    @contextmanager
+    def core_from_environ(self) -> Iterator[SandboxCore]:
+        """A core that reads os.environ itself, as the command line's does."""
+        core = SandboxCore(SandboxConfig(backend="windows"))
+        try:
+            yield core
+        finally:
+            core.close()
+
     def profile(self, core: SandboxCore, mode: str = "workspace-write", *,
                 session: str = "s1") -> Profile:
         ws = core.sessions.get(session) or core.new_session(session, self.ws)

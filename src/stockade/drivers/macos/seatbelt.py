@@ -149,6 +149,9 @@ _NETWORK_SYSCTL_PREFIXES = ("net.routetable",)
 # Python's multiprocessing.shared_memory, PyTorch's own segments.
 _SHM_NAMES = ("^/__KMP_REGISTERED_LIB_[0-9]+$", "^/psm_[0-9a-f]+$",
               "^/torch_[0-9]+_[0-9]+_[0-9]+$")
+#: POSIX semaphore names the runtimes that need them make: multiprocessing's
+#: `/mp-<random>` and loky's (joblib's workers) `/loky-<pid>-<random>`.
+_SEM_NAMES = ("^/mp-[a-z0-9_]+$", "^/loky-[0-9]+-[a-z0-9_]+$")
 
 
 class _Builder:
@@ -306,13 +309,15 @@ cfprefsd (it writes preferences on a client's behalf), PowerManagement
 """)
     b.rule("allow", "mach-lookup", [f"(global-name {quote(n)})" for n in _MACH_SERVICES])
     b.comment("""
-POSIX semaphores: Python's multiprocessing (and so pytest workers and
-ProcessPoolExecutor) cannot create a lock without them; a semaphore carries a
-count, not data. Shared memory only under the names the runtimes that need
-it make (libomp, multiprocessing.shared_memory, PyTorch): a named segment
-another process of this user maps is a channel in and out.
+POSIX semaphores and shared memory only under the names the runtimes that need
+them make. Python's multiprocessing (and so pytest workers and
+ProcessPoolExecutor) cannot create a lock without a semaphore; libomp,
+multiprocessing.shared_memory and PyTorch map named segments. A segment
+another process of this user maps is a channel in and out, and a semaphore
+another program waits on is one the command could hold for ever.
 """)
-    b.rule("allow", "ipc-posix-sem")
+    b.rule("allow", "ipc-posix-sem",
+           [f"(ipc-posix-name-regex {quote(n)})" for n in _SEM_NAMES])
     b.rule("allow", "ipc-posix-shm",
            [f"(ipc-posix-name-regex {quote(n)})" for n in _SHM_NAMES])
     b.blank()

@@ -15,7 +15,7 @@ import ntpath
 
 from ...errors import SandboxUnavailable
 from ...profile import DIR, FILE, HOLD, KEEP_LINK, PIN, WATCH
-from .plan import LOW_INTEGRITY, MEDIUM_INTEGRITY
+from .plan import JOB_ONLY, LOW_INTEGRITY, MEDIUM_INTEGRITY
 
 TYPE_CHECKING = False
 
@@ -175,11 +175,25 @@ def _protected_items(profile: Profile) -> list[tuple[str, str]]:
     return [(p.path, p.kind) for p in profile.protected]
 
 
+def volume_root(path: str) -> bool:
+    """True for a drive or share root (`C:\\`, `/`, `\\\\server\\share`), which no plan may
+    label or grant: the change would reach every file on the volume, and so would its undo."""
+    rest = ntpath.splitdrive(norm(path))[1]
+    return rest in ("", "\\")
+
+
 def _writable(profile: Profile, scratch: str) -> list[str]:
     out = [profile.workspace] if profile.workspace_writable else []
     out += list(profile.write_roots)
     if scratch:
         out.append(scratch)
+    for path in out:
+        if volume_root(path):
+            raise SandboxUnavailable(
+                f"the write root {path} is a whole volume; stockade will not label or grant "
+                "it (every file on it would inherit the change). Grant the directories "
+                "the command writes, or run in full-access mode, which uses the "
+                f"{JOB_ONLY} tier")
     return list(dict.fromkeys(out))
 
 

@@ -83,6 +83,9 @@ def candidate_tiers(mode: str, network: NetworkPolicy, *, pinned: str = AUTO,
         if tier == RESTRICTED and mode not in (READ_ONLY, FULL_ACCESS):
             skipped[tier] = f"{tier}: {RESTRICTED_WRITES}"
             continue
+        if mode == FULL_ACCESS and tier != JOB_ONLY:
+            skipped[tier] = f"{tier}: {FULL_ACCESS_TIERS}"
+            continue
         gaps = missing(tier, mode, network)
         unwaived = [g for g in gaps if not (
             (g == FILESYSTEM and allow_job_only) or (g == NETWORK and allow_open_network))]
@@ -104,6 +107,15 @@ RESTRICTED_WRITES = (
     "writable workspace (the user's Full Control lets a child be renamed through its "
     "parent), so this tier runs only read-only commands; workspace-write needs the "
     "AppContainer tier")
+
+#: Why full-access runs only in the job. Its write root is the whole
+#: filesystem, which tiers 1 and 2 could grant only by labelling or granting
+#: a drive root, inherited by every file on the volume and rewritten again on
+#: undo; the job tier asks nothing of the filesystem and bounds the processes.
+FULL_ACCESS_TIERS = (
+    "full-access writes the whole filesystem, which this tier could allow only by changing "
+    "the label or ACL of a drive root and so of every file on it; full-access runs in the "
+    f"{JOB_ONLY} tier")
 
 #: What bounds the processes a command starts, per tier. The job holds
 #: every process created from inside it, and closing it ends them; but some
