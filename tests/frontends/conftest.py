@@ -17,9 +17,12 @@ import subprocess
 import sysconfig
 import tempfile
 from collections.abc import Callable, Iterator
+from importlib import metadata
 from pathlib import Path
 
 import pytest
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
 
 from isolation.conftest import (
     RUNNER_NAMES,
@@ -46,32 +49,71 @@ def box(runner: Runner, iso_root: Path) -> Box:  # noqa: F811
     return populate(Box, runner, iso_root)
 
 
-def _link_or_copy(src: str, dst: str) -> str:
-    """A hard link where the file is already world-readable (the venv's 57,000 files in
-    a second, not a copy of 1.4 GB); a world-readable copy otherwise."""
-    mode = os.stat(src).st_mode
+#: stockade's extras for the frameworks these modules drive.
+EXTRAS = ("inspect", "mini-swe-agent", "deepagents", "web")
+
+
+def _distributions() -> list[metadata.Distribution]:
+    """stockade and everything its `EXTRAS` require, by the installed metadata: the
+    rest of the venv (Ray, the OpenAI Agents SDK, ...) is not linked for nothing."""
+    found: dict[str, metadata.Distribution] = {}
+    seen: set[tuple[str, str]] = set()
+    todo: list[tuple[str, tuple[str, ...]]] = [("stockade", EXTRAS)]
+    while todo:
+        name, extras = todo.pop()
+        key = canonicalize_name(name)
+        if all((key, e) in seen for e in ("", *extras)):
+            continue
+        seen.update((key, e) for e in ("", *extras))
+        try:
+            dist = found.setdefault(key, metadata.distribution(name))
+        except metadata.PackageNotFoundError:
+            continue  # a requirement for another platform or Python
+        for line in dist.requires or []:
+            req = Requirement(line)
+            if req.marker is None or any(req.marker.evaluate({"extra": e})
+                                         for e in ("", *extras)):
+                todo.append((req.name, tuple(req.extras)))
+    return list(found.values())
+
+
+def _link_or_copy(src: Path, dst: Path) -> None:
+    """A hard link where the file is already world-readable (tens of thousands of files
+    in seconds, not a copy of a gigabyte); a world-readable copy otherwise."""
+    mode = src.stat().st_mode
     if mode & 0o004:
         try:
             os.link(src, dst)
-            return dst
+            return
         except OSError:
             pass  # another filesystem
     shutil.copy2(src, dst)
     os.chmod(dst, (mode & 0o755) | 0o444)
-    return dst
 
 
 @pytest.fixture(scope="session")
 def packages_site(iso_root: Path) -> Iterator[str]:  # noqa: F811
-    """The venv's packages, their compiled bytecode and metadata (entry points) included,
-    and this tree's `src/stockade` in place of the editable install's pointer."""
+    """The installed files of `_distributions()`, their bytecode and metadata (entry
+    points) included, and this tree's `src/stockade` in place of the editable install's
+    pointer."""
     top = Path(tempfile.mkdtemp(prefix="site-", dir=iso_root))
     os.chmod(top, 0o755)
     site = top / "site"
-    purelib = sysconfig.get_paths()["purelib"]
-    editable = shutil.ignore_patterns("__editable__*", "_editable_impl_*", "stockade")
+    purelib = Path(sysconfig.get_paths()["purelib"])
+    made: set[Path] = set()
     try:
-        shutil.copytree(purelib, site, ignore=editable, copy_function=_link_or_copy)
+        for dist in _distributions():
+            for file in dist.files or []:
+                if ".." in file.parts or file.name.startswith(("__editable__", "_editable_impl_")):
+                    continue  # scripts in bin/, the editable install's finder
+                dst = site / file
+                if dst.parent not in made:
+                    dst.parent.mkdir(parents=True, exist_ok=True)
+                    made.add(dst.parent)
+                try:
+                    _link_or_copy(purelib / file, dst)
+                except FileNotFoundError:
+                    pass  # in RECORD, removed since (a .pyc pip listed)
         shutil.copytree(SRC / "stockade", site / "stockade",
                         ignore=shutil.ignore_patterns("__pycache__"), copy_function=shutil.copy)
         for dirpath, _dirs, files in os.walk(site):
