@@ -2,7 +2,8 @@
 
 A real refused command and a real blocked one are written to a ledger by
 `stockade run`; `stockade audit --web` serves it; Chromium loads the denials
-page, dumps what it rendered and takes a screenshot.
+page, dumps what it rendered and takes a screenshot; the server and the browser
+run as root and as an unprivileged user.
 """
 
 from __future__ import annotations
@@ -19,9 +20,15 @@ from pathlib import Path
 
 import pytest
 
+from isolation.conftest import Box
+
 pytest.importorskip("datasette")
 
 pytestmark = pytest.mark.timeout(180)
+
+# Set by the conftest: the user runner reads the venv's packages (Datasette) from a copy
+# of its own.
+RUNS_INSTALLED_PACKAGES = True
 
 CHROMIUM = "/usr/bin/chromium"
 # This tree's stockade, not whichever one the interpreter has installed.
@@ -60,24 +67,23 @@ def _listening_on(port: int) -> list[str]:
     return found
 
 
-def test_the_denials_page_in_headless_chromium(world: tuple[Path, dict[str, str]]) -> None:
+def test_the_denials_page_in_headless_chromium(box: Box) -> None:
+    """Served and browsed as root and as an unprivileged user."""
     if not os.path.exists(CHROMIUM):
         pytest.skip("Debian's chromium is not installed at /usr/bin/chromium "
                     "(apt-get install chromium; .ci/run installs it): no browser to load the "
                     "page with")
-    base, env = world
-    ws = base / "ws"
+    env = box.env()
     for argv in (["rm", "-rf", "--no-preserve-root", "/"],
-                 ["/bin/sh", "-c", f"touch {base}/home/planted"]):
-        subprocess.run([*STOCKADE, "run", "--mode", "workspace-write", "--", *argv], cwd=ws,
-                       env=env, capture_output=True, timeout=60, check=False)
-    ledger = base / "data" / "stockade" / "ledger.db"
+                 ["/bin/sh", "-c", f"touch {box.home}/planted"]):
+        box.run(argv, mode="workspace-write", timeout=60)
+    ledger = box.state / "data" / "stockade" / "ledger.db"
     before = ledger.read_bytes()
     port = _free_port()
-    server = subprocess.Popen([*STOCKADE, "audit", "--web", "--port", str(port)], cwd=ws,
-                              env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-    profile = base / "chromium"
-    profile.mkdir()
+    server = box.runner.popen(box.runner.cli_argv(["audit", "--web", "--port", str(port)]),
+                              cwd=box.ws, env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT)
+    profile = box.mkdir("chromium")
     shot = profile / "denials.png"
     chrome = [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu",
               "--disable-dev-shm-usage", "--no-first-run", f"--user-data-dir={profile}",
@@ -91,10 +97,9 @@ def test_the_denials_page_in_headless_chromium(world: tuple[Path, dict[str, str]
         # Loopback only: 127.0.0.1, never 0.0.0.0 or another address.
         assert _listening_on(port) == ["0100007F"]
         browser_env = {**env, "HOME": str(profile)}
-        dom = subprocess.run([*chrome, "--dump-dom", url], env=browser_env,
-                             capture_output=True, timeout=90, check=False)
-        taken = subprocess.run([*chrome, f"--screenshot={shot}", url], env=browser_env,
-                               capture_output=True, timeout=90, check=False)
+        dom = box.host([*chrome, "--dump-dom", url], cwd=profile, env=browser_env, timeout=90)
+        taken = box.host([*chrome, f"--screenshot={shot}", url], cwd=profile, env=browser_env,
+                         timeout=90)
         # Read-only: a write through Datasette's API is refused.
         import urllib.error
         import urllib.request
@@ -111,7 +116,7 @@ def test_the_denials_page_in_headless_chromium(world: tuple[Path, dict[str, str]
     assert "rm -rf --no-preserve-root /" in page, page[:2000]
     assert "command policy blocked: rm-no-preserve-root" in page
     assert "refused" in page and "blocked" in page
-    assert f"touch {base}/home/planted" in page
+    assert f"touch {box.home}/planted" in page
     assert shot.exists() and shot.stat().st_size > 10_000, taken.stderr.decode(errors="replace")
     assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert b"forged" not in ledger.read_bytes()
@@ -140,17 +145,14 @@ def _get(port: int, host: bytes | None, path: str = "/ledger/executions.json") -
     return b"".join(chunks)
 
 
-def test_web_answers_only_requests_addressed_to_loopback(
-        world: tuple[Path, dict[str, str]]) -> None:
+def test_web_answers_only_requests_addressed_to_loopback(box: Box) -> None:
     """A page whose name was re-pointed at 127.0.0.1 (DNS rebinding) reaches the server
     with its own name in Host: it gets a 403 and nothing of the ledger."""
-    base, env = world
     marker = "rebinding-marker-4f1c"
-    subprocess.run([*STOCKADE, "run", "--", "echo", marker], cwd=base / "ws", env=env,
-                   capture_output=True, timeout=60, check=False)
+    box.run(["echo", marker], timeout=60)
     port = _free_port()
-    server = subprocess.Popen([*STOCKADE, "audit", "--web", "--port", str(port)],
-                              cwd=base / "ws", env=env, stdout=subprocess.PIPE,
+    server = box.runner.popen(box.runner.cli_argv(["audit", "--web", "--port", str(port)]),
+                              cwd=box.ws, env=box.env(), stdout=subprocess.PIPE,
                               stderr=subprocess.STDOUT)
     try:
         deadline = time.monotonic() + 30

@@ -1,6 +1,6 @@
 """The `stockade` sandbox provider against the installed inspect-ai.
 
-A real task runs through `inspect eval ... --sandbox stockade` (the CLI,
+The task docs/agents.md shows runs through `inspect eval ... --sandbox stockade` (the CLI,
 which finds the provider through the `inspect_ai` entry point) with the
 `bash()` tool and Inspect's mock model scripted to call it; the provider's
 own operations are then exercised one by one.
@@ -11,48 +11,24 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import shlex
 import shutil
-import subprocess
-import sys
 import tempfile
 import zipfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from isolation.conftest import Box
+
 pytest.importorskip("inspect_ai")
 
 pytestmark = pytest.mark.timeout(180)
 
-# The task docs/agents.md shows: a model that runs two commands with bash(),
-# one that works in the sample's directory and one that tries to leave it.
-TASK = '''
-from inspect_ai import Task, task
-from inspect_ai.dataset import Sample
-from inspect_ai.model import ModelOutput, ModelUsage, get_model
-from inspect_ai.scorer import includes
-from inspect_ai.solver import generate, use_tools
-from inspect_ai.tool import bash
-
-def scripted(output):
-    # A usage of its own: without one the mock model counts tokens with an
-    # encoding it downloads, and an eval without a network fails on it.
-    output.usage = ModelUsage(input_tokens=1, output_tokens=1, total_tokens=2)
-    return output
-
-@task
-def escape_check():
-    model = get_model("mockllm/model", custom_outputs=[
-        scripted(ModelOutput.for_tool_call("mockllm/model", "bash", {"command": (
-            "echo from-the-sandbox > out.txt && cat out.txt; "
-            "echo pwned >> ~/.bashrc; cat ~/.aws/credentials; echo $STOCKADE_SANDBOX")})),
-        scripted(ModelOutput.from_content("mockllm/model", "from-the-sandbox")),
-    ])
-    return Task(dataset=[Sample(input="write out.txt", target="from-the-sandbox")],
-                solver=[use_tools(bash()), generate()], scorer=includes(), model=model)
-'''
+# Set by the conftest: the user runner reads the venv's packages from a copy of its own.
+RUNS_INSTALLED_PACKAGES = True
 
 
 @pytest.fixture
@@ -69,15 +45,24 @@ def home(monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     shutil.rmtree(base, ignore_errors=True)
 
 
-def test_inspect_eval_with_sandbox_stockade(home: Path) -> None:
-    (home / "task.py").write_text(TASK)
-    inspect = Path(sys.executable).with_name("inspect")
-    res = subprocess.run(
-        [str(inspect), "eval", "task.py", "--sandbox", "stockade", "--log-dir", "logs",
-         "--log-format", "json", "--display", "plain", "--no-score-display"],
-        cwd=home, capture_output=True, text=True, timeout=150, env=os.environ.copy())
-    assert res.returncode == 0, res.stdout + res.stderr
-    [log] = (home / "logs").glob("*.json")
+def test_inspect_eval_with_sandbox_stockade(box: Box, host_python: Callable[..., Any],
+                                            documented: Callable[[str, str], str]) -> None:
+    """The task and the command line docs/agents.md shows, run by Inspect's own CLI as
+    root and as an unprivileged user; the flags added only say where the log goes.
+
+    Its mock model is given a usage of its own: without one it counts tokens with
+    an encoding it downloads, and an eval without a network fails on it."""
+    box.write(box.ws / "task.py", documented("Inspect", "python"))
+    [line] = documented("Inspect", "sh").splitlines()
+    argv = shlex.split(line)
+    assert argv[:2] == ["inspect", "eval"]
+    bashrc = (box.home / ".bashrc").read_text()
+    res = host_python(
+        "from inspect_ai._cli.main import main; sys.argv[0] = 'inspect'; main()",
+        *argv[1:], "--log-dir", "logs", "--log-format", "json", "--display", "plain",
+        "--no-score-display", timeout=150)
+    assert res.returncode == 0, (res.stdout + res.stderr).decode(errors="replace")
+    [log] = (box.ws / "logs").glob("*.json")
     data = json.loads(log.read_text())
     assert data["status"] == "success", data.get("error")
     messages = data["samples"][0]["messages"]
@@ -85,11 +70,12 @@ def test_inspect_eval_with_sandbox_stockade(home: Path) -> None:
     text = tool["content"] if isinstance(tool["content"], str) else json.dumps(tool["content"])
     assert "from-the-sandbox" in text and "bubblewrap" in text
     assert "Read-only file system" in text
-    assert "SECRET-KEY-inspect" not in text
-    assert (home / "home/.bashrc").read_text() == "# mine\n"
+    assert box.markers[".aws/credentials"] not in text
+    assert (box.home / ".bashrc").read_text() == bashrc
     # The sample's directory is removed with the sample.
-    root = home / "state" / "stockade"
+    root = box.state / "state" / "stockade"
     assert not list(root.rglob("inspect-*/out.txt"))
+    assert data["samples"][0]["scores"]["includes"]["value"] == "C"
 
 
 def _env(home: Path) -> Any:
