@@ -202,7 +202,7 @@ def changeable_by_others(path: str) -> str:
     for a link between two commands, and the next command's /tmp was any
     directory root could write.
     """
-    if not hasattr(os, "geteuid"):
+    if sys.platform == "win32":
         # Windows has no owner bits to read here: the state directory lives in the
         # user's profile, whose ACL admits only the user, SYSTEM and Administrators.
         return ""
