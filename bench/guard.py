@@ -31,7 +31,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 WORKER = r"""
 import json, sys, time
 from stockade.capabilities import capabilities_for_mode
-from stockade.drivers.linux.guard import MetadataGuard
+from stockade.drivers.linux.host.guard import MetadataGuard
 from stockade.profile import build_profile
 
 ws, state = sys.argv[1], sys.argv[2]

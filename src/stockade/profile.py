@@ -377,7 +377,7 @@ def repository_protection(path: str, kind: Callable[[str], str], roots: tuple[st
 PIN = "pin"
 #: A protected name that does not exist: the command may create it, and the
 #: driver's guard neutralises what it leaves there once the command has ended
-#: (see drivers/linux/guard.py).
+#: (see drivers/linux/host/guard.py).
 WATCH = "watch"
 #: A protected name that is a symbolic link (a dotfile kept in a dotfiles
 #: repository): its target is protected where it lives, and the link itself
@@ -979,7 +979,7 @@ def build_profile(
         # bare fixture), which a walk of fixed names never reaches: held as
         # the top's are, but not their ancestors. A directory above one
         # renamed and rebuilt holds a repository the command made, which the
-        # guard makes inert (drivers/linux/treewatch.py).
+        # guard makes inert (drivers/linux/host/treewatch.py).
         known = {p.path for p in protected}
         for repo in repositories:
             if repo not in known and writable_ws and is_under(repo, workspace) \

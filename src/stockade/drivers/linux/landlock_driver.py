@@ -31,15 +31,14 @@ from ...errors import SandboxUnavailable
 from ...paths import private_paths
 from ...paths import state_dir as state_dir_of
 from ..base import Launch
-from .fstree import remove_tree
-from .guard import MetadataGuard
-from .landlock import unavailable_reason
-from .landlock_rules import (
+from .host.fstree import remove_tree
+from .host.guard import MetadataGuard
+from .host.landlock_rules import (
     SCOPE_ABI,
     TCP_ABI,
     landlock_backend_rules,
 )
-from .limits import (
+from .host.limits import (
     ExecCgroup,
     ScopeCgroup,
     exec_cgroup,
@@ -49,9 +48,10 @@ from .limits import (
     prime_migration,
     read_limits,
 )
-from .options import DEFAULT_MIN_ABI, LANDLOCK_OPTIONS
+from .host.options import DEFAULT_MIN_ABI, LANDLOCK_OPTIONS
+from .init.landlock import unavailable_reason
+from .init.seccomp import SECCOMP_MODES, native_arch
 from .parking import ParkingDriver
-from .seccomp import SECCOMP_MODES, native_arch
 
 TYPE_CHECKING = False
 
@@ -390,7 +390,7 @@ def check_landlock(abi: int, min_abi: int) -> None:
     if not sys.platform.startswith("linux"):
         raise SandboxUnavailable("the landlock backend needs Linux")
     if abi < 1:
-        from .landlock import ENOSYS
+        from .init.landlock import ENOSYS
 
         raise SandboxUnavailable(unavailable_reason(ENOSYS) + ", so the landlock backend "
                                  "cannot run here")

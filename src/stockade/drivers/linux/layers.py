@@ -1,7 +1,7 @@
 """The host side of stockade-init: what it is told, how it is started, what it will report.
 
 `init_config` and `init_argv` are pure functions of a `Profile`; the init
-itself (init.py, initcore.py) runs inside bwrap and never imports this.
+itself (init/init.py, init/initcore.py) runs inside bwrap and never imports this.
 """
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ import sys
 from ...capabilities import NetworkPolicy
 from ...jsontext import to_json
 from ...profile import SYSTEM_READ_PATHS
-from .initschema import ARGV_INLINE, ARGV_PIECE, CONFIG_VERSION, PACKED_ARGV, config_problem
-from .landlock import LandlockReport, LandlockRules, landlock_abi
-from .seccomp import SECCOMP_MODES
+from .init.initschema import ARGV_INLINE, ARGV_PIECE, CONFIG_VERSION, PACKED_ARGV, config_problem
+from .init.landlock import LandlockReport, LandlockRules, landlock_abi
+from .init.seccomp import SECCOMP_MODES
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -22,7 +22,8 @@ if TYPE_CHECKING:
 
     from ...profile import Profile
 
-INIT_DIR = os.path.dirname(os.path.abspath(__file__))
+#: The init and only the init (init/): the one directory of stockade the sandbox is shown.
+INIT_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "init")
 INIT_PATH = os.path.join(INIT_DIR, "init.py")
 #: Where INIT_DIR appears inside bubblewrap's sandbox, and the init there.
 #: Not at its host path: bwrap makes a mount point's missing parents in
@@ -90,7 +91,7 @@ def landlock_rules(profile: Profile) -> tuple[LandlockRules, list[str]]:
     hides (`inner_reads`), everything on what it lets the command write, and
     the directories split on the way, which may be listed but not read.
     """
-    from .landlock_rules import inner_reads
+    from .host.landlock_rules import inner_reads
 
     # The init's interpreter and modules, which it imports from after Landlock,
     # where bubblewrap shows them (the Landlock backend plans its own rules).
@@ -138,7 +139,7 @@ def init_config(profile: Profile, *, proxy_ports: Sequence[int] = (),
     `namespaces`: what bubblewrap gave the command of its own, which the init
     checks and builds on (`own_namespaces`); empty for the Landlock backend.
     `publish`: (descriptor, sandbox ports) for the relay of published ports
-    (drivers/linux/publish.py), forked before the command's layers.
+    (drivers/linux/host/publish.py), forked before the command's layers.
     `private`: files bound from private copies, which renames onto are done
     in place (renames.py).
     """

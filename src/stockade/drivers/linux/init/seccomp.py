@@ -4,7 +4,7 @@
 bytes, so the whole policy is unit-tested by running the program through an
 interpreter; `install_seccomp` hands those bytes to the kernel.
 
-This module is loaded two ways: as `stockade.drivers.linux.seccomp` by the
+This module is loaded two ways: as `stockade.drivers.linux.init.seccomp` by the
 package, and as a top-level module by `init.py` inside bwrap, where every
 import is paid for on every command. So it imports nothing from stockade and
 nothing slower than the `posix` and `sys` built-ins (not even `__future__`).
