@@ -149,12 +149,10 @@ def init_config(profile: Profile, *, proxy_ports: Sequence[int] = (),
     `private`: files bound from private copies, which renames onto are done
     in place (init/renames.py).
 
-    The Landlock backend, with no bubblewrap around the init, passes the
-    rest: `rules` (its own rules and listed directories, instead of
-    `landlock_rules`), `seccomp` (its own network mode), `bridge=False` (no
-    namespace to bridge into: the proxy is on loopback), `cwd` (no bwrap
-    --chdir), `parent` (stockade's pid, or "scope"), `drop_caps`, `reaper`
-    and `reaper_fd` (what bwrap would otherwise do for it).
+    The Landlock backend, with no bubblewrap around the init, passes the rest:
+    `rules` (its own rules and listed directories), `seccomp` (its network
+    mode), `bridge=False` (the proxy is on loopback), `cwd` (no --chdir),
+    `parent` (stockade's pid, or "scope"), `drop_caps`, `reaper`, `reaper_fd`.
     """
     kind = profile.network.kind
     if seccomp is None:
@@ -187,8 +185,7 @@ def init_config(profile: Profile, *, proxy_ports: Sequence[int] = (),
         config["publish"] = {"fd": publish[0], "ports": sorted(set(publish[1]))}
     if private:
         config["private_files"] = sorted(set(private))
-    rlimits = _rlimits(profile, nproc)
-    if rlimits:
+    if rlimits := _rlimits(profile, nproc):
         config["rlimits"] = rlimits
     if cwd is not None:
         config["cwd"] = cwd
