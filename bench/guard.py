@@ -31,8 +31,8 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 WORKER = r"""
 import json, sys, time
 from stockade.capabilities import capabilities_for_mode
-from stockade.drivers.linux.guard import MetadataGuard
 from stockade.boundary import build_profile
+from stockade.drivers.linux.host.guard import MetadataGuard
 
 ws, state = sys.argv[1], sys.argv[2]
 caps = capabilities_for_mode("workspace-write", ws)

@@ -1,7 +1,7 @@
 """What a repository's private git config costs each command under bubblewrap.
 
 In a git workspace every command's renames reach the rename supervisor
-(drivers/linux/renames.py), which lets each continue unless it targets the
+(drivers/linux/init/renames.py), which lets each continue unless it targets the
 private config. This runs `/bin/true` and 1000 renames in one warm session,
 interleaved with the private copy on and off, and prints the medians.
 
@@ -16,7 +16,7 @@ import subprocess
 import tempfile
 import time
 
-import stockade.drivers.linux.gitconfig as gitconfig
+import stockade.drivers.linux.host.gitconfig as gitconfig
 from stockade import SandboxCommand, SyncWorkspaceSandbox
 from stockade.config import load_config
 

@@ -19,7 +19,7 @@ import statistics
 import tempfile
 import time
 
-from stockade.drivers.linux.treewatch import TreeWatch
+from stockade.drivers.linux.host.treewatch import TreeWatch
 
 
 def main() -> None:

@@ -148,7 +148,7 @@ class Follower:
         directory = os.path.dirname(self.path) or "."
         fd = -1
         if sys.platform.startswith("linux"):
-            from .drivers.linux.watch import inotify_add_watch, inotify_init
+            from .drivers.linux.host.watch import inotify_add_watch, inotify_init
 
             try:
                 fd = inotify_init()

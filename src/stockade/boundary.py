@@ -265,7 +265,7 @@ def protection(workspace: str, writable_ws: bool, capabilities: SandboxCapabilit
     # fixture), which a walk of fixed names never reaches: held as the top's
     # are, but not their ancestors. A directory above one renamed and rebuilt
     # holds a repository the command made, which the guard makes inert
-    # (drivers/linux/treewatch.py).
+    # (drivers/linux/host/treewatch.py).
     known = {p.path for p in out}
     for repo in repositories:
         if repo not in known and writable_ws and is_under(repo, workspace) \

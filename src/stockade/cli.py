@@ -136,7 +136,7 @@ def cmd_run(argv: list[str]) -> int:
     if sys.platform.startswith("linux"):
         # Before the config and the rest of the imports: they are what the
         # kernel's wait for the command's cgroup move can overlap.
-        from .drivers.linux.limits import prime_migration
+        from .drivers.linux.host.limits import prime_migration
 
         prime_migration()
     timeout = positive_number(values, "timeout", float, RUN_USAGE)

@@ -145,7 +145,7 @@ class SandboxConfig:
         max_file_size_mb: int | None = 4096,
         allow_hosts: Sequence[str] = (),
         deny_hosts: Sequence[str] = (),
-        # The Linux backends' keys (declared in drivers/linux/options.py).
+        # The Linux backends' keys (declared in drivers/linux/host/options.py).
         bwrap: str = "",
         max_pids: int = 200,
         cpu_quota_percent: int | None = None,
@@ -222,7 +222,7 @@ class SandboxConfig:
         sets max_memory_mb: the machine's (Linux), unless max_memory_mb = 0."""
         if self.max_memory_mb is not None:
             return None  # 0: no bound; a number reaches every command as its ceiling
-        from .drivers.linux.limits import machine_memory_default
+        from .drivers.linux.host.limits import machine_memory_default
 
         return machine_memory_default()
 
@@ -441,7 +441,7 @@ def _allowed(merged: dict[str, object], given: dict[str, object]) -> dict[str, o
     allowed.update(given)
     allowed.setdefault("command_policy", {})
     if allowed.get("max_memory_mb") is None:
-        from .drivers.linux.limits import machine_memory_default
+        from .drivers.linux.host.limits import machine_memory_default
 
         allowed["max_memory_mb"] = machine_memory_default()
     return _as_limits(allowed)

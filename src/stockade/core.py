@@ -747,7 +747,7 @@ def remove_session_tmp(path: str) -> None:
     except OSError:
         # Not shutil.rmtree: its imports cost every CLI run 2 ms (a session's
         # cache directory holds a layer for each toolchain cache the host has).
-        from .drivers.linux.fstree import remove_tree
+        from .drivers.linux.host.fstree import remove_tree
 
         remove_tree(path)
     if os.path.lexists(path):

@@ -31,12 +31,12 @@ def kernel_facts() -> dict[str, object]:
             _read("/proc/sys/kernel/apparmor_restrict_unprivileged_userns") or "n/a",
     }
     try:
-        from .drivers.linux.landlock import landlock_abi
+        from .drivers.linux.init.landlock import landlock_abi
 
         facts["landlock_abi"] = landlock_abi()
     except Exception as exc:  # reported, never fatal here
         facts["landlock_abi"] = f"unknown ({exc})"
-    from .drivers.linux.limits import mechanism
+    from .drivers.linux.host.limits import mechanism
 
     kind, _bases, why = mechanism()
     if kind == "rlimit":
@@ -72,7 +72,7 @@ def backend_status(configured_bwrap: str = "", config: object = None
 
     out: dict[str, dict[str, object]] = {}
     if sys.platform.startswith("linux"):
-        from .drivers.linux.bwrap_binary import (
+        from .drivers.linux.host.bwrap_binary import (
             bundled_bwrap,
             find_bwrap,
             locate_bwrap,
@@ -190,13 +190,13 @@ def landlock_status(min_abi: int | None = None) -> dict[str, object]:
 
             min_abi = load_config().landlock_min_abi
         except Exception:  # doctor reports; a broken config is run's error to raise
-            from .drivers.linux.options import DEFAULT_MIN_ABI
+            from .drivers.linux.host.options import DEFAULT_MIN_ABI
 
             min_abi = DEFAULT_MIN_ABI
     entry: dict[str, object] = {"min_abi": min_abi}
     if not sys.platform.startswith("linux"):
         return {**entry, "available": False, "why": "the landlock backend needs Linux"}
-    from .drivers.linux.landlock import landlock_abi
+    from .drivers.linux.init.landlock import landlock_abi
 
     abi = landlock_abi()
     entry["abi"] = abi
@@ -216,8 +216,8 @@ def landlock_status(min_abi: int | None = None) -> dict[str, object]:
 def session_tmp_drops() -> list[str]:
     """What a session's /tmp loses here, by making one: where Python may not make a
     namespace (a profile granting user namespaces to bwrap alone) only trying says so."""
+    from .drivers.linux.host.sessionns import probe
     from .drivers.linux.layers import init_python
-    from .drivers.linux.sessionns import probe
     from .paths import state_dir
 
     why = probe(init_python(), state_dir(os.environ))
@@ -239,7 +239,7 @@ def auto_choice(backends: dict[str, dict[str, object]]) -> str:
 def memory_limit(config: object = None) -> str:
     """The memory bound a command gets when it asks for none, and where it comes from."""
     from .config import SandboxConfig
-    from .drivers.linux.limits import FROM_DEFAULT, FROM_SETTING, mechanism, memory_in_force
+    from .drivers.linux.host.limits import FROM_DEFAULT, FROM_SETTING, mechanism, memory_in_force
 
     cfg = config if isinstance(config, SandboxConfig) else SandboxConfig()
     kind = mechanism()[0]

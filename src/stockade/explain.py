@@ -277,8 +277,8 @@ def layers(backend: str, profile: Profile, config: SandboxConfig) -> list[str]:
     abi = 0
     traits = declared(backend)
     if sys.platform.startswith("linux"):
-        from .drivers.linux.landlock import landlock_abi
-        from .drivers.linux.limits import mechanism
+        from .drivers.linux.host.limits import mechanism
+        from .drivers.linux.init.landlock import landlock_abi
 
         abi = landlock_abi()
         kind, _bases, _why = mechanism()

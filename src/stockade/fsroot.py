@@ -87,7 +87,7 @@ def _openat2(dir_fd: int, rel: str, flags: int, mode: int) -> int:
         if not sys.platform.startswith("linux"):
             _Syscall.missing = True
             return -1
-        from .drivers.linux.seccomp import libc_syscall
+        from .drivers.linux.init.seccomp import libc_syscall
 
         _Syscall.fn = libc_syscall()
     how = (flags.to_bytes(8, "little") + mode.to_bytes(8, "little")
@@ -319,7 +319,7 @@ class Root:
 
     def remove(self, rel: str) -> None:
         """Remove `rel`, whatever it is, without following a link (see fstree.remove_entry)."""
-        from .drivers.linux.fstree import remove_entry
+        from .drivers.linux.host.fstree import remove_entry
 
         fd, name = self.parent(rel)
         try:
@@ -334,7 +334,7 @@ class Root:
         A rename where both share a filesystem; otherwise a copy through
         descriptors (fstree's budget), then removal.
         """
-        from .drivers.linux.fstree import TooLarge, read_tree, remove_entry, write_tree
+        from .drivers.linux.host.fstree import TooLarge, read_tree, remove_entry, write_tree
 
         fd, name = self.parent(rel)
         try:

@@ -6,7 +6,7 @@ break the app and its tests, which read them, so the person asks: an
 `unreadable` entry that is not an absolute or `~` path is a pattern matched,
 as a `.gitignore` line is, against paths relative to the workspace; `!`
 takes a match back. The driver keeps the matches current as files appear
-(drivers/linux/treewatch.py) and the profile hides them like any store.
+(drivers/linux/host/treewatch.py) and the profile hides them like any store.
 """
 
 from __future__ import annotations

@@ -47,7 +47,7 @@ def path_kind(path: str) -> str:
 PIN = "pin"
 #: A protected name that does not exist: the command may create it, and the
 #: driver's guard neutralises what it leaves there once the command has ended
-#: (see drivers/linux/guard.py).
+#: (see drivers/linux/host/guard.py).
 WATCH = "watch"
 #: A protected name that is a symbolic link (a dotfile kept in a dotfiles
 #: repository): its target is protected where it lives, and the link itself

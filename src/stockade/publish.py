@@ -4,7 +4,7 @@ A dev server started inside a sandbox with its own network namespace
 listens on that namespace's loopback, which nothing on the host reaches:
 the person cannot open the page the agent is working on. A published port
 is a listener on the host that leads to one port on the sandbox's loopback
-while the command runs (drivers/linux/publish.py and bridge.py carry it).
+while the command runs (drivers/linux/host/publish.py and bridge.py carry it).
 
 Loopback unless an address is named: `0.0.0.0` would hand the agent's
 server to the whole network, which the person must say in so many words.

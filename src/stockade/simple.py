@@ -63,7 +63,7 @@ def namespace_argv(argv: Sequence[str], profile: Profile, *, bwrap: str | None =
     can call `execute` or `run` should. Run it with `profile.env`.
     """
     from .drivers.linux.bwrap import build_bwrap_args
-    from .drivers.linux.bwrap_binary import locate_bwrap
+    from .drivers.linux.host.bwrap_binary import locate_bwrap
 
     path = bwrap or locate_bwrap(os.environ, profile.workspace)
     return build_bwrap_args(profile, path, inner=list(argv))

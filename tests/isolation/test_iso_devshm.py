@@ -12,7 +12,7 @@ import secrets
 
 import pytest
 
-from stockade.drivers.linux.bwrap_binary import bundled_bwrap
+from stockade.drivers.linux.host.bwrap_binary import bundled_bwrap
 
 from .conftest import FORCED_BWRAP, Box, text
 

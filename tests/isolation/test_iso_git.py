@@ -81,7 +81,7 @@ GIT_META_NAMES = ("hook-write", "hook-chmod", "hook-rename", "hook-delete", "hoo
 
 
 #: Writes to .git/config that land in the command's private copy of it
-#: (drivers/linux/gitconfig.py): they work inside, and none of it reaches the host.
+#: (drivers/linux/host/gitconfig.py): they work inside, and none of it reaches the host.
 GIT_CONFIG_PRIVATE = ("config-append", "config-git", "config-replace")
 
 

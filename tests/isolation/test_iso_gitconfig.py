@@ -4,7 +4,7 @@
 and `git branch --set-upstream-to` write `.git/config`. Under bubblewrap the
 command writes a private copy, merged back when it ends; under the Landlock
 backend its writes land and the guard keeps only what is inert
-(drivers/linux/gitconfig.py, guard.py). Each check reads the host's config
+(drivers/linux/host/gitconfig.py, guard.py). Each check reads the host's config
 with the host's git, as the person's next command would.
 """
 

@@ -18,7 +18,11 @@ from pathlib import Path
 
 import pytest
 
-from stockade.drivers.linux.limits import CGROUP_ROOT, machine_memory_default, parse_proc_cgroup
+from stockade.drivers.linux.host.limits import (
+    CGROUP_ROOT,
+    machine_memory_default,
+    parse_proc_cgroup,
+)
 
 from .conftest import RUN_TIMEOUT, Box, text
 from .test_iso_proc import MEMORY_BOMB, limits_config, limits_mechanism

@@ -24,7 +24,8 @@ from pathlib import Path
 import pytest
 
 from stockade import SandboxCommand, SandboxConfig, SyncWorkspaceSandbox
-from stockade.drivers.linux import layers, sessionns
+from stockade.drivers.linux import layers
+from stockade.drivers.linux.host import sessionns
 
 pytestmark = [pytest.mark.isolation,
               pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux drivers")]

@@ -425,7 +425,7 @@ def test_killing_stockade_during_sandbox_startup_leaves_nothing(box: Box) -> Non
 MECHANISM = r"""
 import json, sys
 sys.path.insert(0, sys.argv[1])
-from stockade.drivers.linux.limits import mechanism
+from stockade.drivers.linux.host.limits import mechanism
 kind, bases, _why = mechanism()
 print(json.dumps({"kind": kind, "bases": bases}))
 """

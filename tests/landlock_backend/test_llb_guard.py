@@ -14,10 +14,10 @@ import pytest
 from isolation.conftest import quarantined
 from stockade.boundary import build_profile
 from stockade.capabilities import capabilities_for_mode
-from stockade.drivers.linux import fstree
-from stockade.drivers.linux import guard as guard_module
-from stockade.drivers.linux.fstree import remove_tree
-from stockade.drivers.linux.guard import MetadataGuard
+from stockade.drivers.linux.host import fstree
+from stockade.drivers.linux.host import guard as guard_module
+from stockade.drivers.linux.host.fstree import remove_tree
+from stockade.drivers.linux.host.guard import MetadataGuard
 from stockade.errors import SandboxUnavailable
 from stockade.profile import Profile
 

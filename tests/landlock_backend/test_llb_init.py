@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from stockade.capabilities import NetworkPolicy
-from stockade.drivers.linux import initcore, landlock
+from stockade.drivers.linux.init import initcore, landlock
 from stockade.drivers.linux.layers import INIT_PATH, init_argv, init_config
 from stockade.profile import Profile
 

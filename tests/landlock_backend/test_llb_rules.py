@@ -12,9 +12,7 @@ import pytest
 
 from stockade.boundary import build_profile
 from stockade.capabilities import NetworkPolicy, capabilities_for_mode
-from stockade.drivers.linux.landlock import FS_READ, FS_READ_DIR
-from stockade.drivers.linux.landlock_driver import check_landlock, check_profile, command_env
-from stockade.drivers.linux.landlock_rules import (
+from stockade.drivers.linux.host.landlock_rules import (
     DEVICES,
     SPECIAL_ROOTS,
     TCP_ABI,
@@ -23,7 +21,9 @@ from stockade.drivers.linux.landlock_rules import (
     other_homes,
     split_grant,
 )
-from stockade.drivers.linux.seccomp import NO_UNIX, SECCOMP_MODES, TCP_ONLY, UNIX_NO_CONNECT
+from stockade.drivers.linux.init.landlock import FS_READ, FS_READ_DIR
+from stockade.drivers.linux.init.seccomp import NO_UNIX, SECCOMP_MODES, TCP_ONLY, UNIX_NO_CONNECT
+from stockade.drivers.linux.landlock_driver import check_landlock, check_profile, command_env
 from stockade.errors import SandboxUnavailable
 from stockade.paths import private_paths
 from stockade.profile import DIR, FILE, LINK, MISSING, SOCKET, ProxyEndpoint, path_kind

@@ -17,7 +17,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from stockade.drivers.linux.seccomp import (
+from stockade.drivers.linux.init.seccomp import (
     AARCH64,
     AUDIT_ARCH,
     DENIED,
@@ -256,7 +256,7 @@ print(json.dumps(out))
 
 @pytest.fixture(scope="module")
 def kernel_verdicts(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, str]]:
-    from stockade.drivers.linux import seccomp
+    from stockade.drivers.linux.init import seccomp
 
     here = os.path.dirname(seccomp.__file__)
     sock = str(tmp_path_factory.mktemp("sock") / "s")

@@ -24,9 +24,10 @@ import pytest
 from isolation import users
 from stockade.boundary import build_profile
 from stockade.capabilities import NetworkPolicy, capabilities_for_mode
-from stockade.drivers.linux import initcore, landlock, layers, seccomp
+from stockade.drivers.linux import layers
 from stockade.drivers.linux.bwrap import build_bwrap_args
-from stockade.drivers.linux.bwrap_binary import locate_bwrap
+from stockade.drivers.linux.host.bwrap_binary import locate_bwrap
+from stockade.drivers.linux.init import initcore, landlock, seccomp
 from stockade.drivers.linux.layers import (
     INIT_DIR,
     INIT_MOUNT,
@@ -660,7 +661,7 @@ def test_the_integration_the_driver_will_do(tmp_path: Path, scope: str) -> None:
 
 def test_the_lifeline_refuses_once_stockade_is_gone() -> None:
     """The pipe's write end is stockade's alone: open means alive, closed means gone."""
-    from stockade.drivers.linux.initcore import Refusal, check_lifeline
+    from stockade.drivers.linux.init.initcore import Refusal, check_lifeline
 
     read, write = os.pipe()
     os.close(write)
@@ -671,7 +672,7 @@ def test_the_lifeline_refuses_once_stockade_is_gone() -> None:
 LIFELINE_CHILD = """
 import os, sys, time
 sys.path.insert(0, sys.argv[2])
-from stockade.drivers.linux.initcore import check_lifeline
+from stockade.drivers.linux.init.initcore import check_lifeline
 check_lifeline(int(sys.argv[1]))
 try:
     os.fstat(int(sys.argv[1]))

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from stockade.drivers.linux import landlock
-from stockade.drivers.linux.landlock import (
+from stockade.drivers.linux.init import landlock
+from stockade.drivers.linux.init.landlock import (
     FS_ALL,
     FS_FILE,
     FS_IOCTL_DEV,
@@ -231,7 +231,7 @@ needs_landlock = pytest.mark.skipif(landlock.landlock_abi() < 6,
 
 CHILD = r"""
 import errno, json, os, socket, sys
-from stockade.drivers.linux import landlock, seccomp
+from stockade.drivers.linux.init import landlock, seccomp
 rules, script = json.loads(sys.argv[1]), sys.argv[2]
 seccomp.set_no_new_privs()
 report = landlock.apply_landlock(landlock.LandlockRules.from_json(rules))

@@ -15,8 +15,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from stockade.drivers.linux import seccomp
-from stockade.drivers.linux.seccomp import (
+from stockade.drivers.linux.init import seccomp
+from stockade.drivers.linux.init.seccomp import (
     AARCH64,
     AUDIT_ARCH,
     DENIED,

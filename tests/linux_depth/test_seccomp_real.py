@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from stockade.drivers.linux import seccomp
-from stockade.drivers.linux.seccomp import NETWORK_MODES, PROXY_ROUTED, UNIX_ONLY, UNRESTRICTED
+from stockade.drivers.linux.init import seccomp
+from stockade.drivers.linux.init.seccomp import NETWORK_MODES, PROXY_ROUTED, UNIX_ONLY, UNRESTRICTED
 
 pytestmark = [
     pytest.mark.isolation,

@@ -592,7 +592,7 @@ def _profile(ws: str):  # type: ignore[no-untyped-def]
 
 
 def _guard(profile, state: str, case: dict[str, object]):  # type: ignore[no-untyped-def]
-    from stockade.drivers.linux.guard import MetadataGuard
+    from stockade.drivers.linux.host.guard import MetadataGuard
 
     kw = {}
     if "watch" in inspect.signature(MetadataGuard.__init__).parameters:

@@ -1,6 +1,6 @@
 """Property-based attack on the code stockade runs on the host over what a command wrote.
 
-The metadata guard (drivers/linux/guard.py, acting through fsroot.py and
+The metadata guard (drivers/linux/host/guard.py, acting through fsroot.py and
 gitmeta.py) reads, rewrites and moves workspace content on the host, as
 the person, after every command: it must be as contained as the kernel
 layers. Hypothesis generates the leftovers of a hostile command -- between
@@ -91,7 +91,7 @@ def _sizes() -> list[int]:
     caps = [1 << 20, 64 << 20, 256 << 20]
     try:
         from stockade import gitmeta
-        from stockade.drivers.linux import fstree
+        from stockade.drivers.linux.host import fstree
 
         caps = [gitmeta.MAX_CONFIG_BYTES, fstree.GUARD_MAX_BYTES, gitmeta.MAX_INDEX_BYTES]
     except (ImportError, AttributeError):

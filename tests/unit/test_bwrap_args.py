@@ -7,7 +7,7 @@ import pytest
 from stockade.boundary import build_profile
 from stockade.capabilities import NetworkPolicy, SandboxCapabilities, capabilities_for_mode
 from stockade.drivers.linux.bwrap import build_bwrap_args
-from stockade.drivers.linux.bwrap_binary import find_bwrap
+from stockade.drivers.linux.host.bwrap_binary import find_bwrap
 from stockade.errors import SandboxUnavailable
 from stockade.profile import DIR, FILE, LINK, MISSING, SOCKET
 

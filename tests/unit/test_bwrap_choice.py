@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from stockade import doctor
-from stockade.drivers.linux import bwrap_binary as bwrap_mod
-from stockade.drivers.linux.bwrap_binary import locate_bwrap
+from stockade.drivers.linux.host import bwrap_binary as bwrap_mod
+from stockade.drivers.linux.host.bwrap_binary import locate_bwrap
 from stockade.errors import SandboxUnavailable
 
 

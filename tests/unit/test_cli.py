@@ -399,7 +399,7 @@ def test_a_deny_host_reason_is_not_part_of_the_host(cli):
 
 def test_git_submodule_add_works_and_its_keys_reach_the_host(cli, tmp_path):
     """git writes submodule.lib.url and .active into .git/config: a private copy, merged
-    back with inert keys only (drivers/linux/gitconfig.py). It used to exit 0 having
+    back with inert keys only (drivers/linux/host/gitconfig.py). It used to exit 0 having
     written nothing, "could not write config file .git/config"."""
     lib = tmp_path / "lib"
     ident = ["-c", "user.name=t", "-c", "user.email=t@example.invalid"]

@@ -217,8 +217,8 @@ def test_many_arguments_reach_the_command_whole(cli, count, backend):
 
 
 def test_init_argv_packs_a_long_argv_in_pieces():
-    from stockade.drivers.linux.initcore import parse_command
-    from stockade.drivers.linux.initschema import ARGV_INLINE, ARGV_PIECE, PACKED_ARGV
+    from stockade.drivers.linux.init.initcore import parse_command
+    from stockade.drivers.linux.init.initschema import ARGV_INLINE, ARGV_PIECE, PACKED_ARGV
     from stockade.drivers.linux.layers import init_argv
 
     config = {"v": 1}

@@ -19,7 +19,7 @@ import pytest
 from stockade.boundary import build_profile
 from stockade.capabilities import capabilities_for_mode
 from stockade.command import Neutralised
-from stockade.drivers.linux.guard import MetadataGuard
+from stockade.drivers.linux.host.guard import MetadataGuard
 
 PAYLOAD = '[core]\n\tfsmonitor = "touch pwned"\n'
 
@@ -96,7 +96,7 @@ def test_a_config_rewritten_in_a_loop_keeps_a_bounded_quarantine(ws: Path,
                                                                  tmp_path: Path) -> None:
     """Under Landlock each rewrite with a key git acts on is merged and the command's
     version copied aside: a loop once left thousands of copies a second."""
-    from stockade.drivers.linux.guard import QUARANTINE_PER_PATH
+    from stockade.drivers.linux.host.guard import QUARANTINE_PER_PATH
 
     config = ws / ".git" / "config"
     guard = _guard(ws, tmp_path / "state", content=True)

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from stockade.drivers.linux import guard
-from stockade.drivers.linux.fstree import exchange
+from stockade.drivers.linux.host import guard
+from stockade.drivers.linux.host.fstree import exchange
 
 OURS, MERGED = b"ours\n", b"merged\n"
 
@@ -135,7 +135,7 @@ def test_a_file_that_grows_while_it_is_read_is_not_read_whole(tmp_path: Path,
                                                                monkeypatch: pytest.MonkeyPatch
                                                                ) -> None:
     """The read stops at the budget, not at EOF: a gibibyte appears after the stat."""
-    from stockade.drivers.linux import fstree
+    from stockade.drivers.linux.host import fstree
 
     (tmp_path / "f").write_bytes(b"x")
     real_open = os.open
@@ -164,7 +164,7 @@ def test_what_cannot_be_copied_across_file_systems_is_removed(tmp_path: Path,
     import errno
 
     from stockade import fsroot
-    from stockade.drivers.linux import fstree
+    from stockade.drivers.linux.host import fstree
 
     (tmp_path / "ws" / "hooks").mkdir(parents=True)
     (tmp_path / "ws" / "hooks" / "pre-commit").write_text("#!/bin/sh\nevil\n")
@@ -188,7 +188,7 @@ def test_a_file_renamed_over_between_the_look_and_the_read_is_read_as_it_is(
     """git's own writes rename a new config in: one larger than the file the stat saw
     was taken for too large, and the guard restored the person's config over the
     command's `git remote add` while the command ran."""
-    from stockade.drivers.linux import fstree
+    from stockade.drivers.linux.host import fstree
 
     (tmp_path / "config").write_bytes(b"[core]\n")
     (tmp_path / "config.lock").write_bytes(b"[core]\n[remote \"origin\"]\n\turl = x\n")

@@ -10,7 +10,7 @@ import threading
 import time
 from pathlib import Path
 
-from stockade.drivers.linux.gitconfig import LOCK_WAIT_SECONDS, clear_left_lock
+from stockade.drivers.linux.host.gitconfig import LOCK_WAIT_SECONDS, clear_left_lock
 from stockade.fsroot import Roots
 
 

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from stockade.drivers.linux import limits
-from stockade.drivers.linux.limits import (
+from stockade.drivers.linux.host import limits
+from stockade.drivers.linux.host.limits import (
     Limits,
     ScopeCgroup,
     detect,

@@ -11,8 +11,8 @@ import pytest
 
 from stockade import doctor
 from stockade.config import SandboxConfig, load_config
-from stockade.drivers.linux import limits
-from stockade.drivers.linux.limits import (
+from stockade.drivers.linux.host import limits
+from stockade.drivers.linux.host.limits import (
     FROM_DEFAULT,
     FROM_NOTHING,
     FROM_SETTING,

@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from stockade.drivers.linux import gitconfig
+from stockade.drivers.linux.host import gitconfig
 
 
 def _dead_pid() -> int:

@@ -7,8 +7,8 @@ import socket
 import pytest
 
 from stockade.command import SandboxCommand
-from stockade.drivers.linux.initschema import config_problem
-from stockade.drivers.linux.publish import PortForward
+from stockade.drivers.linux.host.publish import PortForward
+from stockade.drivers.linux.init.initschema import config_problem
 from stockade.errors import InvalidCommand, SandboxUnavailable
 from stockade.publish import describe, parse_all, parse_publish
 

@@ -1,4 +1,4 @@
-"""The tree's watch (drivers/linux/treewatch.py): repositories made anywhere are found,
+"""The tree's watch (drivers/linux/host/treewatch.py): repositories made anywhere are found,
 and where the watch cannot follow, it says so and walks the tree instead."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from stockade.drivers.linux import treewatch
-from stockade.drivers.linux.treewatch import TreeWatch
+from stockade.drivers.linux.host import treewatch
+from stockade.drivers.linux.host.treewatch import TreeWatch
 
 
 def drained(tree: TreeWatch, want: str, seconds: float = 5.0) -> list[str]:
@@ -90,7 +90,7 @@ def test_without_inotify_the_names_are_polled(tmp_path: Path,
                                               monkeypatch: pytest.MonkeyPatch) -> None:
     """Another program can use up the user's inotify instances: the watch falls back to a
     timer rather than leaving a created name live for the command's life."""
-    from stockade.drivers.linux import watch
+    from stockade.drivers.linux.host import watch
 
     def exhausted() -> int:
         raise OSError(24, "Too many open files")

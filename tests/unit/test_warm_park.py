@@ -8,7 +8,7 @@ import threading
 
 import pytest
 
-from stockade.drivers.linux import initcore
+from stockade.drivers.linux.init import initcore
 
 
 def test_parse_command_takes_a_list_of_strings_only() -> None:

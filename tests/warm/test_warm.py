@@ -339,7 +339,7 @@ def test_zero_disables_parking(world: World) -> None:
 
 
 def _has_cgroups() -> bool:
-    from stockade.drivers.linux.limits import mechanism
+    from stockade.drivers.linux.host.limits import mechanism
 
     return mechanism()[0] != "rlimit"
 
@@ -718,7 +718,7 @@ def test_a_parked_sandbox_has_the_sessions_bounded_tmp(world: World) -> None:
 
 def test_without_nsenter_a_sessions_tmp_is_a_host_directory_and_says_so(
         world: World, monkeypatch: pytest.MonkeyPatch) -> None:
-    from stockade.drivers.linux import sessionns
+    from stockade.drivers.linux.host import sessionns
 
     monkeypatch.setattr(sessionns, "NSENTER", str(world.root / "no-nsenter"))
     sb = world.sandbox(tmp_size_mb=16, warm_sandboxes=0)
@@ -733,7 +733,7 @@ def test_a_helper_that_cannot_unshare_leaves_a_host_directory_and_says_so(
     """Where a profile grants user namespaces to bwrap alone: the limit weakens, the
     sandbox does not, and both the record and doctor say so."""
     from stockade.doctor import backend_status
-    from stockade.drivers.linux import sessionns
+    from stockade.drivers.linux.host import sessionns
 
     refused = "stockade-session: unshare: Operation not permitted"
     tries = world.root / "tries"

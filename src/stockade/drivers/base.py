@@ -149,7 +149,7 @@ class Launch:
         self.report = LaunchReport()
         self._cleanup = cleanup
         #: Files the command writes as private copies, merged back once it ends
-        #: (drivers/linux/gitconfig.py), or None.
+        #: (drivers/linux/host/gitconfig.py), or None.
         self.private: Any = None
 
     def start(self, *, stdin: int | None = None, capture: bool = True,

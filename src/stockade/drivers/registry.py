@@ -90,11 +90,11 @@ _LINUX = ("linux",)
 REGISTRY: dict[str, Backend] = {b.name: b for b in (
     Backend("bubblewrap", "stockade.drivers.linux.bwrap:BubblewrapDriver",
             "Linux: namespaces and mounts, then Landlock, seccomp and a cgroup",
-            options="stockade.drivers.linux.options:BUBBLEWRAP_OPTIONS", platforms=_LINUX,
+            options="stockade.drivers.linux.host.options:BUBBLEWRAP_OPTIONS", platforms=_LINUX,
             namespaces=True, linux_layers=True, fallback="landlock"),
     Backend("landlock", "stockade.drivers.linux.landlock_driver:LandlockDriver",
             "Linux without user namespaces: Landlock, seccomp and a cgroup",
-            options="stockade.drivers.linux.options:LANDLOCK_OPTIONS", platforms=_LINUX,
+            options="stockade.drivers.linux.host.options:LANDLOCK_OPTIONS", platforms=_LINUX,
             linux_layers=True),
     Backend("seatbelt", "stockade.drivers.macos.seatbelt:SeatbeltDriver",
             "macOS: a Seatbelt profile per command", platforms=("darwin",)),

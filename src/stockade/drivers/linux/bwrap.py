@@ -18,13 +18,13 @@ from ...errors import SandboxUnavailable
 from ...paths import state_dir as state_dir_of
 from ...profile import DIR, FILE, HOLD, LINK, PIN, STRICT
 from ..base import Launch
-from .bwrap_binary import (
+from .host.bwrap_binary import (
     bwrap_has_size,
     locate_bwrap,
     probe_userns,
     userns_diagnosis,
 )
-from .limits import (
+from .host.limits import (
     ExecCgroup,
     exec_cgroup,
     mechanism,
@@ -33,7 +33,7 @@ from .limits import (
     prime_migration,
     read_limits,
 )
-from .options import BUBBLEWRAP_OPTIONS
+from .host.options import BUBBLEWRAP_OPTIONS
 from .parking import ParkingDriver
 
 SYS_READ_PATHS = ("/sys/devices/system/cpu", "/sys/devices/system/node", "/sys/fs/cgroup",
@@ -47,8 +47,8 @@ if TYPE_CHECKING:
     from typing import Any
 
     from ...profile import Profile
-    from .guard import MetadataGuard
-    from .publish import PortForward
+    from .host.guard import MetadataGuard
+    from .host.publish import PortForward
 
 # The only directories inside /dev a command gets: bwrap's --dev provides
 # null, zero, full, random, urandom, tty, pts/ptmx and shm, and no disk.
@@ -262,7 +262,7 @@ def publish_forward(profile: Profile) -> PortForward:
     """The host's listeners for `profile.publish`, bound now: a port in use is
     refused before the sandbox starts (SandboxUnavailable, exit 125)."""
     from ...publish import NETWORK_ALL
-    from .publish import PortForward
+    from .host.publish import PortForward
 
     if profile.network.kind == NetworkPolicy.ALL:
         raise SandboxUnavailable(NETWORK_ALL)
@@ -339,9 +339,9 @@ class BubblewrapDriver(ParkingDriver):
     def _prepare(self, argv: list[str], profile: Profile, *, park_fd: int | None = None,
                  guard: bool | MetadataGuard = True) -> Launch:
         """The cold launch (see `ParkingDriver._prepare`)."""
-        from .gitconfig import PrivateConfigs, private_paths
+        from .host.gitconfig import PrivateConfigs, private_paths
+        from .host.placeholders import hold_git_names
         from .layers import init_launch, init_started
-        from .placeholders import hold_git_names
 
         profile = hold_git_names(profile)
         meta = guard if not isinstance(guard, bool) else self._guard(profile) if guard else None

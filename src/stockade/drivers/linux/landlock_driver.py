@@ -31,15 +31,14 @@ from ...errors import SandboxUnavailable
 from ...paths import private_paths
 from ...paths import state_dir as state_dir_of
 from ..base import Launch
-from .fstree import remove_tree
-from .guard import MetadataGuard
-from .landlock import unavailable_reason
-from .landlock_rules import (
+from .host.fstree import remove_tree
+from .host.guard import MetadataGuard
+from .host.landlock_rules import (
     SCOPE_ABI,
     TCP_ABI,
     landlock_backend_rules,
 )
-from .limits import (
+from .host.limits import (
     ExecCgroup,
     ScopeCgroup,
     exec_cgroup,
@@ -49,9 +48,10 @@ from .limits import (
     prime_migration,
     read_limits,
 )
-from .options import DEFAULT_MIN_ABI, LANDLOCK_OPTIONS
+from .host.options import DEFAULT_MIN_ABI, LANDLOCK_OPTIONS
+from .init.landlock import unavailable_reason
+from .init.seccomp import SECCOMP_MODES, native_arch
 from .parking import ParkingDriver
-from .seccomp import SECCOMP_MODES, native_arch
 
 TYPE_CHECKING = False
 
@@ -211,22 +211,14 @@ class LandlockDriver(ParkingDriver):
             userns = session.user_namespace if session is not None else 0
             nproc = nproc_limit(self._max_pids, own_user_namespace=False,
                                 joined_user_namespace=userns)
-            config = init_config(profile, env=env, require_landlock=True, nproc=nproc,
-                                 park_fd=park_fd)
-            config.pop("bridge", None)  # no namespace to bridge into: the proxy is on loopback
             undo.cgroup = self._cgroup(profile)
             scope = isinstance(undo.cgroup, ScopeCgroup)
-            config.update(landlock=rules.to_json(), landlock_list=list(backend_rules.listed),
-                          seccomp=mode, cwd=profile.cwd,
-                          parent="scope" if scope else os.getpid(), drop_caps=True,
-                          reaper=reaper)
             extra_fds: dict[int, int] = {}
             if reaper:
                 # The reaper holds the write end; its end-of-file says every
                 # process the command left has been killed.
                 undo.reaper_r, undo.reaper_w = os.pipe2(os.O_CLOEXEC)
                 extra_fds[undo.reaper_w] = undo.reaper_w
-                config["reaper_fd"] = undo.reaper_w
             if guard is True:
                 undo.guard = self._guard(profile)
             # nsenter's own failure exits 1 with "nsenter: ..." on stderr, as a
@@ -234,7 +226,14 @@ class LandlockDriver(ParkingDriver):
             undo.ready_r, ready_w = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
             undo.owned.append(ready_w)
             extra_fds[ready_w] = ready_w
-            config["ready_fd"] = ready_w
+            # No namespace to bridge into (bridge=False): the proxy is on loopback.
+            config = init_config(profile, env=env, require_landlock=True, nproc=nproc,
+                                 park_fd=park_fd, ready_fd=ready_w,
+                                 rules=(rules, backend_rules.listed), seccomp=mode,
+                                 bridge=False, cwd=profile.cwd,
+                                 parent="scope" if scope else os.getpid(), drop_caps=True,
+                                 reaper=reaper,
+                                 reaper_fd=undo.reaper_w if reaper else None)
             _ensure_bytecode()
             args = [*nsenter, *init_argv(python, _init_path(), config, argv)]
         except BaseException:
@@ -391,7 +390,7 @@ def check_landlock(abi: int, min_abi: int) -> None:
     if not sys.platform.startswith("linux"):
         raise SandboxUnavailable("the landlock backend needs Linux")
     if abi < 1:
-        from .landlock import ENOSYS
+        from .init.landlock import ENOSYS
 
         raise SandboxUnavailable(unavailable_reason(ENOSYS) + ", so the landlock backend "
                                  "cannot run here")

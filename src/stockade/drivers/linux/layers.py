@@ -1,7 +1,7 @@
 """The host side of stockade-init: what it is told, how it is started, what it will report.
 
 `init_config` and `init_argv` are pure functions of a `Profile`; the init
-itself (init.py, initcore.py) runs inside bwrap and never imports this.
+itself (init/init.py, init/initcore.py) runs inside bwrap and never imports this.
 """
 
 from __future__ import annotations
@@ -12,17 +12,19 @@ import sys
 from ...capabilities import NetworkPolicy
 from ...jsontext import to_json
 from ...profile import SYSTEM_READ_PATHS
-from .initschema import ARGV_INLINE, ARGV_PIECE, CONFIG_VERSION, PACKED_ARGV, config_problem
-from .landlock import LandlockReport, LandlockRules, landlock_abi
-from .seccomp import SECCOMP_MODES
+from .init.initschema import ARGV_INLINE, ARGV_PIECE, CONFIG_VERSION, PACKED_ARGV, config_problem
+from .init.landlock import LandlockReport, LandlockRules, landlock_abi
+from .init.seccomp import SECCOMP_MODES
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
 
     from ...profile import Profile
+    from .init.initschema import InitConfig
 
-INIT_DIR = os.path.dirname(os.path.abspath(__file__))
+#: The init and only the init (init/): the one directory of stockade the sandbox is shown.
+INIT_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "init")
 INIT_PATH = os.path.join(INIT_DIR, "init.py")
 #: Where INIT_DIR appears inside bubblewrap's sandbox, and the init there.
 #: Not at its host path: bwrap makes a mount point's missing parents in
@@ -90,7 +92,7 @@ def landlock_rules(profile: Profile) -> tuple[LandlockRules, list[str]]:
     hides (`inner_reads`), everything on what it lets the command write, and
     the directories split on the way, which may be listed but not read.
     """
-    from .landlock_rules import inner_reads
+    from .host.landlock_rules import inner_reads
 
     # The init's interpreter and modules, which it imports from after Landlock,
     # where bubblewrap shows them (the Landlock backend plans its own rules).
@@ -125,8 +127,13 @@ def init_config(profile: Profile, *, proxy_ports: Sequence[int] = (),
                 ready_fd: int | None = None, park_fd: int | None = None,
                 namespaces: Sequence[str] = (),
                 publish: tuple[int, Sequence[int]] | None = None,
-                private: Sequence[str] = ()) -> dict[str, object]:
-    """The init's JSON config for `profile` (pure).
+                private: Sequence[str] = (),
+                rules: tuple[LandlockRules, Sequence[str]] | None = None,
+                seccomp: str | None = None, bridge: bool = True,
+                cwd: str | None = None, parent: int | str | None = None,
+                drop_caps: bool = False, reaper: bool | None = None,
+                reaper_fd: int | None = None) -> InitConfig:
+    """The init's config for `profile` (pure), for bubblewrap's sandbox unless told otherwise.
 
     `proxy_ports`: loopback ports of the proxy bridge (network "hosts").
     `keep_fds`: descriptors stockade passes to the command on purpose.
@@ -138,24 +145,31 @@ def init_config(profile: Profile, *, proxy_ports: Sequence[int] = (),
     `namespaces`: what bubblewrap gave the command of its own, which the init
     checks and builds on (`own_namespaces`); empty for the Landlock backend.
     `publish`: (descriptor, sandbox ports) for the relay of published ports
-    (drivers/linux/publish.py), forked before the command's layers.
+    (drivers/linux/host/publish.py), forked before the command's layers.
     `private`: files bound from private copies, which renames onto are done
-    in place (renames.py).
+    in place (init/renames.py).
+
+    The Landlock backend, with no bubblewrap around the init, passes the rest:
+    `rules` (its own rules and listed directories), `seccomp` (its network
+    mode), `bridge=False` (the proxy is on loopback), `cwd` (no --chdir),
+    `parent` (stockade's pid, or "scope"), `drop_caps`, `reaper`, `reaper_fd`.
     """
     kind = profile.network.kind
-    if kind not in SECCOMP_MODES["bubblewrap"]:
-        raise ValueError(f"no seccomp socket gate for network policy {kind!r}")
-    rules, listed = landlock_rules(profile)
-    config: dict[str, object] = {
+    if seccomp is None:
+        if kind not in SECCOMP_MODES["bubblewrap"]:
+            raise ValueError(f"no seccomp socket gate for network policy {kind!r}")
+        seccomp = SECCOMP_MODES["bubblewrap"][kind]
+    ruleset, listed = rules if rules is not None else landlock_rules(profile)
+    config: InitConfig = {
         "v": CONFIG_VERSION,
-        "seccomp": SECCOMP_MODES["bubblewrap"][kind],
-        "landlock": rules.to_json(),
-        "landlock_list": listed,
+        "seccomp": seccomp,
+        "landlock": ruleset.to_json(),
+        "landlock_list": list(listed),
         "require_landlock": require_landlock,
         "keep_fds": sorted(set(keep_fds)),
         "env": env_changes(profile.env if env is None else env),
     }
-    if kind == NetworkPolicy.HOSTS:
+    if kind == NetworkPolicy.HOSTS and bridge:
         config["bridge"] = {"unix": BRIDGE_SOCKET, "ports": list(proxy_ports)}
     if namespaces:
         config["namespaces"] = sorted(set(namespaces))
@@ -171,6 +185,22 @@ def init_config(profile: Profile, *, proxy_ports: Sequence[int] = (),
         config["publish"] = {"fd": publish[0], "ports": sorted(set(publish[1]))}
     if private:
         config["private_files"] = sorted(set(private))
+    if rlimits := _rlimits(profile, nproc):
+        config["rlimits"] = rlimits
+    if cwd is not None:
+        config["cwd"] = cwd
+    if parent is not None:
+        config["parent"] = parent
+    if drop_caps:
+        config["drop_caps"] = True
+    if reaper is not None:
+        config["reaper"] = reaper
+    if reaper_fd is not None:
+        config["reaper_fd"] = reaper_fd
+    return config
+
+
+def _rlimits(profile: Profile, nproc: int | None) -> dict[str, int]:
     rlimits: dict[str, int] = {}
     if profile.max_memory_mb:
         # The seed's cap on address space, on every platform; the cgroup's
@@ -181,9 +211,7 @@ def init_config(profile: Profile, *, proxy_ports: Sequence[int] = (),
         rlimits["fsize"] = int(profile.max_file_size_mb or 0) << 20
     if nproc:
         rlimits["nproc"] = nproc
-    if rlimits:
-        config["rlimits"] = rlimits
-    return config
+    return rlimits
 
 
 def own_namespaces(profile: Profile) -> tuple[str, ...]:
@@ -309,7 +337,7 @@ class InitLaunch:
     __slots__ = ("argv", "config", "env", "mounts")
 
     def __init__(self, argv: list[str], env: dict[str, str], mounts: list[str],
-                 config: dict[str, object]) -> None:
+                 config: InitConfig) -> None:
         self.argv = argv  #: after bwrap's `--`: python -I -S init.py CONFIG -- command...
         #: (the interpreter and init.py as the sandbox shows them, see `init_mounts`)
         self.env = env  #: what bwrap starts with: the command's, minus loader variables

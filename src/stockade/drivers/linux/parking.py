@@ -20,8 +20,8 @@ if TYPE_CHECKING:
 
     from ...profile import Profile
     from ..base import Launch
-    from .guard import MetadataGuard
-    from .treewatch import TreeWatch
+    from .host.guard import MetadataGuard
+    from .host.treewatch import TreeWatch
     from .warm import WarmPool
 
 
@@ -34,7 +34,7 @@ class ParkingDriver(Driver):
     _state_dir: str
 
     def _start_parking(self, size: int, idle_seconds: float, watch: tuple[str, ...]) -> None:
-        from .sessionns import SessionNamespaces
+        from .host.sessionns import SessionNamespaces
 
         self._sessions: dict[str, str] = {}
         self._session_namespaces = SessionNamespaces()
@@ -82,7 +82,7 @@ class ParkingDriver(Driver):
             self._session_namespaces.close_session(session_id)
 
     def close(self) -> None:
-        from .limits import flush_removals
+        from .host.limits import flush_removals
 
         try:
             if self._warm is not None:
@@ -96,7 +96,7 @@ class ParkingDriver(Driver):
 
     def explain_failure(self, returncode: int, stderr: bytes) -> str | None:
         """Entering a session's namespaces failed (asked only when the init did not start)."""
-        from .sessionns import explain
+        from .host.sessionns import explain
 
         return explain(returncode, stderr)
 
@@ -117,8 +117,8 @@ class ParkingDriver(Driver):
                 tree = None
             if tree is None:
                 from ...patterns import Matcher
-                from .guard import made_by_commands
-                from .treewatch import TreeWatch
+                from .host.guard import made_by_commands
+                from .host.treewatch import TreeWatch
 
                 tree = self._trees[workspace] = TreeWatch(
                     workspace, Matcher(patterns) if patterns else None)
@@ -127,7 +127,7 @@ class ParkingDriver(Driver):
             return tree
 
     def _guard(self, profile: Profile) -> MetadataGuard:
-        from .guard import MetadataGuard
+        from .host.guard import MetadataGuard
 
         tree = self._tree(profile.workspace) if profile.workspace_writable else None
         return MetadataGuard(profile, self._state_dir, restore_content=self.RESTORE_CONTENT,

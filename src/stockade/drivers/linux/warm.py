@@ -52,7 +52,7 @@ if TYPE_CHECKING:
     from ...process import Process
     from ...profile import Profile
     from ..base import ProcessHandle
-    from .guard import MetadataGuard
+    from .host.guard import MetadataGuard
 
     Build = Callable[..., Launch]
 

@@ -306,7 +306,7 @@ def _identity(path: str) -> tuple[int, ...]:
 
 
 def _syscall(index: int, *args: object) -> int:
-    from .seccomp import libc_syscall, native_arch
+    from ..init.seccomp import libc_syscall, native_arch
 
     numbers = _NR.get(native_arch())
     if numbers is None:

@@ -12,17 +12,17 @@ from __future__ import annotations
 
 import os
 
-from ...capabilities import NetworkPolicy, is_under
-from ...errors import SandboxUnavailable
-from ...profile import DIR, LINK, MISSING, STRICT, path_kind
-from .landlock import LandlockRules
+from ....capabilities import NetworkPolicy, is_under
+from ....errors import SandboxUnavailable
+from ....profile import DIR, LINK, MISSING, STRICT, path_kind
+from ..init.landlock import LandlockRules
 
 TYPE_CHECKING = False
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Sequence
 
-    from ...profile import Profile
+    from ....profile import Profile
 
 #: Landlock ABI of TCP port rules (network hosts needs them) and of signal
 #: and abstract-socket scoping (the reaper needs them).

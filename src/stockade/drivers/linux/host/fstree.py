@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 
-from ...capabilities import is_under
+from ....capabilities import is_under
 
 TYPE_CHECKING = False
 

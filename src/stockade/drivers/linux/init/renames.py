@@ -2,7 +2,7 @@
 
 git writes its config as `config.lock` renamed over `config`. Under
 bubblewrap a command gets a private copy of each repository's config bound
-over it (drivers/linux/gitconfig.py), and the kernel refuses a rename onto
+over it (drivers/linux/host/gitconfig.py), and the kernel refuses a rename onto
 a mount point with EBUSY, so `git remote add` failed. Here the command's
 renames reach its parent as seccomp user notifications: one onto a private
 file becomes a copy into it and an unlink of the source, and every other

@@ -36,10 +36,10 @@ from __future__ import annotations
 import os
 import time
 
-from ... import gitmeta, gitpolicy
-from ...command import Neutralised
-from ...fsroot import Root, Roots
-from ...profile import HOLD, KEEP_LINK, PIN
+from .... import gitmeta, gitpolicy
+from ....command import Neutralised
+from ....fsroot import Root, Roots
+from ....profile import HOLD, KEEP_LINK, PIN
 from .fstree import (
     GUARD_MAX_BYTES,
     GUARD_MAX_DEPTH,
@@ -58,7 +58,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from ...profile import Profile
+    from ....profile import Profile
     from .gitconfig import PrivateConfigs
     from .treewatch import TreeWatch
 
@@ -108,7 +108,7 @@ class MetadataGuard:
         self._given: dict[str, bytes | None] = {}
         #: When the command began (its config locks are younger).
         self.started_ns = time.time_ns()
-        from ...paths import sha256_hex
+        from ....paths import sha256_hex
 
         key = sha256_hex(profile.workspace.encode())[:32]
         base = os.path.join(state_dir, "guard")
@@ -345,7 +345,7 @@ class MetadataGuard:
 
     @staticmethod
     def _key(path: str) -> str:
-        from ...paths import sha256_hex
+        from ....paths import sha256_hex
 
         return sha256_hex(path.encode())[:24]
 
@@ -425,7 +425,7 @@ class MetadataGuard:
                         continue
                     tree = read_tree(fd, name, budget)
                 except TooLarge:
-                    from ...errors import SandboxUnavailable
+                    from ....errors import SandboxUnavailable
 
                     raise SandboxUnavailable(
                         f"{path} is too large for the landlock backend to keep a copy of "
@@ -1155,7 +1155,7 @@ def made_by_commands(state_dir: str, workspace: str, found: set[str]) -> set[str
     repository that command had just made and held it as the person's: the
     first one's sweep then skipped it, and its fsmonitor stayed armed.
     """
-    from ...paths import sha256_hex
+    from ....paths import sha256_hex
 
     base = os.path.join(state_dir, "guard")
     key_dir = os.path.join(base, sha256_hex(workspace.encode())[:32])

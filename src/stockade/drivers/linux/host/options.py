@@ -8,7 +8,7 @@ backend they are not going to use.
 
 from __future__ import annotations
 
-from ..base import DriverOption
+from ...base import DriverOption
 
 BWRAP = DriverOption(
     "bwrap", "path", "",

@@ -44,7 +44,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from ...patterns import Matcher
+    from ....patterns import Matcher
 
 IN_ISDIR = 0x40000000
 IN_IGNORED = 0x8000

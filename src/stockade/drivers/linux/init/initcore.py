@@ -536,197 +536,316 @@ def execute(argv: list[str], env: dict[bytes, bytes]) -> int:
     return status
 
 
-def main(argv: list[str]) -> int:
-    started = perf_counter()
-    timing: list[tuple[str, float]] = []
+class InitRun:
+    """What the steps of `main` hand each other, filled in the order they run."""
 
-    def mark(stage: str) -> None:
-        timing.append((stage, (perf_counter() - started) * 1000))
+    __slots__ = ("arch", "argv", "bridge", "command", "config", "env", "landlock_enforced",
+                 "listeners", "sc", "started", "timing")
 
-    try:
-        if len(argv) < 4 or argv[2] not in ("--", PACKED_ARGV):
-            raise Refusal("usage: init.py CONFIG -- COMMAND [ARG...]")
-        config = parse_config(argv[1])
-        ready = config.get("ready_fd")
-        if type(ready) is int:
-            # bwrap got as far as running this init: the sandbox is up. Said on
-            # a descriptor closed before the command exists, so a command's own
-            # "bwrap: ..." on stderr cannot pass for a failed start.
-            try:
-                posix.write(ready, b"R")
-            finally:
-                posix.close(ready)
-        command = argv[3:]
-        if argv[2] == PACKED_ARGV:
-            # A long argv, packed past bwrap's count of arguments (see initschema).
-            command = parse_command("".join(command)) or []
-            if not command:
-                raise Refusal("the packed command is not a JSON list of strings")
-        cwd = config.get("cwd")
-        if cwd is not None:
-            # The Landlock backend has no bwrap --chdir; stockade's own
-            # working directory is not the command's.
-            if not isinstance(cwd, str):
-                raise Refusal("the config's cwd is not a path")
-            posix.chdir(cwd)
-        mark("config")
+    def __init__(self, argv: list[str]) -> None:
+        self.argv = argv
+        self.started = perf_counter()
+        self.timing: list[tuple[str, float]] = []
+        self.config: dict[str, object] = {}
+        self.command: list[str] = []
+        self.bridge: dict[str, object] | None = None
+        self.listeners: list[_socket.socket] = []
+        self.arch = ""
+        self.sc: Syscall | None = None
+        self.landlock_enforced = False
+        self.env: dict[bytes, bytes] = {}
 
+    def mark(self, stage: str) -> None:
+        self.timing.append((stage, (perf_counter() - self.started) * 1000))
+
+    def syscall(self) -> "Syscall":
+        assert self.sc is not None  # set_no_new_privs ran
+        return self.sc
+
+
+def read_config(run: InitRun) -> None:
+    """The config is this version's schema and the command well formed, before anything happens."""
+    argv = run.argv
+    if len(argv) < 4 or argv[2] not in ("--", PACKED_ARGV):
+        raise Refusal("usage: init.py CONFIG -- COMMAND [ARG...]")
+    config = run.config = parse_config(argv[1])
+    ready = config.get("ready_fd")
+    if type(ready) is int:
+        # bwrap got as far as running this init: the sandbox is up. Said on
+        # a descriptor closed before the command exists, so a command's own
+        # "bwrap: ..." on stderr cannot pass for a failed start.
+        try:
+            posix.write(ready, b"R")
+        finally:
+            posix.close(ready)
+    run.command = argv[3:]
+    if argv[2] == PACKED_ARGV:
+        # A long argv, packed past bwrap's count of arguments (see initschema).
+        run.command = parse_command("".join(run.command)) or []
+        if not run.command:
+            raise Refusal("the packed command is not a JSON list of strings")
+    cwd = config.get("cwd")
+    if cwd is not None:
+        # The Landlock backend has no bwrap --chdir; stockade's own
+        # working directory is not the command's.
+        if not isinstance(cwd, str):
+            raise Refusal("the config's cwd is not a path")
+        posix.chdir(cwd)
+    run.mark("config")
+
+
+def load_layers(run: InitRun) -> None:
+    """Every module a layer needs is loaded while loading is still allowed."""
+    if not TYPE_CHECKING:
+        import landlock  # noqa: F401
+        import seccomp  # noqa: F401
+    run.mark("imports")
+
+
+def bind_bridge(run: InitRun) -> None:
+    """The proxy bridge's ports are bound now: Landlock (network "hosts") forbids binding later."""
+    bridge = run.config.get("bridge")
+    if isinstance(bridge, dict):
         if TYPE_CHECKING:
-            from . import landlock, seccomp
+            from . import bridge as bridge_mod
         else:
-            import landlock
+            import bridge as bridge_mod
+        run.bridge = bridge
+        run.listeners = bridge_mod.listen([p for p in bridge.get("ports", []) if type(p) is int])
+        run.mark("bridge")
+
+
+def set_no_new_privs(run: InitRun) -> None:
+    """Nothing this process or the command executes can gain a privilege, nor dump core."""
+    if TYPE_CHECKING:
+        from . import seccomp
+    else:
+        import seccomp
+    run.arch = seccomp.native_arch()
+    if not run.arch:
+        raise Refusal(f"no seccomp policy for this architecture ({posix.uname().machine})")
+    sc = run.sc = seccomp.Syscall()
+    # RLIMIT_CORE 0 carries over to the command: a crash inside must not
+    # hand its memory to a core file or to the host's core_pattern pipe.
+    seccomp.harden_process(sc, run.arch)
+    seccomp.set_no_new_privs(sc, run.arch)
+    run.mark("no_new_privs")
+
+
+def start_publish(run: InitRun) -> None:
+    """The relay of published ports exists before the command's layers decide its network."""
+    publish = run.config.get("publish")
+    if isinstance(publish, dict):
+        start_publish_relay(run.syscall(), run.arch, publish)
+        run.mark("publish")
+
+
+def bind_to_parent(run: InitRun) -> None:
+    """The command dies with stockade, holds no capability, and leaves no process behind.
+
+    Set by the Landlock backend only: bwrap already dies with its parent,
+    drops capabilities and tears down its PID namespace.
+    """
+    if TYPE_CHECKING:
+        from . import seccomp
+    else:
+        import seccomp
+    config, sc = run.config, run.syscall()
+    parent = config.get("parent")
+    if parent == "scope":
+        # A systemd scope's recording shell stands between stockade and
+        # this process, and names itself (see limits.SCOPE_SCRIPT).
+        named = posix.environ.get(b"STOCKADE_INIT_PARENT", b"")
+        if not named.isdigit():
+            raise Refusal("the scope's shell did not name itself (STOCKADE_INIT_PARENT)")
+        parent = int(named)
+    if type(parent) is int:
+        die_with_parent(sc, seccomp.SYSCALLS[run.arch], parent)
+    if config.get("drop_caps") is True:
+        drop_capabilities(sc, seccomp.SYSCALLS[run.arch])
+    done_fd = config.get("reaper_fd")
+    if config.get("reaper") is True:
+        if type(parent) is not int:
+            raise Refusal("the reaper needs stockade's pid (config key parent)")
+        start_reaper(sc, parent, done_fd if type(done_fd) is int else -1)
+        run.mark("reaper")
+    if type(done_fd) is int:
+        try:
+            posix.close(done_fd)  # the reaper's alone: the command must not hold it
+        except OSError:
+            pass  # a caller that passed no such descriptor
+
+
+def enter_landlock(run: InitRun) -> None:
+    """The filesystem (and TCP, by the rules) is what the config grants, or nothing runs."""
+    if TYPE_CHECKING:
+        from . import landlock
+    else:
+        import landlock
+    config = run.config
+    rules = config.get("landlock")
+    if not isinstance(rules, dict):
+        raise Refusal("the config has no landlock rules")
+    rules = {**rules, "write": [*rules.get("write", []), *stdio_files()]}
+    listed = config.get("landlock_list")
+    ruleset = (with_listing(rules, [p for p in listed if isinstance(p, str)])
+               if isinstance(listed, list) and listed
+               else landlock.LandlockRules.from_json(rules))
+    report = landlock.apply_landlock(ruleset, run.syscall())
+    if not report.enforced and config.get("require_landlock") is True:
+        raise Refusal(f"Landlock is required but not enforced: {report.reason}")
+    run.landlock_enforced = report.enforced
+    run.mark("landlock")
+
+
+def enter_seccomp(run: InitRun) -> None:
+    """The namespaces are what the host was told, and the network mode's filter is in force."""
+    if TYPE_CHECKING:
+        from . import seccomp
+    else:
+        import seccomp
+    mode = run.config.get("seccomp")
+    if not isinstance(mode, str):
+        raise Refusal("the config names no seccomp network mode")
+    namespaces = run.config.get("namespaces", [])
+    if not isinstance(namespaces, list):
+        raise Refusal("the config's namespaces is not a list")
+    if "net" in namespaces:
+        check_loopback_only()
+    if "pid" in namespaces:
+        check_own_pid_namespace()
+    # Tracing the command's own processes: in its own PID namespace, and
+    # only with Landlock in force, whose ptrace rule keeps bwrap's pid 1
+    # (outside the command's domain, and under no seccomp filter) out of
+    # reach (see seccomp.TRACE_SYSCALLS).
+    trace = "pid" in namespaces and run.landlock_enforced
+    prog = seccomp.compile_seccomp(mode, run.arch, trace=trace)
+    run.mark("seccomp_compile")
+    seccomp.install_seccomp(prog, run.syscall(), run.arch)
+    run.mark("seccomp_install")
+
+
+def set_rlimits(run: InitRun) -> None:
+    """The command's address space, file size and process count are bounded as configured."""
+    rlimits = run.config.get("rlimits")
+    if isinstance(rlimits, dict):
+        import resource
+
+        for name, value in rlimits.items():
+            which = getattr(resource, f"RLIMIT_{name.upper()}", None)
+            if which is not None and type(value) is int:
+                resource.setrlimit(which, (value, value))
+
+
+def hold_lifeline(run: InitRun) -> None:
+    """The command ends when stockade's lifeline does."""
+    lifeline = run.config.get("lifeline_fd")
+    if type(lifeline) is int:
+        check_lifeline(lifeline)
+
+
+def wait_if_parked(run: InitRun) -> None:
+    """A parked sandbox runs nothing until stockade sends it the command's argv."""
+    park = run.config.get("park_fd")
+    if type(park) is int:
+        run.mark("parked")
+        run.command = await_command(park)
+        run.started = perf_counter()
+
+
+def fork_bridge(run: InitRun) -> None:
+    """The bridge stays as the command's parent, under every layer above, until it exits."""
+    if not run.listeners:
+        return
+    if TYPE_CHECKING:
+        from . import bridge as bridge_mod
+    else:
+        import bridge as bridge_mod
+    child = posix.fork()
+    if child:
+        assert run.bridge is not None
+        try:
+            status = bridge_mod.serve(run.listeners, str(run.bridge.get("unix")), child)
+        except Exception as exc:
+            posix.write(2, f"stockade-init: bridge failed: {exc}\n".encode())
+            status = REFUSED
+        posix._exit(status if status >= 0 else 128 - status)
+    for sock in run.listeners:
+        sock.close()
+
+
+def supervise_renames(run: InitRun) -> None:
+    """git's renames onto a private config's mount are done in place by a parent."""
+    private = run.config.get("private_files")
+    if isinstance(private, list) and private:
+        if TYPE_CHECKING:
+            from . import renames, seccomp
+        else:
+            import renames
             import seccomp
-        mark("imports")
+        renames.supervise(run.syscall(), seccomp.SYSCALLS[run.arch], seccomp.AUDIT_ARCH[run.arch],
+                          [p for p in private if isinstance(p, str)])
+        run.mark("renames")
 
-        bridge = config.get("bridge")
-        listeners: list[_socket.socket] = []
-        if isinstance(bridge, dict):
-            # Bound now: Landlock (network "hosts") forbids binding later.
-            if TYPE_CHECKING:
-                from . import bridge as bridge_mod
-            else:
-                import bridge as bridge_mod
-            listeners = bridge_mod.listen([p for p in bridge.get("ports", []) if type(p) is int])
-            mark("bridge")
 
-        arch = seccomp.native_arch()
-        if not arch:
-            raise Refusal(f"no seccomp policy for this architecture ({posix.uname().machine})")
-        sc = seccomp.Syscall()
-        # RLIMIT_CORE 0 carries over to the command: a crash inside must not
-        # hand its memory to a core file or to the host's core_pattern pipe.
-        seccomp.harden_process(sc, arch)
-        seccomp.set_no_new_privs(sc, arch)
-        mark("no_new_privs")
-        publish = config.get("publish")
-        if isinstance(publish, dict):
-            start_publish_relay(sc, arch, publish)
-            mark("publish")
-        # Set by the Landlock backend only: bwrap already dies with its
-        # parent, drops capabilities and tears down its PID namespace.
-        parent = config.get("parent")
-        if parent == "scope":
-            # A systemd scope's recording shell stands between stockade and
-            # this process, and names itself (see limits.SCOPE_SCRIPT).
-            named = posix.environ.get(b"STOCKADE_INIT_PARENT", b"")
-            if not named.isdigit():
-                raise Refusal("the scope's shell did not name itself (STOCKADE_INIT_PARENT)")
-            parent = int(named)
-        if type(parent) is int:
-            die_with_parent(sc, seccomp.SYSCALLS[arch], parent)
-        if config.get("drop_caps") is True:
-            drop_capabilities(sc, seccomp.SYSCALLS[arch])
-        done_fd = config.get("reaper_fd")
-        if config.get("reaper") is True:
-            if type(parent) is not int:
-                raise Refusal("the reaper needs stockade's pid (config key parent)")
-            start_reaper(sc, parent, done_fd if type(done_fd) is int else -1)
-            mark("reaper")
-        if type(done_fd) is int:
-            try:
-                posix.close(done_fd)  # the reaper's alone: the command must not hold it
-            except OSError:
-                pass  # a caller that passed no such descriptor
+def seal(run: InitRun) -> None:
+    """The command holds only the descriptors it was meant to, its exact environment, and,
+    under no_spawn, cannot start another process."""
+    if TYPE_CHECKING:
+        from . import seccomp
+    else:
+        import seccomp
+    config = run.config
+    keep = config.get("keep_fds", [])
+    verify({fd for fd in keep if type(fd) is int} if isinstance(keep, list) else set())
+    env = dict(posix.environ)
+    env.pop(b"STOCKADE_INIT_PARENT", None)
+    changes = config.get("env", {})
+    encoding = sys.getfilesystemencoding()
+    for key, value in (changes.items() if isinstance(changes, dict) else ()):
+        # The host moved these out of the init's own environment (LD_*
+        # would load code into it before any layer existed) and records
+        # what Python's locale coercion rewrites (LC_CTYPE); the command
+        # gets them exactly as the caller set them.
+        name = key.encode(encoding, "surrogateescape")
+        if value is None:
+            env.pop(name, None)
+        elif isinstance(value, str):
+            env[name] = value.encode(encoding, "surrogateescape")
+    run.env = env
+    if config.get("no_spawn") is True:
+        # Last, once the bridge and the reaper have forked: from here on
+        # no process can be started, the command's own exec aside.
+        seccomp.install_seccomp(seccomp.compile_no_spawn(run.arch), run.syscall(), run.arch)
+    run.mark("verify")
 
-        rules = config.get("landlock")
-        if not isinstance(rules, dict):
-            raise Refusal("the config has no landlock rules")
-        rules = {**rules, "write": [*rules.get("write", []), *stdio_files()]}
-        listed = config.get("landlock_list")
-        ruleset = (with_listing(rules, [p for p in listed if isinstance(p, str)])
-                   if isinstance(listed, list) and listed
-                   else landlock.LandlockRules.from_json(rules))
-        report = landlock.apply_landlock(ruleset, sc)
-        if not report.enforced and config.get("require_landlock") is True:
-            raise Refusal(f"Landlock is required but not enforced: {report.reason}")
-        mark("landlock")
 
-        mode = config.get("seccomp")
-        if not isinstance(mode, str):
-            raise Refusal("the config names no seccomp network mode")
-        namespaces = config.get("namespaces", [])
-        if not isinstance(namespaces, list):
-            raise Refusal("the config's namespaces is not a list")
-        if "net" in namespaces:
-            check_loopback_only()
-        if "pid" in namespaces:
-            check_own_pid_namespace()
-        # Tracing the command's own processes: in its own PID namespace, and
-        # only with Landlock in force, whose ptrace rule keeps bwrap's pid 1
-        # (outside the command's domain, and under no seccomp filter) out of
-        # reach (see seccomp.TRACE_SYSCALLS).
-        trace = "pid" in namespaces and report.enforced
-        prog = seccomp.compile_seccomp(mode, arch, trace=trace)
-        mark("seccomp_compile")
-        seccomp.install_seccomp(prog, sc, arch)
-        mark("seccomp_install")
+#: The init, in order: each layer in place before the next, all before the
+#: command's first instruction. Nothing is optional or lazy; a step that
+#: cannot establish its invariant refuses, and the command never runs.
+STEPS = (
+    read_config,        # the config and the command are well formed; the sandbox said it is up
+    load_layers,        # every layer's module loaded while loading is allowed
+    bind_bridge,        # the proxy bridge's ports bound before Landlock forbids it
+    set_no_new_privs,   # no privilege gained by any exec, no core dump
+    start_publish,      # the published ports' relay forked before the command's layers
+    bind_to_parent,     # (Landlock backend) dies with stockade, no capability, the reaper
+    enter_landlock,     # the filesystem as granted
+    enter_seccomp,      # the namespaces checked, the syscall filter in force
+    set_rlimits,        # address space, file size, process count
+    hold_lifeline,      # ends with stockade's lifeline
+    wait_if_parked,     # a parked sandbox waits here, every layer applied, for its argv
+    fork_bridge,        # the bridge stays behind as the command's parent
+    supervise_renames,  # a parent does git's renames onto private configs
+    seal,               # only the kept descriptors, the exact environment, no_spawn
+)
 
-        rlimits = config.get("rlimits")
-        if isinstance(rlimits, dict):
-            import resource
 
-            for name, value in rlimits.items():
-                which = getattr(resource, f"RLIMIT_{name.upper()}", None)
-                if which is not None and type(value) is int:
-                    resource.setrlimit(which, (value, value))
-
-        lifeline = config.get("lifeline_fd")
-        if type(lifeline) is int:
-            check_lifeline(lifeline)
-        park = config.get("park_fd")
-        if type(park) is int:
-            mark("parked")
-            command = await_command(park)
-            started = perf_counter()
-        if listeners:
-            # The bridge stays as the command's parent and relays until the
-            # command exits; the command continues below. Both carry every
-            # layer applied above.
-            child = posix.fork()
-            if child:
-                assert isinstance(bridge, dict)
-                try:
-                    status = bridge_mod.serve(listeners, str(bridge.get("unix")), child)
-                except Exception as exc:
-                    posix.write(2, f"stockade-init: bridge failed: {exc}\n".encode())
-                    status = REFUSED
-                posix._exit(status if status >= 0 else 128 - status)
-            for sock in listeners:
-                sock.close()
-
-        private = config.get("private_files")
-        if isinstance(private, list) and private:
-            # git's config, a private copy bound over the repository's: its
-            # writes (a rename onto the mount) are done in place by a parent.
-            if TYPE_CHECKING:
-                from . import renames
-            else:
-                import renames
-            renames.supervise(sc, seccomp.SYSCALLS[arch], seccomp.AUDIT_ARCH[arch],
-                              [p for p in private if isinstance(p, str)])
-            mark("renames")
-
-        keep = config.get("keep_fds", [])
-        verify({fd for fd in keep if type(fd) is int} if isinstance(keep, list) else set())
-        env = dict(posix.environ)
-        env.pop(b"STOCKADE_INIT_PARENT", None)
-        changes = config.get("env", {})
-        encoding = sys.getfilesystemencoding()
-        for key, value in (changes.items() if isinstance(changes, dict) else ()):
-            # The host moved these out of the init's own environment (LD_*
-            # would load code into it before any layer existed) and records
-            # what Python's locale coercion rewrites (LC_CTYPE); the command
-            # gets them exactly as the caller set them.
-            name = key.encode(encoding, "surrogateescape")
-            if value is None:
-                env.pop(name, None)
-            elif isinstance(value, str):
-                env[name] = value.encode(encoding, "surrogateescape")
-        if config.get("no_spawn") is True:
-            # Last, once the bridge and the reaper have forked: from here on
-            # no process can be started, the command's own exec aside.
-            seccomp.install_seccomp(seccomp.compile_no_spawn(arch), sc, arch)
-        mark("verify")
+def main(argv: list[str]) -> int:
+    run = InitRun(argv)
+    try:
+        for step in STEPS:
+            step(run)
     except (Refusal, OSError, ValueError) as exc:
         reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
         if isinstance(exc, OSError) and exc.filename:
@@ -737,8 +856,8 @@ def main(argv: list[str]) -> int:
         posix.write(2, f"stockade-init: internal error: {type(exc).__name__}: {exc}\n".encode())
         return REFUSED
 
-    if config.get("timing") is True:  # bench/init_overhead.py's per-stage breakdown
-        line = " ".join(f"{stage}={ms:.3f}" for stage, ms in timing)
+    if run.config.get("timing") is True:  # bench/init_overhead.py's per-stage breakdown
+        line = " ".join(f"{stage}={ms:.3f}" for stage, ms in run.timing)
         posix.write(2, f"stockade-init timing: {line}\n".encode())
     # Python ignores SIGPIPE and SIGXFSZ for itself, and an ignored signal
     # stays ignored across execve: `yes | head -1` would never end.
@@ -746,4 +865,4 @@ def main(argv: list[str]) -> int:
 
     _signal.signal(_signal.SIGPIPE, _signal.SIG_DFL)
     _signal.signal(_signal.SIGXFSZ, _signal.SIG_DFL)
-    return execute(command, env)
+    return execute(run.command, run.env)

@@ -17,17 +17,17 @@ from __future__ import annotations
 import os
 import time
 
-from ... import gitmeta, gitpolicy
-from ...capabilities import is_under
-from ...profile import FILE, PIN
+from .... import gitmeta, gitpolicy
+from ....capabilities import is_under
+from ....profile import FILE, PIN
 
 TYPE_CHECKING = False
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
 
-    from ...fsroot import Root, Roots
-    from ...profile import Profile
+    from ....fsroot import Root, Roots
+    from ....profile import Profile
 
 #: The files of a git directory that are config (the second only with
 #: extensions.worktreeConfig, but a private copy of it costs nothing).
@@ -273,7 +273,7 @@ def _overwrite(path: str, data: bytes) -> None:
 
 
 def _read_copy(path: str) -> bytes:
-    from ...fsroot import read_fd
+    from ....fsroot import read_fd
 
     fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     try:

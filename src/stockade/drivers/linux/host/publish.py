@@ -23,14 +23,14 @@ import os
 import socket
 import threading
 
-from ...errors import SandboxUnavailable
-from ...publish import describe
+from ....errors import SandboxUnavailable
+from ....publish import describe
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-    from ...publish import Published
+    from ....publish import Published
 
 #: How long the hand-over may wait on a relay that stopped reading (a command
 #: that killed it): the connection is then dropped, the listener keeps going.

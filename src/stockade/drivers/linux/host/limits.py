@@ -18,7 +18,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
 
-    from ..base import LaunchReport
+    from ...base import LaunchReport
 
 CGROUP_ROOT = "/sys/fs/cgroup"
 #: The leaf of a delegated v2 cgroup that stockade moves its members into.
@@ -658,7 +658,7 @@ def exec_cgroup(memory_mb: int | None, max_pids: int | None, cpu_percent: int | 
             return ScopeCgroup(bases, limits, name, report_dir)
         return ExecCgroup(kind, bases, limits, name)
     except OSError as exc:
-        from ...errors import SandboxUnavailable
+        from ....errors import SandboxUnavailable
 
         raise SandboxUnavailable(
             f"cannot create a cgroup for this command ({exc.filename or name}): {exc.strerror}"
@@ -671,7 +671,7 @@ def read_limits(cgroup: ExecCgroup, report: LaunchReport) -> None:
     Memory wins over pids when both fired: an allocation storm that also
     forked is reported as the limit that killed it.
     """
-    from ..base import MEMORY, PIDS, StartFailure
+    from ...base import MEMORY, PIDS, StartFailure
 
     if not cgroup.started():
         report.start_failure = StartFailure(SCOPE_REFUSED, stderr_says_why=True)

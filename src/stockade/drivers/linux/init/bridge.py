@@ -157,7 +157,7 @@ def relay_published(control: int, ports: list[int]) -> None:
     """Published ports, the sandbox's end: connections handed in, dialled on loopback.
 
     `control` is a SOCK_SEQPACKET socket whose other end stockade holds on
-    the host (drivers/linux/publish.py). Each message is a sandbox port (two
+    the host (drivers/linux/host/publish.py). Each message is a sandbox port (two
     bytes) with one descriptor: a TCP connection a host client opened on the
     published port. It is joined to a fresh connection to 127.0.0.1:port
     here, the sandbox's own loopback; a port not in `ports`, or nothing

@@ -13,9 +13,9 @@ from __future__ import annotations
 import os
 import sys
 
-from ...capabilities import is_under
-from ...errors import SandboxUnavailable
-from ...paths import state_dir as state_dir_of
+from ....capabilities import is_under
+from ....errors import SandboxUnavailable
+from ....paths import state_dir as state_dir_of
 
 TYPE_CHECKING = False
 
@@ -149,7 +149,7 @@ def bwrap_has_size(bwrap: str, cache_dir: str) -> bool:
             return cached[len(key):] == "size"
     except OSError:
         pass
-    from ...process import run_plain
+    from ....process import run_plain
 
     code, out, _ = run_plain([bwrap, "--version"], timeout=5.0)
     version = out.decode("ascii", "replace").split()[-1:] if code == 0 else []
@@ -198,7 +198,7 @@ def probe_userns(bwrap: str, *, cache_dir: str = "", fresh: bool = False) -> Non
                     return
         except OSError:
             pass
-    from ...process import run_plain
+    from ....process import run_plain
 
     code, _out, err = run_plain(
         [bwrap, "--unshare-user", "--disable-userns", "--unshare-pid", "--unshare-net",

@@ -4,7 +4,7 @@
 bytes, so the whole policy is unit-tested by running the program through an
 interpreter; `install_seccomp` hands those bytes to the kernel.
 
-This module is loaded two ways: as `stockade.drivers.linux.seccomp` by the
+This module is loaded two ways: as `stockade.drivers.linux.init.seccomp` by the
 package, and as a top-level module by `init.py` inside bwrap, where every
 import is paid for on every command. So it imports nothing from stockade and
 nothing slower than the `posix` and `sys` built-ins (not even `__future__`).
@@ -316,6 +316,22 @@ def compile_seccomp(network_mode: str, arch: str | None = None, *, trace: bool =
     ADDR_NO_RANDOMIZE (see TRACE_SYSCALLS), for a command in a PID namespace
     of its own; never with the Landlock backend's modes, which have none.
     """
+    arch = _checked_arch(network_mode, arch, trace)
+    nr = SYSCALLS[arch]
+    a = _Assembler()
+    _native_abi_only(a, arch)
+    _dispatch(a, nr, network_mode, trace)
+    _argument_checks(a, nr, trace)
+    if network_mode in SOCKET_FAMILIES:
+        _socket_families(a, network_mode)
+    elif network_mode in LANDLOCK_BACKEND_MODES:
+        _landlock_backend_sockets(a, network_mode)
+    _verdicts(a)
+    return a.bytes()
+
+
+def _checked_arch(network_mode: str, arch: str | None, trace: bool) -> str:
+    """The architecture to compile for, once the mode, `trace` and it are known to fit together."""
     if network_mode not in ALL_MODES:
         raise ValueError(f"unknown seccomp network mode {network_mode!r}: "
                          f"choose one of {', '.join(ALL_MODES)}")
@@ -326,10 +342,12 @@ def compile_seccomp(network_mode: str, arch: str | None = None, *, trace: bool =
     if arch not in SYSCALLS:
         raise ValueError(f"no seccomp syscall table for architecture {arch or 'unknown'!r}: "
                          "stockade supports x86_64 and aarch64")
-    nr = SYSCALLS[arch]
-    a = _Assembler()
+    return arch
 
-    _native_abi_only(a, arch)
+
+def _dispatch(a: _Assembler, nr: dict[str, int], network_mode: str, trace: bool) -> None:
+    """Every syscall the filter has a view on jumps to its verdict or its argument check;
+    any other is allowed."""
     for name in DENIED:
         if not (trace and name in TRACE_SYSCALLS):
             a.op(BPF_JMP_JEQ_K, nr[name], jt="deny")
@@ -370,10 +388,15 @@ def compile_seccomp(network_mode: str, arch: str | None = None, *, trace: bool =
             a.op(BPF_JMP_JEQ_K, nr["sendmsg"], jt="fastopen_arg2")
     a.ret(SECCOMP_RET_ALLOW)
 
-    # Every argument compare below reads only the low 32 bits. The kernel
-    # truncates these arguments to int before use, so comparing all 64 bits
-    # would let ioctl(fd, TIOCSTI | 1 << 32) past the filter as something
-    # else and into the kernel as TIOCSTI.
+
+def _argument_checks(a: _Assembler, nr: dict[str, int], trace: bool) -> None:
+    """No namespace, TIOCSTI, device node or setuid/setgid bit gets past an argument check.
+
+    Every compare reads only the low 32 bits. The kernel truncates these
+    arguments to int before use, so comparing all 64 bits would let
+    ioctl(fd, TIOCSTI | 1 << 32) past the filter as something else and into
+    the kernel as TIOCSTI.
+    """
     a.label("clone")
     a.load(off_arg(0))
     a.op(BPF_JMP_JSET_K, CLONE_NAMESPACES, jt="deny", jf="allow")
@@ -406,19 +429,18 @@ def compile_seccomp(network_mode: str, arch: str | None = None, *, trace: bool =
     a.load(off_arg(2))
     a.label("setid_mode")
     a.op(BPF_JMP_JSET_K, S_ISUID_ISGID, jt="deny", jf="allow")
-    if network_mode in SOCKET_FAMILIES:
-        a.label("socket")
-        a.load(off_arg(0))
-        inet = network_mode in INET_TCP_UDP_ONLY
-        for family in SOCKET_FAMILIES[network_mode]:
-            a.op(BPF_JMP_JEQ_K, family, jt="inet_type" if inet and family != AF_UNIX else "allow")
-        a.jump("deny")
-        if inet:
-            _tcp_udp_only(a)
-    elif network_mode in LANDLOCK_BACKEND_MODES:
-        _landlock_backend_sockets(a, network_mode)
-    _verdicts(a)
-    return a.bytes()
+
+
+def _socket_families(a: _Assembler, network_mode: str) -> None:
+    """socket() and socketpair() open only the families `network_mode` lists (bubblewrap)."""
+    a.label("socket")
+    a.load(off_arg(0))
+    inet = network_mode in INET_TCP_UDP_ONLY
+    for family in SOCKET_FAMILIES[network_mode]:
+        a.op(BPF_JMP_JEQ_K, family, jt="inet_type" if inet and family != AF_UNIX else "allow")
+    a.jump("deny")
+    if inet:
+        _tcp_udp_only(a)
 
 
 def _native_abi_only(a: _Assembler, arch: str) -> None:

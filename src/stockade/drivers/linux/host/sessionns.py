@@ -31,7 +31,7 @@ import os
 TYPE_CHECKING = False
 
 if TYPE_CHECKING:
-    from ...profile import Profile
+    from ....profile import Profile
 
 #: util-linux, as setpriv: joins namespaces, then execs.
 NSENTER = "/usr/bin/nsenter"
@@ -92,8 +92,8 @@ class SessionNamespace:
     """The namespaces of one session: its /tmp (bounded when `size_mb`) and its loopback."""
 
     def __init__(self, python: str, path: str, size_mb: int | None) -> None:
-        from ...errors import SandboxUnavailable
-        from ...process import Process
+        from ....errors import SandboxUnavailable
+        from ....process import Process
 
         self.path = path
         self.size_mb = size_mb
@@ -186,7 +186,7 @@ class SessionNamespaces:
     def of(self, profile: Profile) -> tuple[SessionNamespace | None, str]:
         """The namespaces of `profile`'s session (made at its first command), or None
         where it has none, and what the audit record says of its /tmp."""
-        from ...errors import SandboxUnavailable
+        from ....errors import SandboxUnavailable
 
         path = profile.session_tmp
         if not path:
@@ -203,7 +203,7 @@ class SessionNamespaces:
                     raise SandboxUnavailable(f"the session's /tmp {path} is not a directory")
                 why = self._unusable or usable()
                 if not why:
-                    from .layers import init_python
+                    from ..layers import init_python
 
                     # Sized once, at the session's first command: a later size
                     # would be a second /tmp, the first one's files gone from
@@ -247,7 +247,7 @@ def probe(python: str, state_dir: str) -> str | None:
     trying says so."""
     import tempfile
 
-    from ...errors import SandboxUnavailable
+    from ....errors import SandboxUnavailable
 
     why = usable()
     if why is not None:

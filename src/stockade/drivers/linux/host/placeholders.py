@@ -18,14 +18,14 @@ from __future__ import annotations
 
 import os
 
-from ... import gitpolicy
-from ...fsroot import Roots
-from ...profile import DIR, FILE, PIN, WATCH, Protected
+from .... import gitpolicy
+from ....fsroot import Roots
+from ....profile import DIR, FILE, PIN, WATCH, Protected
 
 TYPE_CHECKING = False
 
 if TYPE_CHECKING:
-    from ...profile import Profile
+    from ....profile import Profile
 
 
 def hold_git_names(profile: Profile) -> Profile:
@@ -73,7 +73,7 @@ def hold_git_names(profile: Profile) -> Profile:
 
 
 def _worktree_config_on(roots: Roots, path: str) -> bool:
-    from ... import gitmeta
+    from .... import gitmeta
 
     where = roots.locate(os.path.join(os.path.dirname(path), "config"))
     entries = gitmeta.read_config(*where) if where is not None else None
