@@ -9,6 +9,7 @@ from stockade import SandboxCommand, SandboxConfig, SyncWorkspaceSandbox
 from stockade.drivers import MEMORY, Driver, Launch, LaunchReport, ProcessHandle
 from stockade.drivers.linux.bwrap import BubblewrapDriver
 from stockade.drivers.none import NoneDriver
+from stockade.drivers.session import Session
 from stockade.errors import SandboxUnavailable
 from stockade.process import Process
 from stockade.testing import FakeDriver
@@ -148,12 +149,13 @@ class _SessionDriver(FakeDriver):
         self.calls: list[tuple[str, ...]] = []
         self.tmps: dict[str, str | None] = {}
 
-    def open_session(self, session_id: str, workspace: str, tmp: str | None = None) -> None:
-        self.calls.append(("open", session_id))
-        self.tmps[session_id] = tmp
+    def open_session(self, session: Session) -> None:
+        self.calls.append(("open", session.id))
+        self.tmps[session.id] = session.tmp
 
-    def close_session(self, session_id: str) -> None:
-        self.calls.append(("close", session_id))
+    def close_session(self, session: Session) -> None:
+        assert session.closed
+        self.calls.append(("close", session.id))
 
     def close(self) -> None:
         self.calls.append(("close-all",))

@@ -94,10 +94,11 @@ def test_the_spawner_sleeps_a_bounded_time_whatever_the_idle_timeout(idle: float
     import time
 
     from stockade.drivers.linux.warm import MAX_WAKE, Parked, WarmPool
+    from stockade.drivers.session import Session
 
     pool = WarmPool(lambda *a, **k: None, lambda p: None, idle_timeout=idle)  # type: ignore[arg-type, return-value]
     parked = Parked.__new__(Parked)
     parked.created = time.monotonic()
-    pool._parked["t"] = [parked]
+    pool._parked[Session("t", "/w", None)] = [parked]
     # Condition.wait(inf) raised OverflowError in the spawner; NaN spun at 0.
     assert pool._next_wake() == MAX_WAKE
