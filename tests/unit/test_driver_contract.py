@@ -1,6 +1,7 @@
 """The driver contract at run time: what crosses the seam is typed, and every driver
 explains its own failures (drivers/base.py, and the pipeline that reads it)."""
 
+import os
 import sqlite3
 
 import pytest
@@ -188,3 +189,12 @@ def test_a_driver_built_after_sessions_began_still_hears_of_them(tmp_path) -> No
     core.new_session("early", str(tmp_path))
     driver = _SessionDriver()
     assert core._opened(driver) is driver and driver.calls == [("open", "early")]
+
+
+def test_a_session_owns_its_tmp_from_opening_to_removal(tmp_path) -> None:
+    session = Session.open("s", str(tmp_path), tmp_base=str(tmp_path / "tmp"))
+    assert session.tmp and os.path.isdir(session.tmp) and not session.closed
+    os.makedirs(os.path.join(session.tmp, "a", "b"))
+    session.remove_tmp()
+    assert not os.path.lexists(session.tmp)
+    assert Session.open("s", str(tmp_path), tmp_base=None).tmp is None
