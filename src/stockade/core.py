@@ -32,6 +32,7 @@ from .capabilities import (
 from .command import FORBID, SandboxOutput
 from .drivers import should_sandbox
 from .drivers.registry import declared, platform_for
+from .drivers.session import Session, private_dir, remove_session_tmp
 from .errors import (
     CapabilityDenied,
     ConfigError,
@@ -74,18 +75,22 @@ if TYPE_CHECKING:
 class SessionWorkspace:
     """A session's directory, its private /tmp, and the processes it owns."""
 
-    def __init__(self, session_id: str, cwd: str, *, provisioned: bool, tmp_dir: str | None,
-                 read_scope: str) -> None:
-        self.session_id = session_id
-        self.cwd = cwd
+    def __init__(self, session: Session, *, provisioned: bool, read_scope: str) -> None:
+        #: What the drivers see of the session: the one owner of its /tmp.
+        self.session = session
+        self.session_id = session.id
+        self.cwd = session.workspace
         self.provisioned = provisioned
-        self.tmp_dir = tmp_dir
         self.read_scope = read_scope
         self.processes: set[BackgroundProcess] = set()
         self.mode: str | None = None  # set by a mode change approved for this session
         #: The private layers over the toolchain caches, made by this session at
         #: its first writing command and removed with it: never found by name.
         self.cache_dir: str | None = None
+
+    @property
+    def tmp_dir(self) -> str | None:
+        return self.session.tmp
 
 
 class Approve:
@@ -246,7 +251,7 @@ class SandboxCore:
         """A driver built after sessions began learns of them: its hooks see every
         session it may run for, whenever it was built (drivers are built lazily)."""
         for ws in list(self.sessions.values()):
-            driver.open_session(ws.session_id, ws.cwd, ws.tmp_dir)
+            driver.open_session(ws.session)
         return driver
 
     def _drivers(self) -> list[Driver]:
@@ -328,14 +333,12 @@ class SandboxCore:
             cwd = os.path.realpath(cwd)
             provisioned = True
             scope = STRICT if scope == "auto" else scope
-        tmp_dir = None
-        if not ephemeral_tmp:
-            tmp_dir = _private_dir(os.path.join(self.state_dir, "tmp"), session_id)
-        ws = SessionWorkspace(session_id, cwd, provisioned=provisioned, tmp_dir=tmp_dir,
-                              read_scope=scope)
+        session = Session.open(session_id, cwd, tmp_base=None if ephemeral_tmp
+                               else os.path.join(self.state_dir, "tmp"))
+        ws = SessionWorkspace(session, provisioned=provisioned, read_scope=scope)
         self.sessions[session_id] = ws
         for driver in self._drivers():
-            driver.open_session(session_id, cwd, tmp_dir)
+            driver.open_session(session)
         return ws
 
     def close_session(self, session_id: str) -> None:
@@ -353,11 +356,12 @@ class SandboxCore:
         finally:
             # After its processes: what a backend keeps per session may be
             # what they were still using.
+            ws.session.closed = True
             for driver in self._drivers():
-                driver.close_session(session_id)
-            for made in (ws.tmp_dir, ws.cache_dir):
-                if made:
-                    remove_session_tmp(made)
+                driver.close_session(ws.session)
+            ws.session.remove_tmp()
+            if ws.cache_dir:
+                remove_session_tmp(ws.cache_dir)
 
     def close(self) -> None:
         """Close every session, then the proxy and the ledger."""
@@ -623,7 +627,7 @@ class SandboxCore:
                      matched: tuple[str, ...] = ()) -> Profile:
         c = self.config
         if ws.cache_dir is None and c.scratch and mode != READ_ONLY:
-            ws.cache_dir = _private_dir(os.path.join(self.state_dir, "caches"), ws.session_id)
+            ws.cache_dir = private_dir(os.path.join(self.state_dir, "caches"), ws.session_id)
         profile = build_profile(
             private=self._private, cache_dir=ws.cache_dir, tmp_size_mb=c.tmp_size_mb,
             max_file_size_mb=c.max_file_size_mb,
@@ -636,8 +640,8 @@ class SandboxCore:
             else _default_secrets(), session_tmp=ws.tmp_dir, backend=backend,
             repositories=repositories, matched=matched, platform=self.platform,
         )
-        if cmd.publish:
-            profile = profile.replace(publish=cmd.publish)
+        profile = profile.replace(session=ws.session, **(
+            {"publish": cmd.publish} if cmd.publish else {}))
         for _cache, private, _var in profile.caches:
             for part in ("upper", "work"):
                 os.makedirs(os.path.join(private, part), mode=0o700, exist_ok=True)
@@ -719,49 +723,6 @@ def refuse_home_workspace(workspace: str, env: Mapping[str, str], allowed: bool)
             "command could leave files that your shell, git, less, editors and builds run "
             "later; use a project directory as the workspace, or read-only mode, or set "
             "allow_home_workspace = true in ~/.config/stockade/config.toml to accept it")
-
-
-def _private_dir(base: str, session_id: str) -> str:
-    """A new directory of the session's under `base`, mode 0700, as mkdtemp makes one
-    (without `tempfile`, whose imports cost a writing command 6 ms)."""
-    os.makedirs(base, mode=0o700, exist_ok=True)
-    while True:
-        path = os.path.join(base, f"{session_key(session_id)[:12]}-{os.urandom(6).hex()}")
-        try:
-            os.mkdir(path, 0o700)
-        except FileExistsError:
-            continue
-        return path
-
-
-def remove_session_tmp(path: str) -> None:
-    """Remove a session's /tmp, however deep the command made it.
-
-    The walk in Python stops at a bounded depth: a tree 1200 directories deep
-    raised RecursionError out of `close()`, which then left every other
-    session's processes running. coreutils' rm takes what is left; it walks
-    without recursing and never follows a link.
-    """
-    try:
-        os.rmdir(path)  # most often empty
-    except OSError:
-        # Not shutil.rmtree: its imports cost every CLI run 2 ms (a session's
-        # cache directory holds a layer for each toolchain cache the host has).
-        from .drivers.linux.host.fstree import remove_tree
-
-        remove_tree(path)
-    if os.path.lexists(path):
-        from .process import run_plain
-
-        run_plain(["/bin/rm", "-rf", "--one-file-system", "--", path], timeout=120)
-    if os.path.lexists(path):
-        # A directory the command made unsearchable (chmod 000) stops rm for
-        # anyone but root; the tree is the session's, so its owner may open it.
-        # chmod -R changes no link's target and descends through none.
-        from .process import run_plain
-
-        run_plain(["/bin/chmod", "-R", "u+rwX", "--", path], timeout=120)
-        run_plain(["/bin/rm", "-rf", "--one-file-system", "--", path], timeout=120)
 
 
 def _close_at_exit(core: SandboxCore) -> None:

@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     from typing import Any
 
     from .capabilities import NetworkPolicy
+    from .drivers.session import Session
 
 HOST = "host"
 STRICT = "strict"
@@ -124,7 +125,7 @@ class Profile:
         "absent", "caches", "cwd", "env", "granted_sockets", "hidden", "home",
         "mask_other_homes", "max_file_size_mb", "max_memory_mb", "mode", "network",
         "private_around", "protected", "proxy", "publish", "read_extra", "read_roots",
-        "read_scope", "runtime_dir", "session_tmp", "shown",
+        "read_scope", "runtime_dir", "session", "session_tmp", "shown",
         "sockets", "spawn_subprocess", "system_links", "tmp_size_mb", "workspace",
         "workspace_writable", "write_roots",
     )
@@ -161,6 +162,7 @@ class Profile:
         shown: tuple[tuple[str, str], ...] = (),
         absent: tuple[str, ...] = (),
         publish: tuple[tuple[str, int, int], ...] = (),
+        session: Session | None = None,
     ) -> None:
         for name, value in locals().items():
             if name != "self":
@@ -222,6 +224,9 @@ class Profile:
     #: runs (publish.py): a backend without a network namespace refuses it.
     publish: tuple[tuple[str, int, int], ...]
     env: dict[str, str]
+    #: The session the command runs in, which a driver keys its per-session
+    #: state by; an identity, not a setting, so never in `to_json`.
+    session: Session | None
 
     def to_json(self) -> dict[str, object]:
         out: dict[str, object] = {}
@@ -233,7 +238,7 @@ class Profile:
                 value = value.to_json() if value is not None else None
             elif name == "protected":
                 value = [[p.path, p.kind] for p in value]
-            elif name == "env":
+            elif name in ("env", "session"):
                 continue
             out[name] = value
         return out

@@ -1,6 +1,7 @@
 """The driver contract at run time: what crosses the seam is typed, and every driver
 explains its own failures (drivers/base.py, and the pipeline that reads it)."""
 
+import os
 import sqlite3
 
 import pytest
@@ -17,6 +18,7 @@ from stockade.drivers import (
 )
 from stockade.drivers.linux.bwrap import BubblewrapDriver
 from stockade.drivers.none import NoneDriver
+from stockade.drivers.session import Session
 from stockade.errors import SandboxUnavailable
 from stockade.process import Process
 from stockade.testing import FakeDriver
@@ -202,12 +204,13 @@ class _SessionDriver(FakeDriver):
         self.calls: list[tuple[str, ...]] = []
         self.tmps: dict[str, str | None] = {}
 
-    def open_session(self, session_id: str, workspace: str, tmp: str | None = None) -> None:
-        self.calls.append(("open", session_id))
-        self.tmps[session_id] = tmp
+    def open_session(self, session: Session) -> None:
+        self.calls.append(("open", session.id))
+        self.tmps[session.id] = session.tmp
 
-    def close_session(self, session_id: str) -> None:
-        self.calls.append(("close", session_id))
+    def close_session(self, session: Session) -> None:
+        assert session.closed
+        self.calls.append(("close", session.id))
 
     def close(self) -> None:
         self.calls.append(("close-all",))
@@ -240,3 +243,12 @@ def test_a_driver_built_after_sessions_began_still_hears_of_them(tmp_path) -> No
     core.new_session("early", str(tmp_path))
     driver = _SessionDriver()
     assert core._opened(driver) is driver and driver.calls == [("open", "early")]
+
+
+def test_a_session_owns_its_tmp_from_opening_to_removal(tmp_path) -> None:
+    session = Session.open("s", str(tmp_path), tmp_base=str(tmp_path / "tmp"))
+    assert session.tmp and os.path.isdir(session.tmp) and not session.closed
+    os.makedirs(os.path.join(session.tmp, "a", "b"))
+    session.remove_tmp()
+    assert not os.path.lexists(session.tmp)
+    assert Session.open("s", str(tmp_path), tmp_base=None).tmp is None

@@ -94,10 +94,29 @@ def test_the_spawner_sleeps_a_bounded_time_whatever_the_idle_timeout(idle: float
     import time
 
     from stockade.drivers.linux.warm import MAX_WAKE, Parked, WarmPool
+    from stockade.drivers.session import Session
 
     pool = WarmPool(lambda *a, **k: None, lambda p: None, idle_timeout=idle)  # type: ignore[arg-type, return-value]
     parked = Parked.__new__(Parked)
     parked.created = time.monotonic()
-    pool._parked["t"] = [parked]
+    pool._parked[Session("t", "/w", None)] = [parked]
     # Condition.wait(inf) raised OverflowError in the spawner; NaN spun at 0.
     assert pool._next_wake() == MAX_WAKE
+
+
+def test_a_pool_keeps_two_sessions_on_one_workspace_apart() -> None:
+    from test_bwrap_args import profile
+
+    from stockade.drivers.linux.warm import Parked, WarmPool
+    from stockade.drivers.session import Session
+
+    pool = WarmPool(lambda *a, **k: None, lambda p: None)  # type: ignore[arg-type, return-value]
+    # Neither has a /tmp of its own: a key made of workspace and /tmp was one key for both.
+    first, second = Session("a", "/w", None), Session("b", "/w", None)
+    for session in (first, second):
+        pool._parked[session] = [Parked(session, profile().replace(session=session), "k", ())]
+    first.closed = True
+    pool.drop(first)
+    assert list(pool._parked) == [second]
+    pool.request(profile().replace(session=first))  # a closed session asks for nothing
+    assert not pool._wanted

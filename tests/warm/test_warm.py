@@ -172,9 +172,9 @@ def primed(world: World, **config: object) -> tuple[SyncWorkspaceSandbox, WarmPo
     settle(pool)
     run(sb, "/bin/true")
     settle(pool)
-    from stockade.drivers.linux import warm
+    from stockade.drivers.linux.writers import WRITERS
 
-    assert pool.parked_count() == 1, (warm._WRITERS, pool._wanted, pool._misses, pool.misses)
+    assert pool.parked_count() == 1, (WRITERS.running(), pool._wanted, pool._misses, pool.misses)
     return sb, pool
 
 

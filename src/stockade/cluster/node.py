@@ -187,7 +187,7 @@ class NodeActor:
         self.sandbox.close_session(session_id)
         self.sessions.pop(session_id, None)
         if ws is not None and ws.provisioned:
-            from ..core import remove_session_tmp
+            from ..drivers.session import remove_session_tmp
 
             remove_session_tmp(ws.cwd)
         return self.ledger.drain()

@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from typing import Any, ClassVar
 
     from ..profile import Profile
+    from .session import Session
 
 #: `LaunchReport.limit_exceeded` values.
 MEMORY = "memory"
@@ -144,8 +145,13 @@ class Launch:
                  cleanup: Callable[[Launch], None] | None = None) -> None:
         self.argv = argv
         self.env = env
-        self.cwd = cwd
         self.extra_fds = extra_fds or {}
+        self.begin(cwd, cleanup)
+
+    def begin(self, cwd: str, cleanup: Callable[[Launch], None] | None) -> None:
+        """What every launch holds, whatever gives it its process: a subclass whose
+        `argv`, `env` and `extra_fds` come from elsewhere calls this alone."""
+        self.cwd = cwd
         self.report = LaunchReport()
         self._cleanup = cleanup
         #: Files the command writes as private copies, merged back once it ends
@@ -277,15 +283,12 @@ class Driver:
             return [(self.name, False, str(exc))]
         return [(self.name, True, "can build a sandbox here")]
 
-    def open_session(self, session_id: str, workspace: str, tmp: str | None = None) -> None:
-        """A session begins: a backend may set up per-session state here.
+    def open_session(self, session: Session) -> None:
+        """A session begins: a backend may set up per-session state here, kept by
+        `session` itself (the same object reaches it as `Profile.session`)."""
 
-        `tmp`: the host directory that is the session's /tmp in every one of
-        its commands, or None where each command gets a fresh one.
-        """
-
-    def close_session(self, session_id: str) -> None:
-        """A session ends: release whatever `open_session` or its runs kept."""
+    def close_session(self, session: Session) -> None:
+        """A session ends (`session.closed`): release whatever `open_session` or its runs kept."""
 
     def close(self) -> None:
         """The sandbox closes: release everything (after every `close_session`)."""

@@ -43,12 +43,14 @@ SYS_READ_PATHS = ("/sys/devices/system/cpu", "/sys/devices/system/node", "/sys/f
 TYPE_CHECKING = False
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
+    from collections.abc import Callable, Mapping
     from typing import Any
 
     from ...profile import Profile
+    from .host.gitconfig import PrivateConfigs
     from .host.guard import MetadataGuard
     from .host.publish import PortForward
+    from .layers import InitLaunch
 
 # The only directories inside /dev a command gets: bwrap's --dev provides
 # null, zero, full, random, urandom, tty, pts/ptmx and shm, and no disk.
@@ -340,17 +342,9 @@ class BubblewrapDriver(ParkingDriver):
                  guard: bool | MetadataGuard = True) -> Launch:
         """The cold launch (see `ParkingDriver._prepare`)."""
         from .host.gitconfig import PrivateConfigs, private_paths
-        from .host.placeholders import hold_git_names
-        from .layers import init_launch, init_started
+        from .layers import init_started
 
-        profile = hold_git_names(profile)
-        meta = guard if not isinstance(guard, bool) else self._guard(profile) if guard else None
-        if meta is not None and meta.stale:
-            # The sweep of a killed run's leftovers just moved away names the
-            # profile found existing: bwrap would fail to find their sources.
-            profile = profile.replace(protected=tuple(
-                p for p in profile.protected
-                if p.kind not in (DIR, FILE, PIN, HOLD) or os.path.lexists(p.path)))
+        profile, meta = self._baseline(profile, guard)
         configs = private_paths(profile)
         private = PrivateConfigs(configs, self._state_dir) if configs else None
         if private is not None and meta is not None:
@@ -364,34 +358,9 @@ class BubblewrapDriver(ParkingDriver):
         try:
             if profile.publish:
                 forward = publish_forward(profile)
-            # Behind bwrap's namespaces, the init adds no_new_privs, Landlock
-            # and seccomp before it execs the command: a hole in one wall is
-            # not an escape.
-            # Where the kernel has Landlock, the tools' areas are its to hide (see
-            # `landlock_areas`), and a sandbox where it then fails must not start.
-            from .layers import host_landlock_abi
-
-            areas = landlock_areas(profile) if host_landlock_abi(self._state_dir) else ()
-            init = init_launch(profile, list(argv),
-                               require_landlock=self._require_landlock or bool(areas),
-                               nproc=nproc_limit(self._max_pids, own_user_namespace=True),
-                               lifeline_fd=lifeline[0], ready_fd=ready[1],
-                               park_fd=park_fd,
-                               publish=(forward.child_fd, forward.sandbox_ports)
-                               if forward is not None else None,
-                               private=configs)
-            newer = bwrap_has_size(self.bwrap, self._state_dir)  # --size and --overlay: 0.10
-            session, tmp_how = self._session_namespaces.of(profile)
-            # Network none only: with hosts each command's proxy bridge listens
-            # on its loopback, which a shared one would hand to the others.
-            shared_net = session is not None and profile.network.kind == NetworkPolicy.NONE
-            args = build_bwrap_args(profile, self.bwrap, inner=init.argv,
-                                    extra_mounts=init.mounts, overlay=newer,
-                                    tmp_size_mb=profile.tmp_size_mb if newer else None,
-                                    unmasked=areas, shared_net=shared_net,
-                                    copies=private.copies if private is not None else None)
-            if session is not None:
-                args, ns_fds = session.enter(args, net=shared_net)
+            built = self._command_line(argv, profile, configs, private, lifeline[0], ready[1],
+                                       park_fd, forward)
+            ns_fds = built.ns_fds
             cgroup = self._cgroup(profile)
         except BaseException:
             if meta is not None:
@@ -403,23 +372,7 @@ class BubblewrapDriver(ParkingDriver):
             if forward is not None:
                 forward.close()
             raise
-        owned = (*lifeline, *ready, *ns_fds)
-        landlock = init.landlock_report(host_landlock_abi(self._state_dir))
-        # ptrace of the command's own processes: where Landlock holds (see
-        # seccomp.TRACE_SYSCALLS), as the init decides on the same kernel.
-        audit: dict[str, object] = {"landlock_abi": landlock.abi,
-                                    "seccomp": init.config["seccomp"],
-                                    "ptrace": "own-processes" if landlock.abi else "refused"}
-        if tmp_how:
-            audit["session_tmp"] = tmp_how
-        if profile.network.kind != NetworkPolicy.ALL:
-            audit["loopback"] = "the session's" if shared_net else "the command's own"
-        if meta is not None and meta.unwatched:
-            audit["guard_watch"] = meta.unwatched
-        if landlock.dropped:
-            audit["landlock_dropped"] = list(landlock.dropped)
-        audit["memory_mb"], audit["memory_from"] = memory_in_force(
-            profile.max_memory_mb, self._memory_default, mechanism()[0])
+        audit = self._audit(profile, built, meta)
         if forward is not None:
             from ...publish import describe
 
@@ -430,7 +383,7 @@ class BubblewrapDriver(ParkingDriver):
             if forward is not None:
                 forward.close()  # the command has ended: so does every forward
             launch.report.sandbox_started = init_started(ready[0])
-            for fd in owned:
+            for fd in (*lifeline, *ready, *ns_fds):
                 os.close(fd)
             try:
                 if meta is not None:
@@ -442,24 +395,84 @@ class BubblewrapDriver(ParkingDriver):
         fds = {lifeline[0]: lifeline[0], ready[1]: ready[1]}
         if forward is not None:
             fds[forward.child_fd] = forward.child_fd
-        if cgroup is None:
-            launch = Launch(args, init.env, profile.cwd, extra_fds=fds, cleanup=release)
-            launch.report.audit.update(audit, limits=mechanism()[0])
-            launch.private = private
-            return launch
-
-        def cleanup(launch: Launch) -> None:
-            try:
-                read_limits(cgroup, launch.report)
-                cgroup.dispose()
-            finally:
-                release(launch)
-
-        launch = Launch(cgroup.enter_argv(args, init.env), init.env, profile.cwd,
-                        extra_fds=fds, cleanup=cleanup)
-        launch.report.audit.update(audit, limits=cgroup.kind)
+        launch = _limited(built.args, built.init.env, profile.cwd, fds, cgroup, release, audit)
         launch.private = private
         return launch
+
+    def _baseline(self, profile: Profile, guard: bool | MetadataGuard
+                  ) -> tuple[Profile, MetadataGuard | None]:
+        """The profile to build from, and the guard the launch owns (see `_prepare`)."""
+        from .host.placeholders import hold_git_names
+
+        profile = hold_git_names(profile)
+        meta = guard if not isinstance(guard, bool) else self._guard(profile) if guard else None
+        if meta is not None and meta.stale:
+            # The sweep of a killed run's leftovers just moved away names the
+            # profile found existing: bwrap would fail to find their sources.
+            profile = profile.replace(protected=tuple(
+                p for p in profile.protected
+                if p.kind not in (DIR, FILE, PIN, HOLD) or os.path.lexists(p.path)))
+        return profile, meta
+
+    def _command_line(self, argv: list[str], profile: Profile, configs: Any,
+                      private: PrivateConfigs | None, lifeline_fd: int, ready_fd: int,
+                      park_fd: int | None, forward: PortForward | None) -> _Built:
+        """bwrap's argv around the init's, entered into the session's namespaces.
+
+        Its `ns_fds` are the caller's to close from the moment it returns.
+        """
+        from .layers import host_landlock_abi, init_launch
+
+        # Behind bwrap's namespaces, the init adds no_new_privs, Landlock
+        # and seccomp before it execs the command: a hole in one wall is
+        # not an escape.
+        # Where the kernel has Landlock, the tools' areas are its to hide (see
+        # `landlock_areas`), and a sandbox where it then fails must not start.
+        areas = landlock_areas(profile) if host_landlock_abi(self._state_dir) else ()
+        init = init_launch(profile, list(argv),
+                           require_landlock=self._require_landlock or bool(areas),
+                           nproc=nproc_limit(self._max_pids, own_user_namespace=True),
+                           lifeline_fd=lifeline_fd, ready_fd=ready_fd,
+                           park_fd=park_fd,
+                           publish=(forward.child_fd, forward.sandbox_ports)
+                           if forward is not None else None,
+                           private=configs)
+        newer = bwrap_has_size(self.bwrap, self._state_dir)  # --size and --overlay: 0.10
+        session, tmp_how = self._session_namespaces.of(profile)
+        # Network none only: with hosts each command's proxy bridge listens
+        # on its loopback, which a shared one would hand to the others.
+        shared_net = session is not None and profile.network.kind == NetworkPolicy.NONE
+        args = build_bwrap_args(profile, self.bwrap, inner=init.argv,
+                                extra_mounts=init.mounts, overlay=newer,
+                                tmp_size_mb=profile.tmp_size_mb if newer else None,
+                                unmasked=areas, shared_net=shared_net,
+                                copies=private.copies if private is not None else None)
+        ns_fds: list[int] = []
+        if session is not None:
+            args, ns_fds = session.enter(args, net=shared_net)
+        return _Built(init, args, ns_fds, tmp_how, shared_net)
+
+    def _audit(self, profile: Profile, built: _Built, meta: MetadataGuard | None
+               ) -> dict[str, object]:
+        from .layers import host_landlock_abi
+
+        landlock = built.init.landlock_report(host_landlock_abi(self._state_dir))
+        # ptrace of the command's own processes: where Landlock holds (see
+        # seccomp.TRACE_SYSCALLS), as the init decides on the same kernel.
+        audit: dict[str, object] = {"landlock_abi": landlock.abi,
+                                    "seccomp": built.init.config["seccomp"],
+                                    "ptrace": "own-processes" if landlock.abi else "refused"}
+        if built.tmp_how:
+            audit["session_tmp"] = built.tmp_how
+        if profile.network.kind != NetworkPolicy.ALL:
+            audit["loopback"] = "the session's" if built.shared_net else "the command's own"
+        if meta is not None and meta.unwatched:
+            audit["guard_watch"] = meta.unwatched
+        if landlock.dropped:
+            audit["landlock_dropped"] = list(landlock.dropped)
+        audit["memory_mb"], audit["memory_from"] = memory_in_force(
+            profile.max_memory_mb, self._memory_default, mechanism()[0])
+        return audit
 
     def explain_failure(self, returncode: int, stderr: bytes) -> str | None:
         """bwrap's own setup errors are the sandbox failing, not the command.
@@ -500,3 +513,38 @@ class BubblewrapDriver(ParkingDriver):
                                        mechanism()[0])
         return exec_cgroup(memory_mb, self._max_pids, self._cpu_percent,
                            prefix="stockade", report_dir=self._state_dir)
+
+
+class _Built:
+    """What `_command_line` made: the init, bwrap's argv, and the namespaces' descriptors."""
+
+    __slots__ = ("args", "init", "ns_fds", "shared_net", "tmp_how")
+
+    def __init__(self, init: InitLaunch, args: list[str], ns_fds: list[int], tmp_how: str,
+                 shared_net: bool) -> None:
+        self.init = init
+        self.args = args
+        self.ns_fds = ns_fds
+        self.tmp_how = tmp_how
+        self.shared_net = shared_net
+
+
+def _limited(args: list[str], env: dict[str, str], cwd: str, fds: dict[int, int],
+             cgroup: ExecCgroup | None, release: Callable[[Launch], None],
+             audit: dict[str, object]) -> Launch:
+    """The launch, inside `cgroup` when there is one, which its cleanup reads and disposes."""
+    if cgroup is None:
+        launch = Launch(args, env, cwd, extra_fds=fds, cleanup=release)
+        launch.report.audit.update(audit, limits=mechanism()[0])
+        return launch
+
+    def cleanup(launch: Launch) -> None:
+        try:
+            read_limits(cgroup, launch.report)
+            cgroup.dispose()
+        finally:
+            release(launch)
+
+    launch = Launch(cgroup.enter_argv(args, env), env, cwd, extra_fds=fds, cleanup=cleanup)
+    launch.report.audit.update(audit, limits=cgroup.kind)
+    return launch

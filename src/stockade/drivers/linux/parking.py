@@ -20,6 +20,7 @@ if TYPE_CHECKING:
 
     from ...profile import Profile
     from ..base import Launch
+    from ..session import Session
     from .host.guard import MetadataGuard
     from .host.treewatch import TreeWatch
     from .warm import WarmPool
@@ -36,7 +37,9 @@ class ParkingDriver(Driver):
     def _start_parking(self, size: int, idle_seconds: float, watch: tuple[str, ...]) -> None:
         from .host.sessionns import SessionNamespaces
 
-        self._sessions: dict[str, str] = {}
+        #: Per workspace, how many open sessions are on it: its tree watch goes
+        #: with the last.
+        self._on_workspace: dict[str, int] = {}
         self._session_namespaces = SessionNamespaces()
         self._trees: dict[str, TreeWatch] = {}
         self._trees_lock = threading.Lock()
@@ -48,15 +51,16 @@ class ParkingDriver(Driver):
                                   idle_timeout=idle_seconds, watch=watch)
 
     def prepare(self, argv: list[str], profile: Profile) -> Launch:
-        if self._warm is not None and not profile.publish:
+        if self._warm is not None and profile.session is not None and not profile.publish:
             # A published port is bound for this command, and its relay is
             # forked before the layers a parked sandbox has already applied.
             return self._warm.launch(argv, profile)
         launch = self._prepare(argv, profile)
-        if profile.workspace_writable or profile.write_roots:  # warm.writable_roots
-            from .warm import writes
+        if profile.workspace_writable or profile.write_roots:  # writers.writable_roots
+            from .writers import WRITERS
 
-            writes(launch, profile)  # another driver's pool in this process may park beside it
+            # Another driver's pool in this process may park beside it.
+            WRITERS.count(launch, profile)
         # Parking off (the CLI's `run`, warm_sandboxes = 0) is still a start:
         # a record without the key read as neither. warm.START_COLD, spelled
         # here: importing warm.py (socket, enum) cost a read-only `stockade
@@ -64,22 +68,25 @@ class ParkingDriver(Driver):
         launch.report.audit["start"] = "cold"
         return launch
 
-    def open_session(self, session_id: str, workspace: str, tmp: str | None = None) -> None:
-        self._sessions[session_id] = workspace
-        self._session_namespaces.open(session_id, tmp)
+    def open_session(self, session: Session) -> None:
+        with self._trees_lock:
+            self._on_workspace[session.workspace] = self._on_workspace.get(
+                session.workspace, 0) + 1
 
-    def close_session(self, session_id: str) -> None:
+    def close_session(self, session: Session) -> None:
         """Stop what was parked for the session now, not at the idle timeout."""
         try:
-            workspace = self._sessions.pop(session_id, None)
-            if self._warm is not None and workspace is not None:
-                self._warm.drop(workspace)
-            if workspace is not None and workspace not in self._sessions.values():
-                tree = self._trees.pop(workspace, None)
-                if tree is not None:
-                    tree.close()
+            if self._warm is not None:
+                self._warm.drop(session)
+            with self._trees_lock:
+                left = self._on_workspace.pop(session.workspace, 0) - 1
+                if left > 0:
+                    self._on_workspace[session.workspace] = left
+                tree = self._trees.pop(session.workspace, None) if left == 0 else None
+            if tree is not None:
+                tree.close()
         finally:
-            self._session_namespaces.close_session(session_id)
+            self._session_namespaces.close_session(session)
 
     def close(self) -> None:
         from .host.limits import flush_removals
@@ -92,7 +99,6 @@ class ParkingDriver(Driver):
             for tree in self._trees.values():
                 tree.close()
             self._trees.clear()
-            self._session_namespaces.close()
 
     def explain_failure(self, returncode: int, stderr: bytes) -> str | None:
         """Entering a session's namespaces failed (asked only when the init did not start)."""

@@ -40,8 +40,8 @@ import os
 import threading
 import time
 
-from ...capabilities import is_under
 from ..base import Launch
+from .writers import WRITERS, writable_roots
 
 TYPE_CHECKING = False
 
@@ -52,6 +52,7 @@ if TYPE_CHECKING:
     from ...process import Process
     from ...profile import Profile
     from ..base import ProcessHandle
+    from ..session import Session
     from .host.guard import MetadataGuard
 
     Build = Callable[..., Launch]
@@ -82,23 +83,9 @@ START_WARM = "warm"
 START_COLD = "cold"
 
 
-def token(profile: Profile) -> str:
-    """The session a profile belongs to: its workspace and its private /tmp."""
-    return f"{profile.workspace}\0{profile.session_tmp or ''}"
-
-
-def writable_roots(profile: Profile) -> tuple[str, ...]:
-    """Where a command under `profile` can rename or replace what bwrap mounts.
-
-    The session's /tmp is left out: it is a mount point itself, which no
-    command can move, and nothing is mounted beneath it.
-    """
-    roots = [profile.workspace] if profile.workspace_writable else []
-    return (*roots, *profile.write_roots)
-
-
-def _overlaps(a: Sequence[str], b: Sequence[str]) -> bool:
-    return any(is_under(x, y) or is_under(y, x) for x in a for y in b)
+#: What `WarmPool.take` finds of a parked sandbox: it serves the command; its
+#: profile or view changed (or it never parked); it died while it waited.
+FIT, UNFIT, DEAD = "fit", "unfit", "dead"
 
 
 def _identity(path: str) -> tuple[int, int, int] | None:
@@ -174,63 +161,15 @@ def mounts_in_place(profile: Profile) -> bool:
             and all(path_kind(sock) == SOCKET for sock in profile.granted_sockets))
 
 
-# -- what is writing where, across every pool in this process ---------------
-
-_LOCK = threading.Lock()
-#: Writable roots of each command running now, by its launch's id.
-_WRITERS: dict[int, tuple[str, ...]] = {}
-#: Every parked sandbox (built or being built), in any pool.
-_PARKED: set[Parked] = set()
-
-
-def _writer_starts(launch_id: int, roots: tuple[str, ...]) -> None:
-    with _LOCK:
-        _WRITERS[launch_id] = roots
-        for parked in _PARKED:
-            if _overlaps(roots, parked.roots):
-                parked.tainted = True
-
-
-def _writer_ends(launch_id: int) -> None:
-    with _LOCK:
-        _WRITERS.pop(launch_id, None)
-    for pool in list(_POOLS):
-        pool.writer_ended()
-
-
-def writes(launch: Launch, profile: Profile) -> None:
-    """Count a launch of a driver without a pool as a writer, until its cleanup.
-
-    The rule "no sandbox parks while a command that can write its workspace
-    runs in this process" was kept by the pools alone: a command of a driver
-    with `warm_sandboxes = 0` wrote the workspace while another sandbox in
-    the process parked beside it and served a command from what it bound.
-    """
-    roots = writable_roots(profile)
-    if roots:
-        key = id(launch)
-        _writer_starts(key, roots)
-        launch.also(lambda: _writer_ends(key))
-
-
-def _writer_running(roots: tuple[str, ...]) -> bool:
-    with _LOCK:
-        return _writing_in(roots)
-
-
-def _writing_in(roots: tuple[str, ...]) -> bool:
-    """(`_LOCK` held.)"""
-    return any(_overlaps(roots, other) for other in _WRITERS.values())
-
-
 class Parked:
     """One parked sandbox: its launch, its running process, stockade's end of its socket."""
 
     __slots__ = ("built", "created", "discarded", "identity", "key", "launch", "proc", "ready",
-                 "roots", "sock", "tainted", "token")
+                 "roots", "session", "sock", "tainted")
 
-    def __init__(self, profile: Profile, key: str, identity: tuple[object, ...]) -> None:
-        self.token = token(profile)
+    def __init__(self, session: Session, profile: Profile, key: str,
+                 identity: tuple[object, ...]) -> None:
+        self.session = session
         self.key = key
         self.identity = identity
         self.roots = (profile.workspace, *writable_roots(profile))
@@ -280,8 +219,8 @@ class Parked:
 
     def discard(self) -> None:
         """Stop it and undo its launch: process, cgroup, descriptors, scratch (idempotent)."""
-        with _LOCK:
-            _PARKED.discard(self)
+        with WRITERS.lock:
+            WRITERS.parked.discard(self)
             self.discarded = True
         if self.sock is not None:
             self.sock.close()  # the init reads end-of-file and refuses
@@ -313,6 +252,8 @@ class WarmPool:
     preparation; `guard(profile)` takes the metadata guard's baseline, at
     dispatch, never at park time: a baseline taken while the previous
     command ran would record what it planted as the way things were.
+    Everything kept per session is keyed by its `Session`, never by a name
+    another session could share.
     """
 
     def __init__(self, build: Build, guard: Callable[[Profile], MetadataGuard | None], *,
@@ -324,20 +265,18 @@ class WarmPool:
         self.idle_timeout = idle_timeout
         self.watch = tuple(watch)
         self._cond = threading.Condition()
-        self._parked: dict[str, list[Parked]] = {}
-        self._wanted: dict[str, Profile] = {}
+        self._parked: dict[Session, list[Parked]] = {}
+        self._wanted: dict[Session, Profile] = {}
         self._doomed: list[Parked] = []
-        self._misses: dict[str, int] = {}
-        self._skips: dict[str, int] = {}
+        self._misses: dict[Session, int] = {}
+        self._skips: dict[Session, int] = {}
         self._closed = False
-        #: Per workspace, how many times its sessions were closed (`drop`).
-        self._epochs: dict[str, int] = {}
         self._thread: threading.Thread | None = None
         self._building = 0
         #: Sessions whose commands come faster than a sandbox parks, when each
         #: last ended, and how long the last park measured took.
-        self._hurried: set[str] = set()
-        self._ended: dict[str, float] = {}
+        self._hurried: set[Session] = set()
+        self._ended: dict[Session, float] = {}
         self._build_time = 0.1
         #: Dispatches served by a parked sandbox, and parked ones found unfit.
         self.hits = 0
@@ -346,54 +285,58 @@ class WarmPool:
     # -- the pipeline's side --------------------------------------------------
 
     def launch(self, argv: list[str], profile: Profile) -> WarmLaunch:
-        tok = token(profile)
-        ended = self._ended.get(tok)
-        if tok in self._hurried and ended is not None and (
+        """`profile.session` is set: a command without a session never parks."""
+        session = profile.session
+        assert session is not None
+        ended = self._ended.get(session)
+        if session in self._hurried and ended is not None and (
                 time.monotonic() - ended > 1.5 * self._build_time):
             # The session slowed down to the model's pace again: park once more.
-            self._hurried.discard(tok)
-        return WarmLaunch(self, argv, profile, self._epochs.get(profile.workspace, 0))
+            self._hurried.discard(session)
+        return WarmLaunch(WarmSource(self, argv, profile))
 
     def take(self, profile: Profile) -> Parked | None:
         """A parked sandbox built for exactly this profile and view, or None (go cold)."""
-        tok = token(profile)
+        session = profile.session
+        assert session is not None
         with self._cond:
-            entries = self._parked.get(tok)
+            entries = self._parked.get(session)
             parked = entries.pop(0) if entries else None
         if parked is None:
             return None
-        good = (not parked.tainted and parked.key == profile_key(profile)
-                and parked.identity == mount_identity(profile, self.watch))
-        if good:
-            was_ready = parked.wait_ready(0.0)
-            good = parked.wait_ready(READY_WAIT) and not parked.tainted and not parked.discarded
-            if good and not parked.alive():
-                # Killed while it waited (the OOM killer, a kill from
-                # outside): dispatched, it raised BrokenPipeError out of
-                # execute(), with no audit record and its pipes left open.
-                # Nothing says the profile changes, so no back-off either.
-                with _LOCK:
-                    _PARKED.discard(parked)
-                self.misses += 1
-                self._retire(parked)
-                return None
-            if good and not was_ready:
-                # Commands come faster than a sandbox parks (back to back): the
-                # next ones start cold, which costs less than a cold start
-                # competing with a park in the background for the same cores
-                # and the same interpreter lock.
-                self._build_time = time.monotonic() - parked.created
-                self._hurried.add(tok)
-        with _LOCK:
-            _PARKED.discard(parked)
-        if not good:
+        verdict = self._verdict(parked, profile)
+        WRITERS.forget(parked)
+        if verdict != FIT:
             self.misses += 1
-            self._misses[tok] = self._misses.get(tok, 0) + 1
-            self._retire(parked)
+            if verdict == UNFIT:  # a death says nothing of the profile: no back-off
+                self._misses[session] = self._misses.get(session, 0) + 1
+            self.retire(parked)
             return None
         self.hits += 1
-        self._misses[tok] = 0
+        self._misses[session] = 0
         return parked
+
+    def _verdict(self, parked: Parked, profile: Profile) -> str:
+        """`FIT`, `UNFIT` or `DEAD`: whether `parked`, taken off the pool, can serve `profile`."""
+        if (parked.tainted or parked.key != profile_key(profile)
+                or parked.identity != mount_identity(profile, self.watch)):
+            return UNFIT
+        was_ready = parked.wait_ready(0.0)
+        if not (parked.wait_ready(READY_WAIT) and not parked.tainted and not parked.discarded):
+            return UNFIT
+        if not parked.alive():
+            # Killed while it waited (the OOM killer, a kill from outside):
+            # dispatched, it raised BrokenPipeError out of execute(), with no
+            # audit record and its pipes left open.
+            return DEAD
+        if not was_ready:
+            # Commands come faster than a sandbox parks (back to back): the
+            # next ones start cold, which costs less than a cold start
+            # competing with a park in the background for the same cores
+            # and the same interpreter lock.
+            self._build_time = time.monotonic() - parked.created
+            self._hurried.add(parked.session)
+        return FIT
 
     def guard(self, profile: Profile) -> MetadataGuard | None:
         return self._guard(profile)
@@ -407,50 +350,43 @@ class WarmPool:
         """A sandbox `take` handed out that could not serve after all: cold, and torn down."""
         self.hits -= 1
         self.misses += 1
-        self._retire(parked)
+        self.retire(parked)
 
-    def request(self, profile: Profile, epoch: int) -> None:
-        """After a command: park the next one for this session, in the background.
+    def request(self, profile: Profile) -> None:
+        """After a command: park the next one for its session, in the background.
 
-        `epoch`: the workspace's when the command was prepared. A session
-        closed while its command ran had a sandbox parked for it at the
-        command's end, after `drop`: it waited for the idle timeout, a live
-        init or a dead bwrap whose /tmp was gone.
+        Never for a closed session: one closed while its command ran had a
+        sandbox parked for it at the command's end, after `drop`, which
+        waited for the idle timeout, a live init or a dead bwrap whose /tmp
+        was gone.
         """
-        if self.size <= 0 or not self._current(profile, epoch):
+        session = profile.session
+        if self.size <= 0 or session is None or session.closed:
             return
-        tok = token(profile)
-        self._ended[tok] = time.monotonic()
-        if tok in self._hurried:
+        self._ended[session] = time.monotonic()
+        if session in self._hurried:
             return
-        if self._misses.get(tok, 0) >= MISSES_BEFORE_BACKOFF:
-            skips = self._skips.get(tok, 0) + 1
-            self._skips[tok] = skips
-            if skips % min(BACKOFF, 2 ** self._misses[tok]):
+        if self._misses.get(session, 0) >= MISSES_BEFORE_BACKOFF:
+            skips = self._skips.get(session, 0) + 1
+            self._skips[session] = skips
+            if skips % min(BACKOFF, 2 ** self._misses[session]):
                 return
         with self._cond:
-            if self._closed or not self._current(profile, epoch):
+            # Looked at again under the lock `drop` takes after the session
+            # is marked closed: a request either sees it closed or is undone.
+            if self._closed or session.closed:
                 return
-            self._wanted[tok] = profile
+            self._wanted[session] = profile
             self._ensure_thread()
             self._cond.notify()
 
-    def _current(self, profile: Profile, epoch: int) -> bool:
-        return self._epochs.get(profile.workspace, 0) == epoch
-
-    def drop(self, workspace: str) -> None:
-        """A session of `workspace` closed: what is parked there goes now, not at the
-        idle timeout (another session on it parks again after its next command)."""
-        doomed: list[Parked] = []
+    def drop(self, session: Session) -> None:
+        """`session` closed: what is parked for it goes now, not at the idle timeout."""
         with self._cond:
-            # Commands of the closed session still running park nothing.
-            self._epochs[workspace] = self._epochs.get(workspace, 0) + 1
-            for tok in [t for t in {*self._parked, *self._wanted}
-                        if t.split("\0", 1)[0] == workspace]:
-                doomed += self._parked.pop(tok, [])
-                self._wanted.pop(tok, None)
-                self._misses.pop(tok, None)
-                self._skips.pop(tok, None)
+            doomed = self._parked.pop(session, [])
+            for kept in (self._wanted, self._misses, self._skips, self._ended):
+                kept.pop(session, None)
+            self._hurried.discard(session)
         for parked in doomed:
             parked.discard()
 
@@ -503,7 +439,7 @@ class WarmPool:
 
     # -- the spawner ------------------------------------------------------------
 
-    def _retire(self, parked: Parked) -> None:
+    def retire(self, parked: Parked) -> None:
         """Discard on the spawner's thread: a dispatch must not wait for a teardown."""
         with self._cond:
             if self._closed or self._thread is None:
@@ -520,6 +456,7 @@ class WarmPool:
             self._thread = threading.Thread(target=self._run, name="stockade-warm", daemon=True)
             self._thread.start()
             _close_at_exit(self)
+            WRITERS.on_end(self.writer_ended)
 
     def _run(self) -> None:
         while True:
@@ -530,31 +467,8 @@ class WarmPool:
                 if self._closed:
                     return
                 doomed, self._doomed = self._doomed, []
-                expired = self._expired()
-                for parked in expired:
-                    self._parked.get(parked.token, []).remove(parked)
-                building = []
-                for tok, profile in self._ready_wants().items():
-                    parked = Parked(profile, profile_key(profile), ())
-                    with _LOCK:
-                        # Looked for writers again, and listed where a writer
-                        # starting taints it, in one step: a writer that
-                        # started after `_ready_wants` looked and before the
-                        # listing tainted nothing, and its sandbox was served.
-                        if _writing_in(parked.roots):
-                            continue  # asked again when that command ends
-                        _PARKED.add(parked)
-                    # Only now, so that a writer starting at any time after
-                    # this view was taken has tainted it.
-                    parked.identity = mount_identity(profile, self.watch)
-                    del self._wanted[tok]
-                    # Listed while it is built, in the same step that takes
-                    # it off the wanted list: a command arriving now waits
-                    # for it rather than starting a second sandbox beside
-                    # it, and a session closing now finds it to discard.
-                    self._parked.setdefault(tok, []).append(parked)
-                    building.append((parked, profile))
-                self._building += len(building)
+                expired = self._take_expired()
+                building = self._start_builds()
             for parked in [*doomed, *expired]:
                 parked.discard()
             for parked, profile in building:
@@ -565,15 +479,44 @@ class WarmPool:
                         self._building -= 1
                         self._cond.notify_all()
 
-    def _ready_wants(self) -> dict[str, Profile]:
+    def _take_expired(self) -> list[Parked]:
+        """(`_cond` held.) The sandboxes past the idle timeout, off the pool."""
+        expired = self._expired()
+        for parked in expired:
+            self._parked.get(parked.session, []).remove(parked)
+        return expired
+
+    def _start_builds(self) -> list[tuple[Parked, Profile]]:
+        """(`_cond` held.) Each wanted sandbox that can be built now, listed as built.
+
+        Listed in the step that takes it off the wanted list: a command
+        arriving meanwhile waits for it rather than starting a second
+        sandbox beside it, and a session closing meanwhile finds it to
+        discard.
+        """
+        building = []
+        for session, profile in self._ready_wants().items():
+            parked = Parked(session, profile, profile_key(profile), ())
+            if not WRITERS.watch(parked):
+                continue  # asked again when that command ends
+            # Only now, so that a writer starting at any time after this view
+            # was taken has tainted it.
+            parked.identity = mount_identity(profile, self.watch)
+            del self._wanted[session]
+            self._parked.setdefault(session, []).append(parked)
+            building.append((parked, profile))
+        self._building += len(building)
+        return building
+
+    def _ready_wants(self) -> dict[Session, Profile]:
         """Wanted sandboxes that can be built now: room left, and no writer in their workspace."""
         out = {}
-        for tok, profile in self._wanted.items():
-            if len(self._parked.get(tok, [])) >= self.size:
+        for session, profile in self._wanted.items():
+            if len(self._parked.get(session, [])) >= self.size:
                 continue
-            if _writer_running((profile.workspace, *writable_roots(profile))):
+            if WRITERS.running_in((profile.workspace, *writable_roots(profile))):
                 continue  # asked again when that command ends
-            out[tok] = profile
+            out[session] = profile
         return out
 
     def _expired(self) -> list[Parked]:
@@ -590,7 +533,6 @@ class WarmPool:
         return MAX_WAKE if not left <= MAX_WAKE else max(0.0, left)
 
     def _park(self, parked: Parked, profile: Profile) -> None:
-        tok = parked.token
         import socket  # here, not at import: the CLI's cold path imports this module
 
         mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -599,7 +541,7 @@ class WarmPool:
             from ...process import Process
 
             launch = self._build(PLACEHOLDER, profile, park_fd=theirs.fileno(), guard=False)
-            with _LOCK:
+            with WRITERS.lock:
                 parked.launch = launch
             # Checked last, just before bwrap mounts: what the last command
             # moved away is not parked over (the next command goes cold and
@@ -608,7 +550,7 @@ class WarmPool:
                 fds = dict(launch.extra_fds)
                 fds[theirs.fileno()] = theirs.fileno()
                 proc = Process(launch.argv, launch.env, extra_fds=fds)
-                with _LOCK:
+                with WRITERS.lock:
                     parked.proc = proc
                     parked.sock = mine
                     gone = parked.discarded or self._closed
@@ -622,7 +564,7 @@ class WarmPool:
                 mine.close()  # (closing a socket twice, after a discard, is a no-op)
         if gone:
             with self._cond:
-                entries = self._parked.get(tok, [])
+                entries = self._parked.get(parked.session, [])
                 if parked in entries:
                     entries.remove(parked)
             parked.discarded = False  # discard() again: what was built after it ran
@@ -630,50 +572,53 @@ class WarmPool:
         parked.built.set()
 
 
+class WarmSource:
+    """What a warm launch's process comes from: its pool, its command and its profile.
+
+    A parked sandbox when one fits, else the cold launch, built the first
+    time anything asks for it.
+    """
+
+    __slots__ = ("command", "pool", "profile")
+
+    def __init__(self, pool: WarmPool, argv: list[str], profile: Profile) -> None:
+        self.pool = pool
+        self.command = list(argv)
+        self.profile = profile
+
+    def cold(self, guard: MetadataGuard | None) -> Launch:
+        return self.pool.build_cold(self.command, self.profile, guard)
+
+
 class WarmLaunch(Launch):
     """A launch that becomes a parked sandbox at `start()` when one fits, else a cold one.
 
     Until then nothing exists. `argv`, `env` and `extra_fds` are the cold
-    launch's: a caller that reads them to spawn by hand gets exactly
-    today's path.
+    launch's, built when first read: a caller that reads them to spawn by
+    hand gets exactly today's path.
     """
 
-    __slots__ = ("_command", "_epoch", "_guard", "_inner", "_pool", "_profile", "_writing")
+    __slots__ = ("_guard", "_inner", "_source", "_writing")
 
-    def __init__(self, pool: WarmPool, argv: list[str], profile: Profile, epoch: int) -> None:
-        self._pool = pool
-        self._epoch = epoch
-        self._command = list(argv)
-        self._profile = profile
+    def __init__(self, source: WarmSource) -> None:
+        # Not Launch.__init__: what to spawn is the source's, not known yet.
+        self.begin(source.profile.cwd, _finish)
+        self._source = source
         self._inner: Launch | None = None
         self._guard: MetadataGuard | None = None
         self._writing = False
-        super().__init__([], {}, profile.cwd, cleanup=_finish)
 
-    # Launch.__init__ assigns these; the real values are the inner launch's.
     @property
-    def argv(self) -> list[str]:
+    def argv(self) -> list[str]:  # type: ignore[override]  # read-only: the source's
         return self._cold().argv
 
-    @argv.setter
-    def argv(self, value: list[str]) -> None:
-        pass
-
     @property
-    def env(self) -> dict[str, str]:
+    def env(self) -> dict[str, str]:  # type: ignore[override]  # read-only: the source's
         return self._cold().env
 
-    @env.setter
-    def env(self, value: dict[str, str]) -> None:
-        pass
-
     @property
-    def extra_fds(self) -> dict[int, int]:
+    def extra_fds(self) -> dict[int, int]:  # type: ignore[override]  # read-only: the source's
         return self._cold().extra_fds
-
-    @extra_fds.setter
-    def extra_fds(self, value: dict[int, int]) -> None:
-        pass
 
     def _cold(self) -> Launch:
         if self._inner is None:
@@ -681,7 +626,7 @@ class WarmLaunch(Launch):
             # with the command to its cold launch: one baseline per command,
             # taken before it ran, released once, with the launch.
             guard, self._guard = self._guard, None
-            self._inner = self._pool.build_cold(self._command, self._profile, guard)
+            self._inner = self._source.cold(guard)
             self.report.audit.update(self._inner.report.audit, start=START_COLD)
             self._writes()
         return self._inner
@@ -689,35 +634,41 @@ class WarmLaunch(Launch):
     def _writes(self) -> None:
         if not self._writing:
             self._writing = True
-            _writer_starts(id(self), writable_roots(self._profile))
+            WRITERS.start(id(self), writable_roots(self._source.profile))
 
     def start(self, *, stdin: int | None = None, capture: bool = True,
               new_session: bool = True, stdio: Mapping[int, int] | None = None
               ) -> ProcessHandle:
         if self._inner is None and stdin is None and capture and new_session and not stdio:
-            parked = self._pool.take(self._profile)
-            if parked is not None:
-                try:
-                    # Whatever the mode, read-only too: taking it sweeps what a killed
-                    # run left (one stat when nothing), which a dispatch without it
-                    # left live for the person's next `git commit`.
-                    self._guard = self._pool.guard(self._profile)
-                except BaseException:
-                    self._pool._retire(parked)
-                    raise
-                proc = self._dispatch(parked)
-                if proc is not None:
-                    return proc
+            proc = self._warm()
+            if proc is not None:
+                return proc
         return self._cold().start(stdin=stdin, capture=capture, new_session=new_session,
                                   stdio=stdio)
 
+    def _warm(self) -> ProcessHandle | None:
+        """The command in a parked sandbox, under the guard taken now; None: go cold."""
+        pool, profile = self._source.pool, self._source.profile
+        parked = pool.take(profile)
+        if parked is None:
+            return None
+        try:
+            # Whatever the mode, read-only too: taking it sweeps what a killed
+            # run left (one stat when nothing), which a dispatch without it
+            # left live for the person's next `git commit`.
+            self._guard = pool.guard(profile)
+        except BaseException:
+            pool.retire(parked)
+            raise
+        return self._dispatch(parked)
+
     def _dispatch(self, parked: Parked) -> ProcessHandle | None:
         """The parked sandbox, running the command; None: it cannot, go cold."""
-        guard = self._guard
+        guard, pool = self._guard, self._source.pool
         if guard is not None and guard.stale:
             # The guard just swept what a killed stockade's command left:
             # the sandbox was parked over the view before that sweep.
-            self._pool.unused(parked)
+            pool.unused(parked)
             return None
         self._writes()
         proc = parked.proc
@@ -725,11 +676,11 @@ class WarmLaunch(Launch):
             # Bound when it was parked, filled now: the configs as they are.
             guard.adopt(parked.launch.private)
         try:
-            parked.dispatch(self._command)
+            parked.dispatch(self._source.command)
         except OSError:
             # It died between the look `take` had and now: the command has
             # not started, and starts cold, under the guard already taken.
-            self._pool.unused(parked)
+            pool.unused(parked)
             return None
         self._inner, parked.launch = parked.launch, None
         assert self._inner is not None and proc is not None
@@ -757,8 +708,8 @@ def _finish(launch: Launch) -> None:
         finally:
             if launch._writing:
                 launch._writing = False
-                _writer_ends(id(launch))
-            launch._pool.request(launch._profile, launch._epoch)
+                WRITERS.end(id(launch))
+            launch._source.pool.request(launch._source.profile)
 
 
 _POOLS: list[WarmPool] = []

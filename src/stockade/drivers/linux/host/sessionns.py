@@ -32,6 +32,7 @@ TYPE_CHECKING = False
 
 if TYPE_CHECKING:
     from ....profile import Profile
+    from ...session import Session
 
 #: util-linux, as setpriv: joins namespaces, then execs.
 NSENTER = "/usr/bin/nsenter"
@@ -149,39 +150,21 @@ class SessionNamespace:
 
 
 class SessionNamespaces:
-    """One driver's sessions and their namespaces: made at a session's first
-    command, closed with the session or the driver."""
+    """How one driver makes a session's namespaces: at its first command, kept by
+    the session (`Session.namespaces`), closed with the session."""
 
     def __init__(self) -> None:
         import _thread
 
-        #: session id -> its /tmp on the host; that /tmp -> its namespaces, None
-        #: until the session's first command makes them.
-        self._of_session: dict[str, str] = {}
-        self._held: dict[str, SessionNamespace | None] = {}
         #: Why no session can have namespaces here, once the helper failed.
         self._unusable = ""
         self._lock = _thread.allocate_lock()
 
-    def open(self, session_id: str, tmp: str | None) -> None:
-        if tmp:
-            with self._lock:
-                self._of_session[session_id] = tmp
-                self._held.setdefault(tmp, None)
-
-    def close_session(self, session_id: str) -> None:
+    def close_session(self, session: Session) -> None:
         with self._lock:
-            tmp = self._of_session.pop(session_id, None)
-            held = self._held.pop(tmp, None) if tmp else None
+            held, session.namespaces = session.namespaces, None
         if held is not None:
             held.close()
-
-    def close(self) -> None:
-        with self._lock:
-            held, self._held, self._of_session = list(self._held.values()), {}, {}
-        for namespace in held:
-            if namespace is not None:
-                namespace.close()
 
     def of(self, profile: Profile) -> tuple[SessionNamespace | None, str]:
         """The namespaces of `profile`'s session (made at its first command), or None
@@ -191,37 +174,45 @@ class SessionNamespaces:
         path = profile.session_tmp
         if not path:
             return None, ""
+        session = profile.session
         with self._lock:
-            if path not in self._held:
+            if session is None or session.closed or session.tmp != path:
                 # Closed (a sandbox parked late for it): making it again would
                 # put a directory back on the host after the session removed it.
                 raise SandboxUnavailable("the session's /tmp is gone: the session was closed")
-            held = self._held[path]
+            held = session.namespaces
             if held is None:
-                if not os.path.isdir(path) or os.path.islink(path):
-                    # Mounting over something else, or making it, is never wanted.
-                    raise SandboxUnavailable(f"the session's /tmp {path} is not a directory")
-                why = self._unusable or usable()
-                if not why:
-                    from ..layers import init_python
-
-                    # Sized once, at the session's first command: a later size
-                    # would be a second /tmp, the first one's files gone from
-                    # view and still held by whatever runs in it.
-                    try:
-                        held = SessionNamespace(init_python(), path, profile.tmp_size_mb)
-                    except SandboxUnavailable as exc:
-                        # As a cgroup missing leaves rlimits: the limit weakens,
-                        # the boundary does not (each command makes its own
-                        # loopback), and the record says so. Asked once: the
-                        # helper costs an interpreter start.
-                        why = self._unusable = str(exc)
-                if why:
+                held, why = self._make(path, profile.tmp_size_mb)
+                if held is None:
                     return None, (f"a host directory, each file bounded alone: {why}"
                                   if profile.tmp_size_mb else "")
-                self._held[path] = held
-        assert held is not None
+                session.namespaces = held
+        assert isinstance(held, SessionNamespace)
         return held, f"one tmpfs of {held.size_mb} MiB for the session" if held.size_mb else ""
+
+    def _make(self, path: str, size_mb: int | None) -> tuple[SessionNamespace | None, str]:
+        """A session's namespaces over `path`, or None and why (`_lock` held)."""
+        from ....errors import SandboxUnavailable
+
+        if not os.path.isdir(path) or os.path.islink(path):
+            # Mounting over something else, or making it, is never wanted.
+            raise SandboxUnavailable(f"the session's /tmp {path} is not a directory")
+        why = self._unusable or usable()
+        if why:
+            return None, why
+        from ..layers import init_python
+
+        # Sized once, at the session's first command: a later size would be a
+        # second /tmp, the first one's files gone from view and still held by
+        # whatever runs in it.
+        try:
+            return SessionNamespace(init_python(), path, size_mb), ""
+        except SandboxUnavailable as exc:
+            # As a cgroup missing leaves rlimits: the limit weakens, the
+            # boundary does not (each command makes its own loopback), and the
+            # record says so. Asked once: the helper costs an interpreter start.
+            self._unusable = str(exc)
+            return None, self._unusable
 
 
 def _read_line(fd: int) -> str:
