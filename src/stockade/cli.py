@@ -39,7 +39,7 @@ if TYPE_CHECKING:
 
     from .capabilities import SandboxCapabilities
     from .command import SandboxCommand, SandboxOutput
-    from .core import Run, SandboxCore, SessionWorkspace
+    from .core import Run, SessionWorkspace
     from .errors import SandboxError
     from .process import Outcome
     from .sync import SyncWorkspaceSandbox
@@ -226,7 +226,7 @@ def requested_capabilities(values: dict[str, object], sandbox: SyncWorkspaceSand
     extra_write = [_abs(p) for p in values.get("allow_write", [])]  # type: ignore[attr-defined]
     hosts = [str(h) for h in values.get("allow_host", [])]  # type: ignore[attr-defined]
     network = values.get("network")
-    config = sandbox.core.config
+    config = sandbox.config
     if network not in (None, "none", "proxy", "all"):
         raise UsageError(f"--network must be none, proxy or all, got {network!r}", usage)
     if network == "proxy" and not (hosts or config.allow_hosts):
@@ -235,7 +235,7 @@ def requested_capabilities(values: dict[str, object], sandbox: SyncWorkspaceSand
     no_spawn = bool(values.get("no_subprocess"))
     if not (extra_read or extra_write or network in ("all", "none") or hosts or no_spawn):
         return None
-    base = sandbox.core.baseline(mode, ws)
+    base = sandbox.baseline(ws, mode)
     net = base.network
     if network == "all":
         net = NetworkPolicy.allow_all()
@@ -284,12 +284,7 @@ def _run_captured(sandbox: SyncWorkspaceSandbox, cmd: SandboxCommand, as_json: b
 
 def _run_passthrough(sandbox: SyncWorkspaceSandbox, cmd: SandboxCommand, quiet: bool) -> int:
     """stdin, stdout and stderr are the terminal's; stockade only supervises."""
-    from .core import Performers, output
-
-    core = sandbox.core
-    ws = sandbox.session(cmd.session_id)
-    out = output(core.drive(core.pipeline(cmd, ws),
-                            Performers(core.ask, lambda run: _supervise_inherited(run, core))))
+    out = sandbox.execute_with(cmd, lambda run: _supervise_inherited(run, sandbox))
     return _report(out, quiet)
 
 
@@ -311,7 +306,7 @@ def _report(out: SandboxOutput, quiet: bool) -> int:
     return out.returncode
 
 
-def _supervise_inherited(run: Run, core: SandboxCore) -> Outcome:
+def _supervise_inherited(run: Run, sandbox: SyncWorkspaceSandbox) -> Outcome:
     """Run with the terminal's stdin; stderr, and stdout unless it is a terminal,
     go through pipes we copy on.
 
@@ -326,7 +321,7 @@ def _supervise_inherited(run: Run, core: SandboxCore) -> Outcome:
     whether they write to one).
     """
     launch = run.launch
-    budget = _Budget(int(getattr(core.config, "stream_output_bytes", 64 << 20)))
+    budget = _Budget(int(getattr(sandbox.config, "stream_output_bytes", 64 << 20)))
     relays: list[_Relay] = []
     stdio: dict[int, int] = {}
     ends: list[int] = []
@@ -350,7 +345,7 @@ def _supervise_inherited(run: Run, core: SandboxCore) -> Outcome:
         budget.kill = proc.kill
         for relay in relays:
             relay.start()
-        core.ledger.warm()  # while the command runs
+        sandbox.ledger.warm()  # while the command runs
         outcome = proc.communicate(timeout=run.timeout)
         for relay in relays[:-1]:
             relay.finish()

@@ -136,15 +136,14 @@ def explain(values: dict[str, object], command: list[str], timeout: float | None
 
     sandbox, ws, mode = open_session(values, prefix="explain", probe=False)
     try:
-        core = sandbox.core
-        config = core.config
+        config = sandbox.config
         caps_asked = requested_capabilities(values, sandbox, ws, mode, EXPLAIN_USAGE)
         cmd = Command(command[0], command[1:], session_id=ws.session_id,
                              capabilities=caps_asked, timeout=timeout,
                              cwd=str(values["cwd"]) if values.get("cwd") else None)
-        cwd = core.validate_cwd(ws, cmd.cwd)
-        mode = core.mode_for(ws)
-        baseline = core.baseline(mode, ws)
+        cwd = sandbox.resolve_cwd(ws, cmd.cwd)
+        mode = sandbox.mode_for(ws)
+        baseline = sandbox.baseline(ws, mode)
         caps = caps_asked if caps_asked is not None else baseline
         origin = setting_sources(config, values)
         out: dict[str, object] = {
@@ -163,7 +162,8 @@ def explain(values: dict[str, object], command: list[str], timeout: float | None
         if sandboxed and ceiling and (caps.max_memory_mb is None
                                       or caps.max_memory_mb > ceiling):
             caps = caps.replace(max_memory_mb=ceiling)
-        out["timeout_seconds"] = cmd.timeout or caps.timeout_secs or core.default_timeout
+        out["timeout_seconds"] = (cmd.timeout or caps.timeout_secs
+                                  or float(config.default_timeout_seconds))
         out["timeout_from"] = ("--timeout" if timeout else origin["default_timeout_seconds"])
         out["output"] = {
             "streamed_bytes": config.stream_output_bytes,
@@ -175,11 +175,11 @@ def explain(values: dict[str, object], command: list[str], timeout: float | None
             from .core import refuse_home_workspace
 
             try:
-                refuse_home_workspace(ws.cwd, core.env, config.allow_home_workspace)
+                refuse_home_workspace(ws.cwd, sandbox.env, config.allow_home_workspace)
             except Exception as exc:
                 out["refused"] = str(exc)
         try:
-            driver = core.driver(sandboxed, ws.cwd)
+            driver = sandbox.driver_for(ws, sandboxed)
             driver.available()
         except Exception as exc:
             out["backend"] = config.backend
@@ -192,13 +192,7 @@ def explain(values: dict[str, object], command: list[str], timeout: float | None
             out["layers"] = ["none: full-access runs the command as it is"]
             out["network"] = "all"
             return out
-        from .patterns import workspace_patterns
-
-        patterns = workspace_patterns(config.unreadable)
-        profile = core.make_profile(
-            ws, cmd, mode, caps, cwd, driver.name, None,
-            repositories=driver.repositories(ws.cwd) if mode != READ_ONLY else (),
-            matched=driver.matching(ws.cwd, patterns) if patterns else ())
+        profile = sandbox.profile_for(cmd, ws, mode, caps, cwd, driver)
         out.update(_profile_facts(profile, config, origin))
         flags = [f"--{k.replace('_', '-')}" for k in ("network", "allow_host")
                  if values.get(k)]

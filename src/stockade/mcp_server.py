@@ -211,7 +211,7 @@ class Session:
         self.closed = True
         # Sessions (their processes, then the driver's per-session state), the
         # driver, the proxy and the ledger, in the core's one order.
-        self.sandbox.core.close()
+        self.sandbox.close()
 
 
 class _Call:
@@ -545,7 +545,7 @@ async def request_capability(
     granted without them; if the client cannot ask, the result says how they can grant it.
     """
     s = _session(ctx)
-    gate = s.sandbox.core.gate
+    gate = s.sandbox.approval
     proposed = Grants()
     if kind == "network_host":
         host = _valid_host(value)
@@ -678,7 +678,7 @@ async def _ask_person(ctx: Context[Any, Any], request: ap.ApprovalRequest, reaso
                 message=message, requested_schema=DECISION_SCHEMA))},
             request_state=digest,
         ))
-    timeout = float(s.sandbox.core.gate.timeout_secs)
+    timeout = float(s.sandbox.approval.timeout_secs)
     try:
         async with asyncio.timeout(timeout):
             result = await ctx.session.elicit_form(message=message,
@@ -717,8 +717,7 @@ def build_server(options: argparse.Namespace) -> Any:
                                    approval=ap.ApprovalGate(StandingApprover(),
                                                             config.approval_timeout_seconds))
         session = Session(sandbox, session_id, workspace, mode, hosts, notes)
-        await sandbox.open_session(session_id, workspace)
-        session.workspace = sandbox.core.sessions[session_id].cwd
+        session.workspace = (await sandbox.open_session(session_id, workspace)).cwd
         _SESSIONS.append(session)
         log.info("session %s: workspace %s, mode %s", session_id, session.workspace, mode)
         try:

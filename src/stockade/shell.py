@@ -129,11 +129,7 @@ def main(argv: list[str]) -> int:
 def _drive(sandbox: SyncWorkspaceSandbox, cmd: SandboxCommand, ws: SessionWorkspace,
            timeout: float | None) -> SandboxOutput:
     """The pipeline, with the Run effect performed on a pty."""
-    from .core import Performers, output
-
-    core = sandbox.core
-    return output(core.drive(core.pipeline(cmd, ws),
-                             Performers(core.ask, lambda run: run_on_pty(run, timeout))))
+    return sandbox.execute_with(cmd, lambda run: run_on_pty(run, timeout))
 
 
 def run_on_pty(run: Run, timeout: float | None = None, *, stdin: int = 0,
