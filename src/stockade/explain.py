@@ -13,9 +13,16 @@ from __future__ import annotations
 import os
 import sys
 
-from .cli import open_session, parse_options, requested_capabilities
 from .clitables import CONFIG_OPTIONS, CONFIG_USAGE, EXPLAIN_OPTIONS, EXPLAIN_USAGE
-from .cliutil import UsageError, check_host_flags, command_help, positive_number
+from .cliutil import (
+    UsageError,
+    check_host_flags,
+    command_help,
+    open_session,
+    parse_options,
+    positive_number,
+    requested_capabilities,
+)
 from .drivers.registry import declared
 
 TYPE_CHECKING = False

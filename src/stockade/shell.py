@@ -25,9 +25,16 @@ from __future__ import annotations
 import os
 import sys
 
-from .cli import open_session, parse_options, requested_capabilities
 from .clitables import SHELL_OPTIONS, SHELL_USAGE
-from .cliutil import check_host_flags, command_help, explicit_env, positive_number
+from .cliutil import (
+    check_host_flags,
+    command_help,
+    explicit_env,
+    open_session,
+    parse_options,
+    positive_number,
+    requested_capabilities,
+)
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
