@@ -15,7 +15,6 @@ import sys
 from .clitables import (
     AUDIT_OPTIONS,
     AUDIT_USAGE,
-    CHOICES,
     DOCTOR_OPTIONS,
     DOCTOR_USAGE,
     RUN_OPTIONS,
@@ -30,16 +29,18 @@ from .cliutil import (
     command_help,
     escape,
     explicit_env,
+    open_session,
+    parse_options,
     positive_number,
+    requested_capabilities,
 )
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from .capabilities import SandboxCapabilities
     from .command import SandboxCommand, SandboxOutput
-    from .core import Run, SandboxCore, SessionWorkspace
+    from .core import Run
     from .errors import SandboxError
     from .process import Outcome
     from .sync import SyncWorkspaceSandbox
@@ -64,49 +65,6 @@ commands:
 `stockade <command> --help` describes each one; `stockade --version` names this one."""
 
 EXIT_USAGE = 2
-
-
-def parse_options(argv: list[str], options: dict[str, tuple[bool, bool, str]],
-                  usage: str) -> tuple[dict[str, object], list[str]]:
-    """`--name value`, `--name=value`, flags, repeats; everything after `--` is the command."""
-    values: dict[str, object] = {}
-    i = 0
-    while i < len(argv):
-        arg = argv[i]
-        if arg == "--":
-            return values, argv[i + 1:]
-        if arg in SHORT and SHORT[arg] in options:
-            arg = SHORT[arg]
-        if not arg.startswith("--"):
-            return values, argv[i:]
-        name, eq, inline = arg.partition("=")
-        spec = options.get(name)
-        if spec is None:
-            raise UsageError(f"unknown option {name}", usage)
-        takes, repeat, _ = spec
-        if takes:
-            if eq:
-                value: object = inline
-            elif i + 1 < len(argv):
-                i += 1
-                value = argv[i]
-            else:
-                raise UsageError(f"{name} needs a value", usage)
-        else:
-            if eq:
-                raise UsageError(f"{name} takes no value", usage)
-            value = True
-        key = name[2:].replace("-", "_")
-        allowed = CHOICES.get(name) if takes else None
-        if allowed is not None and value not in allowed:
-            raise UsageError(f"{name} must be one of {', '.join(allowed)}, got "
-                             f"{str(value)!r}", usage)
-        if repeat:
-            values.setdefault(key, []).append(value)  # type: ignore[attr-defined]
-        else:
-            values[key] = value
-        i += 1
-    return values, []
 
 
 def _published(entries: list[str], usage: str) -> tuple[tuple[str, int, int], ...]:
@@ -166,97 +124,6 @@ def cmd_run(argv: list[str]) -> int:
         sandbox.close_session(session)
 
 
-def open_session(values: dict[str, object], *, prefix: str,
-                 max_output_bytes: float | None = None, probe: bool = True
-                 ) -> tuple[SyncWorkspaceSandbox, SessionWorkspace, str]:
-    """(sandbox, session, mode) from the flags `run` and `shell` share.
-
-    `probe=False` for a one-shot command: the bwrap probe costs a sandbox of
-    its own, and a failed start is diagnosed afterwards instead.
-    """
-    from .approval import ApprovalGate
-    from .capabilities import parse_mode
-    from .config import load_config
-    from .sync import SyncWorkspaceSandbox
-
-    env = os.environ
-    if values.get("mode") is not None:
-        parse_mode(str(values["mode"]))
-    workspace = str(values.get("workspace") or os.getcwd())
-    config_path = values.get("config")
-    config = load_config(env, workspace, paths=[str(config_path)] if config_path else None,
-                         mode=values.get("mode"), backend=values.get("backend"),
-                         max_output_bytes=max_output_bytes)
-    denied_hosts = values.get("deny_host")
-    if denied_hosts:
-        config.deny_hosts = [*config.deny_hosts, *map(str, denied_hosts)]  # type: ignore[call-overload]
-    mode = parse_mode(config.mode)
-    approver: object
-    if values.get("yes"):
-        approver = _AutoApprove()
-    else:
-        # Asks on /dev/tty only when the command asks for more than the mode;
-        # without a terminal it denies with a hint. Small module, os only.
-        from .approvers import TerminalApprovalRequester
-
-        approver = TerminalApprovalRequester(config.approval_timeout_seconds)
-    sandbox = SyncWorkspaceSandbox(config, env=env, mode_source=lambda: mode,
-                                   approval=ApprovalGate(approver,
-                                                         config.approval_timeout_seconds),
-                                   # One command and exit: a sandbox parked
-                                   # for a next command would only be torn down.
-                                   driver_options=None if probe else {"probe": False,
-                                                                      "warm_sandboxes": 0})
-    session = str(values.get("session") or f"{prefix}-{os.getpid()}-{os.urandom(4).hex()}")
-    try:
-        ws = sandbox.session(session, workspace, ephemeral_tmp=not values.get("session"))
-    except BaseException:
-        sandbox.close()
-        raise
-    return sandbox, ws, mode
-
-
-def requested_capabilities(values: dict[str, object], sandbox: SyncWorkspaceSandbox,
-                           ws: SessionWorkspace, mode: str, usage: str
-                           ) -> SandboxCapabilities | None:
-    """The mode's baseline plus --allow-read/--allow-write/--network/--allow-host, or None."""
-    from .capabilities import NetworkPolicy
-
-    extra_read = [_abs(p) for p in values.get("allow_read", [])]  # type: ignore[attr-defined]
-    extra_write = [_abs(p) for p in values.get("allow_write", [])]  # type: ignore[attr-defined]
-    hosts = [str(h) for h in values.get("allow_host", [])]  # type: ignore[attr-defined]
-    network = values.get("network")
-    config = sandbox.core.config
-    if network not in (None, "none", "proxy", "all"):
-        raise UsageError(f"--network must be none, proxy or all, got {network!r}", usage)
-    if network == "proxy" and not (hosts or config.allow_hosts):
-        raise UsageError("--network proxy needs --allow-host (or allow_hosts in the config)",
-                         usage)
-    no_spawn = bool(values.get("no_subprocess"))
-    if not (extra_read or extra_write or network in ("all", "none") or hosts or no_spawn):
-        return None
-    base = sandbox.core.baseline(mode, ws)
-    net = base.network
-    if network == "all":
-        net = NetworkPolicy.allow_all()
-    elif network == "none":
-        net = NetworkPolicy.none()
-    elif hosts:
-        net = NetworkPolicy.allow_hosts([*config.allow_hosts, *hosts])
-    return base.replace(fs_read=base.fs_read + tuple(extra_read),
-                        fs_write=base.fs_write + tuple(extra_write), network=net,
-                        spawn_subprocess=base.spawn_subprocess and not no_spawn)
-
-
-def _abs(path: object) -> str:
-    return os.path.abspath(os.path.expanduser(str(path)))
-
-
-class _AutoApprove:
-    def request(self, request: object) -> str:
-        return "approved-once"
-
-
 def _run_captured(sandbox: SyncWorkspaceSandbox, cmd: SandboxCommand, as_json: bool,
                   quiet: bool) -> int:
     from .errors import CommandTimeout
@@ -284,12 +151,7 @@ def _run_captured(sandbox: SyncWorkspaceSandbox, cmd: SandboxCommand, as_json: b
 
 def _run_passthrough(sandbox: SyncWorkspaceSandbox, cmd: SandboxCommand, quiet: bool) -> int:
     """stdin, stdout and stderr are the terminal's; stockade only supervises."""
-    from .core import Performers, output
-
-    core = sandbox.core
-    ws = sandbox.session(cmd.session_id)
-    out = output(core.drive(core.pipeline(cmd, ws),
-                            Performers(core.ask, lambda run: _supervise_inherited(run, core))))
+    out = sandbox.execute_with(cmd, lambda run: _supervise_inherited(run, sandbox))
     return _report(out, quiet)
 
 
@@ -311,7 +173,7 @@ def _report(out: SandboxOutput, quiet: bool) -> int:
     return out.returncode
 
 
-def _supervise_inherited(run: Run, core: SandboxCore) -> Outcome:
+def _supervise_inherited(run: Run, sandbox: SyncWorkspaceSandbox) -> Outcome:
     """Run with the terminal's stdin; stderr, and stdout unless it is a terminal,
     go through pipes we copy on.
 
@@ -326,7 +188,7 @@ def _supervise_inherited(run: Run, core: SandboxCore) -> Outcome:
     whether they write to one).
     """
     launch = run.launch
-    budget = _Budget(int(getattr(core.config, "stream_output_bytes", 64 << 20)))
+    budget = _Budget(int(getattr(sandbox.config, "stream_output_bytes", 64 << 20)))
     relays: list[_Relay] = []
     stdio: dict[int, int] = {}
     ends: list[int] = []
@@ -350,7 +212,7 @@ def _supervise_inherited(run: Run, core: SandboxCore) -> Outcome:
         budget.kill = proc.kill
         for relay in relays:
             relay.start()
-        core.ledger.warm()  # while the command runs
+        sandbox.ledger.warm()  # while the command runs
         outcome = proc.communicate(timeout=run.timeout)
         for relay in relays[:-1]:
             relay.finish()

@@ -106,6 +106,16 @@ def _only_known_settings(init: Callable[P, R]) -> Callable[P, R]:
 _KEYWORDS_OF: dict[str, frozenset[str]] = {}
 
 
+def _validate_arguments(given: dict[str, object]) -> None:
+    """The keywords' values and `backend_options`' keys and values, checked as a
+    file's are: "false" as a string is true, and for windows_allow_job_only that is
+    the tier with no filesystem boundary."""
+    _validate(given, "arguments")
+    backend_options = dict(given.get("backend_options") or {})  # type: ignore[call-overload]
+    _check_backend_options(backend_options, "arguments")
+    _validate(backend_options, "arguments")
+
+
 class SandboxConfig:
     """The settings in force. Construct with keywords, or `load_config()`.
 
@@ -158,12 +168,7 @@ class SandboxConfig:
         sources: Sequence[str] = (),
         project_sources: Sequence[str] = (),
     ) -> None:
-        given = {k: v for k, v in locals().items() if k != "self"}
-        _validate(given, "arguments")
-        _check_backend_options(dict(backend_options or {}), "arguments")
-        # Their values too: "false" as a string is true, and for
-        # windows_allow_job_only that is the tier with no filesystem boundary.
-        _validate(dict(backend_options or {}), "arguments")
+        _validate_arguments({k: v for k, v in locals().items() if k != "self"})
         self.enabled = enabled
         self.workspace_root = workspace_root
         self.default_timeout_seconds = default_timeout_seconds
@@ -191,6 +196,18 @@ class SandboxConfig:
         self.max_file_size_mb = max_file_size_mb
         self.allow_hosts = list(allow_hosts or ())
         self.deny_hosts = list(deny_hosts or ())
+        self._set_linux_keys(bwrap, max_pids, cpu_quota_percent, landlock_min_abi,
+                             require_landlock, warm_sandboxes, warm_idle_seconds)
+        self.command_policy: dict[str, object] = dict(command_policy or {})
+        #: Keys of registered backends that have no keyword above.
+        self.backend_options: dict[str, object] = dict(backend_options or {})
+        self.sources = list(sources or ())
+        #: The files in `sources` found in the project rather than the user's config.
+        self.project_sources = list(project_sources or ())
+
+    def _set_linux_keys(self, bwrap: str, max_pids: int, cpu_quota_percent: int | None,
+                        landlock_min_abi: int, require_landlock: bool, warm_sandboxes: int,
+                        warm_idle_seconds: float) -> None:
         self.bwrap = bwrap
         self.max_pids = max_pids
         self.cpu_quota_percent = cpu_quota_percent
@@ -198,12 +215,6 @@ class SandboxConfig:
         self.require_landlock = require_landlock
         self.warm_sandboxes = warm_sandboxes
         self.warm_idle_seconds = warm_idle_seconds
-        self.command_policy: dict[str, object] = dict(command_policy or {})
-        #: Keys of registered backends that have no keyword above.
-        self.backend_options: dict[str, object] = dict(backend_options or {})
-        self.sources = list(sources or ())
-        #: The files in `sources` found in the project rather than the user's config.
-        self.project_sources = list(project_sources or ())
 
     def option(self, key: str) -> object:
         """A backend's setting by its key: a keyword above, or one of `backend_options`

@@ -13,16 +13,26 @@ from __future__ import annotations
 import os
 import sys
 
-from .cli import open_session, parse_options, requested_capabilities
 from .clitables import CONFIG_OPTIONS, CONFIG_USAGE, EXPLAIN_OPTIONS, EXPLAIN_USAGE
-from .cliutil import UsageError, check_host_flags, command_help, positive_number
+from .cliutil import (
+    UsageError,
+    check_host_flags,
+    command_help,
+    open_session,
+    parse_options,
+    positive_number,
+    requested_capabilities,
+)
 from .drivers.registry import declared
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from .capabilities import SandboxCapabilities
     from .command import SandboxCommand
     from .config import SandboxConfig
+    from .core import SessionWorkspace
     from .profile import Profile
+    from .sync import SyncWorkspaceSandbox
 
 #: Run's flags that set a config key, and the key.
 FLAG_KEYS = {"mode": "mode", "backend": "backend", "deny_host": "deny_hosts"}
@@ -129,88 +139,103 @@ def main(argv: list[str]) -> int:
 def explain(values: dict[str, object], command: list[str], timeout: float | None
             ) -> dict[str, object]:
     """The pipeline's decisions for `command` up to its profile, as a JSON-able dict."""
-    from . import approval as ap
-    from .capabilities import FULL_ACCESS, READ_ONLY
-    from .command import SandboxCommand as Command
-    from .drivers import should_sandbox
-
     sandbox, ws, mode = open_session(values, prefix="explain", probe=False)
     try:
-        core = sandbox.core
-        config = core.config
-        caps_asked = requested_capabilities(values, sandbox, ws, mode, EXPLAIN_USAGE)
-        cmd = Command(command[0], command[1:], session_id=ws.session_id,
-                             capabilities=caps_asked, timeout=timeout,
-                             cwd=str(values["cwd"]) if values.get("cwd") else None)
-        cwd = core.validate_cwd(ws, cmd.cwd)
-        mode = core.mode_for(ws)
-        baseline = core.baseline(mode, ws)
-        caps = caps_asked if caps_asked is not None else baseline
-        origin = setting_sources(config, values)
-        out: dict[str, object] = {
-            "argv": cmd.argv, "mode": mode, "mode_from": origin["mode"],
-            "workspace": ws.cwd, "cwd": cwd,
-        }
-        if not caps.is_within(baseline):
-            out["needs_approval"] = ap.exceeds(caps, baseline) or "a boundary change"
-        if mode == READ_ONLY and caps.fs_write:
-            out["refused"] = "fs_write needs workspace-write or full-access mode"
-        policy = _policy_verdict(config, cmd)
-        if policy:
-            out["command_policy"] = policy
-        sandboxed = should_sandbox(mode, cmd.preference)
-        ceiling = config.max_memory_mb
-        if sandboxed and ceiling and (caps.max_memory_mb is None
-                                      or caps.max_memory_mb > ceiling):
-            caps = caps.replace(max_memory_mb=ceiling)
-        out["timeout_seconds"] = cmd.timeout or caps.timeout_secs or core.default_timeout
-        out["timeout_from"] = ("--timeout" if timeout else origin["default_timeout_seconds"])
-        out["output"] = {
-            "streamed_bytes": config.stream_output_bytes,
-            "streamed_from": origin["stream_output_bytes"],
-            "captured_bytes": config.max_output_bytes,
-            "captured_from": origin["max_output_bytes"],
-        }
-        if sandboxed and mode != READ_ONLY and declared(config.backend).confines:
-            from .core import refuse_home_workspace
-
-            try:
-                refuse_home_workspace(ws.cwd, core.env, config.allow_home_workspace)
-            except Exception as exc:
-                out["refused"] = str(exc)
-        try:
-            driver = core.driver(sandboxed, ws.cwd)
-            driver.available()
-        except Exception as exc:
-            out["backend"] = config.backend
-            out["backend_from"] = origin["backend"]
-            out["unavailable"] = " ".join(str(exc).split())
-            return out
-        out["backend"] = driver.name
-        out["backend_from"] = origin["backend"]
-        if not sandboxed or mode == FULL_ACCESS:
-            out["layers"] = ["none: full-access runs the command as it is"]
-            out["network"] = "all"
-            return out
-        from .patterns import workspace_patterns
-
-        patterns = workspace_patterns(config.unreadable)
-        profile = core.make_profile(
-            ws, cmd, mode, caps, cwd, driver.name, None,
-            repositories=driver.repositories(ws.cwd) if mode != READ_ONLY else (),
-            matched=driver.matching(ws.cwd, patterns) if patterns else ())
-        out.update(_profile_facts(profile, config, origin))
-        flags = [f"--{k.replace('_', '-')}" for k in ("network", "allow_host")
-                 if values.get(k)]
-        if flags:
-            out["network_from"] = " and ".join(flags)
-        if out["backend_from"] == "default" or config.backend == "auto":
-            out["backend_from"] = f"backend = {config.backend!r}, {out['backend_from']}"
-        out["layers"] = layers(driver.name, profile, config)
-        return out
+        return _decisions(sandbox, ws, mode, values, command, timeout)
     finally:
         sandbox.close_session(ws.session_id)
         sandbox.close()
+
+
+def _decisions(sandbox: SyncWorkspaceSandbox, ws: SessionWorkspace, mode: str,
+               values: dict[str, object], command: list[str], timeout: float | None
+               ) -> dict[str, object]:
+    """The pipeline's steps before the driver, in its order, so that a refusal here is
+    the one the run would meet first."""
+    from . import approval as ap
+    from .capabilities import READ_ONLY
+    from .command import SandboxCommand as Command
+    from .drivers import should_sandbox
+
+    config = sandbox.config
+    caps_asked = requested_capabilities(values, sandbox, ws, mode, EXPLAIN_USAGE)
+    cmd = Command(command[0], command[1:], session_id=ws.session_id,
+                  capabilities=caps_asked, timeout=timeout,
+                  cwd=str(values["cwd"]) if values.get("cwd") else None)
+    cwd = sandbox.resolve_cwd(ws, cmd.cwd)
+    mode = sandbox.mode_for(ws)
+    baseline = sandbox.baseline(ws, mode)
+    caps = caps_asked if caps_asked is not None else baseline
+    origin = setting_sources(config, values)
+    out: dict[str, object] = {
+        "argv": cmd.argv, "mode": mode, "mode_from": origin["mode"],
+        "workspace": ws.cwd, "cwd": cwd,
+    }
+    if not caps.is_within(baseline):
+        out["needs_approval"] = ap.exceeds(caps, baseline) or "a boundary change"
+    if mode == READ_ONLY and caps.fs_write:
+        out["refused"] = "fs_write needs workspace-write or full-access mode"
+    policy = _policy_verdict(config, cmd)
+    if policy:
+        out["command_policy"] = policy
+    sandboxed = should_sandbox(mode, cmd.preference)
+    ceiling = config.max_memory_mb
+    if sandboxed and ceiling and (caps.max_memory_mb is None
+                                  or caps.max_memory_mb > ceiling):
+        caps = caps.replace(max_memory_mb=ceiling)
+    out["timeout_seconds"] = (cmd.timeout or caps.timeout_secs
+                              or float(config.default_timeout_seconds))
+    out["timeout_from"] = ("--timeout" if timeout else origin["default_timeout_seconds"])
+    out["output"] = {
+        "streamed_bytes": config.stream_output_bytes,
+        "streamed_from": origin["stream_output_bytes"],
+        "captured_bytes": config.max_output_bytes,
+        "captured_from": origin["max_output_bytes"],
+    }
+    if sandboxed and mode != READ_ONLY and declared(config.backend).confines:
+        from .core import refuse_home_workspace
+
+        try:
+            refuse_home_workspace(ws.cwd, sandbox.env, config.allow_home_workspace)
+        except Exception as exc:
+            out["refused"] = str(exc)
+    out.update(_boundary(sandbox, ws, cmd, mode, caps, cwd, sandboxed, origin, values))
+    return out
+
+
+def _boundary(sandbox: SyncWorkspaceSandbox, ws: SessionWorkspace, cmd: SandboxCommand,
+              mode: str, caps: SandboxCapabilities, cwd: str, sandboxed: bool,
+              origin: dict[str, str], values: dict[str, object]) -> dict[str, object]:
+    """The driver's part: which backend, and the profile it would be given, built
+    without starting anything (an unavailable backend is reported, not raised)."""
+    from .capabilities import FULL_ACCESS
+
+    config = sandbox.config
+    out: dict[str, object] = {}
+    try:
+        driver = sandbox.driver_for(ws, sandboxed)
+        driver.available()
+    except Exception as exc:
+        out["backend"] = config.backend
+        out["backend_from"] = origin["backend"]
+        out["unavailable"] = " ".join(str(exc).split())
+        return out
+    out["backend"] = driver.name
+    out["backend_from"] = origin["backend"]
+    if not sandboxed or mode == FULL_ACCESS:
+        out["layers"] = ["none: full-access runs the command as it is"]
+        out["network"] = "all"
+        return out
+    profile = sandbox.profile_for(cmd, ws, mode, caps, cwd, driver)
+    out.update(_profile_facts(profile, config, origin))
+    flags = [f"--{k.replace('_', '-')}" for k in ("network", "allow_host")
+             if values.get(k)]
+    if flags:
+        out["network_from"] = " and ".join(flags)
+    if out["backend_from"] == "default" or config.backend == "auto":
+        out["backend_from"] = f"backend = {config.backend!r}, {out['backend_from']}"
+    out["layers"] = layers(driver.name, profile, config)
+    return out
 
 
 def _policy_verdict(config: SandboxConfig, cmd: SandboxCommand) -> str | None:

@@ -211,7 +211,7 @@ class Session:
         self.closed = True
         # Sessions (their processes, then the driver's per-session state), the
         # driver, the proxy and the ledger, in the core's one order.
-        self.sandbox.core.close()
+        self.sandbox.close()
 
 
 class _Call:
@@ -545,8 +545,59 @@ async def request_capability(
     granted without them; if the client cannot ask, the result says how they can grant it.
     """
     s = _session(ctx)
-    gate = s.sandbox.core.gate
+    proposal = _proposal(s, kind, value)
+    if not isinstance(proposal, tuple):
+        return proposal
+    proposed, what, value, pin = proposal
+    gate = s.sandbox.approval
+
+    mode_after = proposed.mode or s.mode
+    merged = s.session_grants.merged(proposed)
+    grants = Grants(merged.hosts, merged.writable)
+    caps = s.capabilities(mode_after, grants)
+    baseline = capabilities_for_mode(s.mode, s.workspace)
+    if mode_after == s.mode and s.capabilities(s.mode, proposed).is_within(baseline):
+        return CapabilityResult(granted=True, outcome="not-needed",
+                                message=f"{what} is already within mode {s.mode}")
+    if mode_after == s.mode and gate.granted(s.session_id, caps):
+        return CapabilityResult(granted=True, outcome="already-granted",
+                                message=f"{what} is already granted for this session")
+    request = ap.ApprovalRequest(s.session_id, ["request_capability", kind, value], s.workspace,
+                                 s.mode, caps, baseline, what)
+    try:
+        outcome = await _ask_person(ctx, request, reason)
+    except _NeedsInput as need:
+        return cast(InputRequiredResult, need.result)
+    except _NoElicitation:
+        return CapabilityResult(
+            granted=False, outcome=ap.DENIED,
+            message=f"{what} denied: this MCP client cannot ask a person (no elicitation "
+                    f"support), and stockade never lets the model approve itself. To grant it, "
+                    f"{_grant_hint(kind, value)}")
+    if outcome not in ap.APPROVED:
+        word = "not answered in time" if outcome == ap.TIMEOUT else "denied by the person"
+        return CapabilityResult(granted=False, outcome=outcome, message=f"{what} was {word}")
+    if pin is not None:  # a writable path
+        s.pinned[value] = pin
+    if outcome == ap.APPROVED_SESSION:
+        gate.remember(s.session_id, outcome, caps)
+        s.session_grants = grants
+        if proposed.mode:
+            s.mode = proposed.mode
+        return CapabilityResult(granted=True, outcome=outcome,
+                                message=f"{what} granted for the rest of this session")
+    s.once = s.once.merged(proposed)
+    return CapabilityResult(granted=True, outcome=outcome,
+                            message=f"{what} granted for the next command only")
+
+
+def _proposal(s: Session, kind: str, value: str
+              ) -> tuple[Grants, str, str, tuple[int, int] | None] | CapabilityResult:
+    """What `kind` and `value` ask for, checked, as (grants, the words the person reads,
+    the value made canonical, a writable path's device and inode); or the answer itself
+    where nobody need be asked, so that no request reaches a person unvalidated."""
     proposed = Grants()
+    pin: tuple[int, int] | None = None
     if kind == "network_host":
         host = _valid_host(value)
         value = host
@@ -588,45 +639,7 @@ async def request_capability(
     else:
         raise ToolError(f"InvalidCommand: unknown kind {kind!r}: choose network_host, "
                         "writable_path or mode")
-
-    mode_after = proposed.mode or s.mode
-    merged = s.session_grants.merged(proposed)
-    grants = Grants(merged.hosts, merged.writable)
-    caps = s.capabilities(mode_after, grants)
-    baseline = capabilities_for_mode(s.mode, s.workspace)
-    if mode_after == s.mode and s.capabilities(s.mode, proposed).is_within(baseline):
-        return CapabilityResult(granted=True, outcome="not-needed",
-                                message=f"{what} is already within mode {s.mode}")
-    if mode_after == s.mode and gate.granted(s.session_id, caps):
-        return CapabilityResult(granted=True, outcome="already-granted",
-                                message=f"{what} is already granted for this session")
-    request = ap.ApprovalRequest(s.session_id, ["request_capability", kind, value], s.workspace,
-                                 s.mode, caps, baseline, what)
-    try:
-        outcome = await _ask_person(ctx, request, reason)
-    except _NeedsInput as need:
-        return cast(InputRequiredResult, need.result)
-    except _NoElicitation:
-        return CapabilityResult(
-            granted=False, outcome=ap.DENIED,
-            message=f"{what} denied: this MCP client cannot ask a person (no elicitation "
-                    f"support), and stockade never lets the model approve itself. To grant it, "
-                    f"{_grant_hint(kind, value)}")
-    if outcome not in ap.APPROVED:
-        word = "not answered in time" if outcome == ap.TIMEOUT else "denied by the person"
-        return CapabilityResult(granted=False, outcome=outcome, message=f"{what} was {word}")
-    if kind == "writable_path":
-        s.pinned[value] = pin
-    if outcome == ap.APPROVED_SESSION:
-        gate.remember(s.session_id, outcome, caps)
-        s.session_grants = grants
-        if proposed.mode:
-            s.mode = proposed.mode
-        return CapabilityResult(granted=True, outcome=outcome,
-                                message=f"{what} granted for the rest of this session")
-    s.once = s.once.merged(proposed)
-    return CapabilityResult(granted=True, outcome=outcome,
-                            message=f"{what} granted for the next command only")
+    return proposed, what, value, pin
 
 
 def _question(request: ap.ApprovalRequest, reason: str, session: Session) -> str:
@@ -678,7 +691,7 @@ async def _ask_person(ctx: Context[Any, Any], request: ap.ApprovalRequest, reaso
                 message=message, requested_schema=DECISION_SCHEMA))},
             request_state=digest,
         ))
-    timeout = float(s.sandbox.core.gate.timeout_secs)
+    timeout = float(s.sandbox.approval.timeout_secs)
     try:
         async with asyncio.timeout(timeout):
             result = await ctx.session.elicit_form(message=message,
@@ -717,8 +730,7 @@ def build_server(options: argparse.Namespace) -> Any:
                                    approval=ap.ApprovalGate(StandingApprover(),
                                                             config.approval_timeout_seconds))
         session = Session(sandbox, session_id, workspace, mode, hosts, notes)
-        await sandbox.open_session(session_id, workspace)
-        session.workspace = sandbox.core.sessions[session_id].cwd
+        session.workspace = (await sandbox.open_session(session_id, workspace)).cwd
         _SESSIONS.append(session)
         log.info("session %s: workspace %s, mode %s", session_id, session.workspace, mode)
         try:

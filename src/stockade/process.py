@@ -294,16 +294,31 @@ class Process(ProcessHandle):
         start = time.monotonic()
         deadline = start + timeout if timeout else None
         cap = max(max_output // 2, 1)
-        bufs: dict[int, bytearray] = {}
         out_fd, err_fd = self.stdout_r, self.stderr_r
-        poller = select.poll()
+        io = self._streams(stdin, cap, meter)
+        timed_out = self._pump(io, deadline, cancelled)
+        if self.returncode is None:
+            self.kill()
+            self.wait()
+        else:
+            self._close_pidfd()
+        self.close()
+        out, err = mark_truncated(bytes(io.bufs.get(out_fd, b"")),
+                                  bytes(io.bufs.get(err_fd, b"")), cap, io.truncated)
+        return Outcome(self.returncode or 0, out, err, io.truncated, timed_out,
+                       (time.monotonic() - start) * 1000.0)
+
+    def _streams(self, stdin: bytes | None, cap: int, meter: OutputMeter | None) -> _Streams:
+        """The pipes and the pidfd registered for the loop; stdin closed at once when
+        there is nothing to write, so the command never waits on an open pipe."""
+        io = _Streams(stdin, cap, meter)
+        poller = io.poller
         if self.stdout_r >= 0:
             for fd in (self.stdout_r, self.stderr_r):
-                bufs[fd] = bytearray()
+                io.bufs[fd] = bytearray()
                 poller.register(fd, select.POLLIN)
-        pending = memoryview(stdin or b"")
         if self.stdin_w >= 0:
-            if pending:
+            if io.pending:
                 os.set_blocking(self.stdin_w, False)
                 poller.register(self.stdin_w, select.POLLOUT)
             else:
@@ -311,8 +326,14 @@ class Process(ProcessHandle):
                 self.stdin_w = -1
         if self._pidfd >= 0:
             poller.register(self._pidfd, select.POLLIN)
-        open_reads = len(bufs)
-        truncated = timed_out = False
+        io.open_reads = len(io.bufs)
+        return io
+
+    def _pump(self, io: _Streams, deadline: float | None,
+              cancelled: Callable[[], bool] | None) -> bool:
+        """Move bytes until the command and its pipes are done, the budget is passed,
+        the deadline comes (True) or the caller cancels; never blocks past the deadline."""
+        poller = io.poller
         exited_at: float | None = None
         while True:
             if self.returncode is None and self.poll() is not None:
@@ -320,73 +341,47 @@ class Process(ProcessHandle):
                 if self._pidfd >= 0:
                     poller.unregister(self._pidfd)
                     self._close_pidfd()
-            if open_reads == 0 and self.returncode is not None:
-                break
+            if io.open_reads == 0 and self.returncode is not None:
+                return False
             now = time.monotonic()
             if exited_at is not None and now - exited_at > 0.5:
                 # The command is gone but something it left holds the pipes:
                 # without a PID namespace that is a daemon we now end.
                 self.kill_group_only()
-                break
+                return False
             if deadline is not None and now >= deadline:
-                timed_out = True
-                break
+                return True
             if cancelled is not None and cancelled():
-                break
+                return False
             wait = 0.05 if exited_at is not None or self._pidfd < 0 else 0.25
             if deadline is not None:
                 wait = min(wait, max(deadline - now, 0.0))
-            events = poller.poll(wait * 1000)
-            for fd, ev in events:
+            for fd, ev in poller.poll(wait * 1000):
                 if fd == self._pidfd:
                     continue
                 if fd == self.stdin_w:
-                    if ev & (select.POLLERR | select.POLLHUP):
-                        pending = memoryview(b"")
-                    else:
-                        try:
-                            n = os.write(fd, pending[:_CHUNK])
-                            pending = pending[n:]
-                        except BlockingIOError:
-                            continue
-                        except BrokenPipeError:
-                            pending = memoryview(b"")
-                    if not pending:
-                        poller.unregister(fd)
-                        os.close(fd)
-                        self.stdin_w = -1
-                    continue
-                try:
-                    data = os.read(fd, _CHUNK)
-                except OSError as exc:
-                    if exc.errno == errno.EINTR:
-                        continue
-                    data = b""
-                if not data:
-                    poller.unregister(fd)
-                    open_reads -= 1
-                    continue
-                if meter is not None:
-                    meter.bytes += len(data)
-                buf = bufs[fd]
-                room = cap - len(buf)
-                if len(data) > room:
-                    buf += data[:max(room, 0)]
-                    truncated = True
+                    self._feed(io, fd, ev)
                 else:
-                    buf += data
-            if truncated:
-                break
-        if self.returncode is None:
-            self.kill()
-            self.wait()
+                    io.read(fd)
+            if io.truncated:
+                return False
+
+    def _feed(self, io: _Streams, fd: int, ev: int) -> None:
+        """Write the next piece of stdin; a reader that went away ends it, not the run."""
+        if ev & (select.POLLERR | select.POLLHUP):
+            io.pending = memoryview(b"")
         else:
-            self._close_pidfd()
-        self.close()
-        out, err = mark_truncated(bytes(bufs.get(out_fd, b"")), bytes(bufs.get(err_fd, b"")),
-                                  cap, truncated)
-        return Outcome(self.returncode or 0, out, err, truncated, timed_out,
-                       (time.monotonic() - start) * 1000.0)
+            try:
+                n = os.write(fd, io.pending[:_CHUNK])
+                io.pending = io.pending[n:]
+            except BlockingIOError:
+                return
+            except BrokenPipeError:
+                io.pending = memoryview(b"")
+        if not io.pending:
+            io.poller.unregister(fd)
+            os.close(fd)
+            self.stdin_w = -1
 
     def kill_group_only(self) -> None:
         if self.new_session:
@@ -405,6 +400,42 @@ def mark_truncated(out: bytes, err: bytes, cap: int, truncated: bool) -> tuple[b
         if len(err) >= cap:
             err += marker
     return out, err
+
+
+class _Streams:
+    """`communicate`'s state: what each pipe gave within its share of the budget, the
+    stdin still to write, and whether the budget was passed."""
+
+    def __init__(self, stdin: bytes | None, cap: int, meter: OutputMeter | None) -> None:
+        self.poller = select.poll()
+        self.bufs: dict[int, bytearray] = {}
+        self.pending = memoryview(stdin or b"")
+        self.open_reads = 0
+        self.truncated = False
+        self.cap = cap
+        self.meter = meter
+
+    def read(self, fd: int) -> None:
+        """Read what is there into `fd`'s buffer, keeping at most `cap` bytes of it."""
+        try:
+            data = os.read(fd, _CHUNK)
+        except OSError as exc:
+            if exc.errno == errno.EINTR:
+                return
+            data = b""
+        if not data:
+            self.poller.unregister(fd)
+            self.open_reads -= 1
+            return
+        if self.meter is not None:
+            self.meter.bytes += len(data)
+        buf = self.bufs[fd]
+        room = self.cap - len(buf)
+        if len(data) > room:
+            buf += data[:max(room, 0)]
+            self.truncated = True
+        else:
+            buf += data
 
 
 class OutputMeter:

@@ -25,9 +25,16 @@ from __future__ import annotations
 import os
 import sys
 
-from .cli import open_session, parse_options, requested_capabilities
 from .clitables import SHELL_OPTIONS, SHELL_USAGE
-from .cliutil import check_host_flags, command_help, explicit_env, positive_number
+from .cliutil import (
+    check_host_flags,
+    command_help,
+    explicit_env,
+    open_session,
+    parse_options,
+    positive_number,
+    requested_capabilities,
+)
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -129,11 +136,7 @@ def main(argv: list[str]) -> int:
 def _drive(sandbox: SyncWorkspaceSandbox, cmd: SandboxCommand, ws: SessionWorkspace,
            timeout: float | None) -> SandboxOutput:
     """The pipeline, with the Run effect performed on a pty."""
-    from .core import Performers, output
-
-    core = sandbox.core
-    return output(core.drive(core.pipeline(cmd, ws),
-                             Performers(core.ask, lambda run: run_on_pty(run, timeout))))
+    return sandbox.execute_with(cmd, lambda run: run_on_pty(run, timeout))
 
 
 def run_on_pty(run: Run, timeout: float | None = None, *, stdin: int = 0,

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from .context import current_session
 from .core import Performers, Run, SandboxCore, SessionWorkspace, make_core, output
 from .errors import InvalidCommand, SandboxDisabled
-from .sync import perform_start
+from .sync import SandboxBase, perform_start
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
@@ -33,7 +33,7 @@ class Sandbox(Protocol):
     async def execute(self, command: SandboxCommand) -> SandboxOutput: ...
 
 
-class WorkspaceSandbox:
+class WorkspaceSandbox(SandboxBase):
     """Per-session workspaces, capability checks with approval, OS confinement, audit."""
 
     def __init__(self, config: SandboxConfig | None = None, **options: Any) -> None:
@@ -88,6 +88,11 @@ class WorkspaceSandbox:
 
     async def aclose(self) -> None:
         await asyncio.to_thread(self.core.close)
+
+    def close(self) -> None:
+        """`aclose` for a caller that cannot await: a cancelled scope at shutdown,
+        where an await would never run and the sessions' processes would outlive it."""
+        self.core.close()
 
     async def __aenter__(self) -> WorkspaceSandbox:
         return self

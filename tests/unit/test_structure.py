@@ -186,6 +186,35 @@ def test_no_module_uses_another_modules_private_names() -> None:
     assert not found, "give these a public name:\n" + "\n".join(found)
 
 
+#: The modules that own `SandboxCore`: the core itself and the two shells around it.
+CORE_OWNERS = {"stockade.core", "stockade.workspace", "stockade.sync"}
+
+
+def reaches_into_core(tree: ast.AST, module_names: set[str] | dict[str, object]
+                      ) -> list[ast.Attribute]:
+    """Every `x.core` in `tree` but a module of that name (`stockade.core`)."""
+    return [node for node in ast.walk(tree)
+            if isinstance(node, ast.Attribute) and node.attr == "core"
+            and ast.unparse(node) not in module_names]
+
+
+def test_no_front_end_reaches_into_the_sandbox_core() -> None:
+    """Front ends use the shells' public methods, never their `core`: through it they
+    depended on every name of the pipeline's state, and a change there broke them all."""
+    modules = _modules()
+    found = [f"{os.path.relpath(path, os.path.dirname(SRC))}:{node.lineno}: {ast.unparse(node)}"
+             for module, (path, tree) in sorted(modules.items()) if module not in CORE_OWNERS
+             for node in reaches_into_core(tree, modules)]
+    assert not found, "use a public method of the sandbox instead:\n" + "\n".join(found)
+
+
+def test_the_core_reach_finder_finds_a_reach() -> None:
+    tree = ast.parse("def f(sandbox):\n    return sandbox.core.sessions\n"
+                     "import stockade.core\nx = stockade.core.output\n")
+    found = [ast.unparse(n) for n in reaches_into_core(tree, {"stockade.core"})]
+    assert found == ["sandbox.core"]
+
+
 # -- the import graph ---------------------------------------------------------------------
 
 def _under_type_checking(node: ast.If) -> bool:

@@ -94,7 +94,6 @@ def _decide_bash(payload: Mapping[str, Any], *, program: list[str], workspace: s
     from ..config import load_config
     from ..core import ROOT_WORKSPACE, refuse_home_workspace
     from ..errors import CapabilityDenied
-    from ..hooks import run_before_hooks
     from ..ledger import DENIED
     from ..sync import SyncWorkspaceSandbox
 
@@ -119,9 +118,8 @@ def _decide_bash(payload: Mapping[str, Any], *, program: list[str], workspace: s
     session = session_id(payload)
     with SyncWorkspaceSandbox(config, env=env) as sandbox:
         ws = sandbox.session(session, root, ephemeral_tmp=True)
-        core = sandbox.core
         cmd = SandboxCommand("/bin/bash", ["-c", command], session_id=session, cwd=cwd)
-        denial, _ = run_before_hooks(core.hooks, cmd, session)
+        denial, _ = sandbox.command_policy(cmd, session)
         reason = denial.reason if denial is not None else ""
         ask = ("Do not retry it as is: do the task another way, or ask the person to run it "
                "themselves or to change stockade's command policy.")
@@ -129,7 +127,7 @@ def _decide_bash(payload: Mapping[str, Any], *, program: list[str], workspace: s
             ask = ("Ask the person to start Claude Code in the project, or to give the hook "
                    "another --workspace or mode.")
             try:
-                core.validate_cwd(ws, cwd)
+                sandbox.resolve_cwd(ws, cwd)
                 if ws.cwd == "/":
                     raise CapabilityDenied(ROOT_WORKSPACE)
                 if mode != "read-only":
@@ -138,8 +136,8 @@ def _decide_bash(payload: Mapping[str, Any], *, program: list[str], workspace: s
                 reason = exc.reason
         if reason:
             text = f"stockade refused this command: {reason}. {ask}"
-            core.audit(cmd, ws, mode, None, "unresolved", DENIED, _now(), denied=True,
-                       detail={"reason": reason, "hint": text, "hook": HARNESS})
+            sandbox.record(cmd, ws, mode, None, "unresolved", DENIED, _now(), denied=True,
+                           detail={"reason": reason, "hint": text, "hook": HARNESS})
             return deny(text)
     background = bool(tool_input.get("run_in_background"))
     timeout_ms = tool_input.get("timeout")

@@ -77,7 +77,7 @@ class StockadeExecutionPolicy(BaseExecutionPolicy):
 
     def spawn(self, *, workspace: Path, env: Mapping[str, str],
               command: Sequence[str]) -> subprocess.Popen[str]:
-        from ..core import Performers, Run
+        from ..core import Run
 
         sandbox = self._get_sandbox(str(workspace))
         key = _short_hash(os.path.realpath(workspace))
@@ -99,7 +99,6 @@ class StockadeExecutionPolicy(BaseExecutionPolicy):
         # a /bin/bash of its own that the persistent shell starts.
         argv = _shell_argv()
         cmd = SandboxCommand(argv[0], argv[1:], session_id=session_id, env=dict(env))
-        core = sandbox.core
         backend = "unresolved"
 
         def run(effect: Run) -> subprocess.Popen[str]:
@@ -109,7 +108,7 @@ class StockadeExecutionPolicy(BaseExecutionPolicy):
             shells.append((started, done))
             return started
 
-        proc = core.drive(core.pipeline(cmd, ws, background=True), Performers(core.ask, run))
+        proc = sandbox.start_with(cmd, run)
         assert isinstance(proc, subprocess.Popen)
         gate = _CommandGate(sandbox, ws, backend, str(workspace), proc)
         proc.stdin = _GatedStdin(proc.stdin, gate)  # type: ignore[assignment]
@@ -203,17 +202,15 @@ class _CommandGate:
         """What to write to the shell instead of `command`."""
         import time
 
-        from ..hooks import run_before_hooks
         from ..ledger import DENIED
 
         # A status line never came for the last one (a caller that writes no
         # status line): recorded without one rather than not at all.
         self._settle(None)
-        core = self._sandbox.core
         sid = self._ws.session_id
         started = time.monotonic()
         text = command.rstrip("\n")
-        mode = core.mode_for(self._ws)
+        mode = self._sandbox.mode_for(self._ws)
         warnings: Sequence[str] = ()
         try:
             cmd = SandboxCommand("/bin/bash", ["-c", text], session_id=sid, cwd=self._cwd)
@@ -225,7 +222,7 @@ class _CommandGate:
             reason = "the command contains a NUL byte, which no shell command can hold"
         else:
             try:
-                denial, warnings = run_before_hooks(core.hooks, cmd, sid)
+                denial, warnings = self._sandbox.command_policy(cmd, sid)
             except Exception as exc:  # a broken hook must not let the command through
                 reason = f"the command policy failed: {exc}"
             else:
@@ -236,9 +233,9 @@ class _CommandGate:
         if reason:
             hint = ("stockade denied this command before it reached the shell: "
                     f"{reason}. Do not retry it as is; ask the user, or do the task another way.")
-            core.audit(cmd, self._ws, mode, None, self._backend, DENIED, started,
-                       denied=True, detail={"reason": reason, "hint": hint,
-                                            "persistent_shell": True})
+            self._sandbox.record(cmd, self._ws, mode, None, self._backend, DENIED, started,
+                                 denied=True, detail={"reason": reason, "hint": hint,
+                                                      "persistent_shell": True})
             pending.recorded = True
             with self._lock:
                 self._framing = pending
@@ -317,15 +314,15 @@ class _CommandGate:
             self._pending = None
             pending.recorded = True
         if refused:
-            self._sandbox.core.audit(pending.cmd, self._ws, pending.mode, None, self._backend,
-                                     DENIED, pending.started, denied=True,
-                                     detail={**pending.detail, "reason": refused})
+            self._sandbox.record(pending.cmd, self._ws, pending.mode, None, self._backend,
+                                 DENIED, pending.started, denied=True,
+                                 detail={**pending.detail, "reason": refused})
             return
         exit_code = code if code is not None and code >= 0 else None
         signal = -code if code is not None and code < 0 else None
-        self._sandbox.core.audit(pending.cmd, self._ws, pending.mode, None, self._backend,
-                                 TIMED_OUT if timed_out else RAN, pending.started,
-                                 exit_code=exit_code, signal=signal, detail=pending.detail)
+        self._sandbox.record(pending.cmd, self._ws, pending.mode, None, self._backend,
+                             TIMED_OUT if timed_out else RAN, pending.started,
+                             exit_code=exit_code, signal=signal, detail=pending.detail)
 
 
 @dataclass

@@ -377,15 +377,16 @@ class StockadeSandboxSession(BaseSandboxSession):
         if not (o.allow_read or o.allow_write or o.network or o.allow_hosts
                 or o.max_memory_mb):
             return None
-        ws = sandbox.core.sessions[self.stockade_session_id]
-        base = sandbox.core.baseline(sandbox.core.mode_for(ws), ws)
+        ws = sandbox.find_session(self.stockade_session_id)
+        assert ws is not None  # opened by `_stockade`, closed only with the sandbox
+        base = sandbox.baseline(ws)
         net = base.network
         if o.network == "all":
             net = NetworkPolicy.allow_all()
         elif o.network == "none":
             net = NetworkPolicy.none()
         elif o.allow_hosts or o.network == "proxy":
-            net = NetworkPolicy.allow_hosts([*sandbox.core.config.allow_hosts, *o.allow_hosts])
+            net = NetworkPolicy.allow_hosts([*sandbox.config.allow_hosts, *o.allow_hosts])
         return base.replace(
             fs_read=base.fs_read + tuple(os.path.abspath(p) for p in o.allow_read),
             fs_write=base.fs_write + tuple(os.path.abspath(p) for p in o.allow_write),
@@ -477,7 +478,7 @@ class StockadeSandboxSession(BaseSandboxSession):
         except SandboxError as e:
             return PtyExecUpdate(process_id=None, output=_line(e).encode() + b"\n",
                                  exit_code=e.exit_status, original_token_count=None)
-        entry = _Background(proc, int(sandbox.core.config.max_output_bytes))
+        entry = _Background(proc, int(sandbox.config.max_output_bytes))
         entry.pump = asyncio.create_task(entry.run())
         process_id = allocate_pty_process_id(set(self._background))
         self._background[process_id] = entry
@@ -529,10 +530,10 @@ class StockadeSandboxSession(BaseSandboxSession):
         from ..drivers import should_sandbox
 
         sandbox = self._sandbox
-        ws = sandbox.core.sessions.get(self.stockade_session_id) if sandbox else None
+        ws = sandbox.find_session(self.stockade_session_id) if sandbox else None
         if ws is None:
             return None
-        mode = sandbox.core.mode_for(ws)
+        mode = sandbox.mode_for(ws)
         stderr, _ = proc.output("stderr", 0)
         kind = likely_sandbox_denied(code if code >= 0 else None, -code if code < 0 else None,
                                      stderr, sandboxed=should_sandbox(mode, "auto"))
@@ -680,7 +681,7 @@ class StockadeSandboxSession(BaseSandboxSession):
         if out.returncode != 0 or out.truncated or not size_line.strip().isdigit() or not name:
             raise _archive_error(root, "tar failed in the sandbox", out)
         size = int(size_line)
-        piece = max(int(sandbox.core.max_output) // 2, 1)
+        piece = max(int(sandbox.config.max_output_bytes) // 2, 1)
         # Returned open: the SDK reads it into the snapshot and closes it.
         archive = tempfile.TemporaryFile()  # noqa: SIM115
         try:

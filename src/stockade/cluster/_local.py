@@ -114,11 +114,6 @@ def execute_stoppable(sandbox: SyncWorkspaceSandbox, command: SandboxCommand,
     process's supervision loop and nothing else holds the process. Nothing
     is recorded for it, as locally: the pipeline is abandoned mid-effect.
     """
-    from ..core import Performers, output
-
-    core = sandbox.core
-    ws = sandbox.session(command.session_id)
-
     def perform(run: Run) -> Outcome:
         cut: list[bool] = []
 
@@ -140,7 +135,7 @@ def execute_stoppable(sandbox: SyncWorkspaceSandbox, command: SandboxCommand,
             raise Cancelled("cancelled; its process tree was killed")
         return outcome
 
-    return output(core.drive(core.pipeline(command, ws), Performers(core.ask, perform)))
+    return sandbox.execute_with(command, perform)
 
 
 def probe_boundary(sandbox: SyncWorkspaceSandbox, session_id: str) -> str:

@@ -183,7 +183,7 @@ class NodeActor:
         with self.lock:
             for key in [k for k, p in self.procs.items() if p[0] == session_id]:
                 self.procs.pop(key)
-        ws = self.sandbox.core.sessions.get(session_id)
+        ws = self.sandbox.find_session(session_id)
         self.sandbox.close_session(session_id)
         self.sessions.pop(session_id, None)
         if ws is not None and ws.provisioned:
@@ -325,7 +325,7 @@ class NodeActor:
         records: list[_local.Record] = []
         if not self.closed:
             self.closed = True
-            for session_id in list(self.sandbox.core.sessions):
+            for session_id in self.sandbox.session_ids():
                 # Each workspace too, where `workspace_root` put them outside the root.
                 records.extend(self.close_session(session_id))
             self.sandbox.close()

@@ -547,93 +547,18 @@ class CtypesWin32(Win32):
                        capture: bool, stdio: Mapping[int, int] | None = None) -> Started:
         if sys.platform != "win32":
             raise SandboxUnavailable("CreateProcessW exists only on Windows")
-        import ctypes
         import msvcrt
         import os
 
         a = self._api
         parent: dict[str, int] = {}
-        child: list[int] = []
         owned: list[int] = []
         to_free: list[Any] = []
         try:
-            if stdin is None:
-                r, w = self._pipe()
-                a.SetHandleInformation(w, _HANDLE_FLAG_INHERIT, 0)
-                parent["stdin_w"], h_in = w, r
-                owned.append(r)
-            else:
-                h_in = msvcrt.get_osfhandle(stdin)
-                a.SetHandleInformation(h_in, _HANDLE_FLAG_INHERIT, _HANDLE_FLAG_INHERIT)
-            if capture:
-                r1, w1 = self._pipe()
-                r2, w2 = self._pipe()
-                for h in (r1, r2):
-                    a.SetHandleInformation(h, _HANDLE_FLAG_INHERIT, 0)
-                parent["stdout_r"], parent["stderr_r"] = r1, r2
-                h_out, h_err = w1, w2
-                owned += [w1, w2]
-            else:
-                # A caller's terminal or pipe on 1 and 2 (`stdio`), else ours.
-                place = stdio or {}
-                h_out = (msvcrt.get_osfhandle(place[1]) if 1 in place
-                         else a.GetStdHandle(-11))
-                h_err = (msvcrt.get_osfhandle(place[2]) if 2 in place
-                         else a.GetStdHandle(-12))
-                # The handle list admits only inheritable handles.
-                for h in (h_out, h_err):
-                    if h:
-                        a.SetHandleInformation(h, _HANDLE_FLAG_INHERIT, _HANDLE_FLAG_INHERIT)
-            child = list(dict.fromkeys(h for h in (h_in, h_out, h_err) if h))
-
-            count = 2 if appcontainer_sid else 1
-            size = ctypes.c_size_t()
-            a.InitializeProcThreadAttributeList(None, count, 0, ctypes.byref(size))
-            attrs = ctypes.create_string_buffer(size.value)
-            self._check(a.InitializeProcThreadAttributeList(attrs, count, 0, ctypes.byref(size)),
-                        "InitializeProcThreadAttributeList")
-            try:
-                handles = (ctypes.c_void_p * len(child))(*child)
-                self._check(a.UpdateProcThreadAttribute(
-                    attrs, 0, _PROC_THREAD_ATTRIBUTE_HANDLE_LIST, handles,
-                    ctypes.sizeof(handles), None, None), "UpdateProcThreadAttribute")
-                if appcontainer_sid:
-                    container = self._sid(appcontainer_sid)
-                    to_free.append(container)
-                    sids = [self._sid(c) for c in capabilities]
-                    to_free += sids
-                    caps = (a.SID_AND_ATTRIBUTES * max(len(sids), 1))()
-                    for i, sid in enumerate(sids):
-                        caps[i].Sid = sid
-                        caps[i].Attributes = _SE_GROUP_ENABLED
-                    security = a.SECURITY_CAPABILITIES(container, caps if sids else None,
-                                                       len(sids), 0)
-                    self._check(a.UpdateProcThreadAttribute(
-                        attrs, 0, _PROC_THREAD_ATTRIBUTE_SECURITY_CAPABILITIES,
-                        ctypes.byref(security), ctypes.sizeof(security), None, None),
-                        "UpdateProcThreadAttribute")
-                info = a.STARTUPINFOEXW()
-                info.StartupInfo.cb = ctypes.sizeof(info)
-                info.StartupInfo.dwFlags = _STARTF_USESTDHANDLES
-                info.StartupInfo.hStdInput = h_in
-                info.StartupInfo.hStdOutput = h_out
-                info.StartupInfo.hStdError = h_err
-                info.lpAttributeList = ctypes.cast(attrs, ctypes.c_void_p)
-                pi = a.PROCESS_INFORMATION()
-                line = ctypes.create_unicode_buffer(command_line)
-                env = ctypes.create_unicode_buffer(environment, len(environment) + 1)
-                flags = (_CREATE_SUSPENDED | _CREATE_UNICODE_ENVIRONMENT
-                         | _EXTENDED_STARTUPINFO_PRESENT | _CREATE_NO_WINDOW)
-                if token is not None:
-                    ok = a.CreateProcessAsUserW(token, application, line, None, None, True, flags,
-                                                env, cwd, ctypes.byref(info), ctypes.byref(pi))
-                    self._check(ok, "CreateProcessAsUserW")
-                else:
-                    ok = a.CreateProcessW(application, line, None, None, True, flags, env, cwd,
-                                          ctypes.byref(info), ctypes.byref(pi))
-                    self._check(ok, "CreateProcessW")
-            finally:
-                a.DeleteProcThreadAttributeList(attrs)
+            std = self._std_handles(stdin, capture, stdio, parent, owned)
+            child = list(dict.fromkeys(h for h in std if h))
+            pi = self._start_suspended(application, command_line, environment, cwd, token,
+                                       appcontainer_sid, capabilities, std, child, to_free)
             fds = {}
             for name, handle in parent.items():
                 mode = os.O_WRONLY if name == "stdin_w" else os.O_RDONLY
@@ -647,6 +572,104 @@ class CtypesWin32(Win32):
                 a.CloseHandle(handle)
             for pointer in to_free:
                 self._free(pointer)
+
+    def _std_handles(self, stdin: int | None, capture: bool, stdio: Mapping[int, int] | None,
+                     parent: dict[str, int], owned: list[int]) -> tuple[int, int, int]:
+        """The child's stdin, stdout and stderr, inheritable; each pipe end goes into
+        `parent` (ours) or `owned` (the child's, closed once it started) as it is made,
+        so that a failure part-way leaks none."""
+        if sys.platform != "win32":
+            raise SandboxUnavailable("CreateProcessW exists only on Windows")
+        import msvcrt
+
+        a = self._api
+        if stdin is None:
+            r, w = self._pipe()
+            a.SetHandleInformation(w, _HANDLE_FLAG_INHERIT, 0)
+            parent["stdin_w"], h_in = w, r
+            owned.append(r)
+        else:
+            h_in = msvcrt.get_osfhandle(stdin)
+            a.SetHandleInformation(h_in, _HANDLE_FLAG_INHERIT, _HANDLE_FLAG_INHERIT)
+        if capture:
+            r1, w1 = self._pipe()
+            r2, w2 = self._pipe()
+            for h in (r1, r2):
+                a.SetHandleInformation(h, _HANDLE_FLAG_INHERIT, 0)
+            parent["stdout_r"], parent["stderr_r"] = r1, r2
+            h_out, h_err = w1, w2
+            owned += [w1, w2]
+        else:
+            # A caller's terminal or pipe on 1 and 2 (`stdio`), else ours.
+            place = stdio or {}
+            h_out = (msvcrt.get_osfhandle(place[1]) if 1 in place
+                     else a.GetStdHandle(-11))
+            h_err = (msvcrt.get_osfhandle(place[2]) if 2 in place
+                     else a.GetStdHandle(-12))
+            # The handle list admits only inheritable handles.
+            for h in (h_out, h_err):
+                if h:
+                    a.SetHandleInformation(h, _HANDLE_FLAG_INHERIT, _HANDLE_FLAG_INHERIT)
+        return h_in, h_out, h_err
+
+    def _start_suspended(self, application: str, command_line: str, environment: str,
+                         cwd: str, token: int | None, appcontainer_sid: str | None,
+                         capabilities: tuple[str, ...], std: tuple[int, int, int],
+                         child: list[int], to_free: list[Any]) -> Any:
+        """CreateProcess(AsUser)W, suspended, inheriting only `child`: its
+        PROCESS_INFORMATION. Every buffer the attribute list points to is a local
+        here, alive until the list is deleted, so that none is freed under it."""
+        import ctypes
+
+        a = self._api
+        count = 2 if appcontainer_sid else 1
+        size = ctypes.c_size_t()
+        a.InitializeProcThreadAttributeList(None, count, 0, ctypes.byref(size))
+        attrs = ctypes.create_string_buffer(size.value)
+        self._check(a.InitializeProcThreadAttributeList(attrs, count, 0, ctypes.byref(size)),
+                    "InitializeProcThreadAttributeList")
+        try:
+            handles = (ctypes.c_void_p * len(child))(*child)
+            self._check(a.UpdateProcThreadAttribute(
+                attrs, 0, _PROC_THREAD_ATTRIBUTE_HANDLE_LIST, handles,
+                ctypes.sizeof(handles), None, None), "UpdateProcThreadAttribute")
+            if appcontainer_sid:
+                container = self._sid(appcontainer_sid)
+                to_free.append(container)
+                sids = [self._sid(c) for c in capabilities]
+                to_free += sids
+                caps = (a.SID_AND_ATTRIBUTES * max(len(sids), 1))()
+                for i, sid in enumerate(sids):
+                    caps[i].Sid = sid
+                    caps[i].Attributes = _SE_GROUP_ENABLED
+                security = a.SECURITY_CAPABILITIES(container, caps if sids else None,
+                                                   len(sids), 0)
+                self._check(a.UpdateProcThreadAttribute(
+                    attrs, 0, _PROC_THREAD_ATTRIBUTE_SECURITY_CAPABILITIES,
+                    ctypes.byref(security), ctypes.sizeof(security), None, None),
+                    "UpdateProcThreadAttribute")
+            info = a.STARTUPINFOEXW()
+            info.StartupInfo.cb = ctypes.sizeof(info)
+            info.StartupInfo.dwFlags = _STARTF_USESTDHANDLES
+            info.StartupInfo.hStdInput, info.StartupInfo.hStdOutput = std[0], std[1]
+            info.StartupInfo.hStdError = std[2]
+            info.lpAttributeList = ctypes.cast(attrs, ctypes.c_void_p)
+            pi = a.PROCESS_INFORMATION()
+            line = ctypes.create_unicode_buffer(command_line)
+            env = ctypes.create_unicode_buffer(environment, len(environment) + 1)
+            flags = (_CREATE_SUSPENDED | _CREATE_UNICODE_ENVIRONMENT
+                     | _EXTENDED_STARTUPINFO_PRESENT | _CREATE_NO_WINDOW)
+            if token is not None:
+                ok = a.CreateProcessAsUserW(token, application, line, None, None, True, flags,
+                                            env, cwd, ctypes.byref(info), ctypes.byref(pi))
+                self._check(ok, "CreateProcessAsUserW")
+            else:
+                ok = a.CreateProcessW(application, line, None, None, True, flags, env, cwd,
+                                      ctypes.byref(info), ctypes.byref(pi))
+                self._check(ok, "CreateProcessW")
+        finally:
+            a.DeleteProcThreadAttributeList(attrs)
+        return pi
 
     def assign_to_job(self, job: int, process: int) -> None:
         self._check(self._api.AssignProcessToJobObject(job, process), "AssignProcessToJobObject")

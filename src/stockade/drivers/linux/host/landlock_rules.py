@@ -302,15 +302,19 @@ def landlock_backend_rules(profile: Profile, *, tmpdir: str, private: Sequence[s
     if not profile.workspace_writable:
         split(profile.workspace, hidden)
 
-    kind_net = profile.network.kind
-    ports: tuple[int, ...] = ()
-    if kind_net == NetworkPolicy.HOSTS:
-        if profile.proxy is None or not profile.proxy.port:
-            raise SandboxUnavailable(
-                "network hosts needs the managed proxy's TCP port, which was not started")
-        ports = (profile.proxy.port,)
-    rules = LandlockRules(reads, writes, restrict_tcp=kind_net != NetworkPolicy.ALL,
-                          tcp_connect=ports)
+    rules = LandlockRules(reads, writes, restrict_tcp=profile.network.kind != NetworkPolicy.ALL,
+                          tcp_connect=_tcp_ports(profile))
     granted = set(rules.read) | set(rules.write)
     return BackendRules(rules, [d for d in listed if d not in granted
                                 and not any(is_under(u, d) for u in unlistable)])
+
+
+def _tcp_ports(profile: Profile) -> tuple[int, ...]:
+    """The one port a `hosts` network may connect to, the proxy's: without it such a
+    command would get no network at all, so its absence is an error, not a silence."""
+    if profile.network.kind != NetworkPolicy.HOSTS:
+        return ()
+    if profile.proxy is None or not profile.proxy.port:
+        raise SandboxUnavailable(
+            "network hosts needs the managed proxy's TCP port, which was not started")
+    return (profile.proxy.port,)
