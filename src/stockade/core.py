@@ -519,15 +519,12 @@ class SandboxCore:
                 ) -> tuple[Launch, Profile, SessionEndpoint | None]:
         """Step 4: the command's profile, its proxy endpoint, and the driver's launch;
         the endpoint goes with the launch, or at once if there is none."""
-        mode, caps, backend = decided.mode, decided.capabilities, decided.backend
+        mode, caps = decided.mode, decided.capabilities
         endpoint = None
         if sandboxed and caps.network.kind == NetworkPolicy.HOSTS:
-            endpoint = self.proxy_endpoint(ws.session_id, caps.network, backend)
-        patterns = workspace_patterns(self.config.unreadable) if sandboxed else ()
-        profile = self.make_profile(
-            ws, cmd, mode, caps, cwd, backend, endpoint,
-            repositories=driver.repositories(ws.cwd) if sandboxed and mode != READ_ONLY
-            else (), matched=driver.matching(ws.cwd, patterns) if patterns else ())
+            endpoint = self.proxy_endpoint(ws.session_id, caps.network, decided.backend)
+        profile = self.command_profile(cmd, ws, mode, caps, cwd, driver,
+                                       sandboxed=sandboxed, endpoint=endpoint)
         try:
             launch = driver.prepare(cmd.argv, profile)
         except BaseException:
@@ -538,6 +535,18 @@ class SandboxCore:
             key = endpoint.session_id
             launch.also(lambda: self._drop_proxy_endpoint(key))
         return launch, profile, endpoint
+
+    def command_profile(self, cmd: SandboxCommand, ws: SessionWorkspace, mode: str,
+                        caps: SandboxCapabilities, cwd: str, driver: Driver, *,
+                        sandboxed: bool = True, endpoint: SessionEndpoint | None = None
+                        ) -> Profile:
+        """The profile `cmd` runs with under `driver`: the pipeline's, and what
+        `stockade explain` shows without running anything."""
+        patterns = workspace_patterns(self.config.unreadable) if sandboxed else ()
+        return self.make_profile(
+            ws, cmd, mode, caps, cwd, driver.name, endpoint,
+            repositories=driver.repositories(ws.cwd) if sandboxed and mode != READ_ONLY
+            else (), matched=driver.matching(ws.cwd, patterns) if patterns else ())
 
     def _record(self, cmd: SandboxCommand, ws: SessionWorkspace, decided: _Decided,
                 record: Record, started: float) -> None:

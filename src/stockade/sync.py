@@ -7,12 +7,10 @@ from __future__ import annotations
 
 import _thread
 
-from .capabilities import READ_ONLY
 from .context import current_session
 from .core import Performers, Run, SandboxCore, SessionWorkspace, make_core, output
 from .errors import InvalidCommand
 from .hooks import run_before_hooks
-from .patterns import workspace_patterns
 
 TYPE_CHECKING = False
 
@@ -134,11 +132,7 @@ class SandboxBase:
                     caps: SandboxCapabilities, cwd: str, driver: Driver) -> Profile:
         """The profile the pipeline would give a sandboxed `cmd` under `driver`, with no
         proxy endpoint: what `stockade explain` shows without running anything."""
-        patterns = workspace_patterns(self.core.config.unreadable)
-        return self.core.make_profile(
-            ws, cmd, mode, caps, cwd, driver.name, None,
-            repositories=driver.repositories(ws.cwd) if mode != READ_ONLY else (),
-            matched=driver.matching(ws.cwd, patterns) if patterns else ())
+        return self.core.command_profile(cmd, ws, mode, caps, cwd, driver)
 
 
 class SyncWorkspaceSandbox(SandboxBase):
@@ -169,9 +163,7 @@ class SyncWorkspaceSandbox(SandboxBase):
             return ws
 
     def execute(self, command: SandboxCommand) -> SandboxOutput:
-        ws = self.session(command.session_id)
-        core = self.core
-        return output(core.drive(core.pipeline(command, ws), Performers(core.ask, perform_run)))
+        return self.execute_with(command, perform_run)
 
     def start(self, command: SandboxCommand) -> BackgroundProcess:
         from .process import BackgroundProcess
