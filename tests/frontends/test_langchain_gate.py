@@ -153,3 +153,86 @@ def test_one_endless_line_does_not_grow_the_host(dirs: tuple[Path, Path]) -> Non
     assert grown_mb < 60, f"the host grew by {grown_mb:.0f} MB"
     assert records == [(endless, "ran", 0), *((c, "ran", 3) for c in near_cut)], shown
     assert all("Exit code: 3" in s for s in shown[1:]), [s[-200:] for s in shown]
+
+
+def test_variables_too_large_to_start_with_are_not_carried(dirs: tuple[Path, Path]) -> None:
+    """Thirty variables of 120 KB each, carried, made every later command fail at
+    its exec (E2BIG), and each was recorded as run."""
+    ws, _ = dirs
+    big = "for i in $(seq 30); do export V$i=$(head -c 120000 /dev/zero | tr '\\0' x); done"
+    shown, records = _run(ws, [big, "echo next", "echo again"])
+    assert "more than a command can start with" in shown[0], shown[0][-300:]
+    assert records == [(big, "ran", 0), ("echo next", "ran", 0), ("echo again", "ran", 0)]
+    assert "next" in shown[1] and "again" in shown[2]
+
+
+def test_a_directory_too_long_to_start_in_is_not_carried(dirs: tuple[Path, Path]) -> None:
+    """A PWD of 140,000 slashes was carried as the next command's directory, and
+    every command after was refused for good (E2BIG at its exec)."""
+    ws, _ = dirs
+    long_pwd = "PWD=$(head -c 140000 /dev/zero | tr '\\0' /); echo set"
+    shown, records = _run(ws, [long_pwd, "echo after", "pwd"])
+    assert "more than a command can start with" in shown[0], shown[0][-300:]
+    assert records == [(long_pwd, "ran", 0), ("echo after", "ran", 0), ("pwd", "ran", 0)]
+    assert str(ws) in shown[2], shown[2]
+
+
+def test_what_the_kernel_refuses_to_start_with_is_over_the_carry_limit() -> None:
+    """Every environment an exec refuses is past what the shell carries: counted
+    without each string's pointer, 165,000 short variables passed the limit and
+    kept every later command from starting."""
+    import errno
+    import subprocess
+
+    from stockade.adapters import _langchain_shell as shell
+
+    shapes = {"many short": {f"v{i}".encode(): b"" for i in range(200_000)},
+              "few long": {f"V{i}".encode(): b"x" * 120_000 for i in range(20)}}
+    for name, env in shapes.items():
+        try:
+            subprocess.run(["/bin/true"], env=env, check=True)
+        except OSError as exc:
+            assert exc.errno == errno.E2BIG, exc
+            assert shell._env_size(env) > shell.MAX_ENV_TOTAL, name
+        else:
+            raise AssertionError(f"{name}: the kernel started it; the shape tests nothing")
+
+
+def test_a_command_the_kernel_will_not_start_is_not_recorded_as_run(
+        dirs: tuple[Path, Path]) -> None:
+    """A command over the kernel's per-string limit never started, and its record
+    said it ran with status 126."""
+    ws, _ = dirs
+    long = "echo long; : " + "0" * 200_000
+    shown, records = _run(ws, [long, "echo after"])
+    assert "it did not run" in shown[0], shown[0][-300:]
+    assert records == [(long, "denied", None), ("echo after", "ran", 0)]
+
+
+def test_a_jobs_output_between_calls_does_not_grow_the_host(dirs: tuple[Path, Path]) -> None:
+    """Between two calls the shell forwarded a background job's output, and the
+    middleware queued every line of it: 92 MB grew to 565 MB in four seconds."""
+    import resource
+    import time
+
+    pytest.importorskip("langchain.agents.middleware")
+    from langchain.agents.middleware.shell_tool import ShellSession
+
+    from stockade.adapters.langchain import StockadeExecutionPolicy
+
+    ws, _ = dirs
+    policy = StockadeExecutionPolicy(
+        mode="workspace-write", command_timeout=20,
+        config=SandboxConfig(mode="workspace-write", ledger=str(ws.parent / "ledger.db")))
+    session = ShellSession(ws, policy, ("/bin/bash",), {"PATH": "/usr/bin:/bin"})
+    session.start()
+    try:
+        flood = "( head -c 400000000 /dev/zero | tr '\\0' a | fold -w 1000 & ); echo started"
+        assert session.execute(flood, timeout=20).exit_code == 0
+        before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        time.sleep(4)
+        grown_mb = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 1024
+        assert grown_mb < 60, f"the host grew by {grown_mb:.0f} MB between two calls"
+    finally:
+        session.stop(5)
+        policy.close()

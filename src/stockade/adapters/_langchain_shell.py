@@ -14,12 +14,14 @@ The host writes one JSON object a line to its stdin:
 and reads each command's output from its stdout and stderr. A command refused
 because its directory moved ends with "T 126 moved" instead, one refused
 because the shell cannot put it in a Landlock domain of its own with
-"T 126 unconfined".
+"T 126 unconfined", and one the kernel would not start (too large) with
+"T 126 unstarted".
 """
 
 from __future__ import annotations
 
 import ctypes
+import errno
 import json
 import os
 import select
@@ -42,6 +44,11 @@ LANDLOCK_SCOPE_SIGNAL = 1 << 1
 NO_LANDLOCK_ENV = "STOCKADE_SHELL_NO_LANDLOCK"
 #: One string of a command's environment the kernel takes at most (MAX_ARG_STRLEN).
 MAX_ENV_STRING = 32 * 4096
+#: The most environment one command hands to the next, as the kernel counts
+#: it (`_env_size`): half the smallest ARG_MAX Linux gives (2 MiB with an
+#: 8 MiB stack), so the next command's argv and the framing still fit beside
+#: it at its exec.
+MAX_ENV_TOTAL = 1 << 20
 
 #: Variables a command's export never hands to the next command: each makes a
 #: shell (`BASH_ENV`, `PROMPT_COMMAND`, `PS4`, ...) or the loader (`LD_*`) run
@@ -82,6 +89,11 @@ def _carried(env: dict[bytes, bytes]) -> dict[bytes, bytes]:
     return {k: v for k, v in env.items()
             if k not in CARRY_NOT and not k.startswith(CARRY_NOT_PREFIXES)
             and len(k) + len(v) + 2 <= MAX_ENV_STRING}
+
+
+def _env_size(env: dict[bytes, bytes]) -> int:
+    """What `env` costs an exec: each string, its NUL and its pointer."""
+    return sum(len(k) + len(v) + 2 + 8 for k, v in env.items())
 
 
 def _landlock_abi() -> int:
@@ -155,7 +167,7 @@ class Shell:
         same = bool(pwd) and os.path.realpath(pwd) == self.start_physical
         self.start_logical = pwd if same else self.start_physical
         self.logical, self.physical = self.start_logical, self.start_physical
-        self.env = _carried(dict(os.environb))
+        self.env = self.start_env = _carried(dict(os.environb))
         self.env.pop(os.fsencode(NO_LANDLOCK_ENV), None)
         self.landlock_abi = _landlock_abi()
         #: Whether the last byte written to stderr ended a line: a call's stderr
@@ -180,7 +192,9 @@ class Shell:
                     self.begin(request)
             if not host_open and self.running is None:
                 return 0  # the host is gone
-            watched = list(self.pipes)
+            # Between commands no pipe is read: a job an earlier command left
+            # then blocks on a full pipe instead of filling the host's queue.
+            watched = list(self.pipes) if self.running is not None else []
             if host_open:
                 watched.append(0)
             running = self.running
@@ -259,6 +273,9 @@ class Shell:
                 self.unconfined(token, OSError("landlock_restrict_self failed"))
             else:
                 self.cannot_start(token, exc)
+                if isinstance(exc, OSError) and exc.errno == errno.E2BIG:
+                    # What the commands before left must not keep every later one out.
+                    self.restart_state()
             return
         finally:
             os.close(out_w)
@@ -286,12 +303,17 @@ class Shell:
             os.unlink(name)
             return fd
 
+    def restart_state(self) -> None:
+        """The next command starts where the shell started, with its variables."""
+        self.logical, self.physical = self.start_logical, self.start_physical
+        self.env = self.start_env
+
     def cannot_start(self, token: str, exc: BaseException) -> None:
         """The command could not be started (a limit a command set on this shell, an
         environment too large): it did not run, and says so."""
         self.write(2, f"stockade: the shell could not start this command ({exc}); it did "
                       "not run\n".encode())
-        _write_all(1, f"{token} 126\n".encode())
+        _write_all(1, f"{token} 126 unstarted\n".encode())
 
     def unconfined(self, token: str, exc: BaseException) -> None:
         """No Landlock domain of its own for the command: refused, since without one
@@ -360,10 +382,20 @@ class Shell:
         finally:
             os.close(command.state)
         if parts[:1] == [b"state"] and parts[-2:] == [b"end", b""] and len(parts) >= 5:
-            self.logical = os.fsdecode(parts[1])
-            self.physical = os.fsdecode(parts[2].rstrip(b"\n"))
-            env = dict(p.partition(b"=")[::2] for p in parts[3:-2])
-            self.env = _carried(env)
+            env = _carried(dict(p.partition(b"=")[::2] for p in parts[3:-2]))
+            size = _env_size({**env, b"PWD": parts[1]})
+            if size <= MAX_ENV_TOTAL and len(parts[1]) + 5 <= MAX_ENV_STRING:
+                self.logical = os.fsdecode(parts[1])
+                self.physical = os.fsdecode(parts[2].rstrip(b"\n"))
+                self.env = env
+            else:
+                # Carried, it would keep every later command from starting (E2BIG).
+                self.restart_state()
+                self.write(2, (
+                    f"stockade: the directory and variables this command left ({size} "
+                    "bytes) are more than a command can start with; the next command "
+                    "starts where the shell started, with the variables it started "
+                    "with.\n").encode())
         else:
             self.write(2, (
                 f"stockade: this command ended its shell (status {status}); the next "

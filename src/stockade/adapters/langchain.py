@@ -159,6 +159,7 @@ _STOP = json.dumps({"exit": True}) + "\n"
 _SHELL_REFUSED = {
     "moved": "the directory the last command ended in had moved or become a symlink",
     "unconfined": "the persistent shell could not put it in a Landlock domain of its own",
+    "unstarted": "the persistent shell could not start it (the reason is on its stderr)",
 }
 
 
