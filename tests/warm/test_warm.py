@@ -172,7 +172,7 @@ def primed(world: World, **config: object) -> tuple[SyncWorkspaceSandbox, WarmPo
     settle(pool)
     run(sb, "/bin/true")
     settle(pool)
-    from stockade.drivers.linux.writers import WRITERS
+    from stockade.drivers.writers import WRITERS
 
     assert pool.parked_count() == 1, (WRITERS.running(), pool._wanted, pool._misses, pool.misses)
     return sb, pool
@@ -610,13 +610,23 @@ def test_nothing_parks_for_a_session_closed_while_its_command_ran(world: World) 
 WRITER = "for i in $(seq 50); do echo $i > w.txt; sleep 0.1; done; rm -f w.txt"
 
 
-def test_a_writer_of_a_sandbox_without_a_pool_stops_parking_beside_it(world: World) -> None:
+@pytest.mark.parametrize("other", ["no pool", "no boundary"])
+def test_a_writer_of_a_sandbox_without_a_pool_stops_parking_beside_it(world: World,
+                                                                      other: str) -> None:
     """No sandbox is parked while a command that can write its workspace runs in this
-    process -- whether or not that command's own sandbox parks."""
+    process -- whether or not that command's own sandbox parks, or has one."""
     warm = world.sandbox()
-    other = world.sandbox(warm_sandboxes=0)
+    if other == "no pool":
+        writes = world.sandbox(warm_sandboxes=0)
+    else:
+        writes = SyncWorkspaceSandbox(
+            SandboxConfig(backend="none", mode="full-access",
+                          ledger=str(world.root / "l2.db")),
+            env=world.env, mode_source=lambda: "full-access")
+        world.sandboxes.append(writes)
+        writes.open_session("s", str(world.ws))
     pool = pool_of(warm)
-    writer = other.start(SandboxCommand("/bin/sh", ["-c", WRITER], session_id="s"))
+    writer = writes.start(SandboxCommand("/bin/sh", ["-c", WRITER], session_id="s"))
     try:
         run(warm, "/bin/true")
         settle(pool)
@@ -628,6 +638,33 @@ def test_a_writer_of_a_sandbox_without_a_pool_stops_parking_beside_it(world: Wor
         assert last_detail(warm)["start"] == "cold"
     finally:
         writer.wait(timeout=10)
+
+
+@pytest.mark.parametrize("by", ["a command with no boundary", "another process"])
+def test_a_hidden_file_linked_back_in_place_is_not_served_warm(world: World, by: str) -> None:
+    """A hidden file removed and linked back under its name: the parked sandbox's
+    mask over it went with the old name, the inode it checked came back, and the
+    next command, served warm, read it -- whether a command of the `none` backend
+    in the same process or another process on the host did it."""
+    if world.backend == "landlock":
+        pytest.skip("the landlock backend refuses a hidden path inside a writable workspace")
+    (world.ws / "secret.env").write_text("CANARY_ENV\n")
+    sb, pool = primed(world, unreadable=["secret.env"])
+    swap = "ln secret.env .h && rm secret.env && mv .h secret.env"
+    if by == "another process":
+        subprocess.run(["/bin/sh", "-c", swap], cwd=world.ws, check=True)
+    else:
+        unconfined = SyncWorkspaceSandbox(
+            SandboxConfig(backend="none", mode="full-access",
+                          ledger=str(world.root / "l2.db")),
+            env=world.env, mode_source=lambda: "full-access")
+        world.sandboxes.append(unconfined)
+        unconfined.open_session("s", str(world.ws))
+        assert run(unconfined, "/bin/sh", "-c", swap).exit_code == 0  # type: ignore[attr-defined]
+    hits, misses = pool.hits, pool.misses
+    out = run(sb, "/bin/cat", "secret.env")
+    assert b"CANARY" not in out.stdout, "a parked sandbox was served after its mask went"  # type: ignore[attr-defined]
+    assert (pool.hits, pool.misses) == (hits, misses + 1), state(pool)
 
 
 def test_a_writer_starting_while_a_sandbox_is_listed_taints_it(

@@ -57,10 +57,10 @@ class ParkingDriver(Driver):
             return self._warm.launch(argv, profile)
         launch = self._prepare(argv, profile)
         if profile.workspace_writable or profile.write_roots:  # writers.writable_roots
-            from .writers import WRITERS
+            from ..writers import WRITERS, writable_roots
 
             # Another driver's pool in this process may park beside it.
-            WRITERS.count(launch, profile)
+            WRITERS.count(launch, writable_roots(profile))
         # Parking off (the CLI's `run`, warm_sandboxes = 0) is still a start:
         # a record without the key read as neither. warm.START_COLD, spelled
         # here: importing warm.py (socket, enum) cost a read-only `stockade

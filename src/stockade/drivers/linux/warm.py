@@ -40,8 +40,9 @@ import os
 import threading
 import time
 
+from ...capabilities import is_under
 from ..base import Launch
-from .writers import WRITERS, writable_roots
+from ..writers import WRITERS, writable_roots
 
 TYPE_CHECKING = False
 
@@ -88,11 +89,15 @@ START_COLD = "cold"
 FIT, UNFIT, DEAD = "fit", "unfit", "dead"
 
 
-def _identity(path: str) -> tuple[int, int, int] | None:
+def _identity(path: str, *, links: bool = False) -> tuple[int, ...] | None:
+    """(device, inode, type), and with `links` the change time, which a name removed
+    and linked back moves: the mount over the old name went with it, the inode did not."""
     try:
         st = os.lstat(path)
     except OSError:
         return None
+    if links:
+        return (st.st_dev, st.st_ino, st.st_mode & 0o170000, st.st_ctime_ns)
     return (st.st_dev, st.st_ino, st.st_mode & 0o170000)
 
 
@@ -116,17 +121,20 @@ def mount_identity(profile: Profile, watch: Sequence[str]) -> tuple[object, ...]
 
     The identity of every path bwrap mounts that a command could replace:
     the workspace, the cwd, each protected, hidden and granted path, each
-    writable root, the session's /tmp; and the config files' stamps. A few dozen lstats, never
-    a walk.
+    writable root, the session's /tmp; and the config files' stamps. A few
+    dozen lstats, never a walk.
     """
-    paths = [profile.workspace, profile.cwd, *writable_roots(profile)]
-    paths += [p.path for p in profile.protected]
-    paths += [path for path, _kind in profile.hidden]
+    roots = writable_roots(profile)
+    paths = [profile.workspace, profile.cwd, *roots]
+    masked = [p.path for p in profile.protected] + [path for path, _kind in profile.hidden]
     paths += [*profile.granted_sockets, *profile.sockets]
     if profile.session_tmp:
         paths.append(profile.session_tmp)
     files = [*watch, os.path.join(profile.workspace, "stockade.toml")]
-    return (tuple(_identity(p) for p in paths), tuple(_file_stamp(f) for f in files))
+    # A mask a writer can unlink and link back in place: its change time too.
+    return (tuple(_identity(p) for p in paths),
+            tuple(_identity(p, links=any(is_under(p, r) for r in roots)) for p in masked),
+            tuple(_file_stamp(f) for f in files))
 
 
 def mounts_in_place(profile: Profile) -> bool:

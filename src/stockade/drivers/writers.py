@@ -1,27 +1,27 @@
 """What is writing where, across every driver in this process.
 
 No sandbox may park while a command that can write its workspace runs, and
-one parked before such a command started is spoiled by it (warm.py says
-why). A command of one driver spoils what another driver's pool parked
-beside it, so the registry is the process's (`WRITERS`), not a pool's.
-Kept apart from warm.py: a driver with parking off counts its writers here
-without paying for the pool's imports.
+one parked before such a command started is spoiled by it (linux/warm.py
+says why). A command of any driver spoils what a pool parked beside it --
+another backend's, one with parking off, or no boundary at all -- so the
+registry is the process's (`WRITERS`), not a pool's, and every driver that
+lets a command write counts it here.
 """
 
 from __future__ import annotations
 
 import threading
 
-from ...capabilities import is_under
+from ..capabilities import is_under
 
 TYPE_CHECKING = False
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
 
-    from ...profile import Profile
-    from ..base import Launch
-    from .warm import Parked
+    from ..profile import Profile
+    from .base import Launch
+    from .linux.warm import Parked
 
 
 def overlaps(a: Sequence[str], b: Sequence[str]) -> bool:
@@ -96,16 +96,15 @@ class Writers:
         with self.lock:
             self.parked.discard(parked)
 
-    def count(self, launch: Launch, profile: Profile) -> None:
-        """Count a launch of a driver without a pool as a writer, until its cleanup.
+    def count(self, launch: Launch, roots: tuple[str, ...]) -> None:
+        """Count `launch` as a writer of `roots` until its cleanup (nothing when empty).
 
         The rule "no sandbox parks while a command that can write its
         workspace runs in this process" was kept by the pools alone: a
-        command of a driver with `warm_sandboxes = 0` wrote the workspace
-        while another sandbox in the process parked beside it and served a
-        command from what it bound.
+        command of a driver with `warm_sandboxes = 0`, or one run with no
+        boundary, wrote the workspace while a sandbox in the process parked
+        beside it and served a command from what it bound.
         """
-        roots = writable_roots(profile)
         if roots:
             key = id(launch)
             self.start(key, roots)
