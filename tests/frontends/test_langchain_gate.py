@@ -128,6 +128,21 @@ def test_a_command_with_a_nul_byte_is_refused_and_recorded(dirs: tuple[Path, Pat
     assert "after" in shown[1]
 
 
+def test_a_nul_byte_and_a_backslash_zero_have_different_records(
+        dirs: tuple[Path, Path]) -> None:
+    """Both spell `\\0` in the argv; the refused one carries its exact text."""
+    ws, _ = dirs
+    _run(ws, ["echo a\0b", "echo a\\0b"])
+    with contextlib.closing(sqlite3.connect(ws.parent / "ledger.db")) as db:
+        rows = db.execute("SELECT argv, outcome, detail FROM executions ORDER BY id").fetchall()
+    shell = [(json.loads(argv)[2], outcome, json.loads(detail or "{}")) for argv, outcome, detail
+             in rows if "persistent_shell" in (detail or "")]
+    assert [(argv, outcome) for argv, outcome, _ in shell] == [
+        ("echo a\\0b", "denied"), ("echo a\\0b", "ran")], shell
+    assert shell[0][2].get("command") == "echo a\0b", shell[0][2]
+    assert "command" not in shell[1][2], shell[1][2]
+
+
 def test_a_stderr_fragment_ends_with_its_call(dirs: tuple[Path, Path]) -> None:
     """A last stderr line without a newline was held until the next call's stderr
     completed it, and shown as that call's."""

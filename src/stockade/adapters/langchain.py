@@ -213,14 +213,18 @@ class _CommandGate:
         text = command.rstrip("\n")
         mode = self._sandbox.mode_for(self._ws)
         warnings: Sequence[str] = ()
+        exact: dict[str, object] = {}
         try:
             cmd = SandboxCommand("/bin/bash", ["-c", text], session_id=sid, cwd=self._cwd)
         except InvalidCommand:
-            # Refused like a denied one, and recorded (a NUL shown as \0): every
-            # command the model sent has its record, not only those that ran.
+            # Refused like a denied one, and recorded: every command the model
+            # sent has its record, not only those that ran. The argv shows a
+            # NUL as \0, which a literal backslash-zero also reads as, so the
+            # exact text goes beside it (JSON spells a NUL \u0000).
             cmd = SandboxCommand("/bin/bash", ["-c", text.replace("\0", "\\0")],
                                  session_id=sid, cwd=self._cwd)
             reason = "the command contains a NUL byte, which no shell command can hold"
+            exact = {"command": text}
         else:
             try:
                 denial, warnings = self._sandbox.command_policy(cmd, sid)
@@ -236,7 +240,7 @@ class _CommandGate:
                     f"{reason}. Do not retry it as is; ask the user, or do the task another way.")
             self._sandbox.record(cmd, self._ws, mode, None, self._backend, DENIED, started,
                                  denied=True, detail={"reason": reason, "hint": hint,
-                                                      "persistent_shell": True})
+                                                      "persistent_shell": True, **exact})
             pending.recorded = True
             with self._lock:
                 self._framing = pending
