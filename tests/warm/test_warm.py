@@ -616,15 +616,8 @@ def test_a_writer_of_a_sandbox_without_a_pool_stops_parking_beside_it(world: Wor
     """No sandbox is parked while a command that can write its workspace runs in this
     process -- whether or not that command's own sandbox parks, or has one."""
     warm = world.sandbox()
-    if other == "no pool":
-        writes = world.sandbox(warm_sandboxes=0)
-    else:
-        writes = SyncWorkspaceSandbox(
-            SandboxConfig(backend="none", mode="full-access",
-                          ledger=str(world.root / "l2.db")),
-            env=world.env, mode_source=lambda: "full-access")
-        world.sandboxes.append(writes)
-        writes.open_session("s", str(world.ws))
+    writes = (world.sandbox(warm_sandboxes=0) if other == "no pool"
+              else unconfined_sandbox(world))
     pool = pool_of(warm)
     writer = writes.start(SandboxCommand("/bin/sh", ["-c", WRITER], session_id="s"))
     try:
@@ -638,6 +631,16 @@ def test_a_writer_of_a_sandbox_without_a_pool_stops_parking_beside_it(world: Wor
         assert last_detail(warm)["start"] == "cold"
     finally:
         writer.wait(timeout=10)
+
+
+def unconfined_sandbox(world: World) -> SyncWorkspaceSandbox:
+    """A sandbox of the `none` backend on the same workspace, session "s" open."""
+    sb = SyncWorkspaceSandbox(
+        SandboxConfig(backend="none", mode="full-access", ledger=str(world.root / "l2.db")),
+        env=world.env, mode_source=lambda: "full-access")
+    world.sandboxes.append(sb)
+    sb.open_session("s", str(world.ws))
+    return sb
 
 
 @pytest.mark.parametrize("by", ["a command with no boundary", "another process"])
@@ -654,12 +657,7 @@ def test_a_hidden_file_linked_back_in_place_is_not_served_warm(world: World, by:
     if by == "another process":
         subprocess.run(["/bin/sh", "-c", swap], cwd=world.ws, check=True)
     else:
-        unconfined = SyncWorkspaceSandbox(
-            SandboxConfig(backend="none", mode="full-access",
-                          ledger=str(world.root / "l2.db")),
-            env=world.env, mode_source=lambda: "full-access")
-        world.sandboxes.append(unconfined)
-        unconfined.open_session("s", str(world.ws))
+        unconfined = unconfined_sandbox(world)
         assert run(unconfined, "/bin/sh", "-c", swap).exit_code == 0  # type: ignore[attr-defined]
     hits, misses = pool.hits, pool.misses
     out = run(sb, "/bin/cat", "secret.env")
