@@ -31,6 +31,7 @@ from ...errors import SandboxUnavailable
 from ...paths import private_paths
 from ...paths import state_dir as state_dir_of
 from ..base import Launch
+from ..session import owned_dir
 from .host.fstree import remove_tree
 from .host.guard import MetadataGuard
 from .host.landlock_rules import (
@@ -268,10 +269,7 @@ class LandlockDriver(ParkingDriver):
             return os.path.realpath(profile.session_tmp), ""
         base = os.path.join(self._state_dir, "tmp")
         try:
-            os.makedirs(base, mode=0o700, exist_ok=True)
-            # tempfile.mkdtemp, without the `random`, `shutil` and `re` it imports.
-            made = os.path.join(base, f"cmd-{os.urandom(8).hex()}")
-            os.mkdir(made, 0o700)
+            made = owned_dir(base, "cmd-")
         except OSError as exc:
             raise SandboxUnavailable(
                 f"cannot create the command's temporary directory in {base}: {exc.strerror}"

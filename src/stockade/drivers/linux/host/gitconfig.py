@@ -20,6 +20,7 @@ import time
 from .... import gitmeta, gitpolicy
 from ....capabilities import is_under
 from ....profile import FILE, PIN
+from ...session import owned_dir
 
 TYPE_CHECKING = False
 
@@ -50,27 +51,6 @@ def is_config_of(path: str, gitdirs: Iterable[str]) -> bool:
         is_under(os.path.dirname(path), g) for g in gitdirs)
 
 
-#: The state directories whose dead processes' copies this process removed.
-_swept: set[str] = set()
-
-
-def _sweep_dead(base: str) -> None:
-    """Remove the copies of stockade processes that died (SIGKILL) before closing
-    them: each holds a config of the person's, which must not pile up."""
-    for name in os.listdir(base):
-        pid = name.partition(".")[0]
-        if not pid.isdigit() or int(pid) == os.getpid():
-            continue
-        try:
-            os.kill(int(pid), 0)
-        except ProcessLookupError:
-            from .fstree import remove_tree
-
-            remove_tree(os.path.join(base, name))
-        except OSError:
-            pass  # alive, another user's: theirs to close
-
-
 class Merged:
     """What one merge did: the keys it dropped, or why it could not be done."""
 
@@ -91,13 +71,7 @@ class PrivateConfigs:
     """
 
     def __init__(self, paths: list[str], state_dir: str) -> None:
-        base = os.path.join(state_dir, "gitconfig")
-        os.makedirs(base, mode=0o700, exist_ok=True)
-        if base not in _swept:
-            _swept.add(base)
-            _sweep_dead(base)
-        self.dir = os.path.join(base, f"{os.getpid()}.{os.urandom(6).hex()}")
-        os.mkdir(self.dir, 0o700)
+        self.dir = owned_dir(os.path.join(state_dir, "gitconfig"), "")
         self.copies = {path: os.path.join(self.dir, str(n)) for n, path in enumerate(paths)}
         for copy in self.copies.values():
             os.close(os.open(copy, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600))
