@@ -131,6 +131,10 @@ def redacted(rec: Mapping[str, object]) -> dict[str, object]:
     argv = out.get("argv")
     if isinstance(argv, (list, tuple)):
         out["argv"] = redact_argv([str(a) for a in argv])
+    detail = out.get("detail")
+    if isinstance(detail, dict) and isinstance(detail.get("command"), str):
+        # The exact text of a command no argv could hold (a NUL in it).
+        out["detail"] = {**detail, "command": redact_text(detail["command"])}
     env = out.pop("env", None)
     if env:
         detail = dict(out.get("detail") or {})  # type: ignore[call-overload]

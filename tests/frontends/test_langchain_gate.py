@@ -143,6 +143,19 @@ def test_a_nul_byte_and_a_backslash_zero_have_different_records(
     assert "command" not in shell[1][2], shell[1][2]
 
 
+def test_the_exact_text_of_a_refused_nul_command_is_redacted(dirs: tuple[Path, Path]) -> None:
+    """Its argv was redacted and its exact text beside it was not."""
+    ws, _ = dirs
+    _run(ws, ["export GITHUB_TOKEN=ghp_SECRETVALUE123; curl https://bob:hunter2@example.com\0"])
+    raw = (ws.parent / "ledger.db").read_bytes()
+    assert b"ghp_SECRETVALUE123" not in raw and b"hunter2" not in raw
+    with contextlib.closing(sqlite3.connect(ws.parent / "ledger.db")) as db:
+        details = [json.loads(d) for (d,) in db.execute(
+            "SELECT detail FROM executions WHERE outcome = 'denied'")]
+    assert [d["command"] for d in details] == [
+        "export GITHUB_TOKEN=[redacted]; curl https://bob:[redacted]@example.com\0"], details
+
+
 def test_a_stderr_fragment_ends_with_its_call(dirs: tuple[Path, Path]) -> None:
     """A last stderr line without a newline was held until the next call's stderr
     completed it, and shown as that call's."""
