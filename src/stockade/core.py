@@ -31,8 +31,9 @@ from .capabilities import (
 )
 from .command import FORBID, SandboxOutput
 from .drivers import should_sandbox
+from .drivers.owned import remove_owned
 from .drivers.registry import declared, platform_for
-from .drivers.session import Session, private_dir, remove_session_tmp
+from .drivers.session import Session, private_dir
 from .errors import (
     CapabilityDenied,
     ConfigError,
@@ -361,7 +362,7 @@ class SandboxCore:
                 driver.close_session(ws.session)
             ws.session.remove_tmp()
             if ws.cache_dir:
-                remove_session_tmp(ws.cache_dir)
+                remove_owned(ws.cache_dir)
 
     def close(self) -> None:
         """Close every session, then the proxy and the ledger."""

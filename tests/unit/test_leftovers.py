@@ -6,16 +6,18 @@ live process still holds."""
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
-from stockade.drivers import session
+from stockade.drivers import owned
 from stockade.drivers.linux.host import gitconfig
 
 SRC = Path(__file__).resolve().parents[2] / "src"
@@ -38,14 +40,15 @@ sys.stdin.read()
 """
 
 
-def _holder(tmp_path: Path, name: str, outside: Path) -> tuple[subprocess.Popen[str], list[str]]:
+def _holder(tmp_path: Path, name: str, outside: Path, *, prefix: tuple[str, ...] = ()
+            ) -> tuple[subprocess.Popen[str], list[str]]:
     ws = tmp_path / name
     ws.mkdir()
     env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path),
            "XDG_STATE_HOME": str(tmp_path / "state"),
            "XDG_CONFIG_HOME": str(tmp_path / "config")}
     proc = subprocess.Popen(
-        [sys.executable, "-I", "-c",
+        [*prefix, sys.executable, "-I", "-c",
          HOLDER.format(src=str(SRC), ws=str(ws), outside=str(outside))],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
     assert proc.stdout is not None
@@ -54,12 +57,30 @@ def _holder(tmp_path: Path, name: str, outside: Path) -> tuple[subprocess.Popen[
     return proc, json.loads(line)
 
 
-def test_a_killed_stockades_session_dirs_are_removed_by_the_next_one(tmp_path: Path) -> None:
+def _gone(paths: list[str], within: float = 10.0) -> bool:
+    """Whether every path is gone within `within` s (the sweep runs in the background)."""
+    deadline = time.monotonic() + within
+    while any(os.path.lexists(p) for p in paths):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
+# Another PID namespace sharing the state directory (a container on a shared
+# volume): its pids mean nothing here, its locks do.
+OTHER_PID_NAMESPACE = ("unshare", "--user", "--map-root-user", "--pid", "--fork", "--")
+
+
+@pytest.mark.parametrize("live", ["this PID namespace", "another PID namespace"])
+def test_a_killed_stockades_session_dirs_are_removed_by_the_next_one(
+        tmp_path: Path, live: str) -> None:
     outside = tmp_path / "outside"
     outside.mkdir()
     (outside / "keep").write_text("the person's\n")
     killed, dead_dirs = _holder(tmp_path, "a", outside)
-    alive, live_dirs = _holder(tmp_path, "b", outside)
+    alive, live_dirs = _holder(tmp_path, "b", outside, prefix=OTHER_PID_NAMESPACE
+                               if live == "another PID namespace" else ())
     try:
         assert all(dead_dirs) and all(live_dirs), (dead_dirs, live_dirs)
         killed.send_signal(signal.SIGKILL)
@@ -68,7 +89,7 @@ def test_a_killed_stockades_session_dirs_are_removed_by_the_next_one(tmp_path: P
         nxt, _ = _holder(tmp_path, "c", outside)
         nxt.kill()
         nxt.wait()
-        assert not any(os.path.lexists(d) for d in dead_dirs), dead_dirs
+        assert _gone(dead_dirs), dead_dirs
         assert all(os.path.isdir(d) for d in live_dirs), live_dirs  # a live one's stay
         assert (outside / "keep").read_text() == "the person's\n"  # never followed
     finally:
@@ -77,50 +98,57 @@ def test_a_killed_stockades_session_dirs_are_removed_by_the_next_one(tmp_path: P
             proc.wait()
 
 
-def _dead_pid() -> int:
-    child = subprocess.Popen([sys.executable, "-c", ""])
-    child.wait()
-    return child.pid
+def _sweep(base: Path) -> None:
+    thread = owned.sweep(str(base))
+    if thread is not None:
+        thread.join(30)
 
 
 def test_git_config_copies_of_a_killed_process_are_removed_by_the_next_one(
         tmp_path: Path) -> None:
     base = tmp_path / "gitconfig"
     base.mkdir(mode=0o700)
-    here = session._host()
-    dead = base / f"{_dead_pid()}.{here}.0123456789ab"
+    here = owned.machine()
+    dead = base / f"{here}.0123456789"
     dead.mkdir()
     (dead / "0").write_text("[user]\n\tname = the person's\n")
-    alive = base / f"{os.getppid()}.{here}.0123456789ab"
+    alive = base / f"{here}.abcdef0123"
     alive.mkdir()
-    elsewhere = base / f"{_dead_pid()}.beef.0123456789ab"  # another machine's
+    held = os.open(alive, os.O_RDONLY | os.O_DIRECTORY)
+    fcntl.flock(held, fcntl.LOCK_EX)  # as a live stockade, its copies bound into a sandbox
+    elsewhere = base / "0badbeef0bad.0123456789"  # another machine's, on a shared home
     elsewhere.mkdir()
-    session._swept.discard(str(base))
-    copies = gitconfig.PrivateConfigs(["/ws/.git/config"], str(tmp_path))
     try:
-        assert not dead.exists()
-        assert alive.exists()  # a running stockade's, still bound into its sandbox
-        assert elsewhere.exists()
-        assert os.path.isdir(copies.dir)
+        owned._swept.discard(str(base))
+        copies = gitconfig.PrivateConfigs(["/ws/.git/config"], str(tmp_path))
+        try:
+            assert _gone([str(dead)])
+            assert alive.exists() and elsewhere.exists()
+            assert os.path.isdir(copies.dir)
+        finally:
+            copies.close()
+        assert not os.path.exists(copies.dir)
     finally:
-        copies.close()
-    assert not os.path.exists(copies.dir)
+        os.close(held)
 
 
-@pytest.mark.parametrize("name", ["notapid.x", "12abc", "pid.link"])
-def test_only_names_a_process_was_given_are_swept(tmp_path: Path, name: str) -> None:
-    """A name this module did not give stays; a dead process's that is a link is
-    removed as a link, never followed."""
+@pytest.mark.parametrize("name", ["notours.x", "link", "fresh", "old"])
+def test_only_what_a_process_made_and_left_is_swept(tmp_path: Path, name: str) -> None:
+    """A name this module did not give stays, a link is never followed, and a
+    directory still being made is left to its maker."""
     base = tmp_path / "tmp"
     base.mkdir()
     target = tmp_path / "target"
     target.mkdir()
     (target / "keep").write_text("kept\n")
-    if name == "pid.link":
-        name = f"{_dead_pid()}.{session._host()}.link"
-        os.symlink(target, base / name)
+    path = base / {"notours.x": "notours.x", "link": f"{owned.machine()}.link",
+                   "fresh": ".new-0123456789", "old": ".new-abcdef0123"}[name]
+    if name == "link":
+        os.symlink(target, path)
     else:
-        (base / name).mkdir()
-    session.sweep_dead(str(base))
+        path.mkdir()
+    if name == "old":
+        os.utime(path, (time.time() - 120, time.time() - 120))
+    _sweep(base)
     assert (target / "keep").read_text() == "kept\n"
-    assert os.path.lexists(base / name) == (not name.endswith(".link"))
+    assert os.path.lexists(path) == (name != "old")

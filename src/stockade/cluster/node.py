@@ -187,9 +187,9 @@ class NodeActor:
         self.sandbox.close_session(session_id)
         self.sessions.pop(session_id, None)
         if ws is not None and ws.provisioned:
-            from ..drivers.session import remove_session_tmp
+            from ..drivers.owned import remove_owned
 
-            remove_session_tmp(ws.cwd)
+            remove_owned(ws.cwd)
         return self.ledger.drain()
 
     # -- commands ----------------------------------------------------------------

@@ -31,8 +31,7 @@ from ...errors import SandboxUnavailable
 from ...paths import private_paths
 from ...paths import state_dir as state_dir_of
 from ..base import Launch
-from ..session import owned_dir
-from .host.fstree import remove_tree
+from ..owned import owned_dir, remove_owned
 from .host.guard import MetadataGuard
 from .host.landlock_rules import (
     SCOPE_ABI,
@@ -333,7 +332,7 @@ class _Undo:
                 if fd >= 0:
                     os.close(fd)
             self.owned, self.ready_r = [], -1
-            _remove(self.tmpdir)
+            remove_owned(self.tmpdir)
             self.tmpdir = ""
 
 
@@ -426,6 +425,3 @@ def _ensure_bytecode() -> None:
 
     ensure_bytecode()
 
-
-def _remove(path: str) -> None:
-    remove_tree(path)

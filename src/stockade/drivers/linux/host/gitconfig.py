@@ -20,7 +20,7 @@ import time
 from .... import gitmeta, gitpolicy
 from ....capabilities import is_under
 from ....profile import FILE, PIN
-from ...session import owned_dir
+from ...owned import owned_dir, remove_owned
 
 TYPE_CHECKING = False
 
@@ -110,10 +110,7 @@ class PrivateConfigs:
         return out
 
     def close(self) -> None:
-        from .fstree import remove_tree
-
-        if os.path.lexists(self.dir):
-            remove_tree(self.dir)
+        remove_owned(self.dir)
 
 
 def merge_into(fs: Roots, path: str, base: bytes, ours: bytes) -> Merged:

@@ -236,21 +236,19 @@ def probe(python: str, state_dir: str) -> str | None:
     """`usable`, and the helper run once on a scratch directory: where Python may not
     make a namespace (a profile that grants user namespaces to bwrap alone) only
     trying says so."""
-    import tempfile
-
     from ....errors import SandboxUnavailable
+    from ...owned import owned_dir, remove_owned
 
     why = usable()
     if why is not None:
         return why
-    os.makedirs(state_dir, mode=0o700, exist_ok=True)
-    scratch = tempfile.mkdtemp(prefix="probe-tmp-", dir=state_dir)
+    scratch = owned_dir(os.path.join(state_dir, "tmp"), "probe-")
     try:
         SessionNamespace(python, scratch, 1).close()
     except SandboxUnavailable as exc:
         return str(exc)
     finally:
-        os.rmdir(scratch)
+        remove_owned(scratch)
     return None
 
 
