@@ -477,9 +477,10 @@ class Outcome:
 
 
 def run_plain(argv: list[str], *, timeout: float = 10.0,
-              env: Mapping[str, str] | None = None) -> tuple[int, bytes, bytes]:
+              env: Mapping[str, str] | None = None,
+              extra_fds: Mapping[int, int] | None = None) -> tuple[int, bytes, bytes]:
     """Run a helper (bwrap --version, a probe) to completion: (returncode, stdout, stderr)."""
-    proc = Process(argv, env if env is not None else os.environ)
+    proc = Process(argv, env if env is not None else os.environ, extra_fds=extra_fds)
     out = proc.communicate(timeout=timeout, max_output=1 << 16)
     return out.returncode, out.stdout, out.stderr
 

@@ -108,7 +108,7 @@ def test_git_config_copies_of_a_killed_process_are_removed_by_the_next_one(
         tmp_path: Path) -> None:
     base = tmp_path / "gitconfig"
     base.mkdir(mode=0o700)
-    here = owned.machine()
+    here = owned.boot()
     dead = base / f"{here}.0123456789"
     dead.mkdir()
     (dead / "0").write_text("[user]\n\tname = the person's\n")
@@ -116,20 +116,76 @@ def test_git_config_copies_of_a_killed_process_are_removed_by_the_next_one(
     alive.mkdir()
     held = os.open(alive, os.O_RDONLY | os.O_DIRECTORY)
     fcntl.flock(held, fcntl.LOCK_EX)  # as a live stockade, its copies bound into a sandbox
-    elsewhere = base / "0badbeef0bad.0123456789"  # another machine's, on a shared home
-    elsewhere.mkdir()
     try:
         owned._swept.discard(str(base))
         copies = gitconfig.PrivateConfigs(["/ws/.git/config"], str(tmp_path))
         try:
             assert _gone([str(dead)])
-            assert alive.exists() and elsewhere.exists()
+            assert alive.exists()
             assert os.path.isdir(copies.dir)
         finally:
             copies.close()
         assert not os.path.exists(copies.dir)
     finally:
         os.close(held)
+
+
+@pytest.mark.parametrize("where", ["local", "shared"])
+def test_another_boots_directories_are_removed_only_from_a_local_filesystem(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, where: str) -> None:
+    """Another boot on a local filesystem is this machine's past; on a shared one it
+    may be a live process on another machine, whose lock this kernel cannot see."""
+    base = tmp_path / "tmp"
+    base.mkdir()
+    other = base / f"{'0' * len(owned.boot())}.cmd-0123456789"
+    other.mkdir()
+    assert owned._local(str(base)), "the test's own filesystem is local"
+    if where == "shared":
+        monkeypatch.setattr(owned, "_local", lambda path: False)
+    _sweep(base)
+    assert other.exists() == (where == "shared")
+
+
+def test_a_directory_its_maker_could_not_lock_is_never_swept(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where flock fails for the maker (no locks on that filesystem), anyone else's
+    sweep would find the directory unlocked and take it while in use."""
+    base = tmp_path / "tmp"
+    owned._swept.add(str(base))
+
+    def no_locks(fd: int, op: int) -> None:
+        raise OSError(37, "No locks available")
+
+    monkeypatch.setattr(fcntl, "flock", no_locks)
+    made = owned.owned_dir(str(base), "cmd-")
+    monkeypatch.undo()
+    try:
+        _sweep(base)
+        assert os.path.isdir(made), made
+    finally:
+        owned.remove_owned(made)
+    assert not os.path.exists(made)
+
+
+def test_a_thousand_leftovers_take_no_descriptors_from_the_next_command(
+        tmp_path: Path) -> None:
+    """Each leftover was opened and locked before any was removed: with 1,100 of
+    them and a limit of 1,024 open files, the next command failed with EMFILE."""
+    base = tmp_path / "state" / "stockade" / "tmp"
+    base.mkdir(parents=True)
+    stale = [base / f"{owned.boot()}.cmd-{n:010d}" for n in range(1100)]
+    for d in stale:
+        d.mkdir()
+    code = (f"import resource, sys; sys.path.insert(0, {str(SRC)!r}); "
+            "resource.setrlimit(resource.RLIMIT_NOFILE, (256, 256)); "
+            "from stockade.drivers import owned; "
+            f"t = owned.sweep({str(base)!r}); "
+            f"d = owned.owned_dir({str(base)!r}, 'cmd-'); owned.remove_owned(d); "
+            "t.join(60); print('ok')")
+    out = subprocess.run([sys.executable, "-I", "-c", code], capture_output=True, text=True,
+                         timeout=120)
+    assert out.stdout.strip() == "ok", out.stderr
+    assert os.listdir(base) == []
 
 
 @pytest.mark.parametrize("name", ["notours.x", "link", "fresh", "old"])
@@ -141,7 +197,7 @@ def test_only_what_a_process_made_and_left_is_swept(tmp_path: Path, name: str) -
     target = tmp_path / "target"
     target.mkdir()
     (target / "keep").write_text("kept\n")
-    path = base / {"notours.x": "notours.x", "link": f"{owned.machine()}.link",
+    path = base / {"notours.x": "notours.x", "link": f"{owned.boot()}.link",
                    "fresh": ".new-0123456789", "old": ".new-abcdef0123"}[name]
     if name == "link":
         os.symlink(target, path)
