@@ -121,6 +121,20 @@ def test_another_commands_scratch_directory_is_unreadable(mac: MacHost, preceden
         assert p.read(f"{base}/com.apple.something")
 
 
+def test_a_workspace_named_like_a_scratch_directory_is_still_the_commands(
+        mac: MacHost, precedence: str) -> None:
+    """The deny of other commands' `stockade-*` directories in TMPDIR once took a
+    workspace a person had put there under such a name (the on-host suite's own)."""
+    ws = os.path.join(mac.tmpdir, "stockade-proj")
+    os.makedirs(ws)
+    with mac.core() as core:
+        profile = mac.profile(core, workspace=ws, ephemeral_tmp=True)
+        base = C(mac.tmpdir)
+        p = mac.policy(profile, precedence, scratch=f"{base}/stockade-mine1")
+        assert p.create(C(f"{ws}/x")) and p.read(C(f"{ws}/x"))
+        assert not p.read(f"{base}/stockade-theirs/output.txt")  # still denied
+
+
 # -- M3: every spelling the file system treats as the same name ---------------------------
 
 

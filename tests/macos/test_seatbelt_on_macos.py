@@ -71,7 +71,7 @@ class Mac:
 
 @pytest.fixture
 def mac() -> Iterator[Mac]:
-    root = os.path.realpath(tempfile.mkdtemp(prefix="stockade-mac-"))
+    root = os.path.realpath(tempfile.mkdtemp(prefix="svtest-mac-"))
     home, ws, sibling = (os.path.join(root, n) for n in ("home", "ws", "sibling"))
     for d in (home, ws, sibling, f"{ws}/.git/hooks"):
         os.makedirs(d)
@@ -303,8 +303,8 @@ CHECKLIST = [
     ("M3e", WW, "touch \"$(printf '\\357\\254\\206ockade.toml')\" && echo MADE",
      lambda code, out: "MADE" not in out),
     ("M3f", WW, "touch notes.txt && echo MADE", lambda code, out: "MADE" in out),
-    ("M6a", [], 'for d in "$(dirname "$TMPDIR")"/stockade-*; do [ "$d" = "$TMPDIR" ] || '
-     'ls "$d" && echo LISTED; done; true', lambda code, out: "LISTED" not in out),
+    ("M6a", [], 'for d in "$(dirname "$TMPDIR")"/stockade-*; do if [ "$d" != "$TMPDIR" ] '
+     '&& ls "$d"; then echo LISTED; fi; done; true', lambda code, out: "LISTED" not in out),
     ("M8a", [], "/usr/bin/python3 -c 'from multiprocessing import shared_memory as s; "
      "m=s.SharedMemory(create=True,size=8); print(\"ok\"); m.unlink()'",
      lambda code, out: "ok" in out),

@@ -266,7 +266,7 @@ unless a rule below allows it; each rule says what fails without it.
     _devices(b)
     _network(b, net, ports, [canonical_macos_path(s) for s in profile.granted_sockets])
     _hidden(b, profile, own=[*writable, *([tmp] if tmp else [])])
-    _other_scratch(b, tmp)
+    _other_scratch(b, tmp, keep=[ws, *writable])
     return b.text(), b.params
 
 
@@ -542,8 +542,10 @@ data volume too.
     b.rule("deny", "file-read* file-write* file-map-executable process-exec", filters)
 
 
-def _other_scratch(b: _Builder, tmp: str) -> None:
-    """Other commands' `stockade-*` TMPDIRs beside this one's, denied.
+def _other_scratch(b: _Builder, tmp: str, *, keep: list[str]) -> None:
+    """Other commands' `stockade-*` TMPDIRs beside this one's, denied, but never
+    this command's own TMPDIR or what it was given (`keep`: the workspace and
+    writable roots, which a person may well have named `stockade-*` there).
 
     They sit in the user's per-user temporary directory, which the host scope
     reads, and hold what those commands wrote: another session's work.
@@ -563,6 +565,11 @@ Other commands' private TMPDIRs beside this one: what they wrote is theirs.
     tmp_alias = data_volume_alias(tmp)
     if tmp_alias:
         own.append(f"(subpath {b.param('TMP_DATA', tmp_alias)})")
+    for i, path in enumerate(dict.fromkeys(keep)):
+        own.append(f"(subpath {b.param(f'KEEP_{i}', path)})")
+        alias = data_volume_alias(path)
+        if alias:
+            own.append(f"(subpath {b.param(f'KEEP_{i}_DATA', alias)})")
     b.rule("deny", "file-read* file-write* file-map-executable process-exec",
            [_form("require-all", [_any(filters), _form("require-not", [_any(own)])])])
 
