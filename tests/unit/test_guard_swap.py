@@ -206,3 +206,21 @@ def test_a_file_renamed_over_between_the_look_and_the_read_is_read_as_it_is(
     finally:
         os.close(fd)
     assert tree is not None and tree[0] == "f" and b"origin" in tree[5]
+
+
+def test_a_state_directory_without_locks_refuses_with_a_reason(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """flock's ENOLCK (a state directory on NFS without a lock manager) came out of
+    the guard as a bare OSError traceback."""
+    import fcntl
+
+    from stockade.drivers.linux.host import guard
+    from stockade.errors import SandboxUnavailable
+
+    def no_locks(fd: int, op: int) -> None:
+        raise OSError(37, "No locks available")
+
+    monkeypatch.setattr(fcntl, "flock", no_locks)
+    with pytest.raises(SandboxUnavailable, match="filesystem with locks"), \
+            guard._FileLock(str(tmp_path / "x.lock")):
+        pass

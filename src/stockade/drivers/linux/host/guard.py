@@ -1350,7 +1350,18 @@ class _FileLock:
         import fcntl
 
         self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-        fcntl.flock(self.fd, fcntl.LOCK_EX)
+        try:
+            fcntl.flock(self.fd, fcntl.LOCK_EX)
+        except OSError as exc:
+            os.close(self.fd)
+            # Without it two commands on one workspace would settle each
+            # other's baselines: refused rather than run unguarded.
+            from ....errors import SandboxUnavailable
+
+            raise SandboxUnavailable(
+                f"cannot lock {self.path}: {exc.strerror}; stockade's state directory must "
+                "be on a filesystem with locks (set XDG_STATE_HOME to a local directory)"
+            ) from exc
         return self
 
     def __exit__(self, *exc: object) -> None:
