@@ -78,9 +78,13 @@ def test_a_killed_stockades_session_dirs_are_removed_by_the_next_one(
     outside = tmp_path / "outside"
     outside.mkdir()
     (outside / "keep").write_text("the person's\n")
+    prefix: tuple[str, ...] = ()
+    if live == "another PID namespace":
+        prefix = OTHER_PID_NAMESPACE
+        if subprocess.run([*prefix, "/bin/true"], capture_output=True).returncode != 0:
+            pytest.skip("this machine lets no user make a user and PID namespace (unshare)")
     killed, dead_dirs = _holder(tmp_path, "a", outside)
-    alive, live_dirs = _holder(tmp_path, "b", outside, prefix=OTHER_PID_NAMESPACE
-                               if live == "another PID namespace" else ())
+    alive, live_dirs = _holder(tmp_path, "b", outside, prefix=prefix)
     try:
         assert all(dead_dirs) and all(live_dirs), (dead_dirs, live_dirs)
         killed.send_signal(signal.SIGKILL)
