@@ -16,7 +16,7 @@ from __future__ import annotations
 from functools import cache
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from macos_fakes import (
     AGENT,
@@ -31,7 +31,7 @@ from macos_fakes import (
     mac_profile,
     policy,
 )
-from sbpl_eval import Policy, Request
+from sbpl_eval import Policy, Request, disk_key
 
 from stockade.capabilities import NetworkPolicy, SandboxCapabilities
 
@@ -344,7 +344,12 @@ def _touch_all(p: Policy, f: object) -> None:
 # -- a property: the text agrees with an oracle built from the Profile object ---------------
 
 _SEGMENTS = (".git", "hooks", "config", ".stockade", "stockade.toml", ".envrc", ".vscode",
-             ".claude", "src", "a.b", "index", "objects", "x", ".aws", "credentials", "..x")
+             ".claude", "src", "a.b", "index", "objects", "x", ".aws", "credentials", "..x",
+             # What APFS or HFS+ takes for a protected name: U+017F (long s),
+             # U+212A (Kelvin), U+FB06 (the st ligature), HFS+'s ignorable
+             # U+200C, and a decomposed e-acute beside its composed spelling.
+             ".\u017ftockade", "hoo\u212as", "\ufb06ockade.toml", ".g\u200cit", ".en\u200dvrc",
+             "caf\u00e9", "cafe\u0301")
 _ROOTS = (WS, SIBLING, HOME, SCRATCH, "/private/tmp", GOCACHE, f"{HOME}/.cargo", "/usr/bin")
 
 
@@ -357,17 +362,29 @@ def _oracle_create(profile, path: str) -> bool:
         return False
     if any(is_under(path, h) for h, _ in profile.hidden):
         return False
-    low = path.lower()
+    def key(p: str) -> str:  # the name the file system compares, one component at a time
+        return "/".join(disk_key(part) for part in p.split("/"))
+
+    low = key(path)
     for item in profile.protected:
         if item.kind in ("pin", "hold"):  # writable inside; on Linux only a mount point
             continue
-        prot = item.path.lower()
+        prot = key(item.path)
         if low == prot or low.startswith(prot + "/") or prot.startswith(low + "/"):
             return False  # protected, or a directory above protected metadata
     return True
 
 
 @settings(max_examples=300, deadline=None)
+# Each other spelling at least once, whatever the random draw.
+@example(root=WS, parts=[(".\u017ftockade", False)], precedence="last-match",
+         mode="workspace-write")
+@example(root=WS, parts=[(".git", False), ("hoo\u212as", False), ("x", False)],
+         precedence="deny-wins", mode="workspace-write")
+@example(root=WS, parts=[("\ufb06ockade.toml", True)], precedence="deny-wins",
+         mode="workspace-write")
+@example(root=WS, parts=[(".g\u200cit", False), ("config", False)], precedence="last-match",
+         mode="workspace-write")
 @given(root=st.sampled_from(_ROOTS),
        parts=st.lists(st.tuples(st.sampled_from(_SEGMENTS), st.booleans()), max_size=4),
        precedence=st.sampled_from(["last-match", "deny-wins"]),

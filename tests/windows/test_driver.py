@@ -624,3 +624,11 @@ def test_stockade_doctor_shows_the_tiers_and_calls_it_available_only_when_one_co
     entry = doctor.windows_status(driver=_driver(fake))
     assert entry["available"] is False and "confines the filesystem" in str(entry["why"])
     assert doctor.windows_status()["available"] is False  # this is Linux
+
+
+@pytest.mark.parametrize("tier", plan.TIERS)
+def test_the_audit_record_says_what_outlives_a_run_on_the_tier_that_ran(tier: str) -> None:
+    launch = _run(_driver(FakeWin32(), tier=tier, allow_job_only=True),
+                  win_profile("read-only", network=ALL))
+    assert launch.report.audit["windows_tier"] == tier
+    assert launch.report.audit["windows_lifetime"] == plan.LIFETIME[tier]

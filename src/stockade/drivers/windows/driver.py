@@ -286,6 +286,9 @@ class WindowsLaunch(Launch):
             audit = self.report.audit
             audit["windows_tier"] = tier
             audit["windows_tiers_failed"] = dict(failures)
+            # What "the run is over" means on this tier: the job ends what it
+            # holds, and a reader of the record must not assume more.
+            audit["windows_lifetime"] = plan.LIFETIME[tier]
             audit["windows_job"] = repr(self.limits)
 
             # What the pipeline registered with also() runs after the driver's own undo.
@@ -582,7 +585,14 @@ class WindowsDriver(Driver):
         return None
 
     def close(self) -> None:
-        """End every job still running: nothing a command started outlives the sandbox."""
+        """End every job still running, and with it every process inside one.
+
+        A process a command started through a route outside the job (WMI, the
+        Task Scheduler, a COM local server, explorer, the terminal handoff) is
+        not in it and is not ended here: `plan.LIFETIME` says, per tier, which
+        routes those are open to, and the audit record names it
+        (`windows_lifetime`).
+        """
         for handle in list(self.live):
             handle.kill()
 
