@@ -8,10 +8,12 @@ tests marked `windows` (test_on_windows.py).
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
 import threading
+from collections.abc import Iterator
 
 import pytest
 from win_fakes import CMD, ENV, HOME, STATE, WS, FakeWin32, win_profile
@@ -34,9 +36,26 @@ ALL = NetworkPolicy.allow_all()
 PRIV = Win32Error("CreateProcessAsUserW", plan.ERROR_PRIVILEGE_NOT_HELD)
 
 
+#: The state directories the tests' drivers journal in, removed after each test.
+_STATE_DIRS: list[str] = []
+
+
+@pytest.fixture(autouse=True)
+def _remove_state_dirs() -> Iterator[None]:
+    yield
+    while _STATE_DIRS:
+        shutil.rmtree(_STATE_DIRS.pop(), ignore_errors=True)
+
+
+def _state_dir() -> str:
+    made = tempfile.mkdtemp(prefix="stockade-win-state-")
+    _STATE_DIRS.append(made)
+    return made
+
+
 def _driver(fake: FakeWin32, **kw: object) -> WindowsDriver:
     tokens = iter(f"{i:04x}" for i in range(1000))
-    kw.setdefault("state_dir", tempfile.mkdtemp(prefix="stockade-win-state-"))
+    kw.setdefault("state_dir", _state_dir())
     d = WindowsDriver(win32=fake, platform="win32", scratch_base=f"{STATE}\\tmp",
                       new_token=lambda: next(tokens), shared=_Shared(),
                       **kw)  # type: ignore[arg-type]
@@ -562,7 +581,7 @@ def test_kill_after_cleanup_cannot_reach_a_reused_job_handle() -> None:
 def test_without_a_scratch_directory_the_host_temp_is_kept() -> None:
     fake = FakeWin32()
     d = WindowsDriver(win32=fake, platform="win32", new_token=lambda: "00aa", shared=_Shared(),
-                      state_dir=tempfile.mkdtemp(prefix="stockade-win-state-"))
+                      state_dir=_state_dir())
     env = dict(ENV, TEMP="C:\\Users\\dev\\AppData\\Local\\Temp")
     _run(d, win_profile(network=ALL, env=env))
     block = str(next(c for c in fake.calls if c[0] == "create_process")[3])
