@@ -18,6 +18,16 @@ $(VENV)/.dev-installed: pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install -q -e '.[dev,mcp,openai-agents,langchain,deepagents,inspect,mini-swe-agent,web,ray]'
 	touch $(VENV)/.installed $@
 
+# Claude Code itself, for tests/frontends/test_claude_code_itself.py. Without npm,
+# or without the registry, that test is skipped and says why; nothing else needs it.
+CLAUDE_CODE := 2.1.332
+$(VENV)/claude-code/.installed-$(CLAUDE_CODE): | $(BIN)/python
+	@if ! command -v npm >/dev/null; then \
+	  echo "make: npm not found: the Claude Code test will be skipped"; \
+	elif npm install --silent --no-audit --no-fund --prefix $(VENV)/claude-code \
+	    @anthropic-ai/claude-code@$(CLAUDE_CODE); then touch $@; \
+	else echo "make: npm could not install Claude Code: its test will be skipped"; fi
+
 demo: $(VENV)/.installed
 	@$(BIN)/python examples/demo.py
 
@@ -32,7 +42,7 @@ ISOLATION_CORE := tests/isolation/test_iso_fs.py tests/isolation/test_iso_secret
 # its log did not say so: a boundary broken only with the distribution's bwrap
 # stayed hidden behind any failure of the first. The second pass gets a bwrap
 # directory of its own run, so two runs at once do not replace each other's.
-test: $(VENV)/.dev-installed
+test: $(VENV)/.dev-installed $(VENV)/claude-code/.installed-$(CLAUDE_CODE)
 	@report=""; bad=0; \
 	step() { label="$$1"; shift; printf '\n== %s\n$$ %s\n' "$$label" "$$*"; "$$@"; rc=$$?; \
 	  if [ $$rc -eq 0 ]; then report="$$report  passed   $$label\n"; \

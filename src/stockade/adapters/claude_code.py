@@ -28,6 +28,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import shlex
 import sys
 
@@ -205,10 +206,28 @@ def stockade_program() -> list[str]:
 
     # The environment's own directories, named here: stockade's dependencies
     # live there, and without `site` nothing else would put them on the path.
-    where = [_package_top(), *(p for p in site.getsitepackages() if os.path.isdir(p))]
+    where = [_package_top(),
+             *(p for p in site.getsitepackages(_prefixes()) if os.path.isdir(p))]
     boot = (f"import sys; sys.path[:0] = {list(dict.fromkeys(where))!r}; "
             "from stockade.cli import main; sys.exit(main())")
     return [sys.executable, "-I", "-S", "-c", boot]
+
+
+def _prefixes() -> list[str]:
+    """The environments whose packages this interpreter sees as `site` would set them.
+
+    Under `-S` (the hook itself runs so) nothing reads `pyvenv.cfg`, so `sys.prefix`
+    is the base interpreter's and a virtual environment's packages would be missing
+    from the line the hook writes."""
+    venv = os.path.dirname(os.path.dirname(os.path.abspath(sys.executable)))
+    try:
+        with open(os.path.join(venv, "pyvenv.cfg"), encoding="utf-8") as f:
+            cfg = f.read()
+    except OSError:
+        return [sys.prefix]
+    shared = re.search(r"^\s*include-system-site-packages\s*=\s*true\s*$", cfg,
+                       re.IGNORECASE | re.MULTILINE)
+    return [venv, sys.base_prefix] if shared else [venv]
 
 
 def _package_top() -> str:

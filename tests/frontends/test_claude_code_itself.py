@@ -1,0 +1,140 @@
+"""Claude Code itself, its model scripted, with `stockade hook claude-code --install`ed:
+every Bash call goes through the hook Claude Code runs and the line it rewrites, as
+root and as an unprivileged user. The control is the same Claude Code without the
+hook, where the same call reads the key and writes the home.
+
+`make test` installs Claude Code with npm (the version pinned in the Makefile)
+into `.venv/claude-code`; without npm these tests are skipped and say so.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import shutil
+import sqlite3
+import stat
+from contextlib import closing
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from frontends.scripted_claude_api import Script, scripted_api
+from isolation.conftest import SSH_KEY, SYSTEM_PYTHON, VISIBLE_DECOY, Box
+
+pytestmark = [pytest.mark.isolation, pytest.mark.timeout(180)]
+
+REPO = Path(__file__).resolve().parents[2]
+INSTALLED = REPO / ".venv" / "claude-code" / "node_modules" / ".bin" / "claude"
+
+#: One call reads the SSH key and writes the home; the rest carry a directory,
+#: non-UTF-8 output, an exit status, a heredoc and a pipe; the last is refused.
+CALLS = [
+    "echo hello; cat ~/.ssh/id_rsa; echo pwned >> ~/.bashrc; echo after",
+    "mkdir -p sub && cd sub && pwd",
+    "pwd; printf 'a\\377b\\n' | od -An -c; exit 3",
+    "cat <<'EOF' | tr a-z A-Z && echo ok\nheredoc $HOME `x`\nEOF",
+    'rm -rf --no-preserve-root "$PWD/keep" /',
+]
+
+
+@pytest.fixture(scope="module")
+def claude(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """Claude Code's binary, where an unprivileged user can run it."""
+    found = os.environ.get("STOCKADE_TEST_CLAUDE_CODE") or str(INSTALLED)
+    if not os.path.exists(found):
+        pytest.skip(f"Claude Code is not installed at {found}: `make test` installs it with "
+                    "npm, which this machine lacks or could not reach the registry")
+    real = Path(os.path.realpath(found))
+    if not _world_runnable(real):
+        copy = Path("/var/tmp") / f"stockade-claude-{os.getpid()}"
+        if not copy.exists():
+            shutil.copy2(real, copy)
+            os.chmod(copy, 0o755)
+        real = copy
+    return str(real)
+
+
+def _world_runnable(path: Path) -> bool:
+    if not path.stat().st_mode & stat.S_IXOTH:
+        return False
+    return all(p.stat().st_mode & stat.S_IXOTH for p in path.parents)
+
+
+def quiet_bashrc(box: Box) -> None:
+    """Claude Code's shell sources ~/.bashrc: the decoy's marker becomes a comment."""
+    rc = box.home / VISIBLE_DECOY
+    box.write(rc, "# " + rc.read_text(), 0o600)
+
+
+def run_claude(box: Box, claude: str, api: str, *args: str) -> dict[str, Any]:
+    env = box.env(ANTHROPIC_BASE_URL=api, ANTHROPIC_API_KEY="sk-scripted",
+                  CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC="1", DISABLE_AUTOUPDATER="1")
+    res = box.host([claude, "-p", "do the task", "--output-format", "json", *args],
+                   env=env, timeout=150)
+    assert res.returncode == 0, (res.stdout + res.stderr).decode(errors="replace")[-3000:]
+    return dict(json.loads(res.stdout))
+
+
+def shown(script: Script) -> list[str]:
+    """What the model was shown of each call."""
+    results = script.results()
+    assert len(results) == len(script.commands), results
+    return [r["content"] if isinstance(r["content"], str)
+            else "".join(part.get("text", "") for part in r["content"]) for r in results]
+
+
+def test_claude_code_runs_every_bash_call_through_the_hook(box: Box, claude: str) -> None:
+    res = box.runner.cli(["hook", "claude-code", "--install", "--project",
+                          "--mode", "workspace-write"], cwd=box.ws, env=box.env())
+    assert res.returncode == 0, res.stderr
+    quiet_bashrc(box)
+    (box.ws / "keep").write_text("still here\n")
+    bashrc = (box.home / VISIBLE_DECOY).read_bytes()
+    with scripted_api(CALLS) as (api, script):
+        result = run_claude(box, claude, api)
+    key, into_sub, binary, heredoc, refused = shown(script)
+
+    assert "hello\nafter\n" in key, key
+    assert box.markers[SSH_KEY] not in key
+    assert (box.home / VISIBLE_DECOY).read_bytes() == bashrc
+    assert into_sub.strip() == str(box.ws / "sub")
+    # Claude Code's own shell followed the `cd`: the next call starts in sub.
+    assert binary.startswith("Exit code 3\n"), binary
+    assert f"{box.ws / 'sub'}\n" in binary and "a 377   b  \\n" in binary, binary
+    assert heredoc.strip() == "HEREDOC $HOME `X`\nok"
+    assert "stockade refused this command: command policy blocked" in refused, refused
+    assert (box.ws / "keep").exists()
+
+    with closing(sqlite3.connect(box.state / "data" / "stockade" / "ledger.db")) as db:
+        rows = db.execute("SELECT session, outcome, exit_code, argv FROM executions"
+                          " ORDER BY id").fetchall()
+    session = f"claude-{result['session_id']}"
+    assert [(s, o, c) for s, o, c, _ in rows] == [
+        (session, "ran", 0), (session, "ran", 0), (session, "ran", 3), (session, "ran", 0),
+        (session, "denied", None)], rows
+
+
+#: The control's hook: the call allowed and wrapped as stockade wraps it (Claude Code's
+#: shell runs a line whose command is opaque to its permission checks), unconfined.
+UNCONFINED_HOOK = """import json, shlex, sys
+call = json.load(sys.stdin)["tool_input"]
+call["command"] = "eval " + shlex.quote(call["command"])
+print(json.dumps({"hookSpecificOutput": {"hookEventName": "PreToolUse",
+      "permissionDecision": "allow", "updatedInput": call}}))"""
+
+
+def test_without_stockade_the_same_call_reads_the_key(box: Box, claude: str) -> None:
+    """The control: the same Claude Code and hook shape, the call unconfined."""
+    quiet_bashrc(box)
+    command = f"{SYSTEM_PYTHON} -I -c {shlex.quote(UNCONFINED_HOOK)}"
+    settings = {"hooks": {"PreToolUse": [{"matcher": "Bash", "hooks": [
+        {"type": "command", "command": command}]}]}}
+    box.write(box.ws / ".claude" / "settings.json", json.dumps(settings))
+    with scripted_api(CALLS[:1]) as (api, script):
+        run_claude(box, claude, api)
+    (key,) = shown(script)
+    assert box.markers[SSH_KEY] in key
+    assert (box.home / VISIBLE_DECOY).read_bytes().endswith(b"pwned\n")
