@@ -508,10 +508,27 @@ def _read_bytes(path: str, *, follow: bool) -> bytes | None:
         fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK | os.O_NOCTTY)
     except (FileNotFoundError, NotADirectoryError):
         return None
+    except OSError:
+        if not follow and _empty_directory(path):
+            return None
+        raise
     try:
         return read_fd(fd, MAX_SETTINGS_BYTES, path)
     finally:
         os.close(fd)
+
+
+def _empty_directory(path: str) -> bool:
+    """Whether `path` is an empty directory, which holds no settings: the Windows
+    driver keeps one at a project's missing `stockade.toml` while a command runs
+    (and after a crash, until its journal is replayed), and every other stockade
+    starting in that workspace meanwhile refused to load its config."""
+    import stat
+
+    try:
+        return stat.S_ISDIR(os.lstat(path).st_mode) and not os.listdir(path)
+    except OSError:
+        return False
 
 
 def read_settings(path: str, *, follow: bool) -> bytes | None:

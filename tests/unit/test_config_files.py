@@ -53,6 +53,21 @@ def test_a_fifo_project_file_is_refused_not_waited_on(home: tuple[dict[str, str]
         load_config(env, str(ws))
 
 
+def test_an_empty_directory_for_a_project_file_is_no_file(home: tuple[dict[str, str], Path]
+                                                           ) -> None:
+    """The Windows driver's stub for a missing `stockade.toml` (kept while a command
+    runs, and after a crash until replayed) made every other start in the workspace
+    fail; it holds no settings, so it is none. A directory that holds anything stays
+    an error: it is not what the person meant."""
+    env, ws = home
+    (ws / "stockade.toml").mkdir()
+    assert load_config(env, str(ws)).project_sources == []
+    assert read_project_file(str(ws / "stockade.toml")) is None
+    (ws / "stockade.toml" / "x").write_text("")
+    with pytest.raises(ConfigError, match=r"stockade\.toml: not a regular file \(a directory\)"):
+        load_config(env, str(ws))
+
+
 def test_reading_a_project_file_that_became_a_fifo_does_not_block(tmp_path: Path) -> None:
     """`stockade trust` and `load_config` looked (isfile) before they opened: a FIFO put
     there in between was opened for reading, which waits for a writer that never comes."""

@@ -11,9 +11,9 @@ Two records live in stockade's state directory, under `windows/`:
 - `journal/`: one file per run, `<pid>.<created>-<run>.jsonl`, each undo
   step written before the change it undoes is made. A stockade that died
   mid-run (killed, a power cut) left the workspace labelled Low, stub
-  directories (one named `stockade.toml` breaks config loading) and
-  AppContainer profiles behind; the next driver replays the journals of
-  processes that are gone.
+  directories and AppContainer profiles behind; the next driver replays the
+  journals of processes that are gone. (Config loading, which comes first,
+  reads an empty directory at `stockade.toml` as no file.)
 
 A stockade process is its id *and* its creation time (`Win32.process_started`):
 Windows reuses process ids, so a record is live only while a process with
