@@ -1,8 +1,9 @@
-"""A Mac described, not built: profiles for a made-up machine, through the real pipeline.
+"""A Mac described, not built: profiles for a made-up machine, through the real core.
 
-`build_profile` decides (hidden stores, protected metadata, scratch roots)
-from a fake `kind` function, exactly as it would on a Mac; the Seatbelt
-driver then turns that decision into a profile these tests evaluate.
+The described machine is laid out on disk and `SandboxCore.make_profile`
+decides for it (hidden stores, protected metadata, stockade's own state, the
+session's TMPDIR, the cache layers) exactly as it would on a Mac; the
+Seatbelt driver then turns that decision into a profile these tests evaluate.
 """
 
 from __future__ import annotations
@@ -11,10 +12,13 @@ import os
 
 from sbpl_eval import Policy
 
-from stockade.boundary import build_profile
+from described_machine import OnDisk, laid_out
 from stockade.capabilities import NetworkPolicy, SandboxCapabilities, capabilities_for_mode
+from stockade.command import SandboxCommand
+from stockade.config import SandboxConfig
+from stockade.core import SandboxCore
 from stockade.drivers.macos.seatbelt import seatbelt_profile
-from stockade.profile import DIR, FILE, MISSING, SOCKET, Profile
+from stockade.profile import DIR, FILE, SOCKET, Profile
 
 HOME = "/Users/dev"
 WS = "/Users/dev/work/proj"
@@ -24,8 +28,6 @@ DOCKER_SOCKS = ("/Users/dev/.docker/run/docker.sock", "/private/var/run/docker.s
 SCRATCH = "/private/var/folders/zz/abc123/T/stockade-k3y"
 PROXY_PORT = 43123
 GOCACHE = "/Users/dev/Library/Caches/go-build"
-#: The session's private layers over the toolchain caches (stockade's state).
-CACHE_LAYERS = "/Users/dev/.local/state/stockade/caches/s1"
 
 # Every store hostpaths hides by default, as the Linux isolation suite plants them.
 HIDDEN_DECOYS = (
@@ -75,6 +77,10 @@ def machine(workspace: str = WS, extra: dict[str, str] | None = None) -> dict[st
     return fs
 
 
+#: The described Mac's own directories: the rest is read where this host has it.
+MAC_TOPS = ("/Users", "/private", "/var/folders")
+
+
 def mac_profile(
     mode: str = "workspace-write",
     *,
@@ -87,20 +93,34 @@ def mac_profile(
     extra_fs: dict[str, str] | None = None,
     env: dict[str, str] | None = None,
 ) -> Profile:
-    fs = machine(workspace, extra_fs)
+    """The profile `SandboxCore.make_profile` builds on the described Mac.
+
+    The machine is laid out on disk under a scratch root and the core runs
+    there with a Mac's environment (HOME, a per-user TMPDIR, no XDG
+    variables), its own state and ledger included; the profile's paths are
+    then spelled as on the Mac itself, the root taken off.
+    """
     host_env = {"HOME": HOME, "PATH": "/usr/bin:/bin", "SSH_AUTH_SOCK": AGENT,
                 "GOCACHE": GOCACHE, "TMPDIR": "/var/folders/zz/abc123/T/",
                 "DOCKER_HOST": f"unix://{DOCKER_SOCKS[0]}", **(env or {})}
     caps = capabilities or capabilities_for_mode(mode, workspace)
     if network is not None:
         caps = caps.replace(network=network)
-    return build_profile(
-        mode=mode, workspace=workspace, cwd=workspace, capabilities=caps, read_scope=scope,
-        host_env=host_env, writable=writable, granted_sockets=granted, backend="seatbelt",
-        kind=lambda p: fs.get(p, MISSING), cache_dir=CACHE_LAYERS,
-        listdir=lambda d: sorted(os.path.basename(p) for p in fs
-                                 if os.path.dirname(p) == d and p != d),
-    )
+    with laid_out(machine(workspace, extra_fs)) as root:
+        on_disk = OnDisk(root, MAC_TOPS)
+        config = SandboxConfig(backend="seatbelt", read_scope=scope,
+                               writable=[on_disk.path(w) for w in writable],
+                               granted_sockets=list(granted))
+        core = SandboxCore(config, env={k: on_disk.text(v) for k, v in host_env.items()})
+        try:
+            ws = core.new_session("s1", on_disk.path(workspace))
+            caps = caps.replace(fs_read=tuple(map(on_disk.path, caps.fs_read)),
+                                fs_write=tuple(map(on_disk.path, caps.fs_write)))
+            profile = core.make_profile(ws, SandboxCommand("/bin/sh", ["-c", "true"]), mode,
+                                        caps, ws.cwd, "seatbelt")
+        finally:
+            core.close()
+        return on_disk.taken_off(profile)
 
 
 def policy(profile: Profile, precedence: str = "last-match", *,

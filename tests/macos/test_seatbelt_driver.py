@@ -100,7 +100,9 @@ def test_sandbox_exec_argv_layout() -> None:
 
 def test_prepare_runs_the_command_in_its_cwd_under_the_profile(tmp_path) -> None:
     env = {"HOME": HOME, "TMPDIR": str(tmp_path)}
-    launch = SeatbeltDriver(env=env).prepare(["git", "status"], mac_profile())
+    # A profile without a session TMPDIR: the driver makes the command one.
+    launch = SeatbeltDriver(env=env).prepare(["git", "status"],
+                                             mac_profile().replace(session_tmp=None))
     try:
         text, params, inner = _split(launch.argv)
         assert inner == ["/bin/sh", "-c", 'cd -- "$0" && exec "$@"', WS, "git", "status"]

@@ -34,9 +34,7 @@ from macos_fakes import (
 from sbpl_eval import Policy, Request, disk_key
 
 from stockade.capabilities import NetworkPolicy, SandboxCapabilities
-
-#: Where the profile points GOCACHE: the session's private copy of the build cache.
-GO_LAYER = mac_profile("workspace-write").env["GOCACHE"]
+from stockade.profile import Profile
 
 PTY = frozenset({"com.apple.sandbox.pty"})
 
@@ -62,8 +60,18 @@ def _profiles() -> dict[str, object]:
 
 
 @cache
+def _profile(name: str) -> Profile:
+    return _profiles()[name]()  # type: ignore[operator,no-any-return]
+
+
+def _go_layer() -> str:
+    """Where the profile points GOCACHE: the session's private copy of the build cache."""
+    return _profile("ww").env["GOCACHE"]
+
+
+@cache
 def _policy(name: str, precedence: str) -> Policy:
-    profile = _profiles()[name]()  # type: ignore[operator]
+    profile = _profile(name)
     ports = (PROXY_PORT,) if name == "ww-proxy" else ()
     return policy(profile, precedence, proxy_ports=ports)
 
@@ -93,7 +101,7 @@ CASES = [
     # The host's build cache is read, never written: GOCACHE names the session's copy.
     row("ww-go-build-cache", "ww", lambda p: p.create(f"{GOCACHE}/01/abc-d"), False),
     row("ww-go-build-cache-read", "ww", lambda p: p.read(f"{GOCACHE}/01/abc-d"), True),
-    row("ww-go-build-private", "ww", lambda p: p.create(f"{GO_LAYER}/01/abc-d"), True),
+    row("ww-go-build-private", "ww", lambda p: p.create(f"{_go_layer()}/01/abc-d"), True),
     row("ww-dev-null-write", "ww", lambda p: p.write("/dev/null"), True),
     row("ww-dev-fd-write", "ww", lambda p: p.write("/dev/fd/2"), True),
     row("ww-urandom-read", "ww", lambda p: p.read("/dev/urandom"), True),

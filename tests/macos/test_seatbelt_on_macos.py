@@ -25,11 +25,14 @@ from dataclasses import dataclass
 
 import pytest
 
-from stockade.boundary import build_profile
-from stockade.capabilities import NetworkPolicy, capabilities_for_mode
+from stockade.capabilities import NetworkPolicy, SandboxCapabilities, capabilities_for_mode
+from stockade.command import SandboxCommand
+from stockade.config import SandboxConfig
+from stockade.core import SandboxCore
 from stockade.drivers.macos.seatbelt import SANDBOX_EXEC, SeatbeltDriver
 from stockade.drivers.none import NoneDriver
 from stockade.process import Process
+from stockade.profile import Profile
 
 pytestmark = [
     pytest.mark.macos,
@@ -58,17 +61,28 @@ class Mac:
             caps = caps.replace(max_memory_mb=max_memory_mb)
         host_env = {"HOME": self.home, "PATH": "/usr/bin:/bin:/usr/sbin:/sbin",
                     "TMPDIR": os.environ.get("TMPDIR", "/tmp"), **(env or {})}
-        profile = build_profile(mode=mode, workspace=self.ws, cwd=self.ws, capabilities=caps,
-                                read_scope=scope, host_env=host_env, granted_sockets=granted,
-                                use_scratch=False, backend="seatbelt")
-        driver = SeatbeltDriver(env=host_env) if sandboxed else NoneDriver()
-        launch = driver.prepare(["/bin/sh", "-c", script], profile)
+        # The profile the core builds, its state under the fake home: the session's
+        # TMPDIR and the hidden state directory are part of what is tested.
+        config = SandboxConfig(backend="seatbelt", read_scope=scope,
+                               granted_sockets=list(granted), scratch=False)
+        core = SandboxCore(config, env=host_env)
         try:
-            proc = Process(launch.argv, launch.env)
-            out = proc.communicate(timeout=60)
+            profile = self.profile(core, mode, caps)
+            driver = SeatbeltDriver(env=host_env) if sandboxed else NoneDriver()
+            launch = driver.prepare(["/bin/sh", "-c", script], profile)
+            try:
+                proc = Process(launch.argv, launch.env)
+                out = proc.communicate(timeout=60)
+            finally:
+                launch.cleanup()
         finally:
-            launch.cleanup()
+            core.close()
         return out.returncode, (out.stdout + out.stderr).decode("utf-8", "replace")
+
+    def profile(self, core: SandboxCore, mode: str, caps: SandboxCapabilities) -> Profile:
+        ws = core.new_session("on-host", self.ws)
+        return core.make_profile(ws, SandboxCommand("/bin/sh", ["-c", "true"]), mode, caps,
+                                 ws.cwd, "seatbelt")
 
 
 @pytest.fixture
