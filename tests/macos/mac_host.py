@@ -1,8 +1,8 @@
 """A Mac laid out on disk and a real `SandboxCore` building its profiles.
 
-The described machine in `macos_fakes` decides through `build_profile`
-directly; this one goes through `SandboxCore.make_profile`, the path every
-command takes, with what only the core adds: stockade's private state and
+Like the described machine in `macos_fakes`, this one goes through
+`SandboxCore.make_profile`, the path every command takes, with what only the
+core adds: stockade's private state and
 data directories, the session's TMPDIR inside the state directory, the
 toolchain cache layers. The environment is a Mac's: HOME and a per-user
 TMPDIR under /var/folders, no XDG variables.

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from win_fakes import HOME, WS, win_profile
+from win_fakes import EXACT, HOME, WS, win_profile
 
 from stockade.drivers.windows import acl, plan
 from stockade.drivers.windows.acl import (
@@ -31,7 +31,7 @@ TEMP = "C:\\Users\\dev\\AppData\\Local\\stockade\\tmp\\run-1"
 
 
 def test_workspace_write_grants_exactly_the_workspace_and_denies_the_metadata() -> None:
-    p = acl.appcontainer_plan(win_profile(), SID, scratch=TEMP)
+    p = acl.appcontainer_plan(win_profile(**EXACT), SID, scratch=TEMP)
     assert set(p.aces) == {
         Ace(WS, SID, ALLOW, READ_EXECUTE | WRITE, 0),
         Ace(WS, SID, ALLOW, MODIFY, SUBTREE | INHERIT_ONLY_ACE),
@@ -81,7 +81,7 @@ def test_hidden_store_inside_a_granted_read_path_is_denied() -> None:
 
 
 def test_steps_put_denies_before_grants_and_undo_is_the_exact_reverse() -> None:
-    p = acl.appcontainer_plan(win_profile(), SID, scratch=TEMP)
+    p = acl.appcontainer_plan(win_profile(**EXACT), SID, scratch=TEMP)
     steps = p.steps()
     kinds = [k for k, _ in steps]
     assert kinds[0] == "stub"
@@ -100,7 +100,7 @@ def test_steps_put_denies_before_grants_and_undo_is_the_exact_reverse() -> None:
 
 
 def test_low_integrity_labels_the_writable_roots_low_and_protected_medium() -> None:
-    p = acl.low_integrity_plan(win_profile(), scratch=TEMP)
+    p = acl.low_integrity_plan(win_profile(**EXACT), scratch=TEMP)
     nw = acl.SYSTEM_MANDATORY_LABEL_NO_WRITE_UP
     assert set(p.labels) == {
         Label(WS, plan.LOW_INTEGRITY, nw, SUBTREE),

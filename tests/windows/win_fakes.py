@@ -1,4 +1,5 @@
-"""A Windows machine described, not built: profiles with Windows paths, and a recording seam.
+"""A Windows machine described, not built: the core's profiles for it with Windows paths,
+and a recording seam.
 
 `FakeWin32` implements the driver's `Win32` seam. It records every call in
 order (`calls`), keeps the DACL and label state per path so a test can check
@@ -15,10 +16,14 @@ import signal
 import subprocess
 from collections.abc import Mapping
 
-from stockade.capabilities import NetworkPolicy
+from described_machine import OnDisk, laid_out
+from stockade.capabilities import NetworkPolicy, capabilities_for_mode
+from stockade.command import SandboxCommand
+from stockade.config import SandboxConfig
+from stockade.core import SandboxCore
 from stockade.drivers.windows import plan
 from stockade.drivers.windows.win32 import Started, Win32, Win32Error
-from stockade.profile import Profile, Protected
+from stockade.profile import DIR, FILE, Profile, Protected
 
 WS = "C:\\Users\\dev\\work\\proj"
 HOME = "C:\\Users\\dev"
@@ -30,26 +35,106 @@ ENV = {"PATH": "C:\\Windows\\System32;C:\\Tools\\Python", "PATHEXT": ".COM;.EXE;
        "TMPDIR": "/tmp"}
 
 
+#: A few names of each kind, for a test of how the plan translates them: the core
+#: protects and hides every name it knows, which an exact list would restate.
+FEW_PROTECTED = (Protected(f"{WS}\\.git", "pin"), Protected(f"{WS}\\.git\\hooks", "dir"),
+                 Protected(f"{WS}\\.git\\config", "file"),
+                 Protected(f"{WS}\\.stockade", "watch"), Protected(f"{WS}\\.vscode", "dir"))
+FEW_HIDDEN = ((f"{HOME}\\.aws", "dir"),)
+EXACT = {"protected": FEW_PROTECTED, "hidden": FEW_HIDDEN, "shown": ()}
+
+#: The described machine, as Windows paths of the profile's user (kind by path).
+MACHINE = {f"{WS}\\.git\\hooks": DIR, f"{WS}\\.git\\config": FILE, f"{WS}\\.vscode": DIR,
+           f"{HOME}\\.aws\\credentials": FILE, f"{HOME}\\AppData\\Roaming": DIR,
+           f"{HOME}\\AppData\\Local\\Temp": DIR}
+
+
 def win_profile(mode: str = "workspace-write", *, network: NetworkPolicy | None = None,
                 protected: tuple[Protected, ...] | None = None,
-                hidden: tuple[tuple[str, str], ...] = ((f"{HOME}\\.aws", "dir"),),
+                hidden: tuple[tuple[str, str], ...] | None = None,
                 read_extra: tuple[str, ...] = (), write_roots: tuple[str, ...] = (),
                 max_memory_mb: int | None = None, session_tmp: str | None = None,
                 env: dict[str, str] | None = None,
-                shown: tuple[tuple[str, str], ...] = (), workspace: str = WS) -> Profile:
-    if protected is None:
-        protected = (Protected(f"{WS}\\.git", "pin"), Protected(f"{WS}\\.git\\hooks", "dir"),
-                     Protected(f"{WS}\\.git\\config", "file"),
-                     Protected(f"{WS}\\.stockade", "watch"),
-                     Protected(f"{WS}\\.vscode", "dir"))
-    return Profile(
-        mode=mode, workspace=workspace, workspace_writable=mode != "read-only", cwd=workspace,
-        read_scope="host", read_roots=("/",), read_extra=read_extra, system_links=(),
-        write_roots=write_roots, hidden=hidden, sockets=(), granted_sockets=(),
-        protected=protected if mode != "read-only" else (), mask_other_homes=True,
-        runtime_dir="", home=HOME, network=network or NetworkPolicy.none(),
-        session_tmp=session_tmp, max_memory_mb=max_memory_mb,
-        env=dict(ENV if env is None else env), shown=shown)
+                shown: tuple[tuple[str, str], ...] | None = None,
+                workspace: str = WS) -> Profile:
+    """The profile `SandboxCore.make_profile` builds on the described Windows machine,
+    then what the test sets itself (the areas it hides, the names it protects).
+
+    The machine is laid out on disk and the core runs there with a Windows
+    logon's environment (USERPROFILE, APPDATA, LOCALAPPDATA, no HOME); the
+    profile comes back spelled as on Windows, `C:\\...`. What exists only on
+    this host (`/etc/shadow`) is not on the machine described, and is left out.
+    """
+    on_c = {_posix(path): kind for path, kind in MACHINE.items()}
+    with laid_out({**on_c, _posix(workspace): DIR}) as root:
+        on_disk = OnDisk(root, ("/Users",))
+        local = on_disk.path(_posix(f"{HOME}\\AppData\\Local"))
+        host_env = {**ENV, "USERPROFILE": on_disk.path(_posix(HOME)),
+                    "APPDATA": on_disk.path(_posix(f"{HOME}\\AppData\\Roaming")),
+                    "LOCALAPPDATA": local, "TEMP": f"{local}/Temp", "HOMEDRIVE": "C:",
+                    "HOMEPATH": "\\Users\\dev", "USERNAME": "dev"}
+        caps = capabilities_for_mode(mode, on_disk.path(_posix(workspace)))
+        core = SandboxCore(SandboxConfig(backend="windows"), env=host_env)
+        try:
+            # As `stockade run` opens it: no session TMPDIR, the driver makes one per run
+            # (a test of a session's gives `session_tmp`).
+            ws = core.new_session("s1", on_disk.path(_posix(workspace)), ephemeral_tmp=True)
+            built = core.make_profile(ws, SandboxCommand(CMD, ["/c", "ver"]), mode,
+                                      caps.replace(network=network or NetworkPolicy.none()),
+                                      ws.cwd, "windows")
+        finally:
+            core.close()
+        built = _spelled_on_windows(on_disk.taken_off(built))
+    given: dict[str, object] = {"read_extra": read_extra, "write_roots": write_roots,
+                                "max_memory_mb": max_memory_mb}
+    for name, value in (("protected", protected), ("hidden", hidden), ("shown", shown),
+                        ("session_tmp", session_tmp), ("env", env)):
+        if value is not None:
+            given[name] = dict(value) if name == "env" else value
+    if mode == "read-only":
+        given["protected"] = ()
+    return built.replace(**given)
+
+
+def _posix(path: str) -> str:
+    """`C:\\Users\\dev` as laid out on disk: `/Users/dev`."""
+    assert path[:3].upper() == "C:\\", path
+    return "/" + path[3:].replace("\\", "/")
+
+
+def _spelled_on_windows(profile: Profile) -> Profile:
+    """Every path of the machine (those under `/Users`) as Windows spells it; the
+    paths of this host alone dropped from the lists that name them."""
+    def win(value: str) -> str:
+        return "C:" + value.replace("/", "\\")
+
+    def ours(path: str) -> bool:
+        return path.startswith("/Users/")
+
+    def each(items: tuple[object, ...]) -> tuple[object, ...]:
+        out: list[object] = []
+        for item in items:
+            path = item.path if isinstance(item, Protected) else (
+                item[0] if isinstance(item, tuple) else item)
+            if not isinstance(path, str) or not ours(path):
+                continue
+            if isinstance(item, Protected):
+                out.append(Protected(win(item.path), item.kind))
+            elif isinstance(item, tuple):
+                out.append((win(item[0]), *item[1:]))
+            else:
+                out.append(win(path))
+        return tuple(out)
+
+    lists = {name: each(getattr(profile, name)) for name in (
+        "hidden", "shown", "absent", "protected", "read_extra", "write_roots",
+        "private_around", "granted_sockets", "sockets")}
+    env = {k: win(v) if ours(v) else v for k, v in profile.env.items()}
+    tmp = profile.session_tmp
+    return profile.replace(
+        workspace=win(profile.workspace), cwd=win(profile.cwd), home=win(profile.home),
+        session_tmp=win(tmp) if tmp else tmp, env=env,
+        caches=tuple((win(a), win(b), v) for a, b, v in profile.caches if ours(a)), **lists)
 
 
 class FakeWin32(Win32):

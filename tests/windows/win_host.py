@@ -3,8 +3,9 @@
 The environment is what a Windows logon sets: USERPROFILE, APPDATA,
 LOCALAPPDATA, SystemRoot, and no HOME. The tree is under pytest's
 temporary directory, so its paths are this machine's spelling; what is
-Windows about the profile is which variables it was built from, which is
-exactly what the hand-built `win_fakes.win_profile` never exercised.
+Windows about the profile is which variables it was built from
+(`win_fakes.win_profile` builds the same way, then spells the paths as
+Windows does).
 """
 
 from __future__ import annotations
