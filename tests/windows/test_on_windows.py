@@ -20,8 +20,11 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from stockade.capabilities import NetworkPolicy
-from stockade.profile import Profile, Protected
+from stockade.capabilities import NetworkPolicy, capabilities_for_mode
+from stockade.command import SandboxCommand
+from stockade.config import SandboxConfig
+from stockade.core import SandboxCore
+from stockade.profile import Profile
 
 pytestmark = [
     pytest.mark.windows,
@@ -34,17 +37,24 @@ CMD = os.path.join(os.environ.get("SYSTEMROOT", "C:\\Windows"), "System32", "cmd
 
 def _profile(ws: str, mode: str, *, hidden: tuple[tuple[str, str], ...] = (),
              network: NetworkPolicy | None = None) -> Profile:
-    return Profile(
-        mode=mode, workspace=ws, workspace_writable=mode != "read-only", cwd=ws,
-        read_scope="host", read_roots=("/",), read_extra=(), system_links=(), write_roots=(),
-        hidden=hidden, sockets=(), granted_sockets=(),
-        protected=(Protected(os.path.join(ws, ".git"), "pin"),
-                   Protected(os.path.join(ws, ".git", "hooks"), "dir"),
-                   Protected(os.path.join(ws, ".stockade"), "watch")) if mode != "read-only"
-        else (),
-        mask_other_homes=True, runtime_dir="", home=os.path.expanduser("~"),
-        network=network or NetworkPolicy.none(), session_tmp=None, max_memory_mb=None,
-        env=dict(os.environ))
+    """What `SandboxCore.make_profile` builds for `stockade run` in `ws`, with a home
+    of the test's own beside it (the real one is never labelled), and `hidden` added."""
+    home = os.path.join(os.path.dirname(ws), "home")
+    env = {**os.environ, "USERPROFILE": home,
+           "APPDATA": os.path.join(home, "AppData", "Roaming"),
+           "LOCALAPPDATA": os.path.join(home, "AppData", "Local")}
+    for var in ("APPDATA", "LOCALAPPDATA"):
+        os.makedirs(env[var], exist_ok=True)
+    core = SandboxCore(SandboxConfig(backend="windows"), env=env)
+    try:
+        session = core.new_session("on-host", ws, ephemeral_tmp=True)
+        caps = capabilities_for_mode(mode, session.cwd)
+        profile = core.make_profile(session, SandboxCommand(CMD, ["/c", "ver"]), mode,
+                                    caps.replace(network=network or NetworkPolicy.none()),
+                                    session.cwd, "windows")
+    finally:
+        core.close()
+    return profile.replace(hidden=profile.hidden + hidden)
 
 
 def _run(profile: Profile, command: str, **options: object) -> tuple[int, bytes, bytes]:
