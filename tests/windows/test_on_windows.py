@@ -298,8 +298,6 @@ CHECKLIST = [
     ("W9e-2", 2, RO, ["cmd", "/c", f"dir %LOCALAPPDATA%\\{AREA}"],
      lambda code, out: code != 0 and "token" not in out),
     ("B2", 1, [], ["cmdkey", "/list"], lambda code, out: "sv-target" not in out),
-    ("B3", 1, RO, ["cmd", "/c", "type", "%USERPROFILE%\\.aws\\sv-credentials:stream"],
-     lambda code, out: "SV-SECRET" not in out),
     ("B4", 1, [], ["powershell", "-NoProfile", "-Command",
                    "(New-Object Net.Sockets.TcpClient).Connect('1.1.1.1',443); 'CONNECTED'"],
      lambda code, out: "CONNECTED" not in out),
@@ -638,6 +636,19 @@ def test_checklist_B1_a_shadow_copy_of_the_credentials_is_unreadable(
               if len(ln.strip()) >= 8]
     # The message names no line: they are the user's real credentials.
     assert not [ln for ln in secret if ln in out], f"B1 tier {tier}: read through {path}"
+
+
+@pytest.mark.checklist("B3")
+def test_checklist_B3_an_alternate_stream_reaches_the_same_acl(workspace: str, tmp_path: object,
+                                                               planted: str) -> None:
+    # `type` refuses a stream's name with or without a sandbox, so it could not
+    # fail: cmd's redirection opens the stream.
+    command = f'more < "{planted}:stream"'
+    control = subprocess.run([CMD, "/d", "/s", "/c", command], capture_output=True,
+                             check=False)
+    assert b"SV-SECRET" in control.stdout, "the stream does not read unconfined"
+    _, out = cli(workspace, 1, RO, ["cmd", "/c", command], str(tmp_path))
+    assert "SV-SECRET" not in out, out
 
 
 @pytest.mark.checklist("B3")
