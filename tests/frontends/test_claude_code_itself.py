@@ -63,10 +63,11 @@ def _world_runnable(path: Path) -> bool:
     return all(p.stat().st_mode & stat.S_IXOTH for p in path.parents)
 
 
-def quiet_bashrc(box: Box) -> None:
-    """Claude Code's shell sources ~/.bashrc: the decoy's marker becomes a comment."""
+def quiet_bashrc(box: Box, *lines: str) -> None:
+    """Claude Code's shell sources ~/.bashrc: the decoy's marker becomes a comment,
+    and `lines` follow it."""
     rc = box.home / VISIBLE_DECOY
-    box.write(rc, "# " + rc.read_text(), 0o600)
+    box.write(rc, "# " + "\n".join([rc.read_text(), *lines, ""]), 0o600)
 
 
 def run_claude(box: Box, claude: str, api: str, *args: str) -> dict[str, Any]:
@@ -138,3 +139,38 @@ def test_without_stockade_the_same_call_reads_the_key(box: Box, claude: str) -> 
     (key,) = shown(script)
     assert box.markers[SSH_KEY] in key
     assert (box.home / VISIBLE_DECOY).read_bytes().endswith(b"pwned\n")
+
+
+#: A person's `cd` that activates a project's virtual environment on the way in.
+VENV_CD = 'cd() { builtin cd "$@" || return; [ -f .venv/bin/activate ] && . .venv/bin/activate; }'
+#: What a command leaves for that `cd`: a `.venv` in the workspace and one in `sub`.
+PLANT_VENV = ("for d in . sub; do mkdir -p $d/.venv/bin && "
+              "echo 'id > \"$HOME/PWNED\"' > $d/.venv/bin/activate; done")
+
+
+def test_a_cd_of_the_persons_runs_nothing_a_command_left(box: Box, claude: str) -> None:
+    """The carried directory is entered with the shell's builtin, not the person's `cd`."""
+    res = box.runner.cli(["hook", "claude-code", "--install", "--project",
+                          "--mode", "workspace-write"], cwd=box.ws, env=box.env())
+    assert res.returncode == 0, res.stderr
+    quiet_bashrc(box, VENV_CD)
+    with scripted_api([PLANT_VENV, "cd sub && pwd", "cd .. && pwd", "pwd"]) as (api, script):
+        run_claude(box, claude, api)
+    _, into_sub, back, where = shown(script)
+    assert (into_sub.strip(), back.strip(), where.strip()) == (
+        str(box.ws / "sub"), str(box.ws), str(box.ws))
+    assert (box.ws / "sub" / ".venv" / "bin" / "activate").exists()
+    assert not (box.home / "PWNED").exists()
+
+
+def test_without_stockade_the_persons_cd_runs_what_a_command_left(box: Box, claude: str
+                                                                  ) -> None:
+    quiet_bashrc(box, VENV_CD)
+    command = f"{SYSTEM_PYTHON} -I -c {shlex.quote(UNCONFINED_HOOK)}"
+    settings = {"hooks": {"PreToolUse": [{"matcher": "Bash", "hooks": [
+        {"type": "command", "command": command}]}]}}
+    box.write(box.ws / ".claude" / "settings.json", json.dumps(settings))
+    with scripted_api([PLANT_VENV, "cd sub && pwd"]) as (api, script):
+        run_claude(box, claude, api)
+    shown(script)
+    assert (box.home / "PWNED").exists()

@@ -186,6 +186,11 @@ def rewrite(command: str, *, program: list[str], workspace: str, mode: str, sess
     command itself; a background call has no directory to carry back. Every
     piece is quoted with `shlex.quote`, so the line means the same under
     Claude Code's `eval` in bash or zsh.
+
+    The `cd` is the shell's builtin, without zsh's `chpwd` hooks (`-q`), and
+    only when the directory changed: Claude Code's shell has the person's
+    functions, and a `cd` that activates a project's `.venv` on the way in
+    ran on the host what the command had just written there.
     """
     argv = [*program, "hook", HARNESS, "--run", "--workspace", workspace, "--mode", mode,
             "--session", session, "--timeout", f"{timeout:g}"]
@@ -195,7 +200,9 @@ def rewrite(command: str, *, program: list[str], workspace: str, mode: str, sess
         return shlex.join([*argv, "--", command])
     run_line = shlex.join([*argv, "--cwd-fd", str(CWD_FD), "--", command])
     return ("{ __stockade_cwd=$(" + run_line + " 3>&1 1>&4 4>&-); __stockade_rc=$?; } 4>&1; "
-            '[ -n "$__stockade_cwd" ] && cd -- "$__stockade_cwd"; (exit $__stockade_rc)')
+            'if [ -n "$__stockade_cwd" ] && [ "$__stockade_cwd" != "$PWD/." ]; then '
+            'if [ -n "${ZSH_VERSION-}" ]; then builtin cd -q -- "$__stockade_cwd"; '
+            'else builtin cd -- "$__stockade_cwd"; fi; fi; (exit $__stockade_rc)')
 
 
 def stockade_program() -> list[str]:
