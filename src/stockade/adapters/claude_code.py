@@ -209,32 +209,39 @@ def stockade_program() -> list[str]:
     """How the rewritten line starts stockade again: this interpreter on this copy of
     the package, isolated (`-I`: no PYTHONPATH, no `stockade/` in the current
     directory) and without `site` (`-S`: no `.pth` file of an environment runs)."""
-    import site
-
     # The environment's own directories, named here: stockade's dependencies
     # live there, and without `site` nothing else would put them on the path.
-    where = [_package_top(),
-             *(p for p in site.getsitepackages(_prefixes()) if os.path.isdir(p))]
+    where = [_package_top(), *(p for p in _site_directories() if os.path.isdir(p))]
     boot = (f"import sys; sys.path[:0] = {list(dict.fromkeys(where))!r}; "
             "from stockade.cli import main; sys.exit(main())")
     return [sys.executable, "-I", "-S", "-c", boot]
 
 
-def _prefixes() -> list[str]:
-    """The environments whose packages this interpreter sees as `site` would set them.
+def _site_directories() -> list[str]:
+    """Where this interpreter's packages are, as `site` would have put them on the path.
 
-    Under `-S` (the hook itself runs so) nothing reads `pyvenv.cfg`, so `sys.prefix`
-    is the base interpreter's and a virtual environment's packages would be missing
-    from the line the hook writes."""
+    Computed, not asked of `site`: under `-S` (the hook itself runs so)
+    nothing reads `pyvenv.cfg`, so `sys.prefix` is the base interpreter's,
+    and Debian's `site.getsitepackages` names a virtual environment's
+    `site-packages` only when it differs from the base: the line the hook
+    wrote from a venv then lacked its packages, and every call failed.
+    """
+    import site
+    import sysconfig
+
     venv = os.path.dirname(os.path.dirname(os.path.abspath(sys.executable)))
     try:
         with open(os.path.join(venv, "pyvenv.cfg"), encoding="utf-8") as f:
             cfg = f.read()
     except OSError:
-        return [sys.prefix]
-    shared = re.search(r"^\s*include-system-site-packages\s*=\s*true\s*$", cfg,
-                       re.IGNORECASE | re.MULTILINE)
-    return [venv, sys.base_prefix] if shared else [venv]
+        return site.getsitepackages()
+    here = {name: venv for name in ("base", "platbase", "installed_base", "installed_platbase")}
+    paths = sysconfig.get_paths("venv", vars=here)
+    found = [paths["purelib"], paths["platlib"]]
+    if re.search(r"^\s*include-system-site-packages\s*=\s*true\s*$", cfg,
+                 re.IGNORECASE | re.MULTILINE):
+        found += site.getsitepackages([sys.base_prefix])
+    return found
 
 
 def _package_top() -> str:
