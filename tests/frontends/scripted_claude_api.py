@@ -2,8 +2,9 @@
 
 Claude Code reaches its model at `ANTHROPIC_BASE_URL`. This server answers each
 request of the main loop (the one that offers the `Bash` tool) with the next
-scripted `Bash` call, and with a short text once every call has its result; any
-other request (titles, summaries) gets the text. Every request is kept, so a test
+scripted call (a `Bash` command, or a tool's name and input), and with a short
+text once every call has its result; any other request (titles, summaries)
+gets the text. Every request is kept, so a test
 reads the tool results exactly as the model was shown them.
 """
 
@@ -18,9 +19,13 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 
+#: A scripted call: a `Bash` command, or (a tool's name, its input).
+Call = str | tuple[str, dict[str, Any]]
+
+
 @dataclass
 class Script:
-    commands: Sequence[str]
+    commands: Sequence[Call]
     requests: list[dict[str, Any]] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -42,9 +47,11 @@ class Script:
                        for block in message["content"] if block.get("type") == "tool_result")
         offers_bash = any(tool.get("name") == "Bash" for tool in body.get("tools", []))
         if offers_bash and answered < len(self.commands):
-            return ({"type": "tool_use", "id": f"toolu_{answered}", "name": "Bash",
-                     "input": {"command": self.commands[answered], "description": "a call"}},
-                    "tool_use")
+            call = self.commands[answered]
+            name, given = ("Bash", {"command": call, "description": "a call"}) \
+                if isinstance(call, str) else call
+            return ({"type": "tool_use", "id": f"toolu_{answered}", "name": name,
+                     "input": given}, "tool_use")
         return {"type": "text", "text": "done"}, "end_turn"
 
 
@@ -105,7 +112,7 @@ def _handler(script: Script) -> type[BaseHTTPRequestHandler]:
 
 
 @contextmanager
-def scripted_api(commands: Sequence[str]) -> Iterator[tuple[str, Script]]:
+def scripted_api(commands: Sequence[Call]) -> Iterator[tuple[str, Script]]:
     """(the base URL to give Claude Code, the script and the requests it received)."""
     script = Script(commands)
     server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(script))

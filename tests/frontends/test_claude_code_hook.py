@@ -245,14 +245,15 @@ def test_install_again_replaces_stockades_hook_and_nothing_else(box: Box) -> Non
     assert command.endswith("hook claude-code --mode read-only")
     pre = json.loads(settings.read_text())["hooks"]["PreToolUse"]
     assert pre[:2] == theirs["hooks"]["PreToolUse"] and at == 2 and len(pre) == 3
-    # A second copy (a hand edit, an older stockade) goes too; the first keeps its place
-    # and what else its entry holds.
+    # A second copy (a hand edit, an older stockade) goes too; the first under the
+    # hook's own matcher keeps its place and what else its entry holds.
+    pre[0]["matcher"] = "Bash|Monitor"
     pre[0]["hooks"].append({"type": "command", "command": command, "timeout": 30})
     box.write(settings, json.dumps({"hooks": {"PreToolUse": pre}}))
     assert _install(box, "--mode", "workspace-write").returncode == 0
     pre = json.loads(settings.read_text())["hooks"]["PreToolUse"]
     assert pre[0]["hooks"][0] == {"type": "command", "command": "audit.sh"}
-    assert pre[0]["hooks"][1]["timeout"] == 30
+    assert pre[0]["hooks"][1]["timeout"] == 30 and pre[0]["hooks"][1]["onFailure"] == "block"
     assert [i for i, _ in _stockade_hooks(settings)] == [0] and len(pre) == 2
 
 
@@ -263,6 +264,10 @@ def test_install_again_replaces_stockades_hook_and_nothing_else(box: Box) -> Non
     ("audit.sh hook claude-code", False),
     ("stockade run -- hook claude-code", False),
     ("sh -c 'stockade hook claude-code'", False),
+    # The person's own wrappers around it are theirs.
+    ("timeout 5 stockade hook claude-code", False),
+    ("/usr/local/bin/audit-log --tee /var/log/cc.log stockade hook claude-code", False),
+    ("audit-log python3 -m stockade hook claude-code", False),
     ("unbalanced 'quote", False),
 ])
 def test_which_hooks_are_stockades(command: str, ours: bool) -> None:

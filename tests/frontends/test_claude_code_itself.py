@@ -15,6 +15,7 @@ import shlex
 import shutil
 import sqlite3
 import stat
+import time
 from contextlib import closing
 from pathlib import Path
 from typing import Any
@@ -174,3 +175,67 @@ def test_without_stockade_the_persons_cd_runs_what_a_command_left(box: Box, clau
         run_claude(box, claude, api)
     shown(script)
     assert (box.home / "PWNED").exists()
+
+
+def install_hook(box: Box) -> None:
+    res = box.runner.cli(["hook", "claude-code", "--install", "--project",
+                          "--mode", "workspace-write"], cwd=box.ws, env=box.env())
+    assert res.returncode == 0, res.stderr
+    quiet_bashrc(box)
+
+
+def settings_of(box: Box) -> dict[str, Any]:
+    return dict(json.loads((box.ws / ".claude" / "settings.json").read_text()))
+
+
+def test_the_persons_deny_and_ask_rules_still_hold(box: Box, claude: str) -> None:
+    """Claude Code matched them against the rewritten line, where none matched."""
+    install_hook(box)
+    settings = settings_of(box)
+    settings["permissions"] = {"deny": ["Bash(touch:*)"], "ask": ["Bash(echo asked:*)"]}
+    box.write(box.ws / ".claude" / "settings.json", json.dumps(settings))
+    calls = ["true && touch denied", "echo asked here > asked", "echo plain"]
+    with scripted_api(calls) as (api, script):
+        run_claude(box, claude, api)
+    denied, asked, plain = shown(script)
+    assert "your Claude Code permission rule Bash(touch:*) denies it" in denied, denied
+    assert not (box.ws / "denied").exists() and not (box.ws / "asked").exists(), asked
+    assert plain.strip() == "plain"
+
+
+def test_a_hook_that_cannot_start_blocks_the_call(box: Box, claude: str) -> None:
+    """A moved venv, an upgraded Python: Claude Code ran the call as it was."""
+    install_hook(box)
+    settings = settings_of(box)
+    (entry,) = [e for e in settings["hooks"]["PreToolUse"] if e["matcher"] == "Bash|Monitor"]
+    entry["hooks"][0]["command"] = "/nonexistent/python -I -S -c 'x' hook claude-code"
+    box.write(box.ws / ".claude" / "settings.json", json.dumps(settings))
+    with scripted_api(["echo ran-unconfined"]) as (api, script):
+        run_claude(box, claude, api, "--allowedTools", "Bash(echo:*)")
+    (blocked,) = shown(script)
+    assert "ran-unconfined" not in blocked and "onFailure" in blocked, blocked
+    # The control: the same broken hook without onFailure lets the call run as is.
+    del entry["hooks"][0]["onFailure"]
+    box.write(box.ws / ".claude" / "settings.json", json.dumps(settings))
+    with scripted_api(["echo ran-unconfined"]) as (api, script):
+        run_claude(box, claude, api, "--allowedTools", "Bash(echo:*)")
+    (ran,) = shown(script)
+    assert "ran-unconfined" in ran, ran
+
+
+def test_a_monitors_command_runs_in_the_sandbox(box: Box, claude: str) -> None:
+    """Claude Code's Monitor tool runs a shell command too: the hook's matcher missed it."""
+    install_hook(box)
+    watch = (f"cat ~/{SSH_KEY} > leak 2>&1; echo x > ~/MONITOR_OPEN 2>/dev/null; "
+             "echo watched > seen")
+    calls = [("ToolSearch", {"query": "select:Monitor", "max_results": 5}),
+             ("Monitor", {"description": "a watch", "timeout_ms": 20000, "command": watch})]
+    with scripted_api(calls) as (api, script):
+        run_claude(box, claude, api)
+    shown(script)
+    deadline = time.monotonic() + 20
+    while not (box.ws / "seen").exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert (box.ws / "seen").read_text() == "watched\n"
+    assert box.markers[SSH_KEY] not in (box.ws / "leak").read_text()
+    assert not (box.home / "MONITOR_OPEN").exists()

@@ -53,8 +53,16 @@ BACKGROUND_TIMEOUT_S = 24 * 3600
 CAPTURE_BYTES = 64 << 20
 #: The descriptor the rewritten line reads the command's last directory from.
 CWD_FD = 3
-#: What a matcher names: the tool this hook is for.
+#: The tool whose calls this hook rewrites.
 TOOL = "Bash"
+#: Claude Code's other tool that runs a shell command (a watch whose every line
+#: of output is an event); without it, the agent had a way around the hook.
+MONITOR = "Monitor"
+#: What the installed hook's matcher names: every tool that runs a command.
+MATCHER = f"{TOOL}|{MONITOR}"
+#: Claude Code's longest watch, and its default (`timeout_ms`).
+MONITOR_MAX_MS = 1_800_000
+MONITOR_DEFAULT_MS = 300_000
 HARNESS = "claude-code"
 
 
@@ -74,8 +82,12 @@ def decide(payload: Mapping[str, Any], *, program: list[str], workspace: str | N
     is a deny (see the module docstring).
     """
     if payload.get("hook_event_name", "PreToolUse") != "PreToolUse" or \
-            payload.get("tool_name") != TOOL:
+            payload.get("tool_name") not in (TOOL, MONITOR):
         return None
+    tool_input = payload.get("tool_input")
+    if payload.get("tool_name") == MONITOR and isinstance(tool_input, dict) and \
+            "command" not in tool_input:
+        return None  # a WebSocket watch: Claude Code's own connection, no command
     try:
         return _decide_bash(payload, program=program, workspace=workspace, mode=mode,
                             config_path=config_path, env=env)
@@ -117,11 +129,14 @@ def _decide_bash(payload: Mapping[str, Any], *, program: list[str], workspace: s
         # allow from here that would skip them.
         return None
     session = session_id(payload)
+    ruled = person_rule(command, root, env)
     with SyncWorkspaceSandbox(config, env=env) as sandbox:
         ws = sandbox.session(session, root, ephemeral_tmp=True)
         cmd = SandboxCommand("/bin/bash", ["-c", command], session_id=session, cwd=cwd)
         denial, _ = sandbox.command_policy(cmd, session)
         reason = denial.reason if denial is not None else ""
+        if not reason and ruled is not None and ruled[0] == DENY:
+            reason = f"your Claude Code permission rule {ruled[1]} denies it"
         ask = ("Do not retry it as is: do the task another way, or ask the person to run it "
                "themselves or to change stockade's command policy.")
         if not reason:
@@ -140,19 +155,130 @@ def _decide_bash(payload: Mapping[str, Any], *, program: list[str], workspace: s
             sandbox.record(cmd, ws, mode, None, "unresolved", DENIED, _now(), denied=True,
                            detail={"reason": reason, "hint": text, "hook": HARNESS})
             return deny(text)
-    background = bool(tool_input.get("run_in_background"))
-    timeout_ms = tool_input.get("timeout")
-    if not isinstance(timeout_ms, int | float) or isinstance(timeout_ms, bool) or timeout_ms <= 0:
-        timeout_ms = DEFAULT_TIMEOUT_MS
     line = rewrite(command, program=program, workspace=ws.cwd, mode=mode, session=session,
-                   timeout=BACKGROUND_TIMEOUT_S if background else timeout_ms / 1000,
-                   config_path=config_path, background=background)
+                   timeout=_timeout(payload.get("tool_name"), tool_input),
+                   config_path=config_path, background=_background(payload, tool_input))
+    asked = ruled is not None and ruled[0] == ASK
+    because = f"; your Claude Code permission rule {ruled[1]} asks first" if asked and ruled \
+        else ""
     return {"hookSpecificOutput": {
         "hookEventName": "PreToolUse",
-        "permissionDecision": "allow",
-        "permissionDecisionReason": f"stockade runs it sandboxed ({mode}, {ws.cwd})",
+        "permissionDecision": ASK if asked else "allow",
+        "permissionDecisionReason": f"stockade runs it sandboxed ({mode}, {ws.cwd}){because}",
         "updatedInput": {**tool_input, "command": line},
     }}
+
+
+# -- the person's own permission rules ----------------------------------------------
+
+DENY, ASK = "deny", "ask"
+#: Where Claude Code reads permission rules, beside the project's two files.
+MANAGED_SETTINGS = "/etc/claude-code/managed-settings.json"
+
+
+def person_rule(command: str, project: str, env: Mapping[str, str]
+                ) -> tuple[str, str] | None:
+    """(DENY or ASK, the rule) when one of the person's Claude Code rules for the shell
+    matches `command`, deny first; None when none does.
+
+    Claude Code matches its deny and ask rules against the call it runs,
+    which the hook rewrote: `Bash(rm:*)` no longer matched anything, and the
+    hook's allow ran what the person had forbidden. So the hook matches them
+    against the command as the agent wrote it, and each part of it.
+    """
+    home = env.get("HOME") or os.path.expanduser("~")
+    sources = [(MANAGED_SETTINGS, True), (os.path.join(home, ".claude", "settings.json"), True),
+               (os.path.join(project, ".claude", "settings.json"), False),
+               (os.path.join(project, ".claude", "settings.local.json"), False)]
+    rules: dict[str, list[str]] = {DENY: [], ASK: []}
+    for path, follow in sources:
+        permissions = _settings_json(path, follow=follow).get("permissions")
+        for kind in (DENY, ASK):
+            listed = permissions.get(kind) if isinstance(permissions, dict) else None
+            rules[kind] += [r for r in listed or () if isinstance(r, str)]
+    parts = [command.strip(), *command_parts(command)]
+    for kind in (DENY, ASK):
+        for rule in rules[kind]:
+            if any(rule_matches(rule, part) for part in parts if part):
+                return kind, rule
+    return None
+
+
+def rule_matches(rule: str, command: str) -> bool:
+    """Whether a rule of Claude Code's (`Bash`, `Bash(exact)`, `Bash(prefix:*)`,
+    `Bash(with * wildcards)`) covers `command`; a rule for another tool covers none."""
+    rule = rule.strip()
+    if rule in (TOOL, f"{TOOL}()", f"{TOOL}(*)"):
+        return True
+    if not (rule.startswith(f"{TOOL}(") and rule.endswith(")")):
+        return False
+    pattern = rule[len(TOOL) + 1:-1]
+    if pattern.endswith(":*"):
+        prefix = pattern[:-2]
+        return command == prefix or command.startswith(prefix + " ") or (
+            command.startswith(prefix) and not prefix[-1:].isalnum())
+    wildcard = ".*".join(re.escape(part) for part in pattern.split("*"))
+    return re.fullmatch(wildcard, command, re.DOTALL) is not None
+
+
+def command_parts(command: str) -> list[str]:
+    """The simple commands of a compound one, split at `;`, `&&`, `||`, `|`, `&` and
+    newlines outside quotes (best effort: a part may still hold a subshell)."""
+    parts, current, quote, i = [], [], "", 0
+    while i < len(command):
+        c = command[i]
+        if quote:
+            current.append(c)
+            if c == quote:
+                quote = ""
+            elif c == "\\" and quote == '"' and i + 1 < len(command):
+                current.append(command[i + 1])
+                i += 1
+        elif c in "'\"":
+            quote = c
+            current.append(c)
+        elif c == "\\" and i + 1 < len(command):
+            current += [c, command[i + 1]]
+            i += 1
+        elif c in ";|&\n":
+            parts.append("".join(current).strip())
+            current = []
+        else:
+            current.append(c)
+        i += 1
+    parts.append("".join(current).strip())
+    return [p for p in parts if p]
+
+
+def _settings_json(path: str, *, follow: bool) -> dict[str, Any]:
+    """A settings file's object; {} when it is missing or not one (Claude Code reads
+    such a file as no settings either)."""
+    from ..config import read_settings
+    from ..errors import ConfigError
+
+    try:
+        raw = read_settings(path, follow=follow)
+        value = json.loads(raw) if raw else {}
+    except (ConfigError, ValueError):
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def _background(payload: Mapping[str, Any], tool_input: Mapping[str, Any]) -> bool:
+    """Whether the call has no directory to carry back: a watch, or a background call."""
+    return payload.get("tool_name") == MONITOR or bool(tool_input.get("run_in_background"))
+
+
+def _timeout(tool: object, tool_input: Mapping[str, Any]) -> float:
+    """Seconds before stockade ends the call's process tree, Claude Code's own deadline."""
+    given = tool_input.get("timeout_ms" if tool == MONITOR else "timeout")
+    if not isinstance(given, int | float) or isinstance(given, bool) or not given > 0:
+        given = None
+    if tool == MONITOR:
+        return min(given or MONITOR_DEFAULT_MS, MONITOR_MAX_MS) / 1000
+    if tool_input.get("run_in_background"):
+        return BACKGROUND_TIMEOUT_S
+    return (given or DEFAULT_TIMEOUT_MS) / 1000
 
 
 def deny(reason: str) -> dict[str, Any]:
@@ -395,9 +521,11 @@ def settings_path(scope: str, project: str, env: Mapping[str, str]) -> str:
 
 
 def is_stockade_hook(command: str) -> bool:
-    """Whether `command` starts `stockade hook claude-code`, however stockade is started:
-    the line --install writes (`python -I -S -c '...stockade.cli...'`), a `stockade`
-    script, or `python -m stockade`."""
+    """Whether `command` is stockade's hook itself, however stockade is started: the
+    line --install writes (`python -I -S -c '...stockade.cli...'`), a `stockade`
+    script, or `python -m stockade`, then `hook claude-code`. A command of the
+    person's that only wraps it (`timeout 5 stockade hook claude-code`, a logger
+    that runs it) is theirs, and --install keeps it."""
     try:
         argv = shlex.split(command)
     except ValueError:
@@ -405,10 +533,12 @@ def is_stockade_hook(command: str) -> bool:
     for i in range(1, len(argv) - 1):
         if argv[i:i + 2] == ["hook", HARNESS]:
             start = argv[:i]
-            return (os.path.basename(start[-1]) == "stockade"
-                    or (len(start) > 1 and start[-2] == "-m" and start[-1] == "stockade")
-                    or (len(start) > 1 and start[-2] == "-c"
-                        and "from stockade.cli import main" in start[-1]))
+            if len(start) == 1:
+                return os.path.basename(start[0]) == "stockade"
+            python = os.path.basename(start[0]).startswith("python") and all(
+                flag.startswith("-") for flag in start[1:-2])
+            return python and (start[-2:] == ["-m", "stockade"] or (
+                start[-2] == "-c" and "from stockade.cli import main" in start[-1]))
     return False
 
 
@@ -430,7 +560,9 @@ def merged_settings(current: Mapping[str, Any], hook_command: str
     entries = hooks.get("PreToolUse", [])
     if not isinstance(entries, list):
         raise HookError('its "hooks.PreToolUse" is not a list')
-    ours = {"type": "command", "command": hook_command}
+    # onFailure: a hook that cannot start (its venv moved, Python upgraded), is
+    # killed or times out blocks the call; by default Claude Code ran it as is.
+    ours = {"type": "command", "command": hook_command, "onFailure": "block"}
     found = placed = False
     kept_entries = []
     for i, entry in enumerate(entries):
@@ -452,16 +584,16 @@ def merged_settings(current: Mapping[str, Any], hook_command: str
             if command is None or not is_stockade_hook(command):
                 kept.append(hook)
                 continue
-            # In place only under the Bash matcher: under another it would not run
-            # for the calls it is for.
-            if not found and entry.get("matcher") == TOOL:
+            # In place only under its own matcher: under another (an older
+            # install's "Bash") it would not run for every call it is for.
+            if not found and entry.get("matcher") == MATCHER:
                 kept.append({**hook, **ours})
                 placed = True
             found = True
         if kept or not inner:
             kept_entries.append(entry if kept == inner else {**entry, "hooks": kept})
     if not placed:
-        kept_entries.append({"matcher": TOOL, "hooks": [ours]})
+        kept_entries.append({"matcher": MATCHER, "hooks": [ours]})
     out = {**current, "hooks": {**hooks, "PreToolUse": kept_entries}}
     return None if out == current else (out, found)
 
@@ -485,8 +617,7 @@ def install(scope: str, *, project: str, program: list[str], mode: str | None,
     target = _settings_target(path, scope, project)
     shown = path if target == os.path.abspath(path) else f"{path} (a link to {target})"
     try:
-        os.makedirs(os.path.dirname(target), exist_ok=True)
-        with _locked_dir(os.path.dirname(target)) as root:
+        with _settings_dir(target, scope, project) as root:
             name = os.path.basename(target)
             raw, st = _read_settings(root, name, path)
             try:
@@ -553,18 +684,33 @@ def _settings_target(path: str, scope: str, project: str) -> str:
 
 
 @contextlib.contextmanager
-def _locked_dir(directory: str) -> Iterator[Root]:
-    """`directory` held open and locked against another --install until the block ends.
+def _settings_dir(target: str, scope: str, project: str) -> Iterator[Root]:
+    """The directory of `target`, made if missing, held open and locked against another
+    --install until the block ends.
 
-    The lock is on the directory, which the rename leaves in place: on the
-    file it would be on the inode the first writer renames away, and a second
-    writer waiting there would then write back settings read before the first.
+    A project's is opened beneath the project, no link followed on the way:
+    checked by its real path and then opened by name, it could be swapped for
+    a link in between and the write land outside the project. The lock is on
+    the directory, which the rename leaves in place: on the file it would be
+    on the inode the first writer renames away, and a second writer waiting
+    there would then write back settings read before the first.
     """
     import fcntl
 
     from ..fsroot import Root
 
-    with Root(directory) as root:
+    directory = os.path.dirname(target)
+    if scope == "project":
+        top = os.path.realpath(project)
+        rel = os.path.relpath(directory, top)
+        with Root(top) as project_root:
+            if rel != ".":
+                project_root.makedirs(rel, mode=0o755)
+            root = project_root.sub(rel if rel != "." else "")
+    else:
+        os.makedirs(directory, exist_ok=True)
+        root = Root(directory)
+    with root:
         fcntl.flock(root.fd, fcntl.LOCK_EX)
         yield root  # closing the descriptor releases the lock
 
