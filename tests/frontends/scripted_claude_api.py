@@ -18,7 +18,6 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-
 #: A scripted call: a `Bash` command, or (a tool's name, its input).
 Call = str | tuple[str, dict[str, Any]]
 
