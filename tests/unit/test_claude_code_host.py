@@ -8,6 +8,7 @@ from __future__ import annotations
 import ast
 import json
 import os
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -76,17 +77,62 @@ def test_rules_match_as_claude_code_reads_them(rule: str, command: str, matches:
     assert cc.rule_matches(rule, command) is matches
 
 
-def test_a_compound_command_is_matched_part_by_part(tmp_path: Path) -> None:
-    assert cc.command_parts("echo a && rm -rf x; ls | grep 'a;b' & echo \"x|y\"\ntouch z") == [
-        "echo a", "rm -rf x", "ls", "grep 'a;b'", 'echo "x|y"', "touch z"]
+@pytest.fixture
+def rm_denied(tmp_path: Path) -> tuple[str, dict[str, str]]:
+    """A project whose local settings deny `rm` and ask before `git push`."""
     project = tmp_path / "proj"
     (project / ".claude").mkdir(parents=True)
     (project / ".claude" / "settings.local.json").write_text(json.dumps(
-        {"permissions": {"deny": ["Bash(rm:*)"], "ask": ["Bash(git push:*)"]}}))
-    env = {"HOME": str(tmp_path / "home")}
-    assert cc.person_rule("make && rm -rf /x", str(project), env) == ("deny", "Bash(rm:*)")
-    assert cc.person_rule("git push origin", str(project), env) == ("ask", "Bash(git push:*)")
-    assert cc.person_rule("echo 'rm -rf /x'", str(project), env) is None
+        {"permissions": {"deny": ["Bash(rm:*)", "Bash(git push --force:*)"],
+                         "ask": ["Bash(git push:*)"]}}))
+    return str(project), {"HOME": str(tmp_path / "home")}
+
+
+#: Forms of `rm f` that Claude Code itself denies under `Bash(rm:*)`, each either
+#: denied here or, where it is not taken apart, asked about.
+RM_FORMS = {
+    "deny": ["rm f", "make && rm -rf /x", "FOO=1 rm f", "\\rm f", '"rm" f', "'rm' f",
+             "r\\m f", "/bin/rm f", "rm\tf", "ls | rm f", "true;rm f", "a || rm f",
+             "git  push --force", "GIT_DIR=.git git push --force"],
+    "ask": ["timeout 5 rm f", "nice rm f", "nohup rm f", "time rm f", "env rm f",
+            "command rm f", "exec rm f", "echo f | xargs rm", "(rm f)", "{ rm f; }", "! rm f",
+            "if true; then rm f; fi", "for f in f; do rm $f; done", "case x in x) rm f;; esac",
+            "echo $(rm f)", "echo `rm f`", "cat <(rm f)", "bash -c 'rm f'", "x=rm; $x f",
+            "echo 'x' && \\\nrm f", "echo 'unclosed", "git push origin"],
+}
+
+
+@pytest.mark.parametrize(("kind", "command"), [(k, c) for k, cs in RM_FORMS.items() for c in cs])
+def test_the_persons_rules_stop_every_form_claude_code_stops(
+        rm_denied: tuple[str, dict[str, str]], kind: str, command: str) -> None:
+    project, env = rm_denied
+    ruled = cc.person_rule(command, project, env)
+    assert ruled is not None and ruled[0] == kind, ruled
+
+
+@pytest.mark.parametrize("command", ["echo 'rm -rf /x'", "ls -l; make test", "grep rm f",
+                                     "git push2", "rmdir x"])
+def test_what_no_rule_names_runs(rm_denied: tuple[str, dict[str, str]], command: str) -> None:
+    project, env = rm_denied
+    assert cc.person_rule(command, project, env) is None
+
+
+def test_rules_come_from_every_settings_file_claude_code_reads(tmp_path: Path) -> None:
+    """A user's CLAUDE_CONFIG_DIR and a project's file linked to a dotfiles directory
+    were not read, and their rules were lost."""
+    project, conf, dotfiles = tmp_path / "proj", tmp_path / "conf", tmp_path / "dotfiles"
+    for d in (project / ".claude", conf, dotfiles):
+        d.mkdir(parents=True)
+    (conf / "settings.json").write_text(json.dumps({"permissions": {"deny": ["Bash(touch:*)"]}}))
+    (dotfiles / "local.json").write_text(json.dumps({"permissions": {"deny": ["Bash(mv:*)"]}}))
+    (project / ".claude" / "settings.local.json").symlink_to(dotfiles / "local.json")
+    env = {"HOME": str(tmp_path / "home"), "CLAUDE_CONFIG_DIR": str(conf)}
+    assert cc.person_rule("touch x", str(project), env) == (
+        "deny", "your Claude Code permission rule Bash(touch:*) denies it")
+    assert cc.person_rule("mv a b", str(project), env) is not None
+    assert cc.person_rule("timeout 1 ls", str(project), env) is not None  # rules exist: asked
+    # Without any rule, nothing is asked.
+    assert cc.person_rule("timeout 1 ls", str(tmp_path / "none"), {"HOME": str(tmp_path)}) is None
 
 
 def test_install_does_not_follow_a_project_claude_dir_swapped_for_a_link(
@@ -110,3 +156,67 @@ def test_install_does_not_follow_a_project_claude_dir_swapped_for_a_link(
         cc.install("project", project=str(project), program=["stockade"],
                    mode="workspace-write", env={"HOME": str(tmp_path)})
     assert (outside / "settings.json").read_text() == "{}"
+
+
+def test_reinstalling_keeps_nothing_that_stops_the_hook_deciding() -> None:
+    """`async`, `if` or `once` on an earlier entry (a cloned repository's settings)
+    survived --install, and the next call ran unsandboxed."""
+    old = {"type": "command", "command": "stockade hook claude-code", "async": True,
+           "if": "Bash(zzz:*)", "once": True, "timeout": 30, "statusMessage": "checking"}
+    current = {"hooks": {"PreToolUse": [{"matcher": cc.MATCHER, "hooks": [old]}]}}
+    merged = cc.merged_settings(current, "NEW")
+    assert merged is not None
+    (hook,) = merged[0]["hooks"]["PreToolUse"][0]["hooks"]
+    assert hook == {"type": "command", "command": "NEW", "onFailure": "block", "timeout": 30,
+                    "statusMessage": "checking"}
+    assert merged[0][cc.NO_SKILL_SHELL] is True
+
+
+@pytest.mark.parametrize("key", ["disableAllHooks", "allowManagedHooksOnly"])
+def test_install_refuses_where_hooks_are_turned_off(tmp_path: Path, key: str) -> None:
+    project = tmp_path / "proj"
+    (project / ".claude").mkdir(parents=True)
+    local = project / ".claude" / "settings.local.json"
+    local.write_text(json.dumps({key: True}))
+    with pytest.raises(ConfigError, match=rf"settings\.local\.json \({key}\) turns"):
+        cc.install("project", project=str(project), program=["stockade"],
+                   mode="workspace-write", env={"HOME": str(tmp_path)})
+    assert not (project / ".claude" / "settings.json").exists()
+
+
+def test_install_for_the_user_follows_claude_config_dir(tmp_path: Path) -> None:
+    conf = tmp_path / "conf"
+    cc.install("user", project=str(tmp_path), program=["stockade"], mode="read-only",
+               env={"HOME": str(tmp_path / "home"), "CLAUDE_CONFIG_DIR": str(conf)})
+    assert "hook claude-code" in (conf / "settings.json").read_text()
+    assert not (tmp_path / "home" / ".claude").exists()
+
+
+def test_the_host_cd_goes_back_when_the_name_was_swapped_for_a_link(tmp_path: Path) -> None:
+    """`--run` checks the directory by its real path; the shell then enters it by name,
+    which a background call can swap for a link out of the workspace meanwhile."""
+    ws, outside = tmp_path / "ws", tmp_path / "outside"
+    (ws / "sub").mkdir(parents=True)
+    outside.mkdir()
+    # A stand-in for `--run`: it names ws/sub on descriptor 3, then the name is swapped.
+    fake = ('printf "%s/." "$WS/sub" >&3; mv "$WS/sub" "$WS/sub-aside"; '
+            'ln -s "$OUTSIDE" "$WS/sub"')
+    line = cc.rewrite("true", program=["/bin/sh", "-c", fake, "run"], workspace=str(ws),
+                      mode="workspace-write", session="s", timeout=5, config_path=None,
+                      background=False)
+    out = subprocess.run(["/bin/bash", "-c", f"eval {shlex.quote(line)}; pwd -P"], cwd=ws,
+                         env={"WS": str(ws), "OUTSIDE": str(outside), "PATH": "/usr/bin:/bin"},
+                         capture_output=True, text=True, timeout=30)
+    assert out.stdout.strip() == str(ws), out
+
+
+def test_the_host_cd_enters_the_directory_the_command_ended_in(tmp_path: Path) -> None:
+    ws = tmp_path / "ws"
+    (ws / "sub").mkdir(parents=True)
+    line = cc.rewrite("true", program=["/bin/sh", "-c", 'printf "%s/." "$WS/sub" >&3', "run"],
+                      workspace=str(ws), mode="workspace-write", session="s", timeout=5,
+                      config_path=None, background=False)
+    out = subprocess.run(["/bin/bash", "-c", f"eval {shlex.quote(line)}; pwd -P"], cwd=ws,
+                         env={"WS": str(ws), "PATH": "/usr/bin:/bin"}, capture_output=True,
+                         text=True, timeout=30)
+    assert out.stdout.strip() == str(ws / "sub"), out

@@ -136,7 +136,7 @@ def _decide_bash(payload: Mapping[str, Any], *, program: list[str], workspace: s
         denial, _ = sandbox.command_policy(cmd, session)
         reason = denial.reason if denial is not None else ""
         if not reason and ruled is not None and ruled[0] == DENY:
-            reason = f"your Claude Code permission rule {ruled[1]} denies it"
+            reason = ruled[1]
         ask = ("Do not retry it as is: do the task another way, or ask the person to run it "
                "themselves or to change stockade's command policy.")
         if not reason:
@@ -159,8 +159,7 @@ def _decide_bash(payload: Mapping[str, Any], *, program: list[str], workspace: s
                    timeout=_timeout(payload.get("tool_name"), tool_input),
                    config_path=config_path, background=_background(payload, tool_input))
     asked = ruled is not None and ruled[0] == ASK
-    because = f"; your Claude Code permission rule {ruled[1]} asks first" if asked and ruled \
-        else ""
+    because = f"; {ruled[1]}" if asked and ruled else ""
     return {"hookSpecificOutput": {
         "hookEventName": "PreToolUse",
         "permissionDecision": ASK if asked else "allow",
@@ -172,35 +171,66 @@ def _decide_bash(payload: Mapping[str, Any], *, program: list[str], workspace: s
 # -- the person's own permission rules ----------------------------------------------
 
 DENY, ASK = "deny", "ask"
-#: Where Claude Code reads permission rules, beside the project's two files.
+#: An administrator's settings: the file, then each `.json` of the directory beside it.
 MANAGED_SETTINGS = "/etc/claude-code/managed-settings.json"
+
+
+def settings_sources(project: str, env: Mapping[str, str]) -> list[str]:
+    """Every settings file Claude Code reads for `project`: managed, the user's, the
+    project's shared and local ones. Read for what they restrict, all of them:
+    a file the hook missed (a drop-in, CLAUDE_CONFIG_DIR) lost its rules."""
+    drop_ins = MANAGED_SETTINGS.removesuffix(".json") + ".d"
+    try:
+        managed = sorted(os.path.join(drop_ins, n) for n in os.listdir(drop_ins)
+                         if n.endswith(".json"))
+    except OSError:
+        managed = []
+    home = env.get("HOME") or os.path.expanduser("~")
+    users = [os.path.join(home, ".claude", "settings.json")]
+    if env.get("CLAUDE_CONFIG_DIR"):
+        users.append(os.path.join(env["CLAUDE_CONFIG_DIR"], "settings.json"))
+    return [MANAGED_SETTINGS, *managed, *users,
+            os.path.join(project, ".claude", "settings.json"),
+            os.path.join(project, ".claude", "settings.local.json")]
 
 
 def person_rule(command: str, project: str, env: Mapping[str, str]
                 ) -> tuple[str, str] | None:
-    """(DENY or ASK, the rule) when one of the person's Claude Code rules for the shell
-    matches `command`, deny first; None when none does.
+    """(DENY or ASK, why) when the person's Claude Code rules for the shell stop
+    `command`, deny first; None when none does.
 
     Claude Code matches its deny and ask rules against the call it runs,
     which the hook rewrote: `Bash(rm:*)` no longer matched anything, and the
     hook's allow ran what the person had forbidden. So the hook matches them
-    against the command as the agent wrote it, and each part of it.
+    against each simple command of the one the agent wrote, its quoting
+    undone and its variable assignments and path taken off; a command in a
+    form it cannot take apart (a subshell, `$(...)`, `bash -c`, a wrapper
+    such as `timeout` or `xargs`, a loop) is asked about when any rule
+    exists, since Claude Code may have seen a match inside it.
     """
-    home = env.get("HOME") or os.path.expanduser("~")
-    sources = [(MANAGED_SETTINGS, True), (os.path.join(home, ".claude", "settings.json"), True),
-               (os.path.join(project, ".claude", "settings.json"), False),
-               (os.path.join(project, ".claude", "settings.local.json"), False)]
     rules: dict[str, list[str]] = {DENY: [], ASK: []}
-    for path, follow in sources:
-        permissions = _settings_json(path, follow=follow).get("permissions")
+    for path in settings_sources(project, env):
+        permissions = _settings_json(path).get("permissions")
         for kind in (DENY, ASK):
             listed = permissions.get(kind) if isinstance(permissions, dict) else None
-            rules[kind] += [r for r in listed or () if isinstance(r, str)]
-    parts = [command.strip(), *command_parts(command)]
+            rules[kind] += [r for r in listed or ()
+                            if isinstance(r, str) and r.strip().startswith(TOOL)]
+    if not rules[DENY] and not rules[ASK]:
+        return None
+    simple = simple_commands(command)
+    forms = [command.strip()]
+    for words in simple or ():
+        forms.append(" ".join(words))
+        if "/" in words[0]:
+            forms.append(" ".join([os.path.basename(words[0]), *words[1:]]))
     for kind in (DENY, ASK):
         for rule in rules[kind]:
-            if any(rule_matches(rule, part) for part in parts if part):
-                return kind, rule
+            if any(rule_matches(rule, form) for form in forms if form):
+                return kind, f"your Claude Code permission rule {rule} " + (
+                    "denies it" if kind == DENY else "asks first")
+    if simple is None:
+        return ASK, ("stockade cannot take this command apart to match your Claude Code "
+                     "permission rules against it, so it asks")
     return None
 
 
@@ -221,43 +251,59 @@ def rule_matches(rule: str, command: str) -> bool:
     return re.fullmatch(wildcard, command, re.DOTALL) is not None
 
 
-def command_parts(command: str) -> list[str]:
-    """The simple commands of a compound one, split at `;`, `&&`, `||`, `|`, `&` and
-    newlines outside quotes (best effort: a part may still hold a subshell)."""
-    parts, current, quote, i = [], [], "", 0
-    while i < len(command):
-        c = command[i]
-        if quote:
-            current.append(c)
-            if c == quote:
-                quote = ""
-            elif c == "\\" and quote == '"' and i + 1 < len(command):
-                current.append(command[i + 1])
-                i += 1
-        elif c in "'\"":
-            quote = c
-            current.append(c)
-        elif c == "\\" and i + 1 < len(command):
-            current += [c, command[i + 1]]
-            i += 1
-        elif c in ";|&\n":
-            parts.append("".join(current).strip())
-            current = []
-        else:
-            current.append(c)
-        i += 1
-    parts.append("".join(current).strip())
-    return [p for p in parts if p]
+#: Words that start a simple command stockade does not look inside: shells and
+#: what runs its arguments as a command, and the shell's compound syntax.
+OPAQUE_WORDS = frozenset({
+    "bash", "sh", "zsh", "dash", "ksh", "fish", "eval", "exec", "source", ".", "command",
+    "builtin", "env", "xargs", "time", "nice", "nohup", "timeout", "stdbuf", "setsid",
+    "sudo", "doas", "su", "watch", "parallel", "flock", "chroot", "unshare", "nsenter",
+    "if", "then", "else", "elif", "fi", "for", "while", "until", "do", "done", "case", "esac",
+    "select", "function", "coproc", "{", "}", "!", "[[", "]]", "((", "))"})
+#: Text that hides a command inside another: substitution, process substitution,
+#: expansions and a line continued by a backslash.
+OPAQUE_MARKS = ("$(", "`", "<(", ">(", "${", "$'", "\\\n")
+_SEPARATORS = frozenset({";", "&&", "||", "|", "&", "|&", ";;", ";&", "(", ")"})
+_ASSIGNMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=")
 
 
-def _settings_json(path: str, *, follow: bool) -> dict[str, Any]:
+def simple_commands(command: str) -> list[list[str]] | None:
+    """The words of each simple command in `command`, quoting undone and leading
+    variable assignments dropped; None when a part is in a form not taken apart."""
+    if any(mark in command for mark in OPAQUE_MARKS):
+        return None
+    lexer = shlex.shlex(command.replace("\n", " ; "), posix=True, punctuation_chars=";&|()<>")
+    lexer.whitespace_split = True
+    try:
+        tokens = list(lexer)
+    except ValueError:  # an unclosed quote
+        return None
+    found: list[list[str]] = []
+    words: list[str] = []
+    for token in [*tokens, ";"]:
+        if token not in _SEPARATORS:
+            words.append(token)
+            continue
+        if token in ("(", ")"):
+            return None
+        while words and _ASSIGNMENT.match(words[0]):
+            words.pop(0)
+        if words:
+            if words[0] in OPAQUE_WORDS or "$" in words[0]:
+                return None
+            found.append(words)
+        words = []
+    return found
+
+
+def _settings_json(path: str) -> dict[str, Any]:
     """A settings file's object; {} when it is missing or not one (Claude Code reads
-    such a file as no settings either)."""
+    such a file as no settings either). A link is followed, a project's too: what
+    is read here only ever restricts, and Claude Code follows it."""
     from ..config import read_settings
     from ..errors import ConfigError
 
     try:
-        raw = read_settings(path, follow=follow)
+        raw = read_settings(path, follow=True)
         value = json.loads(raw) if raw else {}
     except (ConfigError, ValueError):
         return {}
@@ -316,7 +362,9 @@ def rewrite(command: str, *, program: list[str], workspace: str, mode: str, sess
     The `cd` is the shell's builtin, without zsh's `chpwd` hooks (`-q`), and
     only when the directory changed: Claude Code's shell has the person's
     functions, and a `cd` that activates a project's `.venv` on the way in
-    ran on the host what the command had just written there.
+    ran on the host what the command had just written there. Where it landed
+    is checked after: a name swapped for a link (by a background call) since
+    `--run` checked it goes back to where the shell was.
     """
     argv = [*program, "hook", HARNESS, "--run", "--workspace", workspace, "--mode", mode,
             "--session", session, "--timeout", f"{timeout:g}"]
@@ -325,10 +373,15 @@ def rewrite(command: str, *, program: list[str], workspace: str, mode: str, sess
     if background:
         return shlex.join([*argv, "--", command])
     run_line = shlex.join([*argv, "--cwd-fd", str(CWD_FD), "--", command])
+    def enter(var: str) -> str:
+        return (f'if [ -n "${{ZSH_VERSION-}}" ]; then builtin cd -q -P -- "${var}"; '
+                f'else builtin cd -P -- "${var}"; fi')
+
     return ("{ __stockade_cwd=$(" + run_line + " 3>&1 1>&4 4>&-); __stockade_rc=$?; } 4>&1; "
             'if [ -n "$__stockade_cwd" ] && [ "$__stockade_cwd" != "$PWD/." ]; then '
-            'if [ -n "${ZSH_VERSION-}" ]; then builtin cd -q -- "$__stockade_cwd"; '
-            'else builtin cd -- "$__stockade_cwd"; fi; fi; (exit $__stockade_rc)')
+            f'__stockade_was=$PWD; {enter("__stockade_cwd")}; '
+            'if [ "$(builtin pwd -P)/." != "$__stockade_cwd" ]; then '
+            f'{enter("__stockade_was")}; fi; fi; (exit $__stockade_rc)')
 
 
 def stockade_program() -> list[str]:
@@ -515,8 +568,9 @@ def _write(fd: int, data: bytes) -> None:
 
 def settings_path(scope: str, project: str, env: Mapping[str, str]) -> str:
     if scope == "user":
-        return os.path.join(env.get("HOME") or os.path.expanduser("~"), ".claude",
-                            "settings.json")
+        where = env.get("CLAUDE_CONFIG_DIR") or os.path.join(
+            env.get("HOME") or os.path.expanduser("~"), ".claude")
+        return os.path.join(where, "settings.json")
     return os.path.join(project, ".claude", "settings.json")
 
 
@@ -540,6 +594,16 @@ def is_stockade_hook(command: str) -> bool:
             return python and (start[-2:] == ["-m", "stockade"] or (
                 start[-2] == "-c" and "from stockade.cli import main" in start[-1]))
     return False
+
+
+#: What --install keeps of an earlier stockade hook's entry: the person's timeout and
+#: message. `async`, `if` and `once` (a cloned repository's settings could set
+#: them) left the hook not deciding the call, and it ran unsandboxed.
+KEPT_KEYS = ("timeout", "statusMessage")
+#: Set beside the hook: a skill's or slash command's inline `!` command runs on
+#: the host without any tool call, so no hook sees it, and a command can write a
+#: skill in any directory of the project, where Claude Code finds it.
+NO_SKILL_SHELL = "disableSkillShellExecution"
 
 
 def merged_settings(current: Mapping[str, Any], hook_command: str
@@ -587,14 +651,14 @@ def merged_settings(current: Mapping[str, Any], hook_command: str
             # In place only under its own matcher: under another (an older
             # install's "Bash") it would not run for every call it is for.
             if not found and entry.get("matcher") == MATCHER:
-                kept.append({**hook, **ours})
+                kept.append({**{k: v for k, v in hook.items() if k in KEPT_KEYS}, **ours})
                 placed = True
             found = True
         if kept or not inner:
             kept_entries.append(entry if kept == inner else {**entry, "hooks": kept})
     if not placed:
         kept_entries.append({"matcher": MATCHER, "hooks": [ours]})
-    out = {**current, "hooks": {**hooks, "PreToolUse": kept_entries}}
+    out = {**current, "hooks": {**hooks, "PreToolUse": kept_entries}, NO_SKILL_SHELL: True}
     return None if out == current else (out, found)
 
 
@@ -614,6 +678,11 @@ def install(scope: str, *, project: str, program: list[str], mode: str | None,
     if mode:
         args += ["--mode", mode]
     hook_command = shlex.join(args)
+    off = hooks_turned_off(project, env)
+    if off:
+        raise ConfigError(f"{off} turns Claude Code's hooks off, so stockade's hook would "
+                          "never run and every call would run unsandboxed; remove that key, "
+                          "then run --install again (nothing was changed)")
     target = _settings_target(path, scope, project)
     shown = path if target == os.path.abspath(path) else f"{path} (a link to {target})"
     try:
@@ -641,6 +710,16 @@ def install(scope: str, *, project: str, program: list[str], mode: str | None,
                           "changed") from exc
     verb = "replaced stockade's Bash hook in" if merged[1] else "added the Bash hook to"
     return f"stockade: {verb} {shown}: {hook_command}"
+
+
+def hooks_turned_off(project: str, env: Mapping[str, str]) -> str:
+    """The settings file and key that keep a project's or user's hooks from running, or ""."""
+    for path in settings_sources(project, env):
+        data = _settings_json(path)
+        for key in ("disableAllHooks", "allowManagedHooksOnly"):
+            if data.get(key) is True:
+                return f"{path} ({key})"
+    return ""
 
 
 def _settings_target(path: str, scope: str, project: str) -> str:
