@@ -55,8 +55,14 @@ def _run_warm(sandbox, cmd, quiet):
         if expect != "any" and served != (expect == "warm"):
             import sys
 
+            # After it: a miss counted as unfit is a profile or view that changed
+            # since parking; one that is not is a sandbox that died while parked.
+            after = ("" if pool is None else
+                     f"; after it: {pool.hits} hits, {pool.misses} misses, "
+                     f"{sum(pool._misses.values())} unfit")
+            sys.stdout.flush()  # the command's output, which os._exit would drop
             sys.stderr.write(f"stockade-warm-harness: expected {expect}, the command was "
-                             f"{'served warm' if served else 'started cold'}{before}\n")
+                             f"{'served warm' if served else 'started cold'}{before}{after}\n")
             sys.stderr.flush()
             os._exit(97)
 
