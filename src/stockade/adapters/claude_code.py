@@ -1,26 +1,27 @@
-"""Claude Code: a PreToolUse hook that runs every `Bash` call inside stockade.
+"""Claude Code: a PreToolUse hook that runs every shell command inside stockade.
 
     stockade hook claude-code --install --project --mode workspace-write
 
-Claude Code runs each command of its Bash tool on the host, in a shell it
-keeps in step with the session (the directory it is in, the person's
-environment). Before each call it runs this hook with the call as JSON on
-stdin, and the hook answers with the call's `updatedInput`: the same
-command, handed to `stockade hook claude-code --run`, which runs it inside
-the sandbox in the session's workspace and mode. Claude Code's own shell
-still runs the line, so its quoting, its environment, the exit status and
-the output stay Claude Code's; a `cd` inside the sandbox is carried back to
-that shell through a descriptor the sandbox never sees.
+Claude Code runs each command of its Bash tool (and of Monitor, a watch) on
+the host, in a shell it keeps in step with the session (the directory it is
+in, the person's environment). Before each call it runs this hook with the
+call as JSON on stdin, and the hook answers with the call's `updatedInput`:
+the same command, handed to `stockade hook claude-code --run`, which runs it
+inside the sandbox in the session's workspace and mode. Claude Code's own
+shell still runs the line, so its quoting, its environment, the exit status
+and the output stay Claude Code's; a `cd` inside the sandbox is carried back
+to that shell through a descriptor the sandbox never sees.
 
-A command the command policy refuses, or one stockade would refuse to run
-here (a cwd outside the workspace, a home workspace in a writing mode), is
-a `deny` whose reason says why and what to ask the person for. Any failure
-of the hook itself is a `deny` too: Claude Code runs a call unchanged when
-a hook fails in any other way, which here would mean unsandboxed.
+A command the command policy or the person's own Claude Code rules refuse,
+or one stockade would refuse to run here (a cwd outside the workspace, a
+home workspace in a writing mode), is a `deny` whose reason says why and
+what to ask the person for. Any failure of the hook itself is a `deny` too,
+and the installed hook blocks the call when it cannot run at all
+(`onFailure`): Claude Code would otherwise run it unchanged, unsandboxed.
 
 The same JSON shapes (PreToolUse, `hookSpecificOutput.updatedInput`) are
-read by harnesses that adopted Claude Code's hook format; the tests feed
-Claude Code's payloads.
+read by harnesses that adopted Claude Code's hook format; the tests run
+Claude Code itself.
 """
 
 from __future__ import annotations
@@ -824,8 +825,8 @@ def argument_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="stockade hook", formatter_class=HelpFormatter,
         description="A harness's command hook that runs its shell calls inside stockade. "
-                    "claude-code: a PreToolUse hook for the Bash tool (JSON on stdin, the "
-                    "answer on stdout).")
+                    "claude-code: a PreToolUse hook for the Bash and Monitor tools (JSON on "
+                    "stdin, the answer on stdout).")
     p.add_argument("harness", choices=(HARNESS,), help="the harness whose hook this is")
     p.add_argument("--workspace", metavar="DIR",
                    help="the project (default: $CLAUDE_PROJECT_DIR, else the call's cwd)")
