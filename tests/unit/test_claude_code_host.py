@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from stockade.adapters import claude_code as cc
+from stockade.adapters import claude_settings as rules
 from stockade.errors import ConfigError
 
 SRC = Path(__file__).resolve().parents[2] / "src"
@@ -74,7 +75,7 @@ def test_outside_a_venv_the_interpreters_own_directories_are_named() -> None:
     ("Read(./secrets)", "./secrets", False),
 ])
 def test_rules_match_as_claude_code_reads_them(rule: str, command: str, matches: bool) -> None:
-    assert cc.rule_matches(rule, command) is matches
+    assert rules.rule_matches(rule, command) is matches
 
 
 @pytest.fixture
@@ -106,7 +107,7 @@ RM_FORMS = {
 def test_the_persons_rules_stop_every_form_claude_code_stops(
         rm_denied: tuple[str, dict[str, str]], kind: str, command: str) -> None:
     project, env = rm_denied
-    ruled = cc.person_rule(command, project, env)
+    ruled = rules.person_rule(command, project, env)
     assert ruled is not None and ruled[0] == kind, ruled
 
 
@@ -114,7 +115,7 @@ def test_the_persons_rules_stop_every_form_claude_code_stops(
                                      "git push2", "rmdir x"])
 def test_what_no_rule_names_runs(rm_denied: tuple[str, dict[str, str]], command: str) -> None:
     project, env = rm_denied
-    assert cc.person_rule(command, project, env) is None
+    assert rules.person_rule(command, project, env) is None
 
 
 def test_rules_come_from_every_settings_file_claude_code_reads(tmp_path: Path) -> None:
@@ -127,12 +128,13 @@ def test_rules_come_from_every_settings_file_claude_code_reads(tmp_path: Path) -
     (dotfiles / "local.json").write_text(json.dumps({"permissions": {"deny": ["Bash(mv:*)"]}}))
     (project / ".claude" / "settings.local.json").symlink_to(dotfiles / "local.json")
     env = {"HOME": str(tmp_path / "home"), "CLAUDE_CONFIG_DIR": str(conf)}
-    assert cc.person_rule("touch x", str(project), env) == (
+    assert rules.person_rule("touch x", str(project), env) == (
         "deny", "your Claude Code permission rule Bash(touch:*) denies it")
-    assert cc.person_rule("mv a b", str(project), env) is not None
-    assert cc.person_rule("timeout 1 ls", str(project), env) is not None  # rules exist: asked
+    assert rules.person_rule("mv a b", str(project), env) is not None
+    assert rules.person_rule("timeout 1 ls", str(project), env) is not None  # rules exist: asked
     # Without any rule, nothing is asked.
-    assert cc.person_rule("timeout 1 ls", str(tmp_path / "none"), {"HOME": str(tmp_path)}) is None
+    bare = {"HOME": str(tmp_path)}
+    assert rules.person_rule("timeout 1 ls", str(tmp_path / "none"), bare) is None
 
 
 def test_install_does_not_follow_a_project_claude_dir_swapped_for_a_link(

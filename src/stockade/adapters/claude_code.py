@@ -33,6 +33,8 @@ import re
 import shlex
 import sys
 
+from .claude_settings import TOOL
+
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     import argparse
@@ -54,8 +56,6 @@ BACKGROUND_TIMEOUT_S = 24 * 3600
 CAPTURE_BYTES = 64 << 20
 #: The descriptor the rewritten line reads the command's last directory from.
 CWD_FD = 3
-#: The tool whose calls this hook rewrites.
-TOOL = "Bash"
 #: Claude Code's other tool that runs a shell command (a watch whose every line
 #: of output is an event); without it, the agent had a way around the hook.
 MONITOR = "Monitor"
@@ -110,6 +110,7 @@ def _decide_bash(payload: Mapping[str, Any], *, program: list[str], workspace: s
     from ..errors import CapabilityDenied
     from ..ledger import DENIED
     from ..sync import SyncWorkspaceSandbox
+    from .claude_settings import ASK, DENY, person_rule
 
     tool_input = payload.get("tool_input")
     if not isinstance(tool_input, dict) or not isinstance(tool_input.get("command"), str):
@@ -167,148 +168,6 @@ def _decide_bash(payload: Mapping[str, Any], *, program: list[str], workspace: s
         "permissionDecisionReason": f"stockade runs it sandboxed ({mode}, {ws.cwd}){because}",
         "updatedInput": {**tool_input, "command": line},
     }}
-
-
-# -- the person's own permission rules ----------------------------------------------
-
-DENY, ASK = "deny", "ask"
-#: An administrator's settings: the file, then each `.json` of the directory beside it.
-MANAGED_SETTINGS = "/etc/claude-code/managed-settings.json"
-
-
-def settings_sources(project: str, env: Mapping[str, str]) -> list[str]:
-    """Every settings file Claude Code reads for `project`: managed, the user's, the
-    project's shared and local ones. Read for what they restrict, all of them:
-    a file the hook missed (a drop-in, CLAUDE_CONFIG_DIR) lost its rules."""
-    drop_ins = MANAGED_SETTINGS.removesuffix(".json") + ".d"
-    try:
-        managed = sorted(os.path.join(drop_ins, n) for n in os.listdir(drop_ins)
-                         if n.endswith(".json"))
-    except OSError:
-        managed = []
-    home = env.get("HOME") or os.path.expanduser("~")
-    users = [os.path.join(home, ".claude", "settings.json")]
-    if env.get("CLAUDE_CONFIG_DIR"):
-        users.append(os.path.join(env["CLAUDE_CONFIG_DIR"], "settings.json"))
-    return [MANAGED_SETTINGS, *managed, *users,
-            os.path.join(project, ".claude", "settings.json"),
-            os.path.join(project, ".claude", "settings.local.json")]
-
-
-def person_rule(command: str, project: str, env: Mapping[str, str]
-                ) -> tuple[str, str] | None:
-    """(DENY or ASK, why) when the person's Claude Code rules for the shell stop
-    `command`, deny first; None when none does.
-
-    Claude Code matches its deny and ask rules against the call it runs,
-    which the hook rewrote: `Bash(rm:*)` no longer matched anything, and the
-    hook's allow ran what the person had forbidden. So the hook matches them
-    against each simple command of the one the agent wrote, its quoting
-    undone and its variable assignments and path taken off; a command in a
-    form it cannot take apart (a subshell, `$(...)`, `bash -c`, a wrapper
-    such as `timeout` or `xargs`, a loop) is asked about when any rule
-    exists, since Claude Code may have seen a match inside it.
-    """
-    rules: dict[str, list[str]] = {DENY: [], ASK: []}
-    for path in settings_sources(project, env):
-        permissions = _settings_json(path).get("permissions")
-        for kind in (DENY, ASK):
-            listed = permissions.get(kind) if isinstance(permissions, dict) else None
-            rules[kind] += [r for r in listed or ()
-                            if isinstance(r, str) and r.strip().startswith(TOOL)]
-    if not rules[DENY] and not rules[ASK]:
-        return None
-    simple = simple_commands(command)
-    forms = [command.strip()]
-    for words in simple or ():
-        forms.append(" ".join(words))
-        if "/" in words[0]:
-            forms.append(" ".join([os.path.basename(words[0]), *words[1:]]))
-    for kind in (DENY, ASK):
-        for rule in rules[kind]:
-            if any(rule_matches(rule, form) for form in forms if form):
-                return kind, f"your Claude Code permission rule {rule} " + (
-                    "denies it" if kind == DENY else "asks first")
-    if simple is None:
-        return ASK, ("stockade cannot take this command apart to match your Claude Code "
-                     "permission rules against it, so it asks")
-    return None
-
-
-def rule_matches(rule: str, command: str) -> bool:
-    """Whether a rule of Claude Code's (`Bash`, `Bash(exact)`, `Bash(prefix:*)`,
-    `Bash(with * wildcards)`) covers `command`; a rule for another tool covers none."""
-    rule = rule.strip()
-    if rule in (TOOL, f"{TOOL}()", f"{TOOL}(*)"):
-        return True
-    if not (rule.startswith(f"{TOOL}(") and rule.endswith(")")):
-        return False
-    pattern = rule[len(TOOL) + 1:-1]
-    if pattern.endswith(":*"):
-        prefix = pattern[:-2]
-        return command == prefix or command.startswith(prefix + " ") or (
-            command.startswith(prefix) and not prefix[-1:].isalnum())
-    wildcard = ".*".join(re.escape(part) for part in pattern.split("*"))
-    return re.fullmatch(wildcard, command, re.DOTALL) is not None
-
-
-#: Words that start a simple command stockade does not look inside: shells and
-#: what runs its arguments as a command, and the shell's compound syntax.
-OPAQUE_WORDS = frozenset({
-    "bash", "sh", "zsh", "dash", "ksh", "fish", "eval", "exec", "source", ".", "command",
-    "builtin", "env", "xargs", "time", "nice", "nohup", "timeout", "stdbuf", "setsid",
-    "sudo", "doas", "su", "watch", "parallel", "flock", "chroot", "unshare", "nsenter",
-    "if", "then", "else", "elif", "fi", "for", "while", "until", "do", "done", "case", "esac",
-    "select", "function", "coproc", "{", "}", "!", "[[", "]]", "((", "))"})
-#: Text that hides a command inside another: substitution, process substitution,
-#: expansions and a line continued by a backslash.
-OPAQUE_MARKS = ("$(", "`", "<(", ">(", "${", "$'", "\\\n")
-_SEPARATORS = frozenset({";", "&&", "||", "|", "&", "|&", ";;", ";&", "(", ")"})
-_ASSIGNMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=")
-
-
-def simple_commands(command: str) -> list[list[str]] | None:
-    """The words of each simple command in `command`, quoting undone and leading
-    variable assignments dropped; None when a part is in a form not taken apart."""
-    if any(mark in command for mark in OPAQUE_MARKS):
-        return None
-    lexer = shlex.shlex(command.replace("\n", " ; "), posix=True, punctuation_chars=";&|()<>")
-    lexer.whitespace_split = True
-    try:
-        tokens = list(lexer)
-    except ValueError:  # an unclosed quote
-        return None
-    found: list[list[str]] = []
-    words: list[str] = []
-    for token in [*tokens, ";"]:
-        if token not in _SEPARATORS:
-            words.append(token)
-            continue
-        if token in ("(", ")"):
-            return None
-        while words and _ASSIGNMENT.match(words[0]):
-            words.pop(0)
-        if words:
-            if words[0] in OPAQUE_WORDS or "$" in words[0]:
-                return None
-            found.append(words)
-        words = []
-    return found
-
-
-def _settings_json(path: str) -> dict[str, Any]:
-    """A settings file's object; {} when it is missing or not one (Claude Code reads
-    such a file as no settings either). A link is followed, a project's too: what
-    is read here only ever restricts, and Claude Code follows it."""
-    from ..config import read_settings
-    from ..errors import ConfigError
-
-    try:
-        raw = read_settings(path, follow=True)
-        value = json.loads(raw) if raw else {}
-    except (ConfigError, ValueError):
-        return {}
-    return value if isinstance(value, dict) else {}
 
 
 def _background(payload: Mapping[str, Any], tool_input: Mapping[str, Any]) -> bool:
@@ -374,15 +233,17 @@ def rewrite(command: str, *, program: list[str], workspace: str, mode: str, sess
     if background:
         return shlex.join([*argv, "--", command])
     run_line = shlex.join([*argv, "--cwd-fd", str(CWD_FD), "--", command])
-    def enter(var: str) -> str:
-        return (f'if [ -n "${{ZSH_VERSION-}}" ]; then builtin cd -q -P -- "${var}"; '
-                f'else builtin cd -P -- "${var}"; fi')
-
     return ("{ __stockade_cwd=$(" + run_line + " 3>&1 1>&4 4>&-); __stockade_rc=$?; } 4>&1; "
             'if [ -n "$__stockade_cwd" ] && [ "$__stockade_cwd" != "$PWD/." ]; then '
-            f'__stockade_was=$PWD; {enter("__stockade_cwd")}; '
+            f'__stockade_was=$PWD; {_enter("__stockade_cwd")}; '
             'if [ "$(builtin pwd -P)/." != "$__stockade_cwd" ]; then '
-            f'{enter("__stockade_was")}; fi; fi; (exit $__stockade_rc)')
+            f'{_enter("__stockade_was")}; fi; fi; (exit $__stockade_rc)')
+
+
+def _enter(var: str) -> str:
+    """The shell's own `cd` into the directory named by `var`, links resolved."""
+    return (f'if [ -n "${{ZSH_VERSION-}}" ]; then builtin cd -q -P -- "${var}"; '
+            f'else builtin cd -P -- "${var}"; fi')
 
 
 def stockade_program() -> list[str]:
@@ -679,6 +540,8 @@ def install(scope: str, *, project: str, program: list[str], mode: str | None,
     if mode:
         args += ["--mode", mode]
     hook_command = shlex.join(args)
+    from .claude_settings import hooks_turned_off
+
     off = hooks_turned_off(project, env)
     if off:
         raise ConfigError(f"{off} turns Claude Code's hooks off, so stockade's hook would "
@@ -711,16 +574,6 @@ def install(scope: str, *, project: str, program: list[str], mode: str | None,
                           "changed") from exc
     verb = "replaced stockade's Bash hook in" if merged[1] else "added the Bash hook to"
     return f"stockade: {verb} {shown}: {hook_command}"
-
-
-def hooks_turned_off(project: str, env: Mapping[str, str]) -> str:
-    """The settings file and key that keep a project's or user's hooks from running, or ""."""
-    for path in settings_sources(project, env):
-        data = _settings_json(path)
-        for key in ("disableAllHooks", "allowManagedHooksOnly"):
-            if data.get(key) is True:
-                return f"{path} ({key})"
-    return ""
 
 
 def _settings_target(path: str, scope: str, project: str) -> str:
