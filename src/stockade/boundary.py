@@ -47,6 +47,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence
 
     from .capabilities import SandboxCapabilities
+    from .drivers.session import Session
     from .profile import ProxyEndpoint
 
 #: Variables naming the extra CA certificates a user's tools must trust.
@@ -96,6 +97,8 @@ def build_profile(
     repositories: tuple[str, ...] = (),
     matched: tuple[str, ...] = (),
     platform: str = "",
+    session: Session | None = None,
+    publish: tuple[tuple[str, int, int], ...] = (),
 ) -> Profile:
     """Decide the boundary for one command. All paths in are canonical.
 
@@ -148,6 +151,7 @@ def build_profile(
         spawn_subprocess=capabilities.spawn_subprocess or mode == FULL_ACCESS,
         env=envscrub.command_env(host_env, command_env or {}, secret_env, backend=backend,
                                  mode=mode, caches=w.caches, relocated=w.relocated),
+        session=session, publish=publish,
     )
 
 
@@ -193,10 +197,9 @@ def ca_bundles(host_env: Mapping[str, str], kind: Callable[[str], str]) -> tuple
     """The CA certificates the variables tools read name, always readable: a
     company's TLS-intercepting CA, without which every HTTPS request through
     that network fails to verify."""
-    return tuple(sorted({
-        os.path.realpath(host_env[var]) for var in CA_BUNDLE_VARS
-        if host_env.get(var, "").startswith("/") and kind(os.path.realpath(host_env[var]))
-        in (FILE, DIR)}))
+    named = {os.path.realpath(host_env[var]) for var in CA_BUNDLE_VARS
+             if host_env.get(var, "").startswith("/")}
+    return tuple(sorted(p for p in named if kind(p) in (FILE, DIR)))
 
 
 def readable(read_scope: str, workspace: str, capabilities: SandboxCapabilities,
@@ -206,8 +209,9 @@ def readable(read_scope: str, workspace: str, capabilities: SandboxCapabilities,
     one only what a program needs to start, the grants and the workspace."""
     if read_scope != STRICT:
         return ("/",), ()
-    roots = [p for p in SYSTEM_READ_PATHS if kind(p) == DIR]
-    links = tuple((p, os.readlink(p)) for p in SYSTEM_READ_PATHS if kind(p) == LINK)
+    kinds = {p: kind(p) for p in SYSTEM_READ_PATHS}
+    roots = [p for p in SYSTEM_READ_PATHS if kinds[p] == DIR]
+    links = tuple((p, os.readlink(p)) for p in SYSTEM_READ_PATHS if kinds[p] == LINK)
     roots.extend(interpreter_prefixes())
     roots.extend(capabilities.fs_read)
     roots.extend(extra_read)

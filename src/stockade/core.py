@@ -79,8 +79,6 @@ class SessionWorkspace:
     def __init__(self, session: Session, *, provisioned: bool, read_scope: str) -> None:
         #: What the drivers see of the session: the one owner of its /tmp.
         self.session = session
-        self.session_id = session.id
-        self.cwd = session.workspace
         self.provisioned = provisioned
         self.read_scope = read_scope
         self.processes: set[BackgroundProcess] = set()
@@ -88,6 +86,15 @@ class SessionWorkspace:
         #: The private layers over the toolchain caches, made by this session at
         #: its first writing command and removed with it: never found by name.
         self.cache_dir: str | None = None
+
+    @property
+    def session_id(self) -> str:
+        return self.session.id
+
+    @property
+    def cwd(self) -> str:
+        """The session's workspace."""
+        return self.session.workspace
 
     @property
     def tmp_dir(self) -> str | None:
@@ -649,9 +656,8 @@ class SandboxCore:
             use_scratch=c.scratch, secret_env=tuple(c.secret_env) if c.secret_env is not None
             else _default_secrets(), session_tmp=ws.tmp_dir, backend=backend,
             repositories=repositories, matched=matched, platform=self.platform,
+            session=ws.session, publish=cmd.publish,
         )
-        profile = profile.replace(session=ws.session, **(
-            {"publish": cmd.publish} if cmd.publish else {}))
         for _cache, private, _var in profile.caches:
             for part in ("upper", "work"):
                 os.makedirs(os.path.join(private, part), mode=0o700, exist_ok=True)

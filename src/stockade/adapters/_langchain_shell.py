@@ -42,6 +42,8 @@ LANDLOCK_SCOPE_SIGNAL = 1 << 1
 #: Set (to anything) in the shell's environment, the shell takes the kernel for
 #: one without Landlock: how the tests reach the refusal on a kernel that has it.
 NO_LANDLOCK_ENV = "STOCKADE_SHELL_NO_LANDLOCK"
+#: libc, loaded once: `_own_domain` runs in a forked child, between fork and exec.
+LIBC = ctypes.CDLL(None, use_errno=True)
 #: One string of a command's environment the kernel takes at most (MAX_ARG_STRLEN).
 MAX_ENV_STRING = 32 * 4096
 #: The most environment one command hands to the next, as the kernel counts
@@ -100,8 +102,7 @@ def _landlock_abi() -> int:
     """The kernel's Landlock ABI version; 0 where it has none."""
     if os.environ.get(NO_LANDLOCK_ENV):
         return 0
-    libc = ctypes.CDLL(None, use_errno=True)
-    return max(int(libc.syscall(SYS_LANDLOCK_CREATE_RULESET, None, 0,
+    return max(int(LIBC.syscall(SYS_LANDLOCK_CREATE_RULESET, None, 0,
                                 LANDLOCK_CREATE_RULESET_VERSION)), 0)
 
 
@@ -111,10 +112,9 @@ def _domain_ruleset(abi: int) -> int:
     With ABI 6 its signals are scoped too; before that only ptrace and /proc
     are kept apart, which is what Landlock had.
     """
-    libc = ctypes.CDLL(None, use_errno=True)
     attr = (ctypes.c_uint64 * 3)(LANDLOCK_ACCESS_FS_MAKE_BLOCK, 0,
                                  LANDLOCK_SCOPE_SIGNAL if abi >= 6 else 0)
-    fd = libc.syscall(SYS_LANDLOCK_CREATE_RULESET, ctypes.byref(attr),
+    fd = LIBC.syscall(SYS_LANDLOCK_CREATE_RULESET, ctypes.byref(attr),
                       24 if abi >= 6 else 8, 0)
     if fd < 0:
         raise OSError(ctypes.get_errno(), "landlock_create_ruleset failed")
@@ -131,8 +131,7 @@ def _own_domain(ruleset: int) -> None:
     write into its output, nor kill it. Nothing else is restricted. Raising
     keeps the command from running outside one.
     """
-    libc = ctypes.CDLL(None, use_errno=True)
-    if libc.syscall(SYS_LANDLOCK_RESTRICT_SELF, ruleset, 0) != 0:
+    if LIBC.syscall(SYS_LANDLOCK_RESTRICT_SELF, ruleset, 0) != 0:
         raise OSError(ctypes.get_errno(), "landlock_restrict_self failed")
 
 
@@ -412,8 +411,7 @@ def main() -> int:
     # they carry stay this process's alone; without it a background job could
     # read the next command's token and forge its status or write commands of
     # its own.
-    libc = ctypes.CDLL(None, use_errno=True)
-    if libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) != 0:
+    if LIBC.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) != 0:
         sys.stderr.write("stockade: the shell could not make itself undumpable "
                          f"({os.strerror(ctypes.get_errno())}); it runs no commands\n")
         return 125

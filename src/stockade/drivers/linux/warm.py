@@ -116,6 +116,11 @@ def profile_key(profile: Profile) -> str:
     return to_json({"profile": profile.to_json(), "env": sorted(profile.env.items())})
 
 
+def parked_roots(profile: Profile) -> tuple[str, ...]:
+    """Where a writer spoils a sandbox parked from `profile`: its workspace and writable roots."""
+    return (profile.workspace, *writable_roots(profile))
+
+
 def mount_identity(profile: Profile, watch: Sequence[str]) -> tuple[object, ...]:
     """What the sandbox's mounts and the config depend on that the profile does not say.
 
@@ -180,7 +185,7 @@ class Parked:
         self.session = session
         self.key = key
         self.identity = identity
-        self.roots = (profile.workspace, *writable_roots(profile))
+        self.roots = parked_roots(profile)
         self.created = time.monotonic()
         self.launch: Launch | None = None
         self.proc: Process | None = None
@@ -522,7 +527,7 @@ class WarmPool:
         for session, profile in self._wanted.items():
             if len(self._parked.get(session, [])) >= self.size:
                 continue
-            if WRITERS.running_in((profile.workspace, *writable_roots(profile))):
+            if WRITERS.running_in(parked_roots(profile)):
                 continue  # asked again when that command ends
             out[session] = profile
         return out
