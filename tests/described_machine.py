@@ -13,11 +13,23 @@ import os
 import shutil
 import socket
 import tempfile
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
 from stockade.profile import DIR, SOCKET, Profile, Protected
+
+_BUILT: dict[str, Profile] = {}
+
+
+def remembered(key: str, build: Callable[[], Profile]) -> Profile:
+    """The profile `build` makes, made once per `key` (the arguments that decide it):
+    a core lays the machine out and opens its ledger each time, which was most of
+    these suites' time. Each caller gets its own copy of the environment."""
+    if key not in _BUILT:
+        _BUILT[key] = build()
+    found = _BUILT[key]
+    return found.replace(env=dict(found.env))
 
 
 @contextmanager

@@ -12,7 +12,7 @@ import os
 
 from sbpl_eval import Policy
 
-from described_machine import OnDisk, laid_out
+from described_machine import OnDisk, laid_out, remembered
 from stockade.capabilities import NetworkPolicy, SandboxCapabilities, capabilities_for_mode
 from stockade.command import SandboxCommand
 from stockade.config import SandboxConfig
@@ -100,6 +100,16 @@ def mac_profile(
     variables), its own state and ledger included; the profile's paths are
     then spelled as on the Mac itself, the root taken off.
     """
+    key = repr(("mac", mode, scope, network, workspace, capabilities, writable, granted,
+                sorted((extra_fs or {}).items()), sorted((env or {}).items())))
+    return remembered(key, lambda: _built(mode, scope, network, workspace, capabilities,
+                                          writable, granted, extra_fs, env))
+
+
+def _built(mode: str, scope: str, network: NetworkPolicy | None, workspace: str,
+           capabilities: SandboxCapabilities | None, writable: tuple[str, ...],
+           granted: tuple[str, ...], extra_fs: dict[str, str] | None,
+           env: dict[str, str] | None) -> Profile:
     host_env = {"HOME": HOME, "PATH": "/usr/bin:/bin", "SSH_AUTH_SOCK": AGENT,
                 "GOCACHE": GOCACHE, "TMPDIR": "/var/folders/zz/abc123/T/",
                 "DOCKER_HOST": f"unix://{DOCKER_SOCKS[0]}", **(env or {})}

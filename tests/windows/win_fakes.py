@@ -16,7 +16,7 @@ import signal
 import subprocess
 from collections.abc import Mapping
 
-from described_machine import OnDisk, laid_out
+from described_machine import OnDisk, laid_out, remembered
 from stockade.capabilities import NetworkPolicy, capabilities_for_mode
 from stockade.command import SandboxCommand
 from stockade.config import SandboxConfig
@@ -65,6 +65,20 @@ def win_profile(mode: str = "workspace-write", *, network: NetworkPolicy | None 
     profile comes back spelled as on Windows, `C:\\...`. What exists only on
     this host (`/etc/shadow`) is not on the machine described, and is left out.
     """
+    key = repr(("win", mode, network, workspace))
+    built = remembered(key, lambda: _built(mode, network, workspace))
+    given: dict[str, object] = {"read_extra": read_extra, "write_roots": write_roots,
+                                "max_memory_mb": max_memory_mb}
+    for name, value in (("protected", protected), ("hidden", hidden), ("shown", shown),
+                        ("session_tmp", session_tmp), ("env", env)):
+        if value is not None:
+            given[name] = dict(value) if name == "env" else value
+    if mode == "read-only":
+        given["protected"] = ()
+    return built.replace(**given)
+
+
+def _built(mode: str, network: NetworkPolicy | None, workspace: str) -> Profile:
     on_c = {_posix(path): kind for path, kind in MACHINE.items()}
     with laid_out({**on_c, _posix(workspace): DIR}) as root:
         on_disk = OnDisk(root, ("/Users",))
@@ -84,16 +98,7 @@ def win_profile(mode: str = "workspace-write", *, network: NetworkPolicy | None 
                                       ws.cwd, "windows")
         finally:
             core.close()
-        built = _spelled_on_windows(on_disk.taken_off(built))
-    given: dict[str, object] = {"read_extra": read_extra, "write_roots": write_roots,
-                                "max_memory_mb": max_memory_mb}
-    for name, value in (("protected", protected), ("hidden", hidden), ("shown", shown),
-                        ("session_tmp", session_tmp), ("env", env)):
-        if value is not None:
-            given[name] = dict(value) if name == "env" else value
-    if mode == "read-only":
-        given["protected"] = ()
-    return built.replace(**given)
+        return _spelled_on_windows(on_disk.taken_off(built))
 
 
 def _posix(path: str) -> str:
