@@ -51,7 +51,7 @@ test: $(VENV)/.dev-installed $(VENV)/claude-code/.installed-$(CLAUDE_CODE)
 	step "mypy" $(BIN)/mypy; \
 	step "mypy, Windows driver" $(BIN)/mypy --platform win32 src/stockade/drivers/windows; \
 	step "mypy, macOS driver" $(BIN)/mypy --platform darwin src/stockade/drivers/macos; \
-	step "first pass: the whole suite, stockade's own bwrap" $(BIN)/python -m pytest; \
+	step "first pass: the whole suite, stockade's own bwrap" $(BIN)/python -m pytest --durations=25; \
 	dir=$$(mktemp -d /tmp/stockade-system-bwrap.XXXXXX) && \
 	bwrap=$$($(BIN)/python tests/isolation/system_bwrap.py "$$dir"); rc=$$?; \
 	if [ $$rc -eq 0 ] && [ -n "$$bwrap" ]; then \
