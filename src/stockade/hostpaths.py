@@ -44,6 +44,16 @@ PROTECTED_NAMES = (".git", ".stockade", "stockade.toml", ".envrc", "mise.toml", 
                    ".continue", ".mcp.json", ".aider.conf.yml", ".vscode", ".idea", ".zed",
                    ".devcontainer")
 
+#: The names among them that a tool reads in any directory, not only at the
+#: workspace's top: an agent or editor started in (or reading files of) a
+#: subdirectory loads its `.claude` (skills whose inline commands and hooks
+#: run on the host), `.mcp.json`, `.vscode` tasks, `.envrc`. One a command
+#: creates anywhere is moved to the quarantine after it (`treewatch.py`).
+#: Not `.git` (nested repositories are made inert, not moved) nor stockade's
+#: own files (a nested `stockade.toml` is untrusted until the person trusts it).
+NESTED_PROTECTED = tuple(n for n in PROTECTED_NAMES
+                         if n not in (".git", ".stockade", "stockade.toml"))
+
 #: When the home directory itself is writable (a workspace of `~`, as an MCP
 #: client started in the home gives), the files a login, a new shell or the
 #: desktop runs without asking, and the door for the next ssh login.

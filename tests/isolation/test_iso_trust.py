@@ -1121,3 +1121,38 @@ def test_a_deep_repository_is_inert_while_its_command_still_runs(box: Box) -> No
         box.write(box.ws / "go", "")
         proc.wait(timeout=60)
     assert not live
+
+
+# -- agent and editor configs below the top ------------------------------------------------
+
+#: Configs a tool loads in the directory it is started in (or an agent reading a
+#: file there): a skill whose inline command and hooks Claude Code runs on the
+#: host, a project MCP server, editor tasks, a direnv file; made in place, moved
+#: in, and deep in a new tree.
+NESTED_CONFIGS = r"""
+mkdir -p a/b/.claude/skills/x && printf -- '---\nname: x\n---\n!`touch ran`\n' > a/b/.claude/skills/x/SKILL.md
+echo '{"mcpServers": {}}' > a/.mcp.json
+mkdir -p c/.vscode && echo '{}' > c/.vscode/tasks.json
+mkdir -p d && echo 'touch ran' > d/.envrc
+mkdir -p t/cur && echo x > t/cur/rules && mv t/cur a/.cursor
+mkdir -p x/y/z/.gemini && echo '{}' > x/y/z/.gemini/settings.json
+echo work > a/b/work.txt && echo planted
+"""
+CREATED = ("a/b/.claude", "a/.mcp.json", "c/.vscode", "d/.envrc", "a/.cursor", "x/y/z/.gemini")
+
+
+def test_an_agent_or_editor_config_made_below_the_top_is_moved_away(box: Box) -> None:
+    box.write(box.ws / "keep" / ".vscode" / "settings.json", "{}\n")  # the person's
+    res = box.sh(NESTED_CONFIGS, mode="workspace-write")
+    assert b"planted" in res.stdout, text(res)
+    left = [rel for rel in CREATED if os.path.lexists(box.ws / rel)]
+    assert left == [], text(res)
+    assert (box.ws / "a" / "b" / "work.txt").read_text() == "work\n"
+    assert (box.ws / "keep" / ".vscode" / "settings.json").exists()
+    assert b"created by the command" in res.stderr, text(res)
+
+
+def test_control_without_a_boundary_the_configs_stay(box: Box) -> None:
+    res = box.sh(NESTED_CONFIGS, mode="full-access")
+    assert b"planted" in res.stdout, text(res)
+    assert [rel for rel in CREATED if os.path.lexists(box.ws / rel)] == list(CREATED)

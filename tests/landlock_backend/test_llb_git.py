@@ -107,3 +107,9 @@ def test_crafted_gitlinks_cannot_steer_the_sweep_out_of_the_workspace(repo: Box)
 
 def test_a_fifo_where_stockade_reads_cannot_hang_the_workspace(repo: Box) -> None:
     iso.test_a_fifo_where_stockade_reads_cannot_hang_the_workspace(repo)
+
+
+def test_an_agent_or_editor_config_made_below_the_top_is_moved_away(box: Box) -> None:
+    from isolation import test_iso_trust as trust
+
+    trust.test_an_agent_or_editor_config_made_below_the_top_is_moved_away(box)

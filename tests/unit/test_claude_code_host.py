@@ -94,12 +94,19 @@ def rm_denied(tmp_path: Path) -> tuple[str, dict[str, str]]:
 RM_FORMS = {
     "deny": ["rm f", "make && rm -rf /x", "FOO=1 rm f", "\\rm f", '"rm" f', "'rm' f",
              "r\\m f", "/bin/rm f", "rm\tf", "ls | rm f", "true;rm f", "a || rm f",
-             "git  push --force", "GIT_DIR=.git git push --force"],
+             "git  push --force", "GIT_DIR=.git git push --force",
+             # A `#` inside a word, a redirection before the command (third review).
+             "echo a#b; rm -f x", "echo ''#; rm -f z", "ls;#\nrm x", ">out rm -f y",
+             "2>/dev/null rm -f y"],
     "ask": ["timeout 5 rm f", "nice rm f", "nohup rm f", "time rm f", "env rm f",
             "command rm f", "exec rm f", "echo f | xargs rm", "(rm f)", "{ rm f; }", "! rm f",
             "if true; then rm f; fi", "for f in f; do rm $f; done", "case x in x) rm f;; esac",
             "echo $(rm f)", "echo `rm f`", "cat <(rm f)", "bash -c 'rm f'", "x=rm; $x f",
-            "echo 'x' && \\\nrm f", "echo 'unclosed", "git push origin"],
+            "echo 'x' && \\\nrm f", "echo 'unclosed", "git push origin",
+            # Wrappers Claude Code reads through, a heredoc, a command too long to take apart.
+            "ionice rm -f v", "taskset 1 rm -f x", "chrt -o 0 rm -f v",
+            "strace -o /dev/null rm -f v", "noglob rm -f w", "cat <<EOF\nrm x\nEOF",
+            "x" * 70_000 + "; rm f"],
 }
 
 

@@ -4,6 +4,7 @@ and where the watch cannot follow, it says so and walks the tree instead."""
 from __future__ import annotations
 
 import os
+import shutil
 import struct
 import time
 from pathlib import Path
@@ -163,5 +164,59 @@ def test_a_file_saved_just_before_the_question_is_matched(tmp_path: Path) -> Non
             time.sleep(0.2)  # time enough for a thread reading outside the lock to read it
             tree._catch_up()
             assert str(tmp_path / "deep" / ".env") in tree._matched
+    finally:
+        tree.close()
+
+
+def configs_drained(tree: TreeWatch, want: str, seconds: float = 5.0) -> list[str]:
+    got: list[str] = []
+    deadline = time.monotonic() + seconds
+    while want not in got and time.monotonic() < deadline:
+        got += tree.drain_configs()
+        time.sleep(0.01)
+    return got
+
+
+def test_an_agent_or_editor_config_made_below_the_top_is_found(ws: Path) -> None:
+    """A tool started in that directory (or an agent reading a file there) loads it:
+    `sub/.claude/skills/x/SKILL.md` ran its inline command and hooks on the host."""
+    (ws / "keep" / ".vscode").mkdir(parents=True)  # the person's, before the watch
+    tree = TreeWatch(str(ws))
+    try:
+        assert tree.drain_configs() == []
+        skill = ws / "d2" / "e" / ".claude" / "skills" / "x"
+        skill.mkdir(parents=True)
+        (skill / "SKILL.md").write_text("x\n")
+        want = str(ws / "d2" / "e" / ".claude")
+        assert want in configs_drained(tree, want)
+        # Made with its content elsewhere and moved in; a file config; deep in a new tree.
+        (ws / "aside" / "c").mkdir(parents=True)
+        os.rename(ws / "aside" / "c", ws / "d4" / ".cursor")
+        (ws / "d5" / ".mcp.json").write_text("{}")
+        (ws / "n" / "m" / ".envrc").parent.mkdir(parents=True)
+        (ws / "n" / "m" / ".envrc").write_text("x")
+        got = set(configs_drained(tree, str(ws / "n" / "m" / ".envrc")))
+        got |= set(tree.drain_configs())
+        assert {str(ws / p) for p in ("d4/.cursor", "d5/.mcp.json", "n/m/.envrc")} <= got
+        # Moved away (as the guard does), then neither the person's nor the top's
+        # own (the profile holds those) is found.
+        for path in got:
+            shutil.rmtree(path) if os.path.isdir(path) else os.unlink(path)
+        (ws / ".vscode").mkdir()
+        time.sleep(0.2)
+        assert tree.drain_configs() == []
+    finally:
+        tree.close()
+
+
+def test_what_appeared_while_no_command_ran_is_the_persons(ws: Path) -> None:
+    tree = TreeWatch(str(ws))
+    try:
+        (ws / "d1" / ".idea").mkdir()
+        time.sleep(0.2)
+        tree.settle_configs()  # a guard starting with no other alive
+        (ws / "d1" / ".zed").mkdir()
+        got = configs_drained(tree, str(ws / "d1" / ".zed"))
+        assert str(ws / "d1" / ".zed") in got and str(ws / "d1" / ".idea") not in got
     finally:
         tree.close()

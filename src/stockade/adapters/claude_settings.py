@@ -106,25 +106,35 @@ def rule_matches(rule: str, command: str) -> bool:
 #: Words that start a simple command stockade does not look inside: shells and
 #: what runs its arguments as a command, and the shell's compound syntax.
 OPAQUE_WORDS = frozenset({
-    "bash", "sh", "zsh", "dash", "ksh", "fish", "eval", "exec", "source", ".", "command",
-    "builtin", "env", "xargs", "time", "nice", "nohup", "timeout", "stdbuf", "setsid",
-    "sudo", "doas", "su", "watch", "parallel", "flock", "chroot", "unshare", "nsenter",
+    "sh", "bash", "zsh", "fish", "csh", "tcsh", "ksh", "mksh", "dash", "ash", "hush", "rbash",
+    "rsh", "busybox", "toybox", "wsl", "cmd", "powershell", "pwsh", "eval", "exec", "source",
+    ".", "env", "xargs", "command", "builtin", "noglob", "nice", "stdbuf", "nohup", "timeout",
+    "time", "watch", "ionice", "chrt", "setsid", "taskset", "strace", "ltrace", "script",
+    "flock", "unshare", "nsenter", "sandbox-exec", "sudo", "doas", "pkexec", "su", "runuser",
+    "parallel", "chroot",
     "if", "then", "else", "elif", "fi", "for", "while", "until", "do", "done", "case", "esac",
     "select", "function", "coproc", "{", "}", "!", "[[", "]]", "((", "))"})
 #: Text that hides a command inside another: substitution, process substitution,
-#: expansions and a line continued by a backslash.
-OPAQUE_MARKS = ("$(", "`", "<(", ">(", "${", "$'", "\\\n")
+#: expansions, a line continued by a backslash, and a heredoc (whose body lines
+#: would read as commands).
+OPAQUE_MARKS = ("$(", "`", "<(", ">(", "${", "$'", "\\\n", "<<")
+#: Longer than this, a command is not taken apart: the lexer's time grows with it,
+#: and the hook's own timeout would block the call.
+MAX_PARSED = 64 << 10
 _SEPARATORS = frozenset({";", "&&", "||", "|", "&", "|&", ";;", ";&", "(", ")"})
+_REDIRECTS = frozenset({">", ">>", "<", ">&", "<&", "&>", "&>>", "<>", ">|"})
 _ASSIGNMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=")
 
 
 def simple_commands(command: str) -> list[list[str]] | None:
-    """The words of each simple command in `command`, quoting undone and leading
-    variable assignments dropped; None when a part is in a form not taken apart."""
-    if any(mark in command for mark in OPAQUE_MARKS):
+    """The words of each simple command in `command`, quoting undone, redirections
+    and leading variable assignments dropped; None when a part is in a form not taken
+    apart."""
+    if len(command) > MAX_PARSED or any(mark in command for mark in OPAQUE_MARKS):
         return None
     lexer = shlex.shlex(command.replace("\n", " ; "), posix=True, punctuation_chars=";&|()<>")
     lexer.whitespace_split = True
+    lexer.commenters = ""  # a `#` inside a word is the word's (`a#b; rm x`)
     try:
         tokens = list(lexer)
     except ValueError:  # an unclosed quote
@@ -137,6 +147,7 @@ def simple_commands(command: str) -> list[list[str]] | None:
             continue
         if token in ("(", ")"):
             return None
+        words = _without_redirections(words)
         while words and _ASSIGNMENT.match(words[0]):
             words.pop(0)
         if words:
@@ -145,6 +156,23 @@ def simple_commands(command: str) -> list[list[str]] | None:
             found.append(words)
         words = []
     return found
+
+
+def _without_redirections(words: list[str]) -> list[str]:
+    """`words` less each redirection and its target, and the descriptor number before
+    it: `2>/dev/null rm f` is `rm f` (the lexer has split `2>` from its target)."""
+    out: list[str] = []
+    skip = False
+    for i, word in enumerate(words):
+        if skip:
+            skip = False
+        elif word in _REDIRECTS:
+            skip = True
+            if out and out[-1].isdigit():
+                out.pop()
+        elif not (word.isdigit() and i + 1 < len(words) and words[i + 1] in _REDIRECTS):
+            out.append(word)
+    return out
 
 
 def _settings_json(path: str) -> dict[str, Any]:

@@ -127,6 +127,8 @@ class MetadataGuard:
             fcntl.flock(self.alive_fd, fcntl.LOCK_EX)
             try:
                 if not self._others_alive():
+                    if tree is not None:
+                        tree.settle_configs()
                     if os.path.isdir(self.dir):
                         # Every guard of this baseline died with its command
                         # (stockade was killed): what they would have
@@ -508,7 +510,8 @@ class MetadataGuard:
                 if self.watch is not None:
                     done += self._settled_during()
                 created = self.tree.drain() if self.tree is not None else []
-                done += self._sweep(self._recorded(), created=created)
+                configs = self.tree.drain_configs() if self.tree is not None else []
+                done += self._sweep(self._recorded(), created=created, configs=configs)
                 _remember_made(os.path.dirname(self.dir), self.dir, created)
                 os.close(self.alive_fd)
                 self.alive_fd = -1
@@ -522,8 +525,10 @@ class MetadataGuard:
         return done
 
     def _sweep(self, recorded: tuple[list[str], list[str]], seen: list[str] | None = None,
-               created: list[str] | None = None, final: bool = True) -> list[Neutralised]:
-        """Every path of the baseline back to what it was, every new repository made inert.
+               created: list[str] | None = None, final: bool = True,
+               configs: list[str] | None = None) -> list[Neutralised]:
+        """Every path of the baseline back to what it was, every new repository made inert,
+        every agent or editor config made below the top (`configs`) moved away.
 
         Covers every path the baseline knows, not only this command's: the
         command that created `.vscode` may be one still running, and the
@@ -546,6 +551,8 @@ class MetadataGuard:
             for dot_git in created or ():
                 # Anywhere in the tree, found by the tree's watch (treewatch.py).
                 self._attempt(self._created_repository, dot_git, done)
+            for config in configs or ():
+                self._attempt(self._created_config, config, done)
             for root in self.fs.paths:
                 self._attempt(self._bare_shaped, root, done)
         finally:
@@ -766,6 +773,11 @@ class MetadataGuard:
             moved = self._quarantine(path)
             done.append(Neutralised(path, "created by the command: the person's tools would "
                                     "read or run it", moved))
+
+    def _created_config(self, path: str, done: list[Neutralised]) -> None:
+        """An agent or editor config made below the top (treewatch.py)."""
+        self._move(path, done, "created by the command: the person's tools would read or "
+                               "run it in that directory")
 
     def _created_repository(self, path: str, done: list[Neutralised]) -> None:
         """A `.git`, or a directory git takes for a git directory (treewatch.py)."""

@@ -9,6 +9,11 @@ every directory; from then on a new directory is watched as it appears and a
 `.git` created or moved in anywhere is remembered, and the guard makes each
 inert when its command ends. A command's cost is then what it changed.
 
+The same watch remembers every agent or editor config (`.claude`, `.vscode`,
+`.mcp.json`, ...: `hostpaths.NESTED_PROTECTED`) created below the top, where
+no fixed name reaches it and a tool started in that directory (or an agent
+reading a file there) loads it: the guard moves each to the quarantine.
+
 A repository is a `.git` (directory or pointer file), or a directory laid
 out as one (`HEAD`, `objects/`, `refs/`: `git init --bare a/b` with a
 `core.worktree`), which git takes for a git directory before it looks for
@@ -29,6 +34,7 @@ from __future__ import annotations
 import os
 import threading
 
+from ....hostpaths import NESTED_PROTECTED
 from .watch import (
     IN_CREATE,
     IN_MOVED_FROM,
@@ -144,6 +150,10 @@ class TreeWatch:
         self._found: set[str] = set()
         #: The repositories that appeared while watched, as the guard has seen them.
         self.made: set[str] = set()
+        #: Agent and editor configs below the top: those the person had, and those
+        #: that appeared while watched (until the guard has moved them).
+        self.configs: set[str] = set()
+        self._found_configs: set[str] = set()
         self._stop_r, self._stop_w = os.pipe2(os.O_CLOEXEC)
         self._fd = -1
         self._thread: threading.Thread | None = None
@@ -153,6 +163,7 @@ class TreeWatch:
             self.incomplete = f"inotify unavailable ({exc.strerror or exc})"
         #: The repositories the person had: what a rescan compares against.
         self.existing = set(self._walk(root, watch=self._fd >= 0))
+        self.configs, self._found_configs = self._found_configs, set()
         if self._fd >= 0:
             self._thread = threading.Thread(target=self._run, name="stockade-treewatch",
                                             daemon=True)
@@ -172,13 +183,14 @@ class TreeWatch:
 
     def _walk(self, top: str, *, watch: bool) -> list[str]:
         return repositories(top, self._add_watch if watch else None,
-                            shaped_top=top != self.root,
-                            on_entry=self._match if self.matcher else None)
+                            shaped_top=top != self.root, on_entry=self._entry)
 
-    def _match(self, path: str, is_dir: bool) -> None:
-        assert self.matcher is not None
-        if self.matcher(os.path.relpath(path, self.root), is_dir):
+    def _entry(self, path: str, is_dir: bool) -> None:
+        if self.matcher and self.matcher(os.path.relpath(path, self.root), is_dir):
             self._matched.add(path)
+        if os.path.basename(path) in NESTED_PROTECTED and \
+                os.path.dirname(path) != self.root:  # the top's are the profile's
+            self._found_configs.add(path)
 
     def matched(self) -> tuple[str, ...]:
         """The workspace's files `unreadable`'s patterns name, as they are now (after
@@ -231,8 +243,7 @@ class TreeWatch:
                 continue
             path = os.path.join(parent, name)
             if mask & (IN_CREATE | IN_MOVED_TO):
-                if self.matcher:
-                    self._match(path, bool(mask & IN_ISDIR))
+                self._entry(path, bool(mask & IN_ISDIR))
                 if name == ".git":
                     self._found.add(path)
                 elif name in GITDIR_SHAPE:
@@ -273,6 +284,27 @@ class TreeWatch:
             self.made = {p for p in self.made | found if os.path.lexists(p)}
             self.existing -= self.made
             return sorted(self.made)
+
+    def settle_configs(self) -> None:
+        """What appeared while no command could have made it (no guard alive) is the
+        person's: a `.vscode` they made between two commands is not the next one's."""
+        with self._lock:
+            self._catch_up()
+            self.configs |= {p for p in self._found_configs if os.path.lexists(p)}
+            self._found_configs = set()
+
+    def drain_configs(self) -> list[str]:
+        """Every agent or editor config below the top that appeared while watched and
+        still exists (after a rescan when the watch could not follow). The guard
+        moves them away, so none stays to be counted the person's."""
+        with self._lock:
+            self._catch_up()
+            found, self._found_configs = self._found_configs, set()
+            if self.incomplete:
+                self._walk(self.root, watch=False)
+                found |= self._found_configs - self.configs
+                self._found_configs = set()
+            return sorted(p for p in found - self.configs if os.path.lexists(p))
 
     def adopt(self, paths: list[str]) -> None:
         """`paths` were made by commands stockade did not see end (it was killed)."""
