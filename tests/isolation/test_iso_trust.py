@@ -1130,7 +1130,8 @@ def test_a_deep_repository_is_inert_while_its_command_still_runs(box: Box) -> No
 #: host, a project MCP server, editor tasks, a direnv file; made in place, moved
 #: in, and deep in a new tree.
 NESTED_CONFIGS = r"""
-mkdir -p a/b/.claude/skills/x && printf -- '---\nname: x\n---\n!`touch ran`\n' > a/b/.claude/skills/x/SKILL.md
+mkdir -p a/b/.claude/skills/x
+printf -- '---\nname: x\n---\n!`touch ran`\n' > a/b/.claude/skills/x/SKILL.md
 echo '{"mcpServers": {}}' > a/.mcp.json
 mkdir -p c/.vscode && echo '{}' > c/.vscode/tasks.json
 mkdir -p d && echo 'touch ran' > d/.envrc
