@@ -481,8 +481,18 @@ def main(argv: list[str] | None = None) -> int:
     if handler is None:
         print(f"stockade: unknown command {args[0]!r}\n\n{USAGE}", file=sys.stderr)
         return EXIT_USAGE
+    if args[0] in ENDED_BY_SIGNAL:
+        _end_by_signal_after_cleanup()
     try:
         return handler(args[1:])
+    except Terminated as exc:
+        import _signal
+
+        # The command's tree is gone and the guard has swept (the `finally`s
+        # ran): now end as the signal would have, for whoever waits on us.
+        _signal.signal(exc.signum, _signal.SIG_DFL)
+        os.kill(os.getpid(), exc.signum)
+        return 128 + exc.signum
     except UsageError as exc:
         print(f"stockade: {escape(str(exc))}\n{exc.usage}", file=sys.stderr)
         _json_failure(args, "UsageError", str(exc), EXIT_USAGE)
@@ -501,6 +511,35 @@ def main(argv: list[str] | None = None) -> int:
             _json_failure(args, type(exc).__name__, str(exc), exc.exit_status)
             return _fail(exc)
         raise
+
+
+#: The commands that run something, and must clean up when asked to end.
+ENDED_BY_SIGNAL = ("run", "hook", "shell")
+
+
+class Terminated(BaseException):
+    """SIGTERM or SIGHUP, raised where the main thread is, so that every `finally`
+    runs: killed by default, `stockade run` left its command's tree to bwrap's
+    --die-with-parent and never swept what the command had left (a config below
+    the top of the workspace stayed, and the next run took it for the person's)."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
+def _end_by_signal_after_cleanup() -> None:
+    # _signal, not signal: the module wraps its constants in enums, and importing
+    # enum costs every `stockade run` milliseconds (tests/unit/test_public_api.py).
+    import _signal
+
+    def raise_terminated(signum: int, _frame: object) -> None:
+        raise Terminated(signum)
+
+    for sig in (_signal.SIGTERM, _signal.SIGHUP):
+        # An ignored signal (nohup) stays ignored.
+        if _signal.getsignal(sig) == _signal.SIG_DFL:
+            _signal.signal(sig, raise_terminated)
 
 
 def _fail(exc: SandboxError) -> int:

@@ -31,18 +31,19 @@ SSH_AGENT_TOKEN = "ssh-agent"
 #:   (its insides are handled by `gitpolicy.git_protection`).
 #: - `.stockade`, `stockade.toml`: stockade's own project settings; a command
 #:   that could write them would choose the boundary of the next command.
-#: - `.envrc` (direnv), `mise.toml`, `.mise.toml` (mise runs their hooks and
-#:   env scripts on `cd`).
+#: - `.envrc` (direnv), `mise.toml`, `.mise.toml` and their `.local` forms
+#:   (mise runs their hooks and env scripts on `cd`).
 #: - agents' project settings, read as instructions and able to name MCP
 #:   servers and hooks they start: `.claude`, `.codex`, `.agents`, `.gemini`,
 #:   `.cursor`, `.windsurf`, `.continue`, `.mcp.json`, `.aider.conf.yml`.
 #: - editors' project settings, which name tasks and tools run on opening the
-#:   folder: `.vscode`, `.idea`, `.zed`, and `.devcontainer` (whose
-#:   `initializeCommand` runs on the host).
+#:   folder: `.vscode`, `.idea`, `.zed`, and `.devcontainer` or
+#:   `.devcontainer.json` (whose `initializeCommand` runs on the host).
 PROTECTED_NAMES = (".git", ".stockade", "stockade.toml", ".envrc", "mise.toml", ".mise.toml",
+                   "mise.local.toml", ".mise.local.toml",
                    ".claude", ".codex", ".agents", ".gemini", ".cursor", ".windsurf",
                    ".continue", ".mcp.json", ".aider.conf.yml", ".vscode", ".idea", ".zed",
-                   ".devcontainer")
+                   ".devcontainer", ".devcontainer.json")
 
 #: The names among them that a tool reads in any directory, not only at the
 #: workspace's top: an agent or editor started in (or reading files of) a

@@ -1157,3 +1157,62 @@ def test_control_without_a_boundary_the_configs_stay(box: Box) -> None:
     res = box.sh(NESTED_CONFIGS, mode="full-access")
     assert b"planted" in res.stdout, text(res)
     assert [rel for rel in CREATED if os.path.lexists(box.ws / rel)] == list(CREATED)
+
+
+# -- found by the review of the above ------------------------------------------------------
+
+HIDDEN_BEHIND = {
+    # A directory the watch cannot read hides what is made in it.
+    "unreadable-directory": ["""mkdir -m 0311 d && sleep 0.3 && mkdir -p d/x/.claude/skills/e &&
+        echo evil > d/x/.claude/skills/e/SKILL.md && echo '{}' > d/.mcp.json && chmod 755 d &&
+        echo planted"""],
+    # One the guard cannot reach when the command ends, opened by the next command.
+    "closed-until-the-next-run": ["mkdir -p d/x/.claude/skills/e && chmod 600 d && echo planted",
+                                  "chmod 755 d && echo planted"],
+    # `objects` of a directory merely shaped like a git directory was never walked.
+    "inside-objects": ["mkdir -p d/objects d/refs && echo 'ref: refs/heads/main' > d/HEAD && "
+                       "echo planted",
+                       "mkdir -p d/objects/x/.claude/skills/e && echo '{}' > d/objects/.mcp.json "
+                       "&& rm d/HEAD && rmdir d/refs && echo planted"],
+}
+
+
+@pytest.mark.parametrize("name", sorted(HIDDEN_BEHIND))
+def test_a_config_made_where_the_watch_cannot_look_is_moved_away(box: Box, name: str) -> None:
+    for script in HIDDEN_BEHIND[name]:
+        res = box.sh(script, mode="workspace-write")
+        assert b"planted" in res.stdout, text(res)
+    box.host(["chmod", "-R", "u+rwx", str(box.ws / "d")], capture_output=True)
+    left = sorted(str(p.relative_to(box.ws)) for p in (box.ws / "d").rglob("*")
+                  if p.name in (".claude", ".mcp.json"))
+    assert left == [], text(res)
+
+
+def test_a_config_the_person_moves_while_a_command_runs_stays_theirs(box: Box) -> None:
+    box.write(box.ws / "app" / ".vscode" / "settings.json", "{}\n")
+    proc = box.runner.popen(box.runner.cli_argv(["run", "--mode", "workspace-write", "--",
+                                                 "sh", "-c", "sleep 2; echo done"]),
+                            cwd=str(box.ws), env=box.env(), stdin=subprocess.DEVNULL,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    time.sleep(1)
+    box.host(["mv", str(box.ws / "app"), str(box.ws / "app2")], capture_output=True)
+    out, err = proc.communicate(timeout=60)
+    assert b"done" in out, err
+    assert (box.ws / "app2" / ".vscode" / "settings.json").exists(), err
+
+
+def test_a_stockade_ended_by_sigterm_still_moves_what_its_command_made(box: Box) -> None:
+    """Killed by default, it left the command's tree to bwrap and swept nothing: the next
+    run then took the config for the person's."""
+    proc = box.runner.popen(box.runner.cli_argv(["run", "--mode", "workspace-write", "--",
+                                                 "sh", "-c", "mkdir -p t/.claude; sleep 60"]),
+                            cwd=str(box.ws), env=box.env(), stdin=subprocess.DEVNULL,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 30
+    while not (box.ws / "t" / ".claude").exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert (box.ws / "t" / ".claude").exists()
+    proc.terminate()
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == -15, err
+    assert not (box.ws / "t" / ".claude").exists(), err

@@ -10,7 +10,7 @@ complete -c stockade -n __fish_use_subcommand -a trust -d 'let a project\'s stoc
 complete -c stockade -n __fish_use_subcommand -a policy -d 'Inspect the [sandbox.command_policy] hard filter.'
 complete -c stockade -n __fish_use_subcommand -a proxy -d 'Run the managed egress proxy in the foreground with a live decision log. One port serves HTTP CONNECT, plain HTTP forwarding and SOCKS5.'
 complete -c stockade -n __fish_use_subcommand -a mcp -d 'Serve the sandbox to one MCP client over stdio (one connection, one session). Logs go to stderr.'
-complete -c stockade -n __fish_use_subcommand -a hook -d 'A harness\'s command hook that runs its shell calls inside stockade. claude-code: a PreToolUse hook for the Bash tool (JSON on stdin, the answer on stdout).'
+complete -c stockade -n __fish_use_subcommand -a hook -d 'A harness\'s command hook that runs its shell calls inside stockade. claude-code: a PreToolUse hook for the Bash and Monitor tools (JSON on stdin, the answer on stdout).'
 complete -c stockade -n __fish_use_subcommand -a completion -d 'print a bash, zsh or fish completion script. bash: eval "$(stockade completion bash)"; zsh: the same with zsh; fish: stockade completion fish | source'
 complete -c stockade -n __fish_use_subcommand -s V -l version -d 'print the version'
 complete -c stockade -n '__fish_seen_subcommand_from run; and not contains -- -- (commandline -opc)' -s h -l help -d 'show this help message and exit'

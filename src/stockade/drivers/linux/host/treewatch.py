@@ -94,16 +94,20 @@ def _shaped(names: set[str]) -> bool:
 
 def repositories(top: str, on_directory: Callable[[str], None] | None = None, *,
                  shaped_top: bool = False,
-                 on_entry: Callable[[str, bool], None] | None = None) -> list[str]:
+                 on_entry: Callable[[str, bool], None] | None = None,
+                 on_closed: Callable[[str], bool] | None = None) -> list[str]:
     """Every repository beneath `top` (see the module's doc; no link followed),
     calling `on_directory` for each directory before reading it.
 
     The walk goes on inside a repository: a directory built inside one and
     renamed (`mv d/.git d/P`) holds what was made there unseen. Only
-    `objects` of a git directory is skipped, git's own fan-out of hashes.
+    `objects` of a `.git` is skipped, git's own fan-out of hashes: one of a
+    directory merely shaped as a git directory is the command's to fill.
     `shaped_top`: `top` itself counts when shaped as a git directory (the
     workspace's own shape is the guard's `_bare_shaped`). `on_entry` sees
     every entry's path on the way, and whether it is a directory.
+    `on_closed` is told of a directory that cannot be read, and returns
+    whether to try it again (it gave the owner's bits back).
     """
     found: list[str] = []
     stack = [top]
@@ -113,8 +117,15 @@ def repositories(top: str, on_directory: Callable[[str], None] | None = None, *,
             on_directory(path)
         try:
             entries = list(os.scandir(path))
-        except OSError:
+        except FileNotFoundError:
             continue
+        except OSError:
+            if on_closed is None or not on_closed(path):
+                continue
+            try:
+                entries = list(os.scandir(path))
+            except OSError:
+                continue
         names = {e.name for e in entries}
         gitdir = os.path.basename(path) == ".git" or (
             _shaped(names) and bare_shaped(path))
@@ -130,9 +141,21 @@ def repositories(top: str, on_directory: Callable[[str], None] | None = None, *,
                 on_entry(entry.path, is_dir)
             if entry.name == ".git":
                 found.append(entry.path)
-            if is_dir and not (gitdir and entry.name == "objects"):
+            if is_dir and not (entry.name == "objects" and os.path.basename(path) == ".git"):
                 stack.append(entry.path)
     return found
+
+
+def _identity(path: str) -> tuple[int, int] | None:
+    """(device, inode) of `path`; None when it is gone, (-1, -1) when it cannot be
+    told (a directory on the way made unreadable): kept, never taken for gone."""
+    try:
+        st = os.lstat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    except OSError:
+        return (-1, -1)
+    return (st.st_dev, st.st_ino)
 
 
 class TreeWatch:
@@ -150,10 +173,15 @@ class TreeWatch:
         self._found: set[str] = set()
         #: The repositories that appeared while watched, as the guard has seen them.
         self.made: set[str] = set()
-        #: Agent and editor configs below the top: those the person had, and those
-        #: that appeared while watched (until the guard has moved them).
-        self.configs: set[str] = set()
+        #: Agent and editor configs below the top that are the person's, by identity
+        #: (one deleted and made again is new; one the person moved stays theirs),
+        #: and those that appeared while watched, until the guard has moved them.
+        self.configs: dict[str, tuple[int, int]] = {}
         self._found_configs: set[str] = set()
+        #: Directories that could not be read when the watch began, and their change
+        #: times: the person's, left as they are unless changed since.
+        self._closed: dict[str, int] = {}
+        self._started = False
         self._stop_r, self._stop_w = os.pipe2(os.O_CLOEXEC)
         self._fd = -1
         self._thread: threading.Thread | None = None
@@ -163,7 +191,8 @@ class TreeWatch:
             self.incomplete = f"inotify unavailable ({exc.strerror or exc})"
         #: The repositories the person had: what a rescan compares against.
         self.existing = set(self._walk(root, watch=self._fd >= 0))
-        self.configs, self._found_configs = self._found_configs, set()
+        self._started = True
+        self._settle()
         if self._fd >= 0:
             self._thread = threading.Thread(target=self._run, name="stockade-treewatch",
                                             daemon=True)
@@ -183,7 +212,33 @@ class TreeWatch:
 
     def _walk(self, top: str, *, watch: bool) -> list[str]:
         return repositories(top, self._add_watch if watch else None,
-                            shaped_top=top != self.root, on_entry=self._entry)
+                            shaped_top=top != self.root, on_entry=self._entry,
+                            on_closed=self._closed_directory)
+
+    def _closed_directory(self, path: str) -> bool:
+        """A directory that cannot be read hides whatever was made in it (`mkdir -m 0311
+        d`, then a config or repository inside, then `chmod 755 d` for the person's
+        next look): the tree counts as unwatched, and after the watch began one of
+        the runner's own gets its owner's bits back to be read. One the person had
+        closed, unchanged since, is left as it was."""
+        import stat
+
+        self.incomplete = self.incomplete or f"a directory could not be read: {path}"
+        try:
+            st = os.lstat(path)
+        except OSError:
+            return False
+        if not self._started:
+            self._closed[path] = st.st_ctime_ns
+            return False
+        if self._closed.get(path) == st.st_ctime_ns or st.st_uid != os.geteuid() or \
+                not stat.S_ISDIR(st.st_mode):
+            return False
+        try:
+            os.chmod(path, stat.S_IMODE(st.st_mode) | 0o700, follow_symlinks=False)
+        except OSError:
+            return False
+        return True
 
     def _entry(self, path: str, is_dir: bool) -> None:
         if self.matcher and self.matcher(os.path.relpath(path, self.root), is_dir):
@@ -209,10 +264,14 @@ class TreeWatch:
         try:
             self._wd[inotify_add_watch(self._fd, path, _MASK)] = path
             self.directories += 1
+        except (FileNotFoundError, NotADirectoryError):
+            pass  # gone already: its creator's events say what was there
         except OSError as exc:
             if exc.errno == 28:  # ENOSPC: the per-user watch limit
                 self.incomplete = ("the kernel's inotify watch limit "
                                    "(fs.inotify.max_user_watches) was reached")
+            else:  # EACCES: a directory made unreadable; what it holds is unseen
+                self.incomplete = f"a directory could not be watched ({exc.strerror})"
 
     def _loop(self) -> None:
         # Events are read under the lock, not only handled under it, so that no
@@ -290,21 +349,33 @@ class TreeWatch:
         person's: a `.vscode` they made between two commands is not the next one's."""
         with self._lock:
             self._catch_up()
-            self.configs |= {p for p in self._found_configs if os.path.lexists(p)}
-            self._found_configs = set()
+            self._settle()
+
+    def _settle(self) -> None:
+        for path in self._found_configs:
+            identity = _identity(path)
+            if identity is not None and identity != (-1, -1):
+                self.configs[path] = identity
+        self._found_configs = set()
 
     def drain_configs(self) -> list[str]:
         """Every agent or editor config below the top that appeared while watched and
-        still exists (after a rescan when the watch could not follow). The guard
-        moves them away, so none stays to be counted the person's."""
+        is there (after a rescan when the watch could not follow), unless it is one
+        of the person's (moved, or under its own name); one that cannot be looked at
+        is kept, for the guard to report. The guard moves them away, so none stays
+        to be counted the person's."""
         with self._lock:
             self._catch_up()
-            found, self._found_configs = self._found_configs, set()
             if self.incomplete:
                 self._walk(self.root, watch=False)
-                found |= self._found_configs - self.configs
-                self._found_configs = set()
-            return sorted(p for p in found - self.configs if os.path.lexists(p))
+            found, self._found_configs = self._found_configs, set()
+            theirs = set(self.configs.values())
+            made = []
+            for path in sorted(found):
+                identity = _identity(path)
+                if identity is not None and identity not in theirs:
+                    made.append(path)
+            return made
 
     def adopt(self, paths: list[str]) -> None:
         """`paths` were made by commands stockade did not see end (it was killed)."""
