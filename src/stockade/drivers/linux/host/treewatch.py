@@ -223,21 +223,28 @@ class TreeWatch:
         closed, unchanged since, is left as it was."""
         import stat
 
+        from ....fsroot import Root
+
         self.incomplete = self.incomplete or f"a directory could not be read: {path}"
         try:
-            st = os.lstat(path)
-        except OSError:
-            return False
-        if not self._started:
-            self._closed[path] = st.st_ctime_ns
-            return False
-        if self._closed.get(path) == st.st_ctime_ns or st.st_uid != os.geteuid() or \
-                not stat.S_ISDIR(st.st_mode):
+            # Reached beneath the root with no link followed (a parallel command can
+            # swap a name on the way), and changed through that handle alone.
+            with Root(self.root) as top:
+                fd = top.open(os.path.relpath(path, self.root), os.O_PATH | os.O_DIRECTORY)
+        except (OSError, ValueError):
             return False
         try:
-            os.chmod(path, stat.S_IMODE(st.st_mode) | 0o700, follow_symlinks=False)
+            st = os.fstat(fd)
+            if not self._started:
+                self._closed[path] = st.st_ctime_ns
+                return False
+            if self._closed.get(path) == st.st_ctime_ns or st.st_uid != os.geteuid():
+                return False
+            os.chmod(f"/proc/self/fd/{fd}", stat.S_IMODE(st.st_mode) | 0o700)
         except OSError:
             return False
+        finally:
+            os.close(fd)
         return True
 
     def _entry(self, path: str, is_dir: bool) -> None:
