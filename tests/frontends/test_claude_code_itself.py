@@ -260,7 +260,10 @@ def test_a_skill_a_command_left_runs_nothing_on_the_host(box: Box, claude: str) 
     with scripted_api(_skill_calls(box)) as (api, script):
         run_claude(box, claude, api, "--allowedTools", "Bash")
     script.results()
-    assert (box.ws / "sub" / ".claude" / "skills" / "evil" / "SKILL.md").exists()
+    # Moved to the quarantine when the call ended (the guard), and its inline
+    # command would not run anyway (disableSkillShellExecution).
+    assert not (box.ws / "sub" / ".claude").exists()
+    assert (box.ws / "sub" / "f.txt").exists()
     assert not (box.home / "SKILL_RAN").exists()
 
 
