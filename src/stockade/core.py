@@ -38,6 +38,7 @@ from .errors import (
     CapabilityDenied,
     ConfigError,
     InvalidCommand,
+    SandboxError,
     SandboxUnavailable,
 )
 from .hooks import run_before_hooks
@@ -82,6 +83,9 @@ class SessionWorkspace:
         self.provisioned = provisioned
         self.read_scope = read_scope
         self.processes: set[BackgroundProcess] = set()
+        #: Set under the process lock when the session starts closing, so that a
+        #: process still starting then is stopped, not left running unowned.
+        self.closing = False
         self.mode: str | None = None  # set by a mode change approved for this session
         #: The private layers over the toolchain caches, made by this session at
         #: its first writing command and removed with it: never found by name.
@@ -356,6 +360,7 @@ class SandboxCore:
         if ws is None:
             return
         with self._proc_lock:
+            ws.closing = True
             procs = list(ws.processes)
             ws.processes.clear()
         try:
@@ -679,9 +684,15 @@ class SandboxCore:
         )
 
     def track(self, ws: SessionWorkspace, proc: BackgroundProcess) -> None:
+        """Hand `proc` to its session; one that closed while it started stops it."""
         with self._proc_lock:
-            ws.processes.add(proc)
-        _close_at_exit(self)
+            if not ws.closing:
+                ws.processes.add(proc)
+                _close_at_exit(self)
+                return
+        proc.stop()
+        raise SandboxError(f"session {ws.session_id!r} was closed while this command "
+                           "started; it was stopped")
 
     def untrack(self, ws: SessionWorkspace, proc: BackgroundProcess) -> None:
         with self._proc_lock:

@@ -16,6 +16,7 @@ from stockade import (
     SandboxCapabilities,
     SandboxCommand,
     SandboxConfig,
+    SandboxError,
     SyncWorkspaceSandbox,
     WorkspaceSandbox,
     build_sandbox,
@@ -262,6 +263,34 @@ def test_background_process_lifecycle_and_session_close(tmp_path, env):
     assert proc.output("stdout", offset) == (b"", 8)
     sandbox.close_session("bg")
     assert not proc.running() and proc.returncode is not None
+
+
+def test_a_process_starting_while_its_session_closes_is_stopped(tmp_path, env):
+    # A pool node closed a session while one of its background commands was
+    # still starting; the process, tracked by a session already gone, ran on.
+    class CloseFirst:
+        name = "close-first"
+
+        def before(self, command, session_id):
+            sandbox.close_session(session_id)
+            return HookDecision.allow()
+
+    sandbox, _ = make(tmp_path, env, hooks=[CloseFirst()])
+    ws = sandbox.session("late")
+    marker = f"30.{os.getpid()}"
+    with pytest.raises(SandboxError, match="closed while this command started"):
+        sandbox.start(SandboxCommand("sleep", [marker], session_id="late"))
+    assert not [pid for pid in os.listdir("/proc") if pid.isdigit()
+                and _cmdline(pid) == f"sleep\0{marker}\0"]
+    assert ws.processes == set()
+
+
+def _cmdline(pid: str) -> str:
+    try:
+        with open(f"/proc/{pid}/cmdline") as f:
+            return f.read()
+    except OSError:
+        return ""
 
 
 def test_mock_sandbox_records_commands():
