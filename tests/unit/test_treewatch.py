@@ -7,6 +7,7 @@ import os
 import shutil
 import struct
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -15,12 +16,14 @@ from stockade.drivers.linux.host import treewatch
 from stockade.drivers.linux.host.treewatch import TreeWatch
 
 
-def drained(tree: TreeWatch, want: str, seconds: float = 5.0) -> list[str]:
-    """Drain until `want` shows up (the event thread takes a moment) or time runs out."""
+def drained(tree: TreeWatch, want: str, seconds: float = 5.0,
+            drain: Callable[[], list[str]] | None = None) -> list[str]:
+    """Drain (`tree.drain` unless given) until `want` shows up (the event thread takes
+    a moment) or time runs out."""
     got: list[str] = []
     deadline = time.monotonic() + seconds
     while want not in got and time.monotonic() < deadline:
-        got += tree.drain()
+        got += (drain or tree.drain)()
         time.sleep(0.01)
     return got
 
@@ -168,13 +171,8 @@ def test_a_file_saved_just_before_the_question_is_matched(tmp_path: Path) -> Non
         tree.close()
 
 
-def configs_drained(tree: TreeWatch, want: str, seconds: float = 5.0) -> list[str]:
-    got: list[str] = []
-    deadline = time.monotonic() + seconds
-    while want not in got and time.monotonic() < deadline:
-        got += tree.drain_configs()
-        time.sleep(0.01)
-    return got
+def configs_drained(tree: TreeWatch, want: str) -> list[str]:
+    return drained(tree, want, drain=tree.drain_configs)
 
 
 def test_an_agent_or_editor_config_made_below_the_top_is_found(ws: Path) -> None:
