@@ -23,7 +23,7 @@ def drained(tree: TreeWatch, want: str, seconds: float = 5.0,
     got: list[str] = []
     deadline = time.monotonic() + seconds
     while want not in got and time.monotonic() < deadline:
-        got += (drain or tree.drain)()
+        got += (drain or (lambda: tree.drain()[0]))()
         time.sleep(0.01)
     return got
 
@@ -40,7 +40,7 @@ def ws(tmp_path: Path) -> Path:
 def test_a_repository_made_deep_in_an_existing_directory_is_found(ws: Path) -> None:
     tree = TreeWatch(str(ws))
     try:
-        assert tree.drain() == [] and not tree.incomplete
+        assert tree.drain()[0] == [] and not tree.incomplete
         (ws / "d7" / "e" / ".git").mkdir()
         assert str(ws / "d7" / "e" / ".git") in drained(tree, str(ws / "d7" / "e" / ".git"))
         # In a directory made after the start, with its content made at once.
@@ -70,7 +70,7 @@ def test_past_the_watch_limit_it_says_so_and_walks(ws: Path,
     try:
         assert "max_user_watches" in tree.incomplete
         (ws / "d19" / "e" / ".git").mkdir()  # under no watch: only the walk finds it
-        assert tree.drain() == [str(ws / "d19" / "e" / ".git")]
+        assert tree.drain()[0] == [str(ws / "d19" / "e" / ".git")]
     finally:
         tree.close()
 
@@ -85,7 +85,7 @@ def test_an_overflowed_queue_makes_the_next_drain_walk(ws: Path) -> None:
         assert str(ws / "d2" / "e" / "x" / ".git") in drained(
             tree, str(ws / "d2" / "e" / "x" / ".git"))
         # What the person had is never reported, walk or not.
-        assert str(ws / "d3" / "old" / ".git") not in tree.drain()
+        assert str(ws / "d3" / "old" / ".git") not in tree.drain()[0]
     finally:
         tree.close()
 
@@ -131,7 +131,7 @@ def test_a_directory_shaped_as_a_git_directory_counts_as_a_repository(ws: Path) 
         (ws / "d6" / "objects").mkdir()
         (ws / "d6" / "HEAD").write_text("x\n")
         time.sleep(0.2)
-        assert str(ws / "d6") not in tree.drain()
+        assert str(ws / "d6") not in tree.drain()[0]
     finally:
         tree.close()
 
@@ -143,12 +143,12 @@ def test_what_appeared_stays_made_and_is_never_held(ws: Path) -> None:
     try:
         (ws / "d8" / ".git").mkdir()
         drained(tree, str(ws / "d8" / ".git"))
-        assert tree.drain() == [str(ws / "d8" / ".git")]  # again, until it is gone
+        assert tree.drain()[0] == [str(ws / "d8" / ".git")]  # again, until it is gone
         assert str(ws / "d8" / ".git") not in tree.held()
         tree.adopt([str(ws / "d3" / "old" / ".git")])  # a killed run's, by its record
         assert tree.held() == ()
         (ws / "d8" / ".git").rmdir()
-        assert tree.drain() == [str(ws / "d3" / "old" / ".git")]
+        assert tree.drain()[0] == [str(ws / "d3" / "old" / ".git")]
     finally:
         tree.close()
 
@@ -172,7 +172,7 @@ def test_a_file_saved_just_before_the_question_is_matched(tmp_path: Path) -> Non
 
 
 def configs_drained(tree: TreeWatch, want: str) -> list[str]:
-    return drained(tree, want, drain=tree.drain_configs)
+    return drained(tree, want, drain=lambda: tree.drain()[1])
 
 
 def test_an_agent_or_editor_config_made_below_the_top_is_found(ws: Path) -> None:
@@ -181,7 +181,7 @@ def test_an_agent_or_editor_config_made_below_the_top_is_found(ws: Path) -> None
     (ws / "keep" / ".vscode").mkdir(parents=True)  # the person's, before the watch
     tree = TreeWatch(str(ws))
     try:
-        assert tree.drain_configs() == []
+        assert tree.drain()[1] == []
         skill = ws / "d2" / "e" / ".claude" / "skills" / "x"
         skill.mkdir(parents=True)
         (skill / "SKILL.md").write_text("x\n")
@@ -194,7 +194,7 @@ def test_an_agent_or_editor_config_made_below_the_top_is_found(ws: Path) -> None
         (ws / "n" / "m" / ".envrc").parent.mkdir(parents=True)
         (ws / "n" / "m" / ".envrc").write_text("x")
         got = set(configs_drained(tree, str(ws / "n" / "m" / ".envrc")))
-        got |= set(tree.drain_configs())
+        got |= set(tree.drain()[1])
         assert {str(ws / p) for p in ("d4/.cursor", "d5/.mcp.json", "n/m/.envrc")} <= got
         # Moved away (as the guard does), then neither the person's nor the top's
         # own (the profile holds those) is found.
@@ -202,7 +202,7 @@ def test_an_agent_or_editor_config_made_below_the_top_is_found(ws: Path) -> None
             shutil.rmtree(path) if os.path.isdir(path) else os.unlink(path)
         (ws / ".vscode").mkdir()
         time.sleep(0.2)
-        assert tree.drain_configs() == []
+        assert tree.drain()[1] == []
     finally:
         tree.close()
 

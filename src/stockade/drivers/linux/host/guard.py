@@ -509,8 +509,7 @@ class MetadataGuard:
                     fs.close()
                 if self.watch is not None:
                     done += self._settled_during()
-                created = self.tree.drain() if self.tree is not None else []
-                configs = self.tree.drain_configs() if self.tree is not None else []
+                created, configs = self.tree.drain() if self.tree is not None else ([], [])
                 done += self._sweep(self._recorded(), created=created, configs=configs)
                 _remember_made(os.path.dirname(self.dir), self.dir, created)
                 os.close(self.alive_fd)

@@ -337,9 +337,12 @@ class TreeWatch:
             self._events(data)
         return False
 
-    def drain(self) -> list[str]:
-        """Every repository that appeared while watched and still exists (after a
-        rescan when the watch could not follow); they join `made`."""
+    def drain(self) -> tuple[list[str], list[str]]:
+        """Every repository that appeared while watched and still exists (they join
+        `made`), and every agent or editor config below the top that appeared and
+        is there, unless it is one of the person's (moved, or under its own name);
+        one that cannot be looked at is kept, for the guard to report. When the
+        watch could not follow, one walk of the tree finds both."""
         with self._lock:
             self._catch_up()
             found, self._found = self._found, set()
@@ -349,7 +352,7 @@ class TreeWatch:
                      if os.path.basename(p) == ".git" or (p != self.root and bare_shaped(p))}
             self.made = {p for p in self.made | found if os.path.lexists(p)}
             self.existing -= self.made
-            return sorted(self.made)
+            return sorted(self.made), self._drain_configs()
 
     def settle_configs(self) -> None:
         """What appeared while no command could have made it (no guard alive) is the
@@ -365,24 +368,16 @@ class TreeWatch:
                 self.configs[path] = identity
         self._found_configs = set()
 
-    def drain_configs(self) -> list[str]:
-        """Every agent or editor config below the top that appeared while watched and
-        is there (after a rescan when the watch could not follow), unless it is one
-        of the person's (moved, or under its own name); one that cannot be looked at
-        is kept, for the guard to report. The guard moves them away, so none stays
-        to be counted the person's."""
-        with self._lock:
-            self._catch_up()
-            if self.incomplete:
-                self._walk(self.root, watch=False)
-            found, self._found_configs = self._found_configs, set()
-            theirs = set(self.configs.values())
-            made = []
-            for path in sorted(found):
-                identity = _identity(path)
-                if identity is not None and identity not in theirs:
-                    made.append(path)
-            return made
+    def _drain_configs(self) -> list[str]:
+        # The guard moves them away, so none stays to be counted the person's.
+        found, self._found_configs = self._found_configs, set()
+        theirs = set(self.configs.values())
+        made = []
+        for path in sorted(found):
+            identity = _identity(path)
+            if identity is not None and identity not in theirs:
+                made.append(path)
+        return made
 
     def adopt(self, paths: list[str]) -> None:
         """`paths` were made by commands stockade did not see end (it was killed)."""
