@@ -1179,6 +1179,8 @@ HIDDEN_BEHIND = {
 
 @pytest.mark.parametrize("name", sorted(HIDDEN_BEHIND))
 def test_a_config_made_where_the_watch_cannot_look_is_moved_away(box: Box, name: str) -> None:
+    if name == "unreadable-directory" and not box.runner.switches_user:
+        pytest.skip("root reads a directory of mode 0311: the watch is not hidden from")
     for script in HIDDEN_BEHIND[name]:
         res = box.sh(script, mode="workspace-write")
         assert b"planted" in res.stdout, text(res)
