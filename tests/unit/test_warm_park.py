@@ -23,15 +23,20 @@ def test_await_command_says_ready_then_returns_the_argv_and_closes() -> None:
     fd = os.dup(theirs.fileno())
     theirs.close()
 
+    answer = []
+
     def stockade() -> None:
         assert mine.recv(1) == b"R"
-        mine.sendall(b'["/bin/true", "x"]')
+        mine.sendall(b'{"argv": ["/bin/true", "x"], "view": []}')
+        mine.shutdown(socket.SHUT_WR)
+        answer.append(mine.recv(1))
         mine.close()
 
     t = threading.Thread(target=stockade)
     t.start()
     assert initcore.await_command(fd) == ["/bin/true", "x"]
     t.join()
+    assert answer == [b"G"]
     with pytest.raises(OSError):
         os.fstat(fd)  # closed: the command never holds it
 
@@ -45,15 +50,48 @@ def test_await_command_refuses_when_stockade_hangs_up() -> None:
         initcore.await_command(fd)
 
 
-def test_await_command_refuses_a_malformed_argv() -> None:
+@pytest.mark.parametrize("message", [
+    b'{"not": "argv"}', b'["/bin/true"]', b'{"argv": ["/bin/true"]}',
+    b'{"argv": [], "view": []}', b'{"argv": ["/bin/true"], "view": [["/x", 1, 0, 0]]}',
+    b'{"argv": ["/bin/true"], "view": [["/x", true, 0]]}',
+    b'{"argv": ["/bin/true"], "view": [], "more": 1}',
+])
+def test_await_command_refuses_a_malformed_message(message: bytes) -> None:
     mine, theirs = socket.socketpair()
     fd = os.dup(theirs.fileno())
     theirs.close()
-    mine.sendall(b'{"not": "argv"}')
+    mine.sendall(message)
     mine.shutdown(socket.SHUT_WR)
     with pytest.raises(initcore.Refusal):
         initcore.await_command(fd)
     mine.close()
+
+
+def test_the_view_is_answered_before_anything_runs(tmp_path: object) -> None:
+    """A path the host expects mounted that is not (a name swapped before bwrap
+    mounted and back after): the init answers N and refuses."""
+    plain = os.path.join(str(tmp_path), "config")
+    open(plain, "w").close()
+    mine, theirs = socket.socketpair()
+    fd = os.dup(theirs.fileno())
+    theirs.close()
+    st = os.lstat(plain)
+    mine.sendall(f'{{"argv": ["/bin/true"], "view": [["{plain}", true, {st.st_dev}, '
+                 f'{st.st_ino}]]}}'.encode())
+    mine.shutdown(socket.SHUT_WR)
+    with pytest.raises(initcore.Refusal, match="is not mounted"):
+        initcore.await_command(fd)
+    assert mine.recv(2) == b"RN"
+    mine.close()
+
+
+def test_view_problem_takes_a_mount_of_its_own_with_the_hosts_identity() -> None:
+    proc = os.lstat("/proc")
+    assert initcore.view_problem([("/proc", True, proc.st_dev, proc.st_ino)]) == ""
+    assert initcore.view_problem([("/proc", False, 0, 0)]) == ""
+    assert "another file" in initcore.view_problem([("/proc", True, proc.st_dev, proc.st_ino + 7)])
+    assert "not mounted" in initcore.view_problem([("/proc/self", False, 0, 0)])
+    assert "not mounted" in initcore.view_problem([("/nonexistent/x", False, 0, 0)])
 
 
 def test_warm_settings_take_zero_and_refuse_negatives(tmp_path: object) -> None:

@@ -665,6 +665,58 @@ def test_a_hidden_file_linked_back_in_place_is_not_served_warm(world: World, by:
     assert (pool.hits, pool.misses) == (hits, misses + 1), state(pool)
 
 
+def _repository(at: Path) -> None:
+    (at / ".git" / "hooks").mkdir(parents=True)
+    (at / ".git" / "objects").mkdir()
+    (at / ".git" / "refs").mkdir()
+    (at / ".git" / "HEAD").write_text("ref: refs/heads/main\n")
+    (at / ".git" / "config").write_text("[core]\n")
+
+
+@pytest.mark.parametrize("inside_check", [True, False], ids=["stockade", "control"])
+def test_a_name_swapped_around_the_park_is_not_served(
+        world: World, inside_check: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A parallel writer renames the directory holding a repository away and puts a
+    decoy there just before bwrap mounts, then swaps them back: the read-only
+    mounts hold the decoy, and every identity the host compares at `take` is
+    the real repository's again. The control, without the init's check of its
+    mounts, is served warm and the write lands."""
+    if world.backend != "bubblewrap":
+        pytest.skip("nothing is mounted by name under the Landlock backend")
+    from stockade.drivers.linux import warm
+
+    real = world.ws / "sub"
+    _repository(real)
+    sb, pool = primed(world)
+    if not inside_check:
+        monkeypatch.setattr(pool, "view", lambda _profile: [])
+    in_place = warm.mounts_in_place
+    swapped: list[bool] = []
+
+    def swap_first(profile: object) -> bool:
+        ok = in_place(profile)  # type: ignore[arg-type]
+        if ok and not swapped:
+            os.rename(real, world.ws / "sub-real")
+            _repository(real)
+            swapped.append(True)
+        return ok
+
+    monkeypatch.setattr(warm, "mounts_in_place", swap_first)
+    run(sb, "/bin/true")
+    settle(pool)
+    assert swapped and pool.parked_count() == 1, state(pool)
+    os.rename(real, world.ws / "sub-decoy")
+    os.rename(world.ws / "sub-real", real)
+    out = run(sb, "/bin/sh", "-c", "echo '[core] hooksPath = /tmp' >> sub/.git/config; echo ran")
+    assert b"ran" in out.stdout, out  # type: ignore[attr-defined]
+    planted = "hooksPath" in (real / ".git" / "config").read_text()
+    start = last_detail(sb)["start"]
+    if inside_check:
+        assert (planted, start) == (False, "cold"), out
+    else:
+        assert (planted, start) == (True, "warm"), out
+
+
 def test_a_writer_starting_while_a_sandbox_is_listed_taints_it(
         world: World, monkeypatch: pytest.MonkeyPatch) -> None:
     """A writer that starts between the spawner's look for writers and the moment the

@@ -223,6 +223,35 @@ def build_bwrap_args(profile: Profile, bwrap: str, *, inner: list[str] | None = 
     return a
 
 
+def mounted_over_writable(profile: Profile) -> list[tuple[str, bool]]:
+    """Each path under a writable root that bwrap mounts over, and whether the mount
+    shows the host's own object there (a read-only or pinning bind) rather than a
+    cover (a mask, a private copy); the last mount at a path is the one seen.
+
+    bwrap mounts by name: a name a parallel writer swapped before the mount and
+    back after it leaves the mount on the other object and the path open
+    inside. A parked sandbox is served only once its init has found every one
+    of these mounted, on the object the host has there now.
+    """
+    from ..writers import writable_roots
+    from .host.gitconfig import private_paths
+
+    roots = writable_roots(profile)
+    copies = set(private_paths(profile))
+    own: dict[str, bool] = {}
+    for item in profile.protected:
+        if item.kind in (PIN, HOLD, DIR, FILE):
+            own[item.path] = item.path not in copies
+    for path, _kind in profile.hidden:  # (no `landlock_areas` is under a writable root)
+        own[path] = False
+    for sock in profile.sockets:
+        own[sock] = False
+    for sock in profile.granted_sockets:
+        own[sock] = True
+    return [(path, same) for path, same in own.items()
+            if any(is_under(path, root) for root in roots)]
+
+
 def landlock_areas(profile: Profile) -> tuple[str, ...]:
     """The hidden directories with something shown back inside (`~/.config`,
     `~/.cache`), which the init's Landlock layer can hide alone.
@@ -279,6 +308,7 @@ class BubblewrapDriver(ParkingDriver):
     # Existing protected names are read-only mounts; the guard neutralises
     # what the command creates where one was missing.
     RESTORE_CONTENT = False
+    _mounted_view = staticmethod(mounted_over_writable)
 
     @classmethod
     def from_config(cls, config: Any, *, env: Mapping[str, str], workspace: str,

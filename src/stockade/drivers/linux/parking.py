@@ -48,7 +48,14 @@ class ParkingDriver(Driver):
             from .warm import WarmPool
 
             self._warm = WarmPool(self._prepare, self._guard, size=size,
-                                  idle_timeout=idle_seconds, watch=watch)
+                                  idle_timeout=idle_seconds, watch=watch,
+                                  view=self._mounted_view)
+
+    @staticmethod
+    def _mounted_view(profile: Profile) -> list[tuple[str, bool]]:
+        """What a parked sandbox's init checks before it runs a command (see
+        `warm.Parked.dispatch`): none where nothing is mounted by name."""
+        return []
 
     def prepare(self, argv: list[str], profile: Profile) -> Launch:
         if self._warm is not None and profile.session is not None and not profile.publish:

@@ -20,6 +20,10 @@ What makes a parked sandbox stale, and why each check is enough:
   running (in this process), one is discarded the moment such a command
   starts, and at dispatch the identity (device, inode, type) of every path
   bwrap mounted under a writable root must be what it was when it parked;
+  that identity was taken before bwrap mounted, so the init checks too,
+  before it runs anything, that each such path is a mount of its own
+  holding the object the host has there now (a name swapped in just
+  before the mount and back after it passes the host's look, not this);
 - the config files are compared by identity, size and times;
 - a sandbox is parked from the last command's profile, made before that
   command ran: it is built only while every path the profile mounts over
@@ -217,16 +221,33 @@ class Parked:
         proc = self.proc
         return proc is not None and proc.poll() is None
 
-    def dispatch(self, argv: list[str]) -> None:
-        """Send the argv; OSError (EPIPE) when the init is gone."""
+    def dispatch(self, argv: list[str], view: Sequence[tuple[str, bool]]) -> bool:
+        """Send the argv, and the host's view of each path mounted over a writable
+        root (`view`: path, and whether the mount shows the host's own object);
+        True once the init has found every one mounted as the host has it now
+        and runs the command, False when it refused. OSError when it is gone.
+
+        The identities compared at `take` were taken before bwrap mounted: a
+        name swapped in between and back after left them equal, and the path
+        open inside. Only the init sees which object its mount holds.
+        """
+        import socket
+
         from ...jsontext import to_json
 
         sock = self.sock
         assert sock is not None
         self.sock = None
+        checks = []
+        for path, same in view:
+            identity = _identity(path)
+            checks.append([path, same, *(identity[:2] if identity else (-1, -1))])
         try:
-            sock.settimeout(None)
-            sock.sendall(to_json(list(argv)).encode("utf-8", "surrogatepass"))
+            sock.settimeout(READY_WAIT)
+            sock.sendall(to_json({"argv": list(argv), "view": checks}
+                                 ).encode("utf-8", "surrogatepass"))
+            sock.shutdown(socket.SHUT_WR)
+            return sock.recv(1) == b"G"
         finally:
             sock.close()
 
@@ -271,9 +292,11 @@ class WarmPool:
 
     def __init__(self, build: Build, guard: Callable[[Profile], MetadataGuard | None], *,
                  size: int = DEFAULT_SIZE, idle_timeout: float = DEFAULT_IDLE,
-                 watch: Sequence[str] = ()) -> None:
+                 watch: Sequence[str] = (),
+                 view: Callable[[Profile], list[tuple[str, bool]]] | None = None) -> None:
         self._build = build
         self._guard = guard
+        self.view = view or (lambda _profile: [])
         self.size = size
         self.idle_timeout = idle_timeout
         self.watch = tuple(watch)
@@ -689,10 +712,13 @@ class WarmLaunch(Launch):
             # Bound when it was parked, filled now: the configs as they are.
             guard.adopt(parked.launch.private)
         try:
-            parked.dispatch(self._source.command)
+            running = parked.dispatch(self._source.command, pool.view(self._source.profile))
         except OSError:
-            # It died between the look `take` had and now: the command has
-            # not started, and starts cold, under the guard already taken.
+            running = False
+        if not running:
+            # It died between the look `take` had and now, or its mounts are
+            # not on what the host has: the command has not started, and
+            # starts cold, under the guard already taken.
             pool.unused(parked)
             return None
         self._inner, parked.launch = parked.launch, None

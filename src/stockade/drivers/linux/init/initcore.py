@@ -443,11 +443,14 @@ def await_command(fd: int) -> list[str]:
     Every layer is already in place, so what waits here is as confined as
     the command it will become; only the argv is new (the profile, and with
     it the environment and the working directory, matched when stockade
-    chose this sandbox). `fd` is a socket whose other end only stockade
-    holds: its end-of-file means stockade is gone or dropped this sandbox,
-    and the init refuses rather than run anything. It is closed before
-    `verify`, so the command never holds it.
+    chose this sandbox). With it comes the host's view of each path mounted
+    over a writable root, checked here (`view_problem`) and answered `G` (go)
+    or `N` before anything runs. `fd` is a socket whose other end only
+    stockade holds: its end-of-file means stockade is gone or dropped this
+    sandbox, and the init refuses rather than run anything. It is closed
+    before `verify`, so the command never holds it.
     """
+    problem = ""
     try:
         posix.write(fd, b"R")
         chunks = []
@@ -456,18 +459,77 @@ def await_command(fd: int) -> list[str]:
             if not data:
                 break
             chunks.append(data)
+        message = b"".join(chunks)
+        if not message:
+            raise Refusal("stockade dropped this parked sandbox")
+        try:
+            value = parse_dispatch(message.decode("utf-8", "surrogateescape"))
+        except UnicodeDecodeError:
+            value = None
+        if value is None:
+            raise Refusal("the parked sandbox received no valid command")
+        argv, view = value
+        problem = view_problem(view)
+        posix.write(fd, b"N" if problem else b"G")
     finally:
         posix.close(fd)
-    message = b"".join(chunks)
-    if not message:
-        raise Refusal("stockade dropped this parked sandbox")
+    if problem:
+        raise Refusal(problem)
+    return argv
+
+
+def parse_dispatch(text: str) -> "tuple[list[str], list[tuple[str, bool, int, int]]] | None":
+    """`{"argv": [str, ...], "view": [[path, same, dev, ino], ...]}`, or None."""
+    value = scan_json(text)
+    if not isinstance(value, dict) or set(value) != {"argv", "view"}:
+        return None
+    argv, view = value["argv"], value["view"]
+    if not argv or not isinstance(argv, list) or not all(isinstance(a, str) for a in argv):
+        return None
+    if not isinstance(view, list) or not all(
+            isinstance(c, list) and len(c) == 4 and isinstance(c[0], str)
+            and type(c[1]) is bool and type(c[2]) is int and type(c[3]) is int for c in view):
+        return None
+    return argv, [(c[0], c[1], c[2], c[3]) for c in view]
+
+
+def view_problem(view: "list[tuple[str, bool, int, int]]") -> str:
+    """Why a mount the host expects is not where it expects it, or "".
+
+    Each path must be the root of a mount of its own (a name swapped before
+    bwrap mounted and back after leaves the mount elsewhere and the path on
+    the workspace's writable mount); where the mount shows the host's own
+    object (`same`), it must be the object the host has at that name now.
+    """
+    for path, same, dev, ino in view:
+        parent = path.rsplit("/", 1)[0] or "/"
+        try:
+            mounted = mount_id(path) != mount_id(parent)
+            st = posix.lstat(path)
+        except OSError:
+            mounted = False
+        if not mounted:
+            return f"{path} is not mounted as when this sandbox was parked"
+        if same and (st.st_dev, st.st_ino) != (dev, ino):
+            return f"{path} is another file than the one the host has there"
+    return ""
+
+
+def mount_id(path: str) -> int:
+    """The id of the mount `path` (not followed if a link) is on."""
+    fd = posix.open(path, posix.O_PATH | posix.O_NOFOLLOW | posix.O_CLOEXEC)
     try:
-        value = parse_command(message.decode("utf-8", "surrogateescape"))
-    except UnicodeDecodeError:
-        value = None
-    if not value:
-        raise Refusal("the parked sandbox received no valid command")
-    return value
+        info = posix.open(f"/proc/self/fdinfo/{fd}", posix.O_RDONLY | posix.O_CLOEXEC)
+        try:
+            data = posix.read(info, 4096)
+        finally:
+            posix.close(info)
+    finally:
+        posix.close(fd)
+    for line in data.split(b"\n"):
+        if line.startswith(b"mnt_id:"):
+            return int(line.split()[1])
+    raise OSError(ENOENT, "no mnt_id in fdinfo", path)
 
 
 def parse_command(text: str) -> "list[str] | None":
