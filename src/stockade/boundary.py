@@ -183,7 +183,7 @@ def writable_roots(mode: str, workspace: str, capabilities: SandboxCapabilities,
             real = os.path.realpath(p)
             if kind(real) != DIR or (home and real == home_real):
                 continue
-            layer = os.path.join(cache_dir, sha256_hex(real.encode())[:16])
+            layer = os.path.join(cache_dir, sha256_hex(os.fsencode(real))[:16])
             if namespaces:
                 caches.append((real, layer, var))
             elif var:

@@ -649,7 +649,13 @@ class SandboxCore:
                      matched: tuple[str, ...] = ()) -> Profile:
         c = self.config
         if ws.cache_dir is None and c.scratch and mode != READ_ONLY:
-            ws.cache_dir = private_dir(os.path.join(self.state_dir, "caches"), ws.session_id)
+            # Under the lock `close_session` marks the session closing with:
+            # made after it had looked, the directory outlived the session.
+            with self._proc_lock:
+                if ws.closing:
+                    raise SandboxError(f"session {ws.session_id!r} was closed")
+                ws.cache_dir = private_dir(os.path.join(self.state_dir, "caches"),
+                                           ws.session_id)
         profile = build_profile(
             private=self._private, cache_dir=ws.cache_dir, tmp_size_mb=c.tmp_size_mb,
             max_file_size_mb=c.max_file_size_mb,

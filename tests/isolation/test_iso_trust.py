@@ -859,6 +859,18 @@ def _vendored(box: Box) -> Path:
     return dep
 
 
+def test_your_repository_under_a_name_that_is_not_utf8_does_not_stop_commands(
+        box: Box) -> None:
+    """Every writing command failed (UnicodeEncodeError hashing the path) once the
+    person had a repository under such a directory."""
+    init_repo(box)
+    odd = box.mkdir("ws/" + os.fsdecode(b"v\xff"))
+    init_repo(box, odd)
+    res = box.sh("echo ok > done.txt && echo ran", mode="workspace-write")
+    assert b"ran" in res.stdout, text(res)
+    assert (box.ws / "done.txt").read_text() == "ok\n"
+
+
 def test_an_existing_repository_deep_in_the_tree_is_held(box: Box) -> None:
     """A vendored clone's config and hooks were writable and never compared: the host's
     `git status` (a prompt on `cd vendor/dep`) and `git commit` there obeyed them."""

@@ -268,6 +268,25 @@ def test_background_process_lifecycle_and_session_close(tmp_path, env):
 def test_a_process_starting_while_its_session_closes_is_stopped(tmp_path, env):
     # A pool node closed a session while one of its background commands was
     # still starting; the process, tracked by a session already gone, ran on.
+    from stockade.sync import perform_start
+
+    sandbox, _ = make(tmp_path, env)
+    ws = sandbox.session("late")
+    marker = f"30.{os.getpid()}"
+
+    def close_then_start(run):
+        sandbox.close_session("late")
+        return perform_start(run, sandbox.core, ws)
+
+    with pytest.raises(SandboxError, match="closed while this command started"):
+        sandbox.start_with(SandboxCommand("sleep", [marker], session_id="late"),
+                           close_then_start)
+    assert not [pid for pid in os.listdir("/proc") if pid.isdigit()
+                and _cmdline(pid) == f"sleep\0{marker}\0"]
+    assert ws.processes == set()
+
+
+def test_a_session_closed_before_its_commands_profile_leaves_no_cache_layer(tmp_path, env):
     class CloseFirst:
         name = "close-first"
 
@@ -276,13 +295,11 @@ def test_a_process_starting_while_its_session_closes_is_stopped(tmp_path, env):
             return HookDecision.allow()
 
     sandbox, _ = make(tmp_path, env, hooks=[CloseFirst()])
-    ws = sandbox.session("late")
-    marker = f"30.{os.getpid()}"
-    with pytest.raises(SandboxError, match="closed while this command started"):
-        sandbox.start(SandboxCommand("sleep", [marker], session_id="late"))
-    assert not [pid for pid in os.listdir("/proc") if pid.isdigit()
-                and _cmdline(pid) == f"sleep\0{marker}\0"]
-    assert ws.processes == set()
+    sandbox.session("late")
+    caches = os.path.join(sandbox.core.state_dir, "caches")
+    with pytest.raises(SandboxError, match="was closed"):
+        sandbox.execute(SandboxCommand("true", session_id="late"))
+    assert not os.path.isdir(caches) or os.listdir(caches) == []
 
 
 def _cmdline(pid: str) -> str:

@@ -85,13 +85,23 @@ def test_the_view_is_answered_before_anything_runs(tmp_path: object) -> None:
     mine.close()
 
 
-def test_view_problem_takes_a_mount_of_its_own_with_the_hosts_identity() -> None:
+def test_view_problem_takes_a_mount_of_its_own_with_the_hosts_identity(tmp_path: object) -> None:
     proc = os.lstat("/proc")
     assert initcore.view_problem([("/proc", True, proc.st_dev, proc.st_ino)]) == ""
     assert initcore.view_problem([("/proc", False, 0, 0)]) == ""
     assert "another file" in initcore.view_problem([("/proc", True, proc.st_dev, proc.st_ino + 7)])
-    assert "not mounted" in initcore.view_problem([("/proc/self", False, 0, 0)])
-    assert "not mounted" in initcore.view_problem([("/nonexistent/x", False, 0, 0)])
+    plain = os.path.join(str(tmp_path), "plain")
+    os.mkdir(plain)
+    assert "not mounted" in initcore.view_problem([(plain, False, 0, 0)])
+    assert "not reachable" in initcore.view_problem([("/nonexistent/x", False, 0, 0)])
+
+
+def test_view_problem_follows_no_link_on_the_way() -> None:
+    """A directory on the way turned into a link to a mount elsewhere (the top
+    `.git`'s bind) passed when the path's mount was compared with its named parent's."""
+    assert os.path.islink("/proc/self")
+    for path in ("/proc/self", "/proc/self/fd", "/proc/./self", "relative", "/proc/../proc"):
+        assert "not reachable" in initcore.view_problem([(path, False, 0, 0)]), path
 
 
 def test_warm_settings_take_zero_and_refuse_negatives(tmp_path: object) -> None:

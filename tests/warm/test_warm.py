@@ -717,6 +717,72 @@ def test_a_name_swapped_around_the_park_is_not_served(
         assert (planted, start) == (True, "warm"), out
 
 
+def test_a_directory_turned_into_a_link_before_dispatch_is_not_served(
+        world: World, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A deeper repository's hooks directory (`core.hooksPath = tools/hooks`): a
+    writer moves `tools` into the top `.git` and leaves a link in its place
+    just before the dispatch. Compared with its named parent (the link), the
+    path passed for a mount of its own; a cold start binds through the link."""
+    if world.backend != "bubblewrap":
+        pytest.skip("nothing is mounted by name under the Landlock backend")
+    from stockade.drivers.linux import warm
+
+    lib = world.ws / "vendor" / "lib"
+    _repository(lib)
+    (lib / "tools" / "hooks").mkdir(parents=True)
+    with open(lib / ".git" / "config", "a") as fh:
+        fh.write("\thooksPath = tools/hooks\n")
+    (world.ws / ".git" / "objects").mkdir()
+    sb, _pool = primed(world)
+    dispatch = warm.Parked.dispatch
+
+    def flip_first(self: warm.Parked, argv: list[str], view: list[tuple[str, bool]]) -> bool:
+        assert any(p == str(lib / "tools" / "hooks") for p, _same in view), view
+        os.rename(lib / "tools", world.ws / ".git" / "objects" / "tools-real")
+        os.symlink("../../.git/objects/tools-real", lib / "tools")
+        return dispatch(self, argv, view)
+
+    monkeypatch.setattr(warm.Parked, "dispatch", flip_first)
+    run(sb, "/bin/sh", "-c", "echo planted > vendor/lib/tools/hooks/pre-commit")
+    assert not (world.ws / ".git" / "objects" / "tools-real" / "hooks" / "pre-commit").exists()
+    assert last_detail(sb)["start"] == "cold"
+
+
+def test_a_repository_inside_a_hidden_directory_still_goes_warm(world: World) -> None:
+    """Its metadata's mounts are under the directory's mask, unseen: checked for
+    anyway, every command was refused its parked sandbox."""
+    if world.backend != "bubblewrap":
+        pytest.skip("the landlock backend refuses a hidden path inside a writable workspace")
+    _repository(world.ws / "vendor" / "lib")
+    sb, pool = primed(world, unreadable=["default", "vendor/"])
+    run(sb, "/bin/true")
+    assert last_detail(sb)["start"] == "warm", state(pool)
+
+
+def test_a_parked_sandbox_that_does_not_answer_is_stopped_not_doubled(
+        world: World, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Gone cold after no answer, a command the parked init had begun all the same
+    would run twice."""
+    from stockade.drivers.linux import warm
+    from stockade.errors import SandboxUnavailable
+
+    sb, _pool = primed(world)
+    parked = parked_procs(world.marker)
+    assert parked
+
+    def silent(self: object, argv: list[str], view: object) -> bool:
+        raise TimeoutError
+
+    monkeypatch.setattr(warm.Parked, "dispatch", silent)
+    with pytest.raises(SandboxUnavailable, match="did not answer"):
+        run(sb, "/bin/sh", "-c", "echo ran >> ran.txt")
+    assert not (world.ws / "ran.txt").exists()
+    deadline = time.monotonic() + 10
+    while set(parked) & set(parked_procs(world.marker)) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not set(parked) & set(parked_procs(world.marker))  # (another may park anew)
+
+
 def test_a_writer_starting_while_a_sandbox_is_listed_taints_it(
         world: World, monkeypatch: pytest.MonkeyPatch) -> None:
     """A writer that starts between the spawner's look for writers and the moment the

@@ -248,8 +248,11 @@ def mounted_over_writable(profile: Profile) -> list[tuple[str, bool]]:
         own[sock] = False
     for sock in profile.granted_sockets:
         own[sock] = True
+    # Beneath a masked directory a path is not seen at all, and its mount with it.
+    masks = [path for path, kind in profile.hidden if kind == DIR]
     return [(path, same) for path, same in own.items()
-            if any(is_under(path, root) for root in roots)]
+            if any(is_under(path, root) for root in roots)
+            and not any(is_under(path, d) and path != d for d in masks)]
 
 
 def landlock_areas(profile: Profile) -> tuple[str, ...]:

@@ -713,6 +713,15 @@ class WarmLaunch(Launch):
             guard.adopt(parked.launch.private)
         try:
             running = parked.dispatch(self._source.command, pool.view(self._source.profile))
+        except TimeoutError:
+            # No answer: it may yet have said go, so a cold start could run
+            # the command twice. Stopped, and said.
+            pool.unused(parked)
+            from ...errors import SandboxUnavailable
+
+            raise SandboxUnavailable(
+                f"a parked sandbox did not answer within {READY_WAIT:g} s: it was stopped, "
+                "and the command may have begun in it; run it again") from None
         except OSError:
             running = False
         if not running:

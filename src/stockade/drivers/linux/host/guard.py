@@ -110,7 +110,7 @@ class MetadataGuard:
         self.started_ns = time.time_ns()
         from ....paths import sha256_hex
 
-        key = sha256_hex(profile.workspace.encode())[:32]
+        key = sha256_hex(os.fsencode(profile.workspace))[:32]
         base = os.path.join(state_dir, "guard")
         self.dir = os.path.join(base, key)
         if not self.paths and not os.path.isdir(self.dir):
@@ -349,7 +349,7 @@ class MetadataGuard:
     def _key(path: str) -> str:
         from ....paths import sha256_hex
 
-        return sha256_hex(path.encode())[:24]
+        return sha256_hex(os.fsencode(path))[:24]
 
     def _recorded(self) -> tuple[list[str], list[str]]:
         """(paths, git directories) the baseline on disk knows, from its manifest."""
@@ -1169,7 +1169,7 @@ def made_by_commands(state_dir: str, workspace: str, found: set[str]) -> set[str
     from ....paths import sha256_hex
 
     base = os.path.join(state_dir, "guard")
-    key_dir = os.path.join(base, sha256_hex(workspace.encode())[:32])
+    key_dir = os.path.join(base, sha256_hex(os.fsencode(workspace))[:32])
     made = found & set(_read(_made_file(base, key_dir)).split("\0")) \
         if os.path.exists(_made_file(base, key_dir)) else set()
     try:

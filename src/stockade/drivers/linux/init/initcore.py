@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     from .seccomp import Syscall
 
 REFUSED, CANNOT_EXECUTE, NOT_FOUND = 125, 126, 127
-EPERM, ENOENT, ESRCH, ENOEXEC, EACCES, ENOTDIR, EINVAL = 1, 2, 3, 8, 13, 20, 22
+EPERM, ENOENT, ESRCH, ENOEXEC, EACCES, ENOTDIR, EINVAL, ELOOP = 1, 2, 3, 8, 13, 20, 22, 40
 SIGKILL = 9
 PR_SET_PDEATHSIG, PR_CAPBSET_DROP, PR_SET_SECUREBITS, PR_CAP_AMBIENT = 1, 24, 28, 47
 PR_CAP_AMBIENT_CLEAR_ALL = 4
@@ -496,40 +496,60 @@ def parse_dispatch(text: str) -> "tuple[list[str], list[tuple[str, bool, int, in
 def view_problem(view: "list[tuple[str, bool, int, int]]") -> str:
     """Why a mount the host expects is not where it expects it, or "".
 
-    Each path must be the root of a mount of its own (a name swapped before
-    bwrap mounted and back after leaves the mount elsewhere and the path on
-    the workspace's writable mount); where the mount shows the host's own
-    object (`same`), it must be the object the host has at that name now.
+    Each path must be reached with no link followed (the profile's paths are
+    real ones: a link on the way now leads elsewhere) and be the root of a
+    mount of its own, which a name swapped before bwrap mounted and back after
+    is not: the mount went with the other object. Where the mount shows the
+    host's own object (`same`), it must be the object the host has there now.
     """
     for path, same, dev, ino in view:
-        parent = path.rsplit("/", 1)[0] or "/"
         try:
-            mounted = mount_id(path) != mount_id(parent)
-            st = posix.lstat(path)
+            parent_mount, mount, st = walk_mounts(path)
         except OSError:
-            mounted = False
-        if not mounted:
+            return f"{path} is not reachable as when this sandbox was parked"
+        if mount == parent_mount:
             return f"{path} is not mounted as when this sandbox was parked"
         if same and (st.st_dev, st.st_ino) != (dev, ino):
             return f"{path} is another file than the one the host has there"
     return ""
 
 
-def mount_id(path: str) -> int:
-    """The id of the mount `path` (not followed if a link) is on."""
-    fd = posix.open(path, posix.O_PATH | posix.O_NOFOLLOW | posix.O_CLOEXEC)
+def walk_mounts(path: str) -> "tuple[int, int, posix.stat_result]":
+    """The mount ids of `path`'s directory and of `path`, and its status, reached one
+    name at a time from `/` with no link followed (ELOOP at a link)."""
+    names = [n for n in path.split("/") if n]
+    if not path.startswith("/") or not names or "." in names or ".." in names:
+        raise OSError(EINVAL, "not a plain absolute path", path)
+    flags = posix.O_PATH | posix.O_NOFOLLOW | posix.O_CLOEXEC
+    fd = posix.open("/", flags | posix.O_DIRECTORY)
     try:
-        info = posix.open(f"/proc/self/fdinfo/{fd}", posix.O_RDONLY | posix.O_CLOEXEC)
+        for name in names[:-1]:
+            nxt = posix.open(name, flags | posix.O_DIRECTORY, dir_fd=fd)
+            posix.close(fd)
+            fd = nxt
+        last = posix.open(names[-1], flags, dir_fd=fd)
         try:
-            data = posix.read(info, 4096)
+            st = posix.fstat(last)
+            if (st.st_mode & 0o170000) == 0o120000:
+                raise OSError(ELOOP, "a link", path)
+            return mount_id(fd), mount_id(last), st
         finally:
-            posix.close(info)
+            posix.close(last)
     finally:
         posix.close(fd)
+
+
+def mount_id(fd: int) -> int:
+    """The id of the mount that open descriptor `fd` is on."""
+    info = posix.open(f"/proc/self/fdinfo/{fd}", posix.O_RDONLY | posix.O_CLOEXEC)
+    try:
+        data = posix.read(info, 4096)
+    finally:
+        posix.close(info)
     for line in data.split(b"\n"):
         if line.startswith(b"mnt_id:"):
             return int(line.split()[1])
-    raise OSError(ENOENT, "no mnt_id in fdinfo", path)
+    raise OSError(ENOENT, "no mnt_id in fdinfo")
 
 
 def parse_command(text: str) -> "list[str] | None":
