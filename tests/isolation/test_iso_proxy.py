@@ -1241,16 +1241,21 @@ def test_other_sessions_proxy_socket_unreachable_with_a_visible_tmpdir(
     net.runner.own(tmpdir)
     env = net.box.env(TMPDIR=str(tmpdir))
     grant = net.runner.popen(
-        net.cli_argv(["run", "--yes", "--allow-host", b.authority, "--", "/bin/sh", "-c",
-                      f"sleep 3; curl -sS -m 5 http://{b.authority}/from-b"]),
+        net.cli_argv(["run", "--yes", "--mode", "workspace-write", "--allow-host", b.authority,
+                      "--", "/bin/sh", "-c", "touch b.live; while [ ! -e a.done ]; do sleep 0.05; done; "
+                      f"curl -sS -m 5 http://{b.authority}/from-b"]),
         cwd=net.box.ws, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT)
     try:
-        deadline = time.monotonic() + 10
-        while not any(p.is_socket() for p in tmpdir.rglob("*")) and time.monotonic() < deadline:
+        # B's grant is live from its command's start until A has tried: B
+        # waits for A, and its own request afterwards shows it was.
+        deadline = time.monotonic() + RUN_TIMEOUT
+        while not (net.box.ws / "b.live").exists() and time.monotonic() < deadline:
             time.sleep(0.05)
+        assert (net.box.ws / "b.live").exists(), "B's command never started"
         thief = net.box.run([SYSTEM_PYTHON, "-I", "-c", SOCKET_THIEF, b.authority,
                              str(tmpdir)], env=env)
+        (net.box.ws / "a.done").touch()
         out, _ = grant.communicate(timeout=RUN_TIMEOUT)
     finally:
         if grant.poll() is None:
