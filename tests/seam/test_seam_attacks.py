@@ -8,6 +8,7 @@ against; the fix makes it pass.
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -224,23 +225,31 @@ def _cli(env: dict[str, str], cwd: Path, *args: str) -> list[str]:
 
 
 def _killed_mid_run(tmp: Path, backend: str) -> tuple[Path, dict[str, str]]:
-    """A repository workspace; a command writes a hook and .vscode/tasks.json, then
+    """A repository workspace; a command writes a hook and .vscode/tasks.json while its
+    stockade is stopped (its watch would otherwise take them back at once), then
     stockade is SIGKILLed before its guard can undo them."""
     ws = tmp / "ws"
     ws.mkdir()
     env = _env(tmp)
     subprocess.run(["git", "init", "-q", str(ws)], check=True)
-    plant = ("printf '#!/bin/sh\\necho ran > \"$0.ran\"\\n' > .git/hooks/pre-commit; "
+    plant = ("touch started; while [ ! -e go ]; do sleep 0.02; done; "
+             "printf '#!/bin/sh\\necho ran > \"$0.ran\"\\n' > .git/hooks/pre-commit; "
              "chmod +x .git/hooks/pre-commit; mkdir -p .vscode; echo '{}' > .vscode/tasks.json; "
-             "sleep 30")
+             "touch planted; sleep 30")
     proc = subprocess.Popen(_cli(env, ws, "run", "--backend", backend, "--mode",
                                  "workspace-write", "--", "sh", "-c", plant), cwd=ws, env=env)
-    deadline = time.monotonic() + 15
-    while not (ws / ".vscode" / "tasks.json").exists() and time.monotonic() < deadline:
-        time.sleep(0.1)
-    proc.kill()
-    proc.wait()
-    time.sleep(1)
+    try:
+        deadline = time.monotonic() + 30
+        while not (ws / "started").exists() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        proc.send_signal(signal.SIGSTOP)
+        (ws / "go").touch()
+        while not (ws / "planted").exists() and time.monotonic() < deadline:
+            time.sleep(0.02)
+    finally:
+        proc.kill()
+        proc.wait()
+    assert (ws / ".vscode" / "tasks.json").exists(), "nothing was left to sweep"
     return ws, env
 
 
