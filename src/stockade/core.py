@@ -536,9 +536,9 @@ class SandboxCore:
         endpoint = None
         if sandboxed and caps.network.kind == NetworkPolicy.HOSTS:
             endpoint = self.proxy_endpoint(ws.session_id, caps.network, decided.backend)
-        profile = self.command_profile(cmd, ws, mode, caps, cwd, driver,
-                                       sandboxed=sandboxed, endpoint=endpoint)
         try:
+            profile = self.command_profile(cmd, ws, mode, caps, cwd, driver,
+                                           sandboxed=sandboxed, endpoint=endpoint)
             launch = driver.prepare(cmd.argv, profile)
         except BaseException:
             if endpoint:
@@ -649,11 +649,8 @@ class SandboxCore:
                      matched: tuple[str, ...] = ()) -> Profile:
         c = self.config
         if ws.cache_dir is None and c.scratch and mode != READ_ONLY:
-            # Under the lock `close_session` marks the session closing with:
-            # made after it had looked, the directory outlived the session.
             with self._proc_lock:
-                if ws.closing:
-                    raise SandboxError(f"session {ws.session_id!r} was closed")
+                _refuse_closed(ws)
                 ws.cache_dir = private_dir(os.path.join(self.state_dir, "caches"),
                                            ws.session_id)
         profile = build_profile(
@@ -669,9 +666,12 @@ class SandboxCore:
             repositories=repositories, matched=matched, platform=self.platform,
             session=ws.session, publish=cmd.publish,
         )
-        for _cache, private, _var in profile.caches:
-            for part in ("upper", "work"):
-                os.makedirs(os.path.join(private, part), mode=0o700, exist_ok=True)
+        if profile.caches:
+            with self._proc_lock:
+                _refuse_closed(ws)
+                for _cache, private, _var in profile.caches:
+                    for part in ("upper", "work"):
+                        os.makedirs(os.path.join(private, part), mode=0o700, exist_ok=True)
         return profile
 
     def audit(self, cmd: SandboxCommand, ws: SessionWorkspace, mode: str,
@@ -756,6 +756,13 @@ def refuse_home_workspace(workspace: str, env: Mapping[str, str], allowed: bool)
             "command could leave files that your shell, git, less, editors and builds run "
             "later; use a project directory as the workspace, or read-only mode, or set "
             "allow_home_workspace = true in ~/.config/stockade/config.toml to accept it")
+
+
+def _refuse_closed(ws: SessionWorkspace) -> None:
+    """(The process lock held.) What a session keeps on disk, made once its close
+    had looked, would outlive it."""
+    if ws.closing:
+        raise SandboxError(f"session {ws.session_id!r} was closed")
 
 
 def _close_at_exit(core: SandboxCore) -> None:

@@ -143,6 +143,22 @@ def redacted(rec: Mapping[str, object]) -> dict[str, object]:
     return out
 
 
+def _text(value: object) -> object:
+    """`value` as text SQLite stores: a name that is not UTF-8 (a directory or program
+    a command named so) is kept with its bytes as \\xNN; refused, it lost the
+    command's record, and with it the trace of whatever ran there."""
+    if not isinstance(value, str):
+        return value
+    try:
+        value.encode("utf-8")
+        return value
+    except UnicodeEncodeError:
+        try:
+            return value.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+        except UnicodeEncodeError:
+            return value.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
 def redact_argv(argv: list[str]) -> list[str]:
     """`argv` with secret-looking assignments and URL passwords replaced by REDACTED."""
     if not any("=" in a or "://" in a for a in argv):
@@ -247,8 +263,8 @@ class Ledger:
             "INSERT INTO executions (ts, session, program, argv, cwd, mode, capabilities,"
             " backend, exit_code, signal, duration_ms, denied, outcome, detail)"
             " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-            (rec["ts"], rec["session"], rec["program"], to_json(rec["argv"]),
-             rec.get("cwd"), rec["mode"], to_json(rec["capabilities"]), rec["backend"],
+            (rec["ts"], _text(rec["session"]), _text(rec["program"]), to_json(rec["argv"]),
+             _text(rec.get("cwd")), rec["mode"], to_json(rec["capabilities"]), rec["backend"],
              rec.get("exit_code"), rec.get("signal"), rec.get("duration_ms"),
              int(bool(rec.get("denied"))), rec["outcome"],
              to_json(rec["detail"]) if rec.get("detail") else None),
@@ -262,8 +278,8 @@ class Ledger:
         rec.setdefault("ts", time.time())
         self._insert(
             "INSERT INTO starts (ts, session, argv, cwd, mode, backend) VALUES (?,?,?,?,?,?)",
-            (rec["ts"], rec["session"], to_json(rec["argv"]), rec.get("cwd"), rec["mode"],
-             rec["backend"]),
+            (rec["ts"], _text(rec["session"]), to_json(rec["argv"]), _text(rec.get("cwd")),
+             rec["mode"], rec["backend"]),
         )
 
     def record_network(self, **rec: object) -> None:
@@ -273,7 +289,7 @@ class Ledger:
         self._insert(
             "INSERT INTO network (ts, session, host, port, address, allowed, rule,"
             " bytes_up, bytes_down, detail) VALUES (?,?,?,?,?,?,?,?,?,?)",
-            (rec["ts"], rec["session"], rec["host"], rec.get("port"), rec.get("address"),
+            (rec["ts"], _text(rec["session"]), rec["host"], rec.get("port"), rec.get("address"),
              int(bool(rec["allowed"])), rec.get("rule"), rec.get("bytes_up"),
              rec.get("bytes_down"), to_json(rec["detail"]) if rec.get("detail") else None),
         )

@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from .conftest import (
+    SYSTEM_PYTHON,
     Box,
     Listener,
     abstract_listener,
@@ -187,6 +188,26 @@ def test_docker_sockets_unreachable(box: Box, listeners: list[Listener],
     assert control.settle() >= 1
     assert env_sock.connections == 0, out
     assert rt_sock.connections == 0, out
+
+
+def test_docker_desktops_socket_in_a_hidden_directory_is_unreachable_and_commands_run(
+        box: Box, listeners: list[Listener]) -> None:
+    """Docker Desktop's ~/.docker/run/docker.sock sits in ~/.docker, which is hidden:
+    its cover was bound after the mask had turned read-only, and every command
+    failed to start ("Can't mkdir parents")."""
+    run = box.mkdir("home/.docker/run")
+    box.write(box.home / ".docker" / "config.json", '{"auths": {"x": {"auth": "CANARY"}}}')
+    box.runner.own(box.home / ".docker", box.home / ".docker" / "config.json", run)
+    sock = unix_listener(listeners, run / "docker.sock", box.runner)
+    control = unix_listener(listeners, run / "unrelated.sock", box.runner)
+    res = box.py(UNIX_PROBE, str(run / "docker.sock"), options=["--mode", "workspace-write"])
+    out = text(res)
+    assert res.returncode == 0 and sock.connections == 0, out
+    # Control: the same probe unconfined reaches both.
+    host = box.host([SYSTEM_PYTHON, "-c", UNIX_PROBE, str(run / "docker.sock"),
+                     str(run / "unrelated.sock")], capture_output=True)
+    assert f"CONNECTED {run}/docker.sock" in text(host), text(host)
+    assert control.settle() >= 1
 
 
 # -- the inside view ---------------------------------------------------------------------

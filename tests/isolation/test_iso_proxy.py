@@ -1242,7 +1242,8 @@ def test_other_sessions_proxy_socket_unreachable_with_a_visible_tmpdir(
     env = net.box.env(TMPDIR=str(tmpdir))
     grant = net.runner.popen(
         net.cli_argv(["run", "--yes", "--mode", "workspace-write", "--allow-host", b.authority,
-                      "--", "/bin/sh", "-c", "touch b.live; while [ ! -e a.done ]; do sleep 0.05; done; "
+                      "--", "/bin/sh", "-c",
+                      "touch b.live; while [ ! -e a.done ]; do sleep 0.05; done; "
                       f"curl -sS -m 5 http://{b.authority}/from-b"]),
         cwd=net.box.ws, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT)

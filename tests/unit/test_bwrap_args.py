@@ -210,3 +210,26 @@ def test_areas_with_something_shown_back_are_left_to_landlock_when_asked():
     assert "/home/u/.aws" in pairs(left, "--tmpfs")
     i = left.index("/home/u/.netrc")
     assert left[i - 2:i] == ["--ro-bind", "/dev/null"]
+
+
+def test_the_view_a_parked_init_checks_is_what_bwrap_mounts_and_leaves_visible():
+    """Each path under a writable root that a mount shows: the host's own object (a
+    pin, a read-only bind, a granted socket) or a cover (a mask, a private copy).
+    What a mask hides is not looked for (it is not there to see), but a granted
+    socket bound again inside it is: swapped around the park, it led elsewhere."""
+    from stockade.drivers.linux.bwrap import mounted_over_writable
+
+    entries = {f"{WS}/.git": DIR, f"{WS}/.git/hooks": DIR, f"{WS}/.git/config": FILE,
+               f"{WS}/secret": DIR, f"{WS}/secret/app": DIR,
+               f"{WS}/secret/app/agent.sock": SOCKET, f"{WS}/secret/d.sock": SOCKET}
+    p = profile(entries=entries, unreadable=[f"{WS}/secret"],
+                granted_sockets=[f"{WS}/secret/app/agent.sock"],
+                env={"DOCKER_HOST": f"unix://{WS}/secret/d.sock"})
+    assert dict(mounted_over_writable(p)) == {
+        f"{WS}/.git": True, f"{WS}/.git/hooks": True, f"{WS}/.git/config": False,
+        f"{WS}/secret": False, f"{WS}/secret/app/agent.sock": True}
+    # The covered socket inside the mask gets no mount of its own: its mount
+    # point cannot be made in the mask's read-only tmpfs.
+    args = build_bwrap_args(p, "b", inner=[])
+    assert f"{WS}/secret/d.sock" not in args
+    assert mounted_over_writable(profile("read-only", entries=entries)) == []

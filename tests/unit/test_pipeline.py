@@ -413,3 +413,18 @@ def test_the_denial_hint_is_kept_in_the_ledger(tmp_path, env):
         session_id="s"))
     assert out.likely_sandbox_denied and "/etc/x is outside the workspace" in out.denial_hint
     assert json.loads(rows(tmp_path)[-1]["detail"])["hint"] == out.denial_hint
+
+
+def test_a_command_in_a_directory_whose_name_is_not_utf8_is_still_recorded(tmp_path, env):
+    """SQLite refused the name, and the command's record was lost: whatever it did
+    there left no trace in the ledger."""
+    sandbox, _ = make(tmp_path, env)
+    ws = sandbox.session("odd")
+    odd = os.fsdecode(os.fsencode(ws.cwd) + b"/x\xff")
+    os.mkdir(odd)
+    out = sandbox.execute(SandboxCommand("sh", ["-c", "echo ran"], session_id="odd", cwd=odd))
+    assert out.stdout == b"ran\n"
+    db = sqlite3.connect(str(tmp_path / "ledger.db"))
+    cwds = [row[0] for row in db.execute("SELECT cwd FROM executions")]
+    starts = [row[0] for row in db.execute("SELECT cwd FROM starts")]
+    assert cwds == [ws.cwd + "/x\\xff"] and starts == cwds, (cwds, starts)

@@ -207,8 +207,11 @@ def build_bwrap_args(profile: Profile, bwrap: str, *, inner: list[str] | None = 
                 a += ["--bind", sock, sock]
         a += ["--remount-ro", path]
     for sock in profile.sockets:
-        # connect() to a character device fails with ECONNREFUSED.
-        a += ["--ro-bind", "/dev/null", sock]
+        # connect() to a character device fails with ECONNREFUSED. One inside a
+        # mask is hidden with it, and its mount point could not be made there
+        # (Docker Desktop's ~/.docker/run/docker.sock stopped every command).
+        if not any(is_under(sock, d) for d in masked):
+            a += ["--ro-bind", "/dev/null", sock]
 
     # 8. Granted sockets come back last, through whatever hid their directory.
     for sock in profile.granted_sockets:
@@ -248,11 +251,14 @@ def mounted_over_writable(profile: Profile) -> list[tuple[str, bool]]:
         own[sock] = False
     for sock in profile.granted_sockets:
         own[sock] = True
-    # Beneath a masked directory a path is not seen at all, and its mount with it.
+    # Mounted before the masks, or not at all: beneath one they are not seen.
+    # (A granted socket is bound again inside it: checked.)
     masks = [path for path, kind in profile.hidden if kind == DIR]
+    hidden_below = {p.path for p in profile.protected} | set(profile.sockets)
     return [(path, same) for path, same in own.items()
             if any(is_under(path, root) for root in roots)
-            and not any(is_under(path, d) and path != d for d in masks)]
+            and not (path in hidden_below and any(is_under(path, d) and path != d
+                                                  for d in masks))]
 
 
 def landlock_areas(profile: Profile) -> tuple[str, ...]:
