@@ -560,10 +560,15 @@ def test_background_process_through_the_pool(pool: SandboxPool) -> None:
     assert proc.stop(30) is not None  # bounded, not a guess: stop returns once it is done
     assert not proc.running()
     # A second process is stopped by closing its session, as locally.
-    other = pool.start(sh("bg", f"exec sleep 61.{marker[3:5]}"))
-    wait_until(lambda: procs_with(f"sleep 61.{marker[3:5]}"), 30, "the second process")
+    # Digits only: `sleep 61.c0` exits at once ("invalid time interval"), and the
+    # process the session's close was to stop was gone, or never seen, before it.
+    interval = f"61.{secrets.randbelow(900000) + 100000}"
+    other = pool.start(sh("bg", f"exec sleep {interval}"))
+    wait_until(lambda: [c for _, c in procs_with(f"sleep {interval}")
+                        if c.startswith("sleep ")], 30, "the second process's sleep")
+    assert other.running()
     pool.close_session("bg")
-    assert wait_gone(f"sleep 61.{marker[3:5]}", 30) == []
+    assert wait_gone(f"sleep {interval}", 30) == []
     with pytest.raises(SandboxUnavailable, match="session was closed"):
         other.running()
 
