@@ -42,7 +42,7 @@ from .errors import (
     SandboxUnavailable,
 )
 from .hooks import run_before_hooks
-from .interpret import Record, RunContext, interpret, refusal, start
+from .interpret import Record, RunContext, cut_short, interpret, refusal, start
 from .ledger import Ledger
 from .paths import (
     WINDOWS,
@@ -280,8 +280,12 @@ class SandboxCore:
                 effect = gen.send(value)
             except StopIteration as stop:
                 return stop.value
-            value = (performers.approve(effect) if isinstance(effect, Approve)
-                     else performers.run(effect))
+            try:
+                value = (performers.approve(effect) if isinstance(effect, Approve)
+                         else performers.run(effect))
+            except BaseException as exc:
+                _thrown(gen, effect, exc)
+                raise
 
     async def adrive(self, gen: Generator[Approve | Run, object, object],
                      performers: Performers) -> object:
@@ -292,10 +296,14 @@ class SandboxCore:
                 effect = gen.send(value)
             except StopIteration as stop:
                 return stop.value
-            value = (performers.approve(effect) if isinstance(effect, Approve)
-                     else performers.run(effect))
-            if hasattr(value, "__await__"):
-                value = await value
+            try:
+                value = (performers.approve(effect) if isinstance(effect, Approve)
+                         else performers.run(effect))
+                if hasattr(value, "__await__"):
+                    value = await value
+            except BaseException as exc:
+                _thrown(gen, effect, exc)
+                raise
 
     def ask(self, effect: Approve) -> str:
         """Perform an `Approve` effect by blocking on the gate's requester."""
@@ -454,7 +462,13 @@ class SandboxCore:
             timeout = cmd.timeout or caps.timeout_secs or self.default_timeout
             self.ledger.record_start(session=ws.session_id, argv=cmd.argv, cwd=cwd,
                                      mode=decided.mode, backend=decided.backend)
-            result = yield Run(launch, profile, cmd.stdin, timeout, self.max_output)
+            try:
+                result = yield Run(launch, profile, cmd.stdin, timeout, self.max_output)
+            except (GeneratorExit, *_REFUSALS):
+                raise
+            except BaseException as exc:  # thrown in by `drive`: the performer's
+                self._record(cmd, ws, decided, cut_short(exc), started)
+                raise
         except _REFUSALS as exc:
             self._record(cmd, ws, decided, refusal(exc), started)
             raise
@@ -756,6 +770,18 @@ def refuse_home_workspace(workspace: str, env: Mapping[str, str], allowed: bool)
             "command could leave files that your shell, git, less, editors and builds run "
             "later; use a project directory as the workspace, or read-only mode, or set "
             "allow_home_workspace = true in ~/.config/stockade/config.toml to accept it")
+
+
+def _thrown(gen: Generator[Approve | Run, object, object], effect: object,
+            exc: BaseException) -> None:
+    """A run's performer raised: the pipeline hears it and records how the run
+    ended (its start was recorded, and with no end it read as still running)."""
+    if isinstance(effect, Run):
+        try:
+            gen.throw(exc)
+        except BaseException:
+            pass  # what the pipeline raises back is `exc`, raised by the caller
+        gen.close()
 
 
 def _refuse_closed(ws: SessionWorkspace) -> None:

@@ -105,6 +105,14 @@ def refusal(error: SandboxError) -> Record:
     return Record(ERROR, detail={"error": str(error)})
 
 
+def cut_short(error: BaseException) -> Record:
+    """The record of a run that ended with stockade, not with the command (a
+    SIGTERM to the CLI, Ctrl-C, a cancelled task, a fault of its own): it
+    had a start record, and an end is what tells a reader it is over."""
+    what = type(error).__name__ + (f": {error}" if str(error) else "")
+    return Record(ERROR, detail={"error": f"stockade stopped while the command ran ({what})"})
+
+
 def start(report: LaunchReport, warnings: tuple[str, ...]) -> Record:
     """The record of a background start: what the driver reported as it began
     (warm or cold, Landlock ABI, seccomp, limits), as a finished run's says."""

@@ -428,3 +428,24 @@ def test_a_command_in_a_directory_whose_name_is_not_utf8_is_still_recorded(tmp_p
     cwds = [row[0] for row in db.execute("SELECT cwd FROM executions")]
     starts = [row[0] for row in db.execute("SELECT cwd FROM starts")]
     assert cwds == [ws.cwd + "/x\\xff"] and starts == cwds, (cwds, starts)
+
+
+def test_a_run_that_ends_with_stockade_gets_an_end_record(tmp_path, env):
+    """A `stockade run` ended by SIGTERM (raised in its main thread) left the start
+    record alone: read by `audit --follow`, the command was running for ever."""
+
+    class Terminated(BaseException):
+        pass
+
+    def perform(run):
+        run.launch.cleanup()
+        raise Terminated
+
+    sandbox, _ = make(tmp_path, env)
+    with pytest.raises(Terminated):
+        sandbox.execute_with(SandboxCommand("true", session_id="t"), perform)
+    db = sqlite3.connect(str(tmp_path / "ledger.db"))
+    starts = list(db.execute("SELECT argv FROM starts"))
+    ends = list(db.execute("SELECT outcome, detail FROM executions"))
+    assert len(starts) == 1 and len(ends) == 1, (starts, ends)
+    assert ends[0][0] == "error" and "stopped while the command ran (Terminated)" in ends[0][1]
