@@ -110,7 +110,8 @@ def cut_short(error: BaseException) -> Record:
     SIGTERM to the CLI, Ctrl-C, a cancelled task, a fault of its own): it
     had a start record, and an end is what tells a reader it is over."""
     what = type(error).__name__ + (f": {error}" if str(error) else "")
-    return Record(ERROR, detail={"error": f"stockade stopped while the command ran ({what})"})
+    return Record(ERROR, detail={
+        "error": f"the run ended with stockade, before the command ({what})"})
 
 
 def start(report: LaunchReport, warnings: tuple[str, ...]) -> Record:

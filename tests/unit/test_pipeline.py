@@ -448,4 +448,5 @@ def test_a_run_that_ends_with_stockade_gets_an_end_record(tmp_path, env):
     starts = list(db.execute("SELECT argv FROM starts"))
     ends = list(db.execute("SELECT outcome, detail FROM executions"))
     assert len(starts) == 1 and len(ends) == 1, (starts, ends)
-    assert ends[0][0] == "error" and "stopped while the command ran (Terminated)" in ends[0][1]
+    assert ends[0][0] == "error"
+    assert "ended with stockade, before the command (Terminated)" in ends[0][1]
