@@ -26,6 +26,11 @@ ANSWERS = {
     "d": DENIED, "deny": DENIED, "n": DENIED, "no": DENIED, "": DENIED,
 }
 
+#: Where the question goes. A `stockade run` served by the per-user service
+#: sets it to the descriptor of the caller's own terminal, or "" when the
+#: caller has none: the service's child has no controlling terminal.
+CONTROLLING_TERMINAL = "/dev/tty"
+
 DEFAULT_HINT = "run it from a terminal to be asked, or pass --yes to approve it up front"
 
 
@@ -85,10 +90,10 @@ class TerminalApprovalRequester:
     `timeout`, which the gate treats as a denial.
     """
 
-    def __init__(self, timeout: float = 120.0, *, tty: str = "/dev/tty",
+    def __init__(self, timeout: float = 120.0, *, tty: str | None = None,
                  hint: str = DEFAULT_HINT) -> None:
         self.timeout = timeout
-        self.tty = tty
+        self.tty = CONTROLLING_TERMINAL if tty is None else tty
         self.hint = hint
 
     def request(self, request: ApprovalRequest) -> str:

@@ -469,6 +469,28 @@ COMMANDS: dict[str, Callable[[list[str]], int]] = {
 
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
+    if args[:1] == ["run"] and sys.platform.startswith("linux"):
+        from . import serviceclient
+
+        if serviceclient.wanted(args[1:], dict(os.environ)):
+            served = serviceclient.run(args[1:])
+            if served is not None:
+                return served
+    try:
+        return dispatch(args)
+    except Terminated as exc:
+        import _signal
+
+        # The command's tree is gone and the guard has swept (the `finally`s
+        # ran): now end as the signal would have, for whoever waits on us.
+        _signal.signal(exc.signum, _signal.SIG_DFL)
+        os.kill(os.getpid(), exc.signum)
+        return 128 + exc.signum
+
+
+def dispatch(args: list[str]) -> int:
+    """Run one subcommand in this process; `Terminated` propagates to the caller,
+    which ends the process by that signal (`main`, or the service's child)."""
     if not args or args[0] in ("-h", "--help", "help"):
         print(USAGE)
         return 0 if args else EXIT_USAGE
@@ -485,14 +507,6 @@ def main(argv: list[str] | None = None) -> int:
         _end_by_signal_after_cleanup()
     try:
         return handler(args[1:])
-    except Terminated as exc:
-        import _signal
-
-        # The command's tree is gone and the guard has swept (the `finally`s
-        # ran): now end as the signal would have, for whoever waits on us.
-        _signal.signal(exc.signum, _signal.SIG_DFL)
-        os.kill(os.getpid(), exc.signum)
-        return 128 + exc.signum
     except UsageError as exc:
         print(f"stockade: {escape(str(exc))}\n{exc.usage}", file=sys.stderr)
         _json_failure(args, "UsageError", str(exc), EXIT_USAGE)

@@ -38,6 +38,9 @@ RUN_OPTIONS: dict[str, tuple[bool, bool, str]] = {
     "--json": (False, False, "capture output and print one JSON result"),
     "--yes": (False, False, "approve the requested capabilities without asking"),
     "--quiet": (False, False, "print no `stockade:` line about a denial after the command"),
+    "--service": (False, False, "hand the command to the per-user service, which saves "
+                  "the start-up (default: the config's `service`, else off)"),
+    "--no-service": (False, False, "run the command in this process, not through the service"),
     "--help": (False, False, "show this help"),
 }
 # One-letter spellings, for whichever of these a parser's table has.
@@ -57,7 +60,7 @@ RUN_DESCRIPTION = ("Run one command inside the sandbox. stdin and stdout pass th
 
 SHELL_OPTIONS = {k: v for k, v in RUN_OPTIONS.items()
                  if k not in ("--json", "--max-output", "--no-subprocess", "--quiet",
-                              "--publish")}
+                              "--publish", "--service", "--no-service")}
 SHELL_OPTIONS["--timeout"] = (True, False, "seconds before the shell and everything in it is "
                                            "killed (default: none)")
 SHELL_USAGE = "usage: stockade shell [options] [-- SHELL [ARGS...]]"
@@ -67,7 +70,8 @@ SHELL_DESCRIPTION = ("An interactive shell inside the sandbox, on a pty of its o
 # -- explain, config show --
 
 EXPLAIN_OPTIONS = {k: v for k, v in RUN_OPTIONS.items()
-                   if k not in ("--yes", "--quiet", "--max-output", "--publish")}
+                   if k not in ("--yes", "--quiet", "--max-output", "--publish",
+                                "--service", "--no-service")}
 EXPLAIN_OPTIONS["--json"] = (False, False, "print the explanation as one JSON object")
 EXPLAIN_USAGE = "usage: stockade explain [run options] -- CMD [ARGS...]"
 EXPLAIN_DESCRIPTION = ("Show the profile `stockade run` would give the command (mode, what it "

@@ -57,6 +57,9 @@ FIELDS: dict[str, tuple[str, object]] = {
     "max_file_size_mb": ("int-or-none", 4096),
     "allow_hosts": (_STR_LIST, []),
     "deny_hosts": (_STR_LIST, []),
+    # `stockade run` through the per-user service (serviceclient.py reads it
+    # from the user's file itself, before anything else is imported).
+    "service": ("bool", False),
 }
 
 
@@ -155,6 +158,7 @@ class SandboxConfig:
         max_file_size_mb: int | None = 4096,
         allow_hosts: Sequence[str] = (),
         deny_hosts: Sequence[str] = (),
+        service: bool = False,
         # The Linux backends' keys (declared in drivers/linux/host/options.py).
         bwrap: str = "",
         max_pids: int = 200,
@@ -196,6 +200,8 @@ class SandboxConfig:
         self.max_file_size_mb = max_file_size_mb
         self.allow_hosts = list(allow_hosts or ())
         self.deny_hosts = list(deny_hosts or ())
+        #: Whether `stockade run` hands its commands to the per-user service.
+        self.service = service
         self._set_linux_keys(bwrap, max_pids, cpu_quota_percent, landlock_min_abi,
                              require_landlock, warm_sandboxes, warm_idle_seconds)
         self.command_policy: dict[str, object] = dict(command_policy or {})
@@ -397,6 +403,10 @@ def load_config(env: Mapping[str, str] | None = None, cwd: str | None = None,
             continue
         table = parse_settings(data, path)
         if kind == PROJECT:
+            if "service" in table:
+                # Which process runs the next command is the person's choice.
+                raise ConfigError(f"{path}: `service` is read only from your own config "
+                                  f"({config_sources(env, '/')[0][0]}); remove it here")
             from .trust import check_project
 
             # A key the arguments set never takes effect from the file.

@@ -279,7 +279,10 @@ def hidden(config: object = None, env: dict[str, str] | None = None) -> list[tup
 def report(*, as_json: bool = False, configured_bwrap: str = "", config: object = None) -> int:
     facts = kernel_facts()
     if sys.platform.startswith("linux"):
+        from .serviceclient import status
+
         facts["memory_limit"] = memory_limit(config)
+        facts["service"] = status(dict(os.environ))
     backends = backend_status(configured_bwrap, config)
     auto = auto_choice(backends)
     if as_json:

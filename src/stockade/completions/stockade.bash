@@ -8,7 +8,7 @@
 _shtab_stockade_policy_subparsers=(check rules)
 _shtab_stockade_subparsers=(run explain shell doctor audit config trust policy proxy mcp hook completion)
 
-_shtab_stockade_run_option_strings=(-h --help --mode --workspace --cwd --session --allow-read --allow-write --network --allow-host --deny-host --no-subprocess --env --publish --timeout --max-output --backend --config --json --yes -q --quiet)
+_shtab_stockade_run_option_strings=(-h --help --mode --workspace --cwd --session --allow-read --allow-write --network --allow-host --deny-host --no-subprocess --env --publish --timeout --max-output --backend --config --json --yes -q --quiet --service --no-service)
 _shtab_stockade_explain_option_strings=(-h --help --mode --workspace --cwd --session --allow-read --allow-write --network --allow-host --deny-host --no-subprocess --env --timeout --backend --config --json)
 _shtab_stockade_shell_option_strings=(-h --help --mode --workspace --cwd --session --allow-read --allow-write --network --allow-host --deny-host --env --timeout --backend --config --yes)
 _shtab_stockade_doctor_option_strings=(-h --help --json)
@@ -114,6 +114,8 @@ _shtab_stockade_run___json_nargs=0
 _shtab_stockade_run___yes_nargs=0
 _shtab_stockade_run__q_nargs=0
 _shtab_stockade_run___quiet_nargs=0
+_shtab_stockade_run___service_nargs=0
+_shtab_stockade_run___no_service_nargs=0
 _shtab_stockade_explain_pos_0_nargs=...
 _shtab_stockade_explain__h_nargs=0
 _shtab_stockade_explain___help_nargs=0

@@ -33,6 +33,8 @@ complete -c stockade -n '__fish_seen_subcommand_from run; and not contains -- --
 complete -c stockade -n '__fish_seen_subcommand_from run; and not contains -- -- (commandline -opc)' -l json -d 'capture output and print one JSON result'
 complete -c stockade -n '__fish_seen_subcommand_from run; and not contains -- -- (commandline -opc)' -l yes -d 'approve the requested capabilities without asking'
 complete -c stockade -n '__fish_seen_subcommand_from run; and not contains -- -- (commandline -opc)' -s q -l quiet -d 'print no `stockade:` line about a denial after the command'
+complete -c stockade -n '__fish_seen_subcommand_from run; and not contains -- -- (commandline -opc)' -l service -d 'hand the command to the per-user service, which saves the start-up (default: the config\'s `service`, else off)'
+complete -c stockade -n '__fish_seen_subcommand_from run; and not contains -- -- (commandline -opc)' -l no-service -d 'run the command in this process, not through the service'
 complete -c stockade -n '__fish_seen_subcommand_from run; and contains -- -- (commandline -opc)' -F -a '(__fish_complete_subcommand --fcs-skip=1)'
 complete -c stockade -n '__fish_seen_subcommand_from explain; and not contains -- -- (commandline -opc)' -s h -l help -d 'show this help message and exit'
 complete -c stockade -n '__fish_seen_subcommand_from explain; and not contains -- -- (commandline -opc)' -l mode -x -a 'read-only workspace-write full-access' -d 'read-only | workspace-write | full-access (default from config: read-only)'

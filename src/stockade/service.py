@@ -1,0 +1,383 @@
+"""The per-user service: `stockade run` without the Python start-up and the imports.
+
+One process per key (`serviceclient.service_key`), started by the first
+`stockade run` that wants it, listening on `<state dir>/service/<key>.sock`
+in a 0700 directory and serving only its own uid. For each request it forks
+a child that becomes the caller in every way the command can see (stdin,
+stdout, stderr, cwd, umask, limits, environment, the terminal approvals are
+asked on) and runs `cli.dispatch`, the code `stockade run` runs in process:
+config, trust and approvals are judged afresh, and the audit record is the
+same. The parent stays single-threaded and never touches a sandbox, so each
+fork starts clean.
+
+It ends after `IDLE_SECONDS` without a request and with no command running,
+and as soon as stockade's code on disk changed (an upgrade, an edit): the
+next `stockade run` starts a new one. A child whose service died is sent
+SIGTERM (PR_SET_PDEATHSIG) and ends its command's tree as `stockade run`
+does on SIGTERM.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from .serviceclient import MAGIC, parse_request, service_key
+
+TYPE_CHECKING = False
+
+if TYPE_CHECKING:
+    import threading
+    from socket import socket
+
+    Request = tuple[list[str], dict[bytes, bytes], int, list[int], list[tuple[int, int, int]]]
+
+#: Seconds without a request, and with no command running, before it exits
+#: (STOCKADE_SERVICE_IDLE_SECONDS, which is part of the key like all the
+#: environment, sets another).
+IDLE_SECONDS = 300.0
+#: Seconds a connection may take to send its request.
+REQUEST_SECONDS = 5.0
+#: Largest request accepted (an environment of several MB is already absurd).
+MAX_REQUEST = 16 << 20
+#: Descriptors a request carries: stdin, stdout, stderr, the cwd, maybe a terminal.
+MIN_FDS, MAX_FDS = 4, 5
+
+
+def code_fingerprint(package: str) -> tuple[tuple[str, int, int, int], ...]:
+    """Name, size, mtime and inode of each file of stockade's code: what an upgrade or
+    an edit changes, so a service running older code is never used."""
+    out = []
+    stack = [package]
+    while stack:
+        top = stack.pop()
+        try:
+            entries = list(os.scandir(top))
+        except OSError:
+            continue
+        for entry in entries:
+            if entry.is_dir(follow_symlinks=False):
+                if entry.name != "__pycache__":
+                    stack.append(entry.path)
+            elif entry.name.endswith((".py", ".so", ".json", ".sbpl", ".toml")):
+                st = entry.stat(follow_symlinks=False)
+                out.append((entry.path, st.st_size, st.st_mtime_ns, st.st_ino))
+    return tuple(sorted(out))
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 2:
+        print("usage: DIRECTORY KEY (started by `stockade run`, serviceclient.start)",
+              file=sys.stderr)
+        return 2
+    directory, key = argv
+    if service_key() != key:
+        return 0  # this interpreter would not be the caller's: it runs in process
+    os.chdir("/")  # the first caller's directory is not held busy
+    from . import __file__ as package_init
+
+    package = os.path.dirname(os.path.abspath(package_init))
+    fingerprint = code_fingerprint(package)
+    listener = _listen(directory, key)
+    if listener is None:
+        return 0
+    sock, lock = listener
+    _preload()
+    idle = IDLE_SECONDS
+    try:
+        idle = min(max(float(os.environ.get("STOCKADE_SERVICE_IDLE_SECONDS", idle)), 0.1),
+                   86400.0)
+    except ValueError:
+        pass
+    try:
+        _serve(sock, package, fingerprint, idle)
+    finally:
+        # The socket goes before the lock: a client that connects meanwhile
+        # finds nothing, rather than a listener no one will accept from.
+        _unlink(directory, key)
+        sock.close()
+        os.close(lock)
+    return 0
+
+
+def _preload() -> None:
+    """What a `stockade run` imports, so that no child imports it again."""
+    import ctypes  # noqa: F401  (PR_SET_PDEATHSIG in each child)
+    import socket  # noqa: F401
+
+    from . import cli, command, core, sync  # noqa: F401
+    if sys.platform.startswith("linux"):
+        from .drivers.linux import bwrap, landlock_driver  # noqa: F401
+
+
+def _listen(directory: str, key: str) -> tuple[socket, int] | None:
+    import fcntl
+    import socket
+    import time
+
+    from .paths import make_own_dir
+
+    try:
+        make_own_dir(directory, os.environ, "XDG_STATE_HOME")
+        dirfd = os.open(directory, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW)
+    except Exception:
+        return None
+    try:
+        st = os.fstat(dirfd)
+        if st.st_uid != os.getuid() or st.st_mode & 0o077:
+            return None
+        base = f"/proc/self/fd/{dirfd}/{key}"
+        lock = os.open(base + ".lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC,
+                       0o600)
+        # One service per key: a second start waits for one that is leaving.
+        deadline = time.monotonic() + 3.0
+        while True:
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    os.close(lock)
+                    return None
+                time.sleep(0.02)
+        try:
+            # A socket left by a service that was killed: the lock says none listens.
+            os.unlink(base + ".sock")
+        except FileNotFoundError:
+            pass
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        old = os.umask(0o177)
+        try:
+            sock.bind(base + ".sock")
+        finally:
+            os.umask(old)
+        sock.listen(64)
+        return sock, lock
+    except OSError:
+        return None
+    finally:
+        os.close(dirfd)
+
+
+def _unlink(directory: str, key: str) -> None:
+    try:
+        os.unlink(os.path.join(directory, key + ".sock"))
+    except OSError:
+        pass
+
+
+def _serve(sock: socket, package: str, fingerprint: object, idle: float) -> None:
+    import select
+    import socket
+    import time
+
+    children: set[int] = set()
+    idle_since = time.monotonic()
+    poller = select.poll()
+    poller.register(sock.fileno(), select.POLLIN)
+    while True:
+        _reap(children)
+        if children:
+            idle_since = time.monotonic()
+        left = idle - (time.monotonic() - idle_since)
+        if left <= 0:
+            return
+        if not poller.poll(min(left, 1.0) * 1000):
+            continue
+        try:
+            conn, _ = sock.accept()
+        except OSError:
+            continue
+        idle_since = time.monotonic()
+        cred = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12)
+        if int.from_bytes(cred[4:8], sys.byteorder) != os.getuid():
+            conn.close()  # another user's: never served
+            continue
+        if code_fingerprint(package) != fingerprint:
+            conn.close()  # the client runs it in process and starts a new service
+            return
+        pid = os.fork()
+        if pid == 0:
+            try:
+                sock.close()
+                _child(conn)
+            finally:
+                os._exit(125)
+        children.add(pid)
+        conn.close()
+
+
+def _reap(children: set[int]) -> None:
+    for pid in list(children):
+        try:
+            done, _ = os.waitpid(pid, os.WNOHANG)
+        except ChildProcessError:
+            done = pid
+        if done:
+            children.discard(pid)
+
+
+def _child(conn: socket) -> None:
+    """Become the caller and run its `stockade run`; report the status as `X`, or
+    the signal it ended by as `K`."""
+    import ctypes
+    import signal
+
+    parent = os.getppid()
+    # PR_SET_PDEATHSIG: the service's death ends this command like a SIGTERM.
+    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM, 0, 0, 0)
+    if os.getppid() != parent:
+        return
+    for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
+        signal.signal(sig, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    got = _receive(conn)
+    if got is None:
+        return
+    (argv, env, umask, ignored, limits), fds = got
+    os.setsid()
+    _become(fds, env, umask, ignored, limits)
+    conn.sendall(b"P%d\n" % os.getpid())
+    ending = _watch(conn, ignored)
+    from . import cli
+
+    try:
+        status = cli.dispatch(["run", *argv])
+    except cli.Terminated as exc:
+        if os.getppid() != parent:
+            print("stockade: the service that ran this command ended; the command was "
+                  "stopped", file=sys.stderr)
+        _flush()
+        ending.set()
+        _send(conn, b"K%d\n" % exc.signum)
+        return
+    except SystemExit as exc:
+        status = exc.code if isinstance(exc.code, int) else 1
+    import atexit
+
+    atexit._run_exitfuncs()
+    _flush()
+    ending.set()
+    _send(conn, b"X%d\n" % status)
+    os._exit(0)
+
+
+def _receive(conn: socket) -> tuple[Request, list[int]] | None:
+    import socket
+
+    conn.settimeout(REQUEST_SECONDS)
+    fds: list[int] = []
+    data = b""
+    try:
+        msg, anc, _flags, _ = conn.recvmsg(1 << 16, socket.CMSG_SPACE(MAX_FDS * 4))
+        for level, kind, payload in anc:
+            if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+                usable = len(payload) - len(payload) % 4
+                fds += [int.from_bytes(payload[i:i + 4], sys.byteorder, signed=True)
+                        for i in range(0, usable, 4)]
+        if len(msg) < 4 or not MIN_FDS <= len(fds) <= MAX_FDS:
+            return None
+        size = int.from_bytes(msg[:4], "big")
+        if size > MAX_REQUEST:
+            return None
+        data = msg[4:]
+        while len(data) < size:
+            chunk = conn.recv(min(1 << 20, size - len(data)))
+            if not chunk:
+                return None
+            data += chunk
+        if not data.startswith(len(MAGIC).to_bytes(4, "big") + MAGIC):
+            return None
+        conn.settimeout(None)
+        return parse_request(data), fds
+    except (OSError, ValueError):
+        return None
+
+
+def _become(fds: list[int], env: dict[bytes, bytes], umask: int, ignored: list[int],
+            limits: list[tuple[int, int, int]]) -> None:
+    import resource
+    import signal
+
+    from . import approvers
+
+    for fd in fds:
+        os.set_inheritable(fd, False)  # SCM_RIGHTS gives them without close-on-exec
+    for target, fd in enumerate(fds[:3]):
+        os.dup2(fd, target)
+    os.fchdir(fds[3])
+    # Each received descriptor sits above 2 (the service's own 0-2 are /dev/null).
+    if len(fds) > 4:
+        approvers.CONTROLLING_TERMINAL = f"/proc/self/fd/{fds[4]}"
+    else:
+        approvers.CONTROLLING_TERMINAL = ""  # none: approvals are denied, with the hint
+    for fd in fds[:4]:
+        os.close(fd)
+    os.umask(umask)
+    os.environb.clear()
+    os.environb.update(env)
+    for sig in ignored:
+        signal.signal(sig, signal.SIG_IGN)
+    for which, soft, hard in limits:
+        try:
+            resource.setrlimit(which, (soft, hard))
+        except (ValueError, OSError):
+            pass  # above this process's hard limit: ours, the lower, stays
+    for name, fd, mode in (("stdin", 0, "r"), ("stdout", 1, "w"), ("stderr", 2, "w")):
+        old = getattr(sys, name)
+        stream = open(fd, mode, closefd=False, encoding=old.encoding,  # noqa: SIM115
+                      errors=old.errors, buffering=1 if name == "stderr" else -1)
+        setattr(sys, name, stream)
+
+
+def _watch(conn: socket, ignored: list[int]) -> threading.Event:
+    """Signals the client forwards are raised here; its end (killed, its pipe
+    closed) ends the command as SIGTERM would, until the returned event is set:
+    then the result is on its way and the client's end is its reading it."""
+    import signal
+    import threading
+
+    ending = threading.Event()
+
+    def run() -> None:
+        buf = b""
+        while True:
+            try:
+                chunk = conn.recv(64)
+            except OSError:
+                chunk = b""
+            if not chunk:
+                if ending.is_set():
+                    return
+                for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
+                    if sig not in ignored:
+                        os.kill(os.getpid(), sig)
+                        return
+                os.kill(os.getpid(), signal.SIGKILL)
+                return
+            buf += chunk
+            while b"\n" in buf:
+                frame, _, buf = buf.partition(b"\n")
+                if frame[:1] == b"S" and frame[1:].isdigit():
+                    number = int(frame[1:])
+                    if number in (signal.SIGINT, signal.SIGHUP, signal.SIGTERM):
+                        os.kill(os.getpid(), number)
+
+    threading.Thread(target=run, daemon=True).start()
+    return ending
+
+
+def _flush() -> None:
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+
+
+def _send(conn: socket, frame: bytes) -> None:
+    try:
+        conn.sendall(frame)
+    except OSError:
+        pass
+

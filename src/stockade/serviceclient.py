@@ -1,0 +1,402 @@
+"""`stockade run` handed to the per-user service (`stockade.service`), on the per-command path.
+
+The service is a process that has already imported stockade; for each
+request it forks a child that takes the caller's stdin, stdout, stderr, cwd,
+umask, limits and environment and runs the very code `stockade run` runs in
+process. Only the Python start-up and the imports are saved: every request
+is judged afresh (config, trust, approvals, the audit record).
+
+This module is imported by every `stockade run`, so it imports only builtin
+modules (no `socket`, `signal` or `json`: their enums and `re` cost more
+than the service saves). A service is found by a key over everything that
+decides what the forked child would be (interpreter, stockade's code, ids,
+groups, namespaces, process restrictions, environment), so a caller never
+gets a child made for another: a different key is another service.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+TYPE_CHECKING = False
+
+if TYPE_CHECKING:
+    from _socket import socket
+    from collections.abc import Mapping
+
+#: What a request starts with; a service speaking another version is not used.
+MAGIC = b"stockade-service-1"
+#: Variables that change with every shell or directory and decide nothing the
+#: forked child imported: the child still takes their values from the request.
+KEY_IGNORES = frozenset({b"PWD", b"OLDPWD", b"SHLVL", b"_", b"COLUMNS", b"LINES"})
+#: Signals the client passes on to the child, which ends the command's tree as
+#: `stockade run` in process does on them.
+FORWARDED = (2, 1, 15)  # SIGINT, SIGHUP, SIGTERM
+#: The service's start: `python -c BOOT SITE DIRECTORY KEY`.
+BOOT = ("import sys; sys.path.insert(0, sys.argv[1]); from stockade.service import main; "
+        "sys.exit(main(sys.argv[2:]))")
+#: Services one user may have at once (one per key); past it, commands run in process.
+MAX_SERVICES = 8
+#: The limits the child takes from the caller (RLIMIT_* numbers, Linux).
+RLIMITS = (0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15)
+
+
+def wanted(args: list[str], env: dict[str, str]) -> bool:
+    """Whether this `run` goes to the service: `--no-service` or `--service` among its
+    options, else STOCKADE_SERVICE (0 or 1), else the user config's `service`
+    (default: off)."""
+    from .clitables import RUN_OPTIONS, SHORT
+
+    flag: bool | None = None
+    config = ""
+    i = 0
+    while i < len(args):
+        arg = SHORT.get(args[i], args[i])
+        if arg == "--" or not arg.startswith("--"):
+            break
+        name, eq, value = arg.partition("=")
+        if name == "--help":
+            return False
+        if name in ("--service", "--no-service"):
+            flag = name == "--service" if flag is not False else False
+        spec = RUN_OPTIONS.get(name)
+        if name == "--config":
+            config = value if eq else (args[i + 1] if i + 1 < len(args) else "")
+        i += 2 if spec and spec[0] and not eq else 1
+    if flag is not None:
+        return flag
+    value = env.get("STOCKADE_SERVICE", "")
+    if value in ("0", "1"):
+        return value == "1"
+    return _configured(config or _user_config(env))
+
+
+def _user_config(env: dict[str, str]) -> str:
+    from .paths import xdg_home
+
+    return os.path.join(xdg_home(env, "XDG_CONFIG_HOME", ".config", no_home="/"),
+                        "stockade", "config.toml")
+
+
+def _configured(path: str) -> bool:
+    """The `service` key of the user's config, read only when the file names it.
+
+    A file stockade cannot read or parse is left to the in-process run, which
+    says what is wrong with it.
+    """
+    try:
+        with open(path, "rb") as f:
+            data = f.read(1 << 20)
+    except OSError:
+        return False
+    if b"service" not in data:
+        return False
+    try:
+        import tomllib
+
+        table = tomllib.loads(data.decode())
+    except (ValueError, UnicodeDecodeError):
+        return False
+    section = table.get("sandbox", table)
+    return section.get("service") is True if isinstance(section, dict) else False
+
+
+def service_dir(env: dict[str, str]) -> str:
+    """`<state dir>/service`: hidden from every command like the rest of the state
+    directory (the bwrap backend masks it; the Landlock backend refuses every
+    unix-socket connect)."""
+    from .paths import state_dir
+
+    return os.path.join(state_dir(env), "service")
+
+
+def service_key(environ: Mapping[bytes, bytes] | None = None) -> str:
+    """24 hex chars naming the service a caller in this state may use."""
+    from . import __file__ as package_init
+    from .paths import sha256_hex
+
+    env = os.environb if environ is None else environ
+    parts = [MAGIC, os.fsencode(sys.executable), os.fsencode(os.path.dirname(package_init)),
+             sys.version.encode(),
+             f"{os.getuid()} {os.getgid()} {sorted(os.getgroups())}".encode()]
+    for ns in ("mnt", "pid", "net", "user", "ipc", "uts", "cgroup"):
+        try:
+            parts.append(f"{ns}:{os.stat(f'/proc/self/ns/{ns}').st_ino}".encode())
+        except OSError:
+            parts.append(ns.encode())
+    try:
+        with open("/proc/self/status", "rb") as f:
+            # What confines this process: a child forked from a service started
+            # elsewhere would not carry the caller's seccomp filter or caps.
+            parts += [line for line in f.read().splitlines()
+                      if line.split(b":")[0] in (b"NoNewPrivs", b"Seccomp", b"CapInh",
+                                                 b"CapPrm", b"CapEff", b"CapBnd", b"CapAmb")]
+    except OSError:
+        pass
+    parts += sorted(k + b"=" + v for k, v in env.items() if k not in KEY_IGNORES)
+    return sha256_hex(b"\0".join(parts))[:24]
+
+
+class _Gone(Exception):
+    """The service closed the connection before it started the command."""
+
+
+def run(args: list[str]) -> int | None:
+    """The exit status of `stockade run ARGS` served by the service, or None when the
+    caller should run it in process (no usable service, none started yet, or a
+    terminal on stdin, stdout or stderr, whose job control stays the caller's)."""
+    for fd in (0, 1, 2):
+        try:
+            if os.isatty(fd):
+                return None
+            os.fstat(fd)
+        except OSError:
+            return None
+    env = dict(os.environ)
+    directory = service_dir(env)
+    key = service_key()
+    try:
+        dirfd = os.open(directory, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW)
+    except OSError:
+        start(directory, key)
+        return None
+    try:
+        st = os.fstat(dirfd)
+        if st.st_uid != os.getuid() or st.st_mode & 0o077:
+            return None  # not ours alone: `stockade doctor` says so
+        sock = _connect(f"/proc/self/fd/{dirfd}/{key}.sock")
+    finally:
+        os.close(dirfd)
+    if sock is None:
+        start(directory, key)
+        return None
+    try:
+        return _served(sock, args)
+    except _Gone:
+        start(directory, key)
+        return None
+    finally:
+        sock.close()
+
+
+def _connect(path: str) -> socket | None:
+    import _socket
+
+    sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
+    try:
+        sock.connect(path)
+        # The directory is ours and 0700; the peer's uid is checked anyway, so
+        # descriptors never go to a process of another user.
+        cred = sock.getsockopt(_socket.SOL_SOCKET, _socket.SO_PEERCRED, 12)
+        if int.from_bytes(cred[4:8], sys.byteorder) != os.getuid():
+            sock.close()
+            return None
+    except OSError:
+        sock.close()
+        return None
+    return sock
+
+
+def request(args: list[str]) -> bytes:
+    """The request's bytes: each item length-prefixed, no parser needed at either end."""
+    import _signal
+    import resource
+
+    ignored = [str(s) for s in FORWARDED if _signal.getsignal(s) == _signal.SIG_IGN]
+    umask = os.umask(0o022)
+    os.umask(umask)
+    limits = []
+    for r in RLIMITS:
+        try:
+            soft, hard = resource.getrlimit(r)
+        except (ValueError, OSError):
+            continue
+        limits.append(f"{r}:{soft}:{hard}")
+    env = [k + b"=" + v for k, v in os.environb.items()]
+    items = [MAGIC, str(len(args)).encode(), *map(os.fsencode, args),
+             str(len(env)).encode(), *env, str(umask).encode(),
+             " ".join(ignored).encode(), " ".join(limits).encode()]
+    return b"".join(len(i).to_bytes(4, "big") + i for i in items)
+
+
+def parse_request(data: bytes) -> tuple[list[str], dict[bytes, bytes], int, list[int],
+                                          list[tuple[int, int, int]]]:
+    """(argv, environment, umask, ignored signals, limits) from `request`'s bytes;
+    ValueError for anything else."""
+    items = []
+    i = 0
+    while i < len(data):
+        if i + 4 > len(data):
+            raise ValueError("truncated request")
+        n = int.from_bytes(data[i:i + 4], "big")
+        items.append(data[i + 4:i + 4 + n])
+        i += 4 + n
+        if i > len(data):
+            raise ValueError("truncated request")
+    if not items or items[0] != MAGIC:
+        raise ValueError("not a stockade request")
+    nargs = int(items[1])
+    argv = [os.fsdecode(a) for a in items[2:2 + nargs]]
+    nenv = int(items[2 + nargs])
+    env: dict[bytes, bytes] = {}
+    for entry in items[3 + nargs:3 + nargs + nenv]:
+        k, eq, v = entry.partition(b"=")
+        if not eq:
+            raise ValueError("malformed environment")
+        env[k] = v
+    rest = items[3 + nargs + nenv:]
+    if len(rest) != 3:
+        raise ValueError("malformed request")
+    umask = int(rest[0])
+    ignored = [int(s) for s in rest[1].split()]
+    limits = [tuple(int(x) for x in e.split(b":")) for e in rest[2].split()]
+    if any(len(t) != 3 for t in limits) or not 0 <= umask <= 0o777:
+        raise ValueError("malformed request")
+    return argv, env, umask, ignored, limits  # type: ignore[return-value]
+
+
+def _served(sock: socket, args: list[str]) -> int:
+    import _signal
+    import _socket
+
+    cwd = os.open(".", os.O_PATH | os.O_DIRECTORY)
+    fds = [0, 1, 2, cwd]
+    try:
+        tty = os.open("/dev/tty", os.O_RDWR | os.O_NOCTTY)
+        fds.append(tty)  # approvals are asked on the caller's terminal
+    except OSError:
+        tty = -1
+    try:
+        payload = request(args)
+        rights = b"".join(fd.to_bytes(4, sys.byteorder, signed=True) for fd in fds)
+        sent = sock.sendmsg([len(payload).to_bytes(4, "big"), payload],
+                            [(_socket.SOL_SOCKET, _socket.SCM_RIGHTS, rights)])
+        total = 4 + len(payload)
+        while sent < total:
+            view = (len(payload).to_bytes(4, "big") + payload)[sent:]
+            sent += sock.send(view)
+    except OSError as exc:
+        raise _Gone from exc
+    finally:
+        os.close(cwd)
+        if tty >= 0:
+            os.close(tty)
+    frames = _Frames(sock)
+    first = frames.next()
+    if first is None or not first.startswith(b"P"):
+        raise _Gone  # nothing was started: the caller runs it in process
+
+    def forward(signum: int, _frame: object) -> None:
+        try:
+            sock.send(b"S%d\n" % signum)
+        except OSError:
+            pass
+
+    for sig in FORWARDED:
+        if _signal.getsignal(sig) != _signal.SIG_IGN:
+            _signal.signal(sig, forward)
+    while True:
+        frame = frames.next()
+        if frame is None:
+            # The child died without a word (killed): as a crashed `stockade run`.
+            print("stockade: the service's process for this command ended without its "
+                  "result; run it again, or with --no-service", file=sys.stderr)
+            return 125
+        if frame.startswith(b"X"):
+            return int(frame[1:])
+        if frame.startswith(b"K"):
+            # Ended by a signal after its cleanup: end the same way, for whoever waits.
+            signum = int(frame[1:])
+            _signal.signal(signum, _signal.SIG_DFL)
+            os.kill(os.getpid(), signum)
+            return 128 + signum
+
+
+class _Frames:
+    """Newline-ended frames from the service: P<pid>, X<status>, K<signal>."""
+
+    def __init__(self, sock: socket) -> None:
+        self.sock = sock
+        self.buf = b""
+
+    def next(self) -> bytes | None:
+        while b"\n" not in self.buf:
+            try:
+                chunk = self.sock.recv(256)
+            except OSError:
+                return None
+            if not chunk:
+                return None
+            self.buf += chunk
+        frame, _, self.buf = self.buf.partition(b"\n")
+        return frame
+
+
+def start(directory: str, key: str) -> None:
+    """Start the service for `key` in the background; this command runs in process.
+
+    Started with the caller's interpreter flags and this stockade's directory
+    first on its path, so that it imports what the caller did; a service that
+    finds itself under another key exits. It
+    gets none of the caller's descriptors: a harness waiting for the end of
+    a pipe it gave `stockade run` would otherwise wait for the service.
+    """
+    try:
+        if sum(n.endswith(".sock") for n in os.listdir(directory)) >= MAX_SERVICES:
+            return  # each differing environment has its own; they idle out
+    except OSError:
+        pass
+    try:
+        held = [int(n) for n in os.listdir("/proc/self/fd") if int(n) > 2]
+    except OSError:
+        return
+    flags = [f for f, on in (("-I", sys.flags.isolated), ("-E", sys.flags.ignore_environment),
+                             ("-s", sys.flags.no_user_site), ("-S", sys.flags.no_site)) if on]
+    from . import __file__ as package_init
+
+    # The directory this stockade was imported from goes first, so the service
+    # imports the same code whatever the caller's sys.path was built from.
+    site = os.path.dirname(os.path.dirname(package_init))
+    argv = [sys.executable, *flags, "-P", "-c", BOOT, site, directory, key]
+    try:
+        os.posix_spawn(sys.executable, argv, os.environ, setsid=True, file_actions=[
+            (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
+            (os.POSIX_SPAWN_OPEN, 1, os.devnull, os.O_WRONLY, 0),
+            (os.POSIX_SPAWN_DUP2, 1, 2),
+            *[(os.POSIX_SPAWN_CLOSE, fd) for fd in held if _inheritable(fd)]])
+    except OSError:
+        pass  # no service this time; `stockade doctor` says why
+
+
+def _inheritable(fd: int) -> bool:
+    try:
+        return os.get_inheritable(fd)
+    except OSError:
+        return False
+
+
+def status(env: dict[str, str]) -> str:
+    """One line for `stockade doctor`: whether `run` uses the service, and its state."""
+    if not wanted([], env):
+        return ("off: `stockade run` starts every command in process (turn it on with "
+                "--service, STOCKADE_SERVICE=1 or `service = true` in your config)")
+    directory = service_dir(env)
+    key = service_key()
+    try:
+        st = os.lstat(directory)
+    except OSError:
+        return f"on, not running: the next `stockade run` starts it ({directory})"
+    if st.st_uid != os.getuid() or st.st_mode & 0o077 or not os.path.isdir(directory):
+        return (f"on, but {directory} is not a directory only you can use (mode "
+                f"{st.st_mode & 0o7777:o}): every command runs in process; remove it")
+    sock = _connect(os.path.join(directory, key + ".sock"))
+    if sock is None:
+        return f"on, not running: the next `stockade run` starts it ({directory})"
+    import _socket
+
+    cred = sock.getsockopt(_socket.SOL_SOCKET, _socket.SO_PEERCRED, 12)
+    sock.close()
+    pid = int.from_bytes(cred[0:4], sys.byteorder)
+    return (f"on: running (pid {pid}, {directory}/{key}.sock); a command with a terminal "
+            "on stdin, stdout or stderr still runs in process")
