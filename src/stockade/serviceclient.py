@@ -236,6 +236,14 @@ def parse_request(data: bytes) -> tuple[list[str], dict[bytes, bytes], int, list
             raise ValueError("truncated request")
     if not items or items[0] != MAGIC:
         raise ValueError("not a stockade request")
+    try:
+        return _fields(items)
+    except IndexError:
+        raise ValueError("malformed request") from None
+
+
+def _fields(items: list[bytes]) -> tuple[list[str], dict[bytes, bytes], int, list[int],
+                                         list[tuple[int, int, int]]]:
     nargs = int(items[1])
     argv = [os.fsdecode(a) for a in items[2:2 + nargs]]
     nenv = int(items[2 + nargs])
