@@ -11,7 +11,6 @@ import json
 import os
 import pty
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -19,8 +18,16 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import MINIMAL_PATH, RUN_TIMEOUT, SRC, SYSTEM_PYTHON, Box, procs_with, users, \
-    wait_gone
+from .conftest import (
+    MINIMAL_PATH,
+    RUN_TIMEOUT,
+    SRC,
+    SYSTEM_PYTHON,
+    Box,
+    procs_with,
+    users,
+    wait_gone,
+)
 
 pytestmark = pytest.mark.isolation
 
@@ -198,8 +205,9 @@ def test_another_user_cannot_use_the_service(box: Box, unpriv_site: str) -> None
     sock = next(service_dir(box).glob("*.sock"))
     target = box.ws / "ran"
     other_uid = 0 if box.runner.switches_user else users.ensure_user().pw_uid
-    other = (["setpriv", f"--reuid={other_uid}", "--regid={}".format(
-        users.ensure_user().pw_gid), "--clear-groups"] if other_uid else [])
+    other_gid = users.ensure_user().pw_gid
+    other = (["setpriv", f"--reuid={other_uid}", f"--regid={other_gid}", "--clear-groups"]
+             if other_uid else [])
     site = str(SRC) if other_uid == 0 else unpriv_site
     python = sys.executable if other_uid == 0 else SYSTEM_PYTHON
     res = subprocess.run([*other, python, "-I", "-c", SEND, site, str(sock), str(target)],
