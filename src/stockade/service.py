@@ -100,14 +100,32 @@ def main(argv: list[str]) -> int:
     return 0
 
 
-def _preload() -> None:
-    """What a `stockade run` imports, so that no child imports it again."""
-    import ctypes  # noqa: F401  (PR_SET_PDEATHSIG in each child)
-    import socket  # noqa: F401
+#: What a `stockade run` imports on its way (found by running one in a child of
+#: a preloaded service and listing what was new: tests/isolation/test_iso_service.py).
+PRELOAD = (
+    "ctypes", "fcntl", "json", "pwd", "re", "socket", "sqlite3",
+    "stockade.approvers", "stockade.cli", "stockade.command", "stockade.command_policy",
+    "stockade.command_policy.fastpath", "stockade.command_policy.hook",
+    "stockade.command_policy.normalize", "stockade.config", "stockade.core",
+    "stockade.ledger", "stockade.settingsfile", "stockade.sync", "stockade.drivers.none",
+    "stockade.drivers.writers", "stockade.drivers.macos.seatbelt",
+    "stockade.drivers.windows.options", "stockade.drivers.linux.bwrap",
+    "stockade.drivers.linux.landlock_driver", "stockade.drivers.linux.layers",
+    "stockade.drivers.linux.host.gitconfig", "stockade.drivers.linux.host.placeholders",
+    "stockade.drivers.linux.host.sessionns", "stockade.drivers.linux.host.treewatch",
+    "stockade.drivers.linux.init.initschema",
+)
 
-    from . import cli, command, core, sync  # noqa: F401
-    if sys.platform.startswith("linux"):
-        from .drivers.linux import bwrap, landlock_driver  # noqa: F401
+
+def _preload() -> None:
+    """Import now what each child would import again for every command."""
+    import importlib
+
+    for name in PRELOAD:
+        try:
+            importlib.import_module(name)
+        except ImportError:
+            pass  # an optional part this install lacks: the child says so, as in process
 
 
 def _listen(directory: str, key: str) -> tuple[socket, int] | None:

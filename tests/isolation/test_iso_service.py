@@ -10,9 +10,11 @@ from __future__ import annotations
 import json
 import os
 import pty
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -396,3 +398,36 @@ def test_a_project_file_cannot_turn_it_on(box: Box) -> None:
     assert res.returncode != 0 and b"service" in res.stderr
     assert not services(box)
 
+
+
+IMPORTS = r"""
+import os, sys
+from stockade import service
+service._preload()
+before = set(sys.modules)
+r, w = os.pipe()
+pid = os.fork()
+if pid == 0:
+    from stockade import cli
+    for extra in ([], ["--json"]):
+        cli.dispatch(["run", "--mode", "workspace-write", *extra, "--", "/bin/true"])
+    new = sorted(m for m in set(sys.modules) - before if m.startswith("stockade") or "." in m)
+    os.write(w, " ".join(new).encode())
+    os._exit(0)
+os.close(w)
+os.waitpid(pid, 0)
+print("NEW:" + os.read(r, 1 << 20).decode())
+"""
+
+
+def test_a_served_command_imports_nothing_the_service_could_have(tmp_path: Path) -> None:
+    """Each import in the child is paid again for every command."""
+    ws = Path(tempfile.mkdtemp(dir="/var/tmp"))
+    try:
+        res = subprocess.run([sys.executable, "-I", "-c", IMPORTS], cwd=ws,
+                             capture_output=True, timeout=RUN_TIMEOUT, check=False,
+                             env={"PATH": MINIMAL_PATH, "HOME": str(tmp_path)})
+        line = [x for x in res.stdout.decode().splitlines() if x.startswith("NEW:")]
+        assert line == ["NEW:"], (res.stdout, res.stderr)
+    finally:
+        shutil.rmtree(ws)
