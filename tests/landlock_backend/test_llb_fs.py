@@ -435,8 +435,10 @@ def test_a_repository_made_by_a_killed_stockade_is_made_inert_by_the_next(box: B
     trust.test_a_repository_made_by_a_killed_stockade_is_made_inert_by_the_next(box)
 
 
-@pytest.mark.xfail(strict=True, reason="Known limits: the guard puts a held repository's "
-                   "metadata back as it is removed, so the directory is never empty")
+# Not strict: `rm -rf` and the guard's restore race, and now and then the
+# removal wins (seen once in a full run); the limit is what usually happens.
+@pytest.mark.xfail(strict=False, reason="Known limits: the guard puts a held repository's "
+                   "metadata back as it is removed, so the directory is usually never empty")
 def test_a_directory_holding_your_repository_can_be_removed(box: Box) -> None:
     trust.test_a_directory_holding_your_repository_can_be_removed(box)
 
