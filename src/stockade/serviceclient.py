@@ -134,6 +134,17 @@ def service_key(environ: Mapping[bytes, bytes] | None = None) -> str:
                                                  b"CapPrm", b"CapEff", b"CapBnd", b"CapAmb")]
     except OSError:
         pass
+    # What else the kernel keeps per process and a command inherits: the cgroup
+    # (a caller's memory bound), the security label, the audit identity, the
+    # OOM score; a child of a service started elsewhere would carry that one's.
+    for name in ("cgroup", "attr/current", "loginuid", "sessionid", "oom_score_adj"):
+        try:
+            with open(f"/proc/self/{name}", "rb") as f:
+                parts.append(name.encode() + b":" + f.read())
+        except OSError:
+            parts.append(name.encode())
+    parts.append(f"{sorted(os.sched_getaffinity(0))} {os.getpriority(os.PRIO_PROCESS, 0)}"
+                 .encode())
     parts += sorted(k + b"=" + v for k, v in env.items() if k not in KEY_IGNORES)
     return sha256_hex(b"\0".join(parts))[:24]
 

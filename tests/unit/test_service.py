@@ -78,3 +78,15 @@ def test_the_fingerprint_sees_an_edit(tmp_path) -> None:
     (tmp_path / "__pycache__" / "a.cpython-311.pyc").write_bytes(b"x")
     after = code_fingerprint(str(tmp_path))
     assert after == code_fingerprint(str(tmp_path))
+
+
+def test_the_key_changes_with_what_a_command_inherits_from_its_process() -> None:
+    key = serviceclient.service_key()
+    cpus = os.sched_getaffinity(0)
+    if len(cpus) > 1:
+        os.sched_setaffinity(0, {min(cpus)})
+        try:
+            assert serviceclient.service_key() != key
+        finally:
+            os.sched_setaffinity(0, cpus)
+    assert serviceclient.service_key() == key
