@@ -1,20 +1,22 @@
 """The per-user service: `stockade run` without the Python start-up and the imports.
 
 One process per key (`serviceclient.service_key`), started by the first
-`stockade run` that wants it, listening on `<state dir>/service/<key>.sock`
-in a 0700 directory and serving only its own uid. For each request it forks
-a child that becomes the caller in every way the command can see (stdin,
-stdout, stderr, cwd, umask, limits, environment, the terminal approvals are
-asked on) and runs `cli.dispatch`, the code `stockade run` runs in process:
-config, trust and approvals are judged afresh, and the audit record is the
-same. The parent stays single-threaded and never touches a sandbox, so each
-fork starts clean.
+`stockade run --service` that finds none, listening on
+`<state dir>/service/<key>.sock` in a 0700 directory. For each request it
+forks a child that becomes the caller in every way the command can see
+(stdin, stdout, stderr, cwd, umask, limits, environment) and runs
+`cli.dispatch`, the code `stockade run` runs in process: config, trust and
+approvals are judged afresh, and the audit record is the same. A request is
+served only to a peer whose process facts and environment hash to this
+service's key (so never to a process in a sandbox), and the client gives its
+descriptors only to a peer with its own process facts. The parent stays
+single-threaded and never touches a sandbox, so each fork starts clean.
 
 It ends after `IDLE_SECONDS` without a request and with no command running,
-and as soon as stockade's code on disk changed (an upgrade, an edit): the
-next `stockade run` starts a new one. A child whose service died is sent
-SIGTERM (PR_SET_PDEATHSIG) and ends its command's tree as `stockade run`
-does on SIGTERM.
+and stops listening as soon as stockade's code on disk changed (an upgrade,
+an edit), then waits for its running commands: the next `stockade run`
+starts a new one. A child whose service died ends its command's tree as
+`stockade run` does on SIGTERM (PR_SET_PDEATHSIG).
 """
 
 from __future__ import annotations
@@ -22,7 +24,17 @@ from __future__ import annotations
 import os
 import sys
 
-from .serviceclient import MAGIC, parse_request, service_key
+from .serviceclient import (
+    MAGIC,
+    MAX_SERVICES,
+    START_LOCK,
+    confined,
+    live_services,
+    parse_request,
+    peer_facts,
+    process_facts,
+    service_key,
+)
 
 TYPE_CHECKING = False
 
@@ -40,8 +52,8 @@ IDLE_SECONDS = 300.0
 REQUEST_SECONDS = 5.0
 #: Largest request accepted (an environment of several MB is already absurd).
 MAX_REQUEST = 16 << 20
-#: Descriptors a request carries: stdin, stdout, stderr, the cwd, maybe a terminal.
-MIN_FDS, MAX_FDS = 4, 5
+#: Descriptors a request carries: stdin, stdout, stderr and the cwd.
+FDS = 4
 
 
 def code_fingerprint(package: str) -> tuple[tuple[str, int, int, int], ...]:
@@ -71,8 +83,9 @@ def main(argv: list[str]) -> int:
               file=sys.stderr)
         return 2
     directory, key = argv
-    if service_key() != key:
-        return 0  # this interpreter would not be the caller's: it runs in process
+    facts = process_facts()
+    if facts is None or confined(facts) or service_key(facts=facts) != key:
+        return 0  # this process would not be the caller's: it runs in process
     os.chdir("/")  # the first caller's directory is not held busy
     from . import __file__ as package_init
 
@@ -89,14 +102,25 @@ def main(argv: list[str]) -> int:
                    86400.0)
     except ValueError:
         pass
+    children: set[int] = set()
     try:
-        _serve(sock, package, fingerprint, idle)
+        _serve(sock, lock, key, package, fingerprint, idle, children)
     finally:
         # The socket goes before the lock: a client that connects meanwhile
-        # finds nothing, rather than a listener no one will accept from.
-        _unlink(directory, key)
+        # finds nothing, rather than a listener no one will accept from. The
+        # lock's file goes while it is held (a starter that opened it sees
+        # that it was unlinked and tries again).
+        _unlink(directory, key + ".sock")
+        _unlink(directory, key + ".lock")
         sock.close()
         os.close(lock)
+    # Commands still running (stockade's code changed under them) end as they
+    # would have: leaving now would end them through PR_SET_PDEATHSIG.
+    for pid in children:
+        try:
+            os.waitpid(pid, 0)
+        except ChildProcessError:
+            pass
     return 0
 
 
@@ -129,6 +153,10 @@ def _preload() -> None:
 
 
 def _listen(directory: str, key: str) -> tuple[socket, int] | None:
+    """The listening socket and the key's lock, or None when another service holds
+    the key, or `MAX_SERVICES` run already. `start.lock` makes the count and
+    the taking of a key one step, so that starters at once do not all count
+    the same others."""
     import fcntl
     import socket
     import time
@@ -140,56 +168,76 @@ def _listen(directory: str, key: str) -> tuple[socket, int] | None:
         dirfd = os.open(directory, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW)
     except Exception:
         return None
+    flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
     try:
         st = os.fstat(dirfd)
         if st.st_uid != os.getuid() or st.st_mode & 0o077:
             return None
-        base = f"/proc/self/fd/{dirfd}/{key}"
-        lock = os.open(base + ".lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC,
-                       0o600)
-        # One service per key: a second start waits for one that is leaving.
-        deadline = time.monotonic() + 3.0
-        while True:
-            try:
-                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
+        base = f"/proc/self/fd/{dirfd}/"
+        start = os.open(base + START_LOCK, flags, 0o600)
+        deadline = time.monotonic() + 3.0  # one that is leaving lets go of the key
+        try:
+            while True:
+                fcntl.flock(start, fcntl.LOCK_EX)
+                lock = _take(base + key + ".lock", flags)
+                if lock is not None:
+                    break
+                fcntl.flock(start, fcntl.LOCK_UN)
                 if time.monotonic() > deadline:
-                    os.close(lock)
                     return None
                 time.sleep(0.02)
-        try:
-            # A socket left by a service that was killed: the lock says none listens.
-            os.unlink(base + ".sock")
-        except FileNotFoundError:
-            pass
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        old = os.umask(0o177)
-        try:
-            sock.bind(base + ".sock")
+            if live_services(base, own=key + ".lock") >= MAX_SERVICES:
+                os.close(lock)
+                return None
+            try:
+                # A socket left by a service that was killed: the lock says none listens.
+                os.unlink(base + key + ".sock")
+            except FileNotFoundError:
+                pass
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            old = os.umask(0o177)
+            try:
+                sock.bind(base + key + ".sock")
+            finally:
+                os.umask(old)
+            sock.listen(64)
+            return sock, lock
         finally:
-            os.umask(old)
-        sock.listen(64)
-        return sock, lock
+            os.close(start)
     except OSError:
         return None
     finally:
         os.close(dirfd)
 
 
-def _unlink(directory: str, key: str) -> None:
+def _take(path: str, flags: int) -> int | None:
+    """The key's lock, held, if no one holds it and its file is still the one named."""
+    import fcntl
+
+    lock = os.open(path, flags, 0o600)
     try:
-        os.unlink(os.path.join(directory, key + ".sock"))
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        if os.fstat(lock).st_ino == os.stat(path, follow_symlinks=False).st_ino:
+            return lock
+    except OSError:
+        pass
+    os.close(lock)
+    return None
+
+
+def _unlink(directory: str, name: str) -> None:
+    try:
+        os.unlink(os.path.join(directory, name))
     except OSError:
         pass
 
 
-def _serve(sock: socket, package: str, fingerprint: object, idle: float) -> None:
+def _serve(sock: socket, lock: int, key: str, package: str, fingerprint: object,
+           idle: float, children: set[int]) -> None:
+    """Fork a child for each connection until idle or stockade's code changed."""
     import select
-    import socket
     import time
 
-    children: set[int] = set()
     idle_since = time.monotonic()
     poller = select.poll()
     poller.register(sock.fileno(), select.POLLIN)
@@ -207,10 +255,6 @@ def _serve(sock: socket, package: str, fingerprint: object, idle: float) -> None
         except OSError:
             continue
         idle_since = time.monotonic()
-        cred = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12)
-        if int.from_bytes(cred[4:8], sys.byteorder) != os.getuid():
-            conn.close()  # another user's: never served
-            continue
         if code_fingerprint(package) != fingerprint:
             conn.close()  # the client runs it in process and starts a new service
             return
@@ -218,7 +262,8 @@ def _serve(sock: socket, package: str, fingerprint: object, idle: float) -> None
         if pid == 0:
             try:
                 sock.close()
-                _child(conn)
+                os.close(lock)  # held by the service alone, not by its commands
+                _child(conn, key)
             finally:
                 os._exit(125)
         children.add(pid)
@@ -235,30 +280,46 @@ def _reap(children: set[int]) -> None:
             children.discard(pid)
 
 
-def _child(conn: socket) -> None:
+def _child(conn: socket, key: str) -> None:
     """Become the caller and run its `stockade run`; report the status as `X`, or
-    the signal it ended by as `K`."""
+    the signal it ended by as `K`.
+
+    Served only to a peer that hashes to this service's key with its own
+    process facts and the environment it sent: a process in a sandbox (other
+    namespaces, no_new_privs, seccomp) that reached the socket of a service
+    it is not hidden from gets nothing run.
+    """
     import ctypes
     import signal
 
+    from . import cli
+
+    def ended(_signum: int, _frame: object) -> None:
+        raise cli.Terminated(signal.SIGTERM)
+
     parent = os.getppid()
-    # PR_SET_PDEATHSIG: the service's death ends this command like a SIGTERM.
-    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM, 0, 0, 0)
+    # SIGUSR1, not SIGTERM: a caller that ignores SIGTERM passes that on, and
+    # the service's end must still end the command (PR_SET_PDEATHSIG).
+    signal.signal(signal.SIGUSR1, ended)
+    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGUSR1, 0, 0, 0)
     if os.getppid() != parent:
         return
-    for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
+    for sig in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, signal.SIG_DFL)
     signal.signal(signal.SIGINT, signal.default_int_handler)
+    facts = peer_facts(conn)
+    if facts is None or confined(facts):
+        return
     got = _receive(conn)
     if got is None:
         return
     (argv, env, umask, ignored, limits), fds = got
+    if service_key(env, facts) != key:
+        return  # another context's caller: not served, it runs in process
     os.setsid()
     _become(fds, env, umask, ignored, limits)
     conn.sendall(b"P%d\n" % os.getpid())
-    ending = _watch(conn, ignored)
-    from . import cli
-
+    ending = _watch(conn)
     try:
         status = cli.dispatch(["run", *argv])
     except cli.Terminated as exc:
@@ -271,6 +332,11 @@ def _child(conn: socket) -> None:
         return
     except SystemExit as exc:
         status = exc.code if isinstance(exc.code, int) else 1
+    except Exception:
+        import traceback
+
+        traceback.print_exc()  # as the interpreter does for `stockade run`, exit 1
+        status = 1
     import atexit
 
     atexit._run_exitfuncs()
@@ -287,13 +353,15 @@ def _receive(conn: socket) -> tuple[Request, list[int]] | None:
     fds: list[int] = []
     data = b""
     try:
-        msg, anc, _flags, _ = conn.recvmsg(1 << 16, socket.CMSG_SPACE(MAX_FDS * 4))
+        msg, anc, _flags, _ = conn.recvmsg(1 << 16, socket.CMSG_SPACE(FDS * 4))
         for level, kind, payload in anc:
             if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
                 usable = len(payload) - len(payload) % 4
                 fds += [int.from_bytes(payload[i:i + 4], sys.byteorder, signed=True)
                         for i in range(0, usable, 4)]
-        if len(msg) < 4 or not MIN_FDS <= len(fds) <= MAX_FDS:
+        if len(msg) < 4 or len(fds) != FDS:
+            for fd in fds:
+                os.close(fd)
             return None
         size = int.from_bytes(msg[:4], "big")
         if size > MAX_REQUEST:
@@ -324,12 +392,10 @@ def _become(fds: list[int], env: dict[bytes, bytes], umask: int, ignored: list[i
     for target, fd in enumerate(fds[:3]):
         os.dup2(fd, target)
     os.fchdir(fds[3])
-    # Each received descriptor sits above 2 (the service's own 0-2 are /dev/null).
-    if len(fds) > 4:
-        approvers.CONTROLLING_TERMINAL = f"/proc/self/fd/{fds[4]}"
-    else:
-        approvers.CONTROLLING_TERMINAL = ""  # none: approvals are denied, with the hint
-    for fd in fds[:4]:
+    # A caller with a terminal runs in process: here approvals are denied with
+    # the hint, as they are for a caller with no terminal in process.
+    approvers.CONTROLLING_TERMINAL = ""
+    for fd in fds:
         os.close(fd)
     os.umask(umask)
     os.environb.clear()
@@ -348,10 +414,11 @@ def _become(fds: list[int], env: dict[bytes, bytes], umask: int, ignored: list[i
         setattr(sys, name, stream)
 
 
-def _watch(conn: socket, ignored: list[int]) -> threading.Event:
+def _watch(conn: socket) -> threading.Event:
     """Signals the client forwards are raised here; its end (killed, its pipe
-    closed) ends the command as SIGTERM would, until the returned event is set:
-    then the result is on its way and the client's end is its reading it."""
+    closed) ends the command as SIGTERM would (through SIGUSR1, which the
+    caller cannot have ignored), until the returned event is set: then the
+    result is on its way and the client's end is its reading it."""
     import signal
     import threading
 
@@ -365,13 +432,8 @@ def _watch(conn: socket, ignored: list[int]) -> threading.Event:
             except OSError:
                 chunk = b""
             if not chunk:
-                if ending.is_set():
-                    return
-                for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
-                    if sig not in ignored:
-                        os.kill(os.getpid(), sig)
-                        return
-                os.kill(os.getpid(), signal.SIGKILL)
+                if not ending.is_set():
+                    os.kill(os.getpid(), signal.SIGUSR1)
                 return
             buf += chunk
             while b"\n" in buf:

@@ -36,6 +36,10 @@ FORWARDED = (2, 1, 15)  # SIGINT, SIGHUP, SIGTERM
 #: The service's start: `python -c BOOT SITE DIRECTORY KEY`.
 BOOT = ("import sys; sys.path.insert(0, sys.argv[1]); from stockade.service import main; "
         "sys.exit(main(sys.argv[2:]))")
+#: getsockopt's SO_PEERPIDFD (Linux 6.5), not in Python 3.11's socket module.
+SO_PEERPIDFD = 77
+#: Held while a service counts the others and takes its key (service._listen).
+START_LOCK = "start.lock"
 #: Services one user may have at once (one per key); past it, commands run in process.
 MAX_SERVICES = 8
 #: The limits the child takes from the caller (RLIMIT_* numbers, Linux).
@@ -111,42 +115,98 @@ def service_dir(env: dict[str, str]) -> str:
     return os.path.join(state_dir(env), "service")
 
 
-def service_key(environ: Mapping[bytes, bytes] | None = None) -> str:
-    """24 hex chars naming the service a caller in this state may use."""
+#: The namespaces a command inherits from the process that starts it.
+NAMESPACES = ("mnt", "pid", "net", "user", "ipc", "uts", "cgroup", "time")
+#: /proc/PID/status lines that say who the process is and what confines it.
+STATUS = (b"Uid", b"Gid", b"Groups", b"NoNewPrivs", b"Seccomp", b"Seccomp_filters",
+          b"CapInh", b"CapPrm", b"CapEff", b"CapBnd", b"CapAmb", b"Cpus_allowed_list",
+          b"Mems_allowed_list")
+
+
+def process_facts(pid: str = "self") -> list[bytes] | None:
+    """What the kernel keeps for process `pid` that a command it starts inherits, read
+    from /proc alike for the caller itself and for the peer of a connection:
+    namespaces, ids and groups, capabilities, no_new_privs and seccomp, the
+    cgroup (a caller's memory bound), the security label, the audit identity,
+    the OOM score, CPU and memory affinity, the nice value and the hard
+    resource limits. None when any of it cannot be read."""
+    base = f"/proc/{pid}"
+    out: list[bytes] = []
+    try:
+        for ns in NAMESPACES:
+            out.append(f"{ns}:{os.stat(f'{base}/ns/{ns}').st_ino}".encode())
+        with open(f"{base}/status", "rb") as f:
+            out += [line for line in f.read().splitlines() if line.split(b":")[0] in STATUS]
+        for name in ("cgroup", "loginuid", "sessionid", "oom_score_adj", "attr/current"):
+            try:
+                with open(f"{base}/{name}", "rb") as f:
+                    out.append(name.encode() + b":" + f.read())
+            except OSError as exc:
+                if name != "attr/current":
+                    raise
+                out.append(f"{name}:{exc.errno}".encode())  # no LSM: the same for both
+        with open(f"{base}/stat", "rb") as f:
+            out.append(b"nice:" + f.read().rsplit(b")", 1)[1].split()[16])
+        with open(f"{base}/limits", "rb") as f:
+            # The hard limits: a child lowered to a service's could not raise them
+            # back; the soft ones are the caller's, set for each command.
+            out += [line[:26] + line[47:68] for line in f.read().splitlines()[1:]]
+    except (OSError, IndexError):
+        return None
+    return out
+
+
+def confined(facts: list[bytes]) -> bool:
+    """Under no_new_privs or a seccomp filter (a sandbox, Landlock among them): what
+    confines it cannot be compared, so such a process is never served."""
+    for line in facts:
+        key, _, value = line.partition(b":")
+        if key in (b"NoNewPrivs", b"Seccomp") and value.strip() != b"0":
+            return True
+    return False
+
+
+def service_key(environ: Mapping[bytes, bytes] | None = None,
+                facts: list[bytes] | None = None) -> str:
+    """24 hex chars over everything that decides what the service's child would be:
+    the interpreter, stockade's code, `process_facts` and the environment."""
     from . import __file__ as package_init
     from .paths import sha256_hex
 
     env = os.environb if environ is None else environ
+    facts = process_facts() if facts is None else facts
     parts = [MAGIC, os.fsencode(sys.executable), os.fsencode(os.path.dirname(package_init)),
-             sys.version.encode(),
-             f"{os.getuid()} {os.getgid()} {sorted(os.getgroups())}".encode()]
-    for ns in ("mnt", "pid", "net", "user", "ipc", "uts", "cgroup"):
-        try:
-            parts.append(f"{ns}:{os.stat(f'/proc/self/ns/{ns}').st_ino}".encode())
-        except OSError:
-            parts.append(ns.encode())
-    try:
-        with open("/proc/self/status", "rb") as f:
-            # What confines this process: a child forked from a service started
-            # elsewhere would not carry the caller's seccomp filter or caps.
-            parts += [line for line in f.read().splitlines()
-                      if line.split(b":")[0] in (b"NoNewPrivs", b"Seccomp", b"CapInh",
-                                                 b"CapPrm", b"CapEff", b"CapBnd", b"CapAmb")]
-    except OSError:
-        pass
-    # What else the kernel keeps per process and a command inherits: the cgroup
-    # (a caller's memory bound), the security label, the audit identity, the
-    # OOM score; a child of a service started elsewhere would carry that one's.
-    for name in ("cgroup", "attr/current", "loginuid", "sessionid", "oom_score_adj"):
-        try:
-            with open(f"/proc/self/{name}", "rb") as f:
-                parts.append(name.encode() + b":" + f.read())
-        except OSError:
-            parts.append(name.encode())
-    parts.append(f"{sorted(os.sched_getaffinity(0))} {os.getpriority(os.PRIO_PROCESS, 0)}"
-                 .encode())
+             sys.version.encode(), *(facts or [b"?"])]
     parts += sorted(k + b"=" + v for k, v in env.items() if k not in KEY_IGNORES)
     return sha256_hex(b"\0".join(parts))[:24]
+
+
+def peer_facts(sock: socket) -> list[bytes] | None:
+    """`process_facts` of the process at the other end of `sock`, or None.
+
+    Read through a pidfd (SO_PEERPIDFD, Linux 6.5): the process is still
+    alive after the read, so its pid was not reused meanwhile. Without that
+    socket option the answer is None, and the caller does without the service.
+    """
+    import _socket
+
+    try:
+        raw = sock.getsockopt(_socket.SOL_SOCKET, SO_PEERPIDFD, 4)
+        pidfd = int.from_bytes(raw, sys.byteorder, signed=True)
+    except OSError:
+        return None
+    try:
+        cred = sock.getsockopt(_socket.SOL_SOCKET, _socket.SO_PEERCRED, 12)
+        pid = int.from_bytes(cred[0:4], sys.byteorder)
+        facts = process_facts(str(pid)) if pid > 0 else None
+        import _signal
+
+        _signal.pidfd_send_signal(pidfd, 0)
+        return facts
+    except OSError:
+        return None
+    finally:
+        os.close(pidfd)
 
 
 class _Gone(Exception):
@@ -155,8 +215,10 @@ class _Gone(Exception):
 
 def run(args: list[str]) -> int | None:
     """The exit status of `stockade run ARGS` served by the service, or None when the
-    caller should run it in process (no usable service, none started yet, or a
-    terminal on stdin, stdout or stderr, whose job control stays the caller's)."""
+    caller should run it in process: no usable service (none started yet, or
+    one that fails a check), a terminal (its job control and its approvals
+    stay with the process group it starts), or a caller under no_new_privs or
+    seccomp, whose confinement a service's child would not carry."""
     for fd in (0, 1, 2):
         try:
             if os.isatty(fd):
@@ -164,9 +226,17 @@ def run(args: list[str]) -> int | None:
             os.fstat(fd)
         except OSError:
             return None
+    try:
+        os.close(os.open("/dev/tty", os.O_RDWR | os.O_NOCTTY))
+        return None  # a controlling terminal: Ctrl-Z and approvals belong to it
+    except OSError:
+        pass
+    facts = process_facts()
+    if facts is None or confined(facts):
+        return None
     env = dict(os.environ)
     directory = service_dir(env)
-    key = service_key()
+    key = service_key(facts=facts)
     try:
         dirfd = os.open(directory, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW)
     except OSError:
@@ -176,7 +246,7 @@ def run(args: list[str]) -> int | None:
         st = os.fstat(dirfd)
         if st.st_uid != os.getuid() or st.st_mode & 0o077:
             return None  # not ours alone: `stockade doctor` says so
-        sock = _connect(f"/proc/self/fd/{dirfd}/{key}.sock")
+        sock = _connect(f"/proc/self/fd/{dirfd}/{key}.sock", facts)
     finally:
         os.close(dirfd)
     if sock is None:
@@ -191,16 +261,19 @@ def run(args: list[str]) -> int | None:
         sock.close()
 
 
-def _connect(path: str) -> socket | None:
+def _connect(path: str, facts: list[bytes]) -> socket | None:
+    """A connection to the service at `path`, if the process listening there is one
+    this caller could have started: same uid, namespaces, credentials and
+    everything else in `process_facts`, and not confined. A command in a
+    sandbox that could write the directory and listen in the service's place
+    fails this (its namespaces, no_new_privs and seccomp), so it never gets
+    the caller's descriptors."""
     import _socket
 
     sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
     try:
         sock.connect(path)
-        # The directory is ours and 0700; the peer's uid is checked anyway, so
-        # descriptors never go to a process of another user.
-        cred = sock.getsockopt(_socket.SOL_SOCKET, _socket.SO_PEERCRED, 12)
-        if int.from_bytes(cred[4:8], sys.byteorder) != os.getuid():
+        if peer_facts(sock) != facts:
             sock.close()
             return None
     except OSError:
@@ -282,11 +355,6 @@ def _served(sock: socket, args: list[str]) -> int:
     cwd = os.open(".", os.O_PATH | os.O_DIRECTORY)
     fds = [0, 1, 2, cwd]
     try:
-        tty = os.open("/dev/tty", os.O_RDWR | os.O_NOCTTY)
-        fds.append(tty)  # approvals are asked on the caller's terminal
-    except OSError:
-        tty = -1
-    try:
         payload = request(args)
         rights = b"".join(fd.to_bytes(4, sys.byteorder, signed=True) for fd in fds)
         sent = sock.sendmsg([len(payload).to_bytes(4, "big"), payload],
@@ -299,8 +367,6 @@ def _served(sock: socket, args: list[str]) -> int:
         raise _Gone from exc
     finally:
         os.close(cwd)
-        if tty >= 0:
-            os.close(tty)
     frames = _Frames(sock)
     first = frames.next()
     if first is None or not first.startswith(b"P"):
@@ -361,11 +427,8 @@ def start(directory: str, key: str) -> None:
     gets none of the caller's descriptors: a harness waiting for the end of
     a pipe it gave `stockade run` would otherwise wait for the service.
     """
-    try:
-        if sum(n.endswith(".sock") for n in os.listdir(directory)) >= MAX_SERVICES:
-            return  # each differing environment has its own; they idle out
-    except OSError:
-        pass
+    if live_services(directory) >= MAX_SERVICES:
+        return  # each differing environment has its own; they idle out
     try:
         held = [int(n) for n in os.listdir("/proc/self/fd") if int(n) > 2]
     except OSError:
@@ -386,6 +449,30 @@ def start(directory: str, key: str) -> None:
             *[(os.POSIX_SPAWN_CLOSE, fd) for fd in held if _inheritable(fd)]])
     except OSError:
         pass  # no service this time; `stockade doctor` says why
+
+
+def live_services(directory: str, own: str = "") -> int:
+    """Services running in `directory` (each holds its key's lock), `own` not counted."""
+    import fcntl
+
+    try:
+        names = [n for n in os.listdir(directory)
+                 if n.endswith(".lock") and n not in (own, START_LOCK)]
+    except OSError:
+        return 0
+    live = 0
+    for name in names:
+        try:
+            fd = os.open(os.path.join(directory, name), os.O_RDONLY | os.O_NOFOLLOW)
+        except OSError:
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except OSError:
+            live += 1
+        finally:
+            os.close(fd)
+    return live
 
 
 def _inheritable(fd: int) -> bool:
@@ -409,7 +496,10 @@ def status(env: dict[str, str]) -> str:
     if st.st_uid != os.getuid() or st.st_mode & 0o077 or not os.path.isdir(directory):
         return (f"on, but {directory} is not a directory only you can use (mode "
                 f"{st.st_mode & 0o7777:o}): every command runs in process; remove it")
-    sock = _connect(os.path.join(directory, key + ".sock"))
+    facts = process_facts()
+    if facts is None or confined(facts):
+        return "on, but this process is confined (no_new_privs or seccomp): runs in process"
+    sock = _connect(os.path.join(directory, key + ".sock"), facts)
     if sock is None:
         return f"on, not running: the next `stockade run` starts it ({directory})"
     import _socket

@@ -41,8 +41,24 @@ def service_dir(box: Box) -> Path:
 
 
 def services(box: Box) -> list[int]:
-    return [pid for pid, cmd in procs_with(str(service_dir(box))) if SERVICE in cmd
-            and "-c" in cmd.split()]
+    """The box's services (not the children they forked, which share their command line)."""
+    found = [pid for pid, cmd in procs_with(str(service_dir(box))) if SERVICE in cmd]
+    return [pid for pid in found if _parent(pid) not in found]
+
+
+def _descends(pid: int, ancestor: int) -> bool:
+    while pid > 1:
+        pid = _parent(pid)
+        if pid == ancestor:
+            return True
+    return False
+
+
+def _parent(pid: int) -> int:
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    except (OSError, IndexError, ValueError):
+        return 0
 
 
 def started(box: Box, **env: str) -> int:
@@ -53,7 +69,7 @@ def started(box: Box, **env: str) -> int:
     while time.monotonic() < deadline:
         found = services(box)
         socks = list(service_dir(box).glob("*.sock")) if service_dir(box).exists() else []
-        if found and socks and _answers(box, socks[0]):
+        if found and any(_answers(box, sock) for sock in socks):
             return found[0]
         time.sleep(0.05)
     raise AssertionError(f"no service started for {box.root}")
@@ -84,8 +100,10 @@ def _no_service_left(request: pytest.FixtureRequest):
     yield
     box = request.node.funcargs.get("box")
     if isinstance(box, Box):
-        for pid in services(box):
-            os.kill(pid, signal.SIGKILL)
+        # Every service of the test, its own state directory's or another's.
+        for pid, cmd in procs_with(str(box.root)):
+            if SERVICE in cmd:
+                os.kill(pid, signal.SIGKILL)
 
 
 # -- served, and the same as in process ------------------------------------------------
@@ -93,17 +111,20 @@ def _no_service_left(request: pytest.FixtureRequest):
 
 def test_a_served_command_runs_in_a_child_of_the_service(box: Box) -> None:
     pid = started(box)
+    marker = f"1.{_marker().replace('.', '')}"
     proc = box.runner.popen(
         box.runner.cli_argv(["run", "--service", "--", "/bin/sh", "-c",
-                             "read x; echo out $x; echo err >&2; sleep 1; exit 7"]),
+                             f"read x; echo out $x; echo err >&2; sleep {marker}; exit 7"]),
         cwd=box.ws, env=box.env(), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
         stderr=subprocess.PIPE)
+    assert proc.stdin is not None
+    proc.stdin.write(b"in\n")
+    proc.stdin.flush()
     deadline = time.monotonic() + 10
-    while not children(pid) and time.monotonic() < deadline:
+    while not any(_descends(p, pid) for p, _ in sleeps(marker)):
+        assert time.monotonic() < deadline, "the command is not a descendant of the service"
         time.sleep(0.02)
-    forked = children(pid)
-    out, err = proc.communicate(b"in\n", timeout=RUN_TIMEOUT)
-    assert forked, "the service forked no child for the command"
+    out, err = proc.communicate(timeout=RUN_TIMEOUT)
     assert (proc.returncode, out, err) == (7, b"out in\n", b"err\n")
     # Control: in process, the service sees nothing.
     res = box.run(["/bin/sh", "-c", "sleep 1; exit 7"], options=["--no-service"])
@@ -245,6 +266,139 @@ def test_a_sandboxed_command_cannot_reach_the_service(box: Box, backend: str) ->
     assert b"CONNECTED" in control.stdout
 
 
+# A request built by hand (no stockade to import inside a sandbox): run ARGV with the
+# environment given as JSON, descriptors 0-2 and the cwd passed along.
+FORGE = r"""
+import json, os, socket, sys
+path, env, argv = sys.argv[1], json.loads(sys.argv[2]), sys.argv[3:]
+# What Python adds to its own environment on a C locale (PEP 538), as the client had.
+env.update({k: v for k, v in os.environ.items() if k == "LC_CTYPE"})
+items = [b"stockade-service-1", str(len(argv)).encode(), *map(os.fsencode, argv)]
+pairs = [(k + "=" + v).encode() for k, v in env.items()]
+items += [str(len(pairs)).encode(), *pairs, b"18", b"", b""]
+data = b"".join(len(i).to_bytes(4, "big") + i for i in items)
+s = socket.socket(socket.AF_UNIX)
+try:
+    s.connect(path)
+    cwd = os.open(".", os.O_PATH)
+    s.sendmsg([len(data).to_bytes(4, "big"), data],
+               [(socket.SOL_SOCKET, socket.SCM_RIGHTS,
+                 b"".join(fd.to_bytes(4, sys.byteorder) for fd in (0, 1, 2, cwd)))])
+    got = b""
+    while not got.endswith((b"\n", b"")) or not got.split(b"\n")[-2:][0].startswith((b"X", b"K")):
+        more = s.recv(64)
+        if not more:
+            break
+        got += more
+    print("ANSWER", got)
+except OSError as exc:
+    print("REFUSED", type(exc).__name__, exc)
+"""
+
+
+@pytest.mark.parametrize("backend", ["bubblewrap", "landlock"])
+def test_a_sandboxed_command_cannot_use_another_contexts_service(box: Box, backend: str
+                                                                 ) -> None:
+    """A service under another state directory (another harness, HOME or editor) is not
+    hidden from this run's sandbox; what it must refuse is the process asking."""
+    other = box.env(XDG_STATE_HOME=str(box.mkdir("other-state")))
+    assert box.run(["/bin/true"], options=["--service"], env=other).returncode == 0
+    sockets = box.root / "other-state" / "stockade" / "service"
+    deadline = time.monotonic() + 20
+    while not list(sockets.glob("*.sock")) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    sock = str(next(sockets.glob("*.sock")))
+    time.sleep(0.5)  # it binds before it imports; connections wait in its backlog anyway
+    pwned = box.mkdir("out") / "PWNED"
+    attack = ["--mode", "full-access", "--backend", "none", "--yes", "--", "/bin/sh", "-c",
+              f"id > {pwned}"]
+    inside = box.run([SYSTEM_PYTHON, "-I", "-c", FORGE, sock, json.dumps(other), *attack],
+                     options=["--backend", backend])
+    assert inside.returncode == 0, inside.stderr
+    assert b"ANSWER b''" in inside.stdout or b"REFUSED" in inside.stdout, inside.stdout
+    time.sleep(0.5)
+    assert not pwned.exists()
+    # Control: the same request from the host, in that context, is served.
+    control = box.host([SYSTEM_PYTHON, "-I", "-c", FORGE, sock, json.dumps(other), *attack],
+                       env=other)
+    assert b"ANSWER b'P" in control.stdout, control
+    assert pwned.exists()
+
+
+LISTEN = r"""
+import os, socket, sys, time
+path, result = sys.argv[1], sys.argv[2]
+os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
+s = socket.socket(socket.AF_UNIX)
+s.bind(path)
+s.listen(1)
+s.settimeout(20)
+got = "no connection"
+try:
+    conn, _ = s.accept()
+    conn.settimeout(3)
+    try:
+        msg, anc, _, _ = conn.recvmsg(1 << 16, socket.CMSG_SPACE(64))
+        got = f"descriptors {len(anc)}" if anc else "connected, nothing sent"
+    except OSError:
+        got = "connected, nothing sent"
+except OSError:
+    pass
+with open(result, "w") as f:
+    f.write(got)
+"""
+
+
+def test_a_listener_in_a_sandbox_never_gets_the_callers_descriptors(box: Box) -> None:
+    """A command that can write where a caller's service directory is (here the state
+    directory sits in the workspace) listens in the service's place: the caller
+    must not hand it its cwd, which is a way out of the sandbox's mounts."""
+    victim = box.env(XDG_STATE_HOME=str(box.ws / "state"))
+    key = box.host([box.runner.python, "-I", "-c",
+                    f"import sys; sys.path.insert(0, {box.runner.site!r}); "
+                    "from stockade.serviceclient import service_key; print(service_key())"],
+                   env=victim).stdout.decode().strip()
+    sock = box.ws / "state" / "stockade" / "service" / f"{key}.sock"
+    result = box.ws / "result"
+    listener = box.runner.popen(
+        box.runner.cli_argv(["run", "--mode", "workspace-write", "--", SYSTEM_PYTHON, "-I",
+                             "-c", LISTEN, str(sock), str(result)]),
+        cwd=box.ws, env=box.env(), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 20
+    while not sock.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert sock.exists(), listener.stderr
+    res = box.run(["/bin/true"], options=["--service"], env=victim)
+    assert res.returncode == 0, res.stderr
+    listener.communicate(timeout=RUN_TIMEOUT)
+    assert result.read_text() == "connected, nothing sent"
+    # Control: the same listener outside any sandbox is this caller's own kind, and
+    # gets the descriptors: the check is what stood between.
+    for p in (sock, result):
+        p.unlink(missing_ok=True)
+    for pid in services(box):
+        os.kill(pid, signal.SIGKILL)
+    host = box.runner.popen([SYSTEM_PYTHON, "-I", "-c", LISTEN, str(sock), str(result)],
+                            cwd=box.ws, env=victim)
+    while not sock.exists() and time.monotonic() < deadline + 20:
+        time.sleep(0.05)
+    box.run(["/bin/true"], options=["--service"], env=victim)
+    host.wait(timeout=RUN_TIMEOUT)
+    assert result.read_text().startswith("descriptors")
+
+
+def test_a_confined_caller_runs_in_process(box: Box) -> None:
+    """no_new_privs (and so a Landlock domain) or a seccomp filter cannot be compared,
+    and a service's child would not carry them."""
+    argv = box.runner.cli_argv(["run", "--service", "--", "/bin/true"])
+    res = box.host(["setpriv", "--no-new-privs", *argv])
+    assert res.returncode == 0, res.stderr
+    time.sleep(0.5)
+    assert not services(box) and not service_dir(box).exists()
+    started(box)  # control
+
+
 # -- ends: Ctrl-C, a dead client, a dead service ----------------------------------------
 
 
@@ -306,6 +460,76 @@ def test_a_killed_service_ends_its_commands_and_the_next_run_starts_another(box:
 
 
 # -- what it keeps, and when it leaves -------------------------------------------------
+
+
+def test_a_caller_that_ignores_sigterm_still_loses_its_command_with_the_service(
+        box: Box) -> None:
+    pid = started(box)
+    marker = _marker()
+    argv = box.runner.cli_argv(["run", "--service", "--", "/bin/sh", "-c",
+                                f"sleep {marker} & sleep {marker}; wait"])
+    proc = box.runner.popen(["/bin/sh", "-c", "trap '' TERM; exec \"$@\"", "sh", *argv],
+                            cwd=box.ws, env=box.env(), stdin=subprocess.DEVNULL,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 20
+    while len(sleeps(marker)) < 2 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert len(sleeps(marker)) == 2
+    os.kill(pid, signal.SIGKILL)
+    proc.communicate(timeout=RUN_TIMEOUT)
+    assert not wait_gone(f"sleep {marker}", 10)
+
+
+def test_a_code_change_lets_running_commands_finish(box: Box, unpriv_site: str) -> None:
+    pid = started(box)
+    marker = f"3.{_marker().replace('.', '')}"
+    slow = box.runner.popen(
+        box.runner.cli_argv(["run", "--service", "--", "/bin/sh", "-c",
+                             f"sleep {marker}; echo done"]),
+        cwd=box.ws, env=box.env(), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 10
+    while not any(_descends(p, pid) for p, _ in sleeps(marker)):
+        assert time.monotonic() < deadline, "the command was not served"
+        time.sleep(0.02)
+    site = Path(unpriv_site if box.runner.switches_user else SRC)
+    code = site / "stockade" / "__main__.py"
+    before = code.stat()
+    try:
+        os.utime(code, ns=(before.st_atime_ns, before.st_mtime_ns + 1_000_000_000))
+        assert served(box, [], ["/bin/true"]).returncode == 0
+        # The old one let go of its key while its command runs: a new one starts.
+        deadline = time.monotonic() + 20
+        while set(services(box)) <= {pid} and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert pid in services(box) and len(services(box)) == 2
+    finally:
+        os.utime(code, ns=(before.st_atime_ns, before.st_mtime_ns))
+    out, err = slow.communicate(timeout=RUN_TIMEOUT)
+    assert (slow.returncode, out) == (0, b"done\n"), err
+    deadline = time.monotonic() + 10
+    while pid in services(box) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert pid not in services(box)
+
+
+def test_stale_files_do_not_count_and_live_services_are_bounded(box: Box) -> None:
+    d = service_dir(box)
+    d.mkdir(parents=True)
+    for p in (d.parent.parent, d.parent, d):
+        os.chmod(p, 0o700)
+        box.runner.own(p)
+    for i in range(9):  # what killed services leave: files no one holds
+        for suffix in (".sock", ".lock"):
+            box.write(d / f"stale{i}{suffix}", "", 0o600)
+    started(box)
+    for i in range(8):
+        box.run(["/bin/true"], options=["--service"], env=box.env(CONTEXT=str(i)))
+    deadline = time.monotonic() + 20
+    while len(services(box)) < 8 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    time.sleep(1)
+    assert len(services(box)) == 8
 
 
 def test_it_exits_when_idle_and_leaves_nothing(box: Box) -> None:
