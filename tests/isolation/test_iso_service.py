@@ -7,6 +7,7 @@ is found from outside by its command line, which names that directory.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import pty
@@ -16,6 +17,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -90,6 +92,27 @@ def children(pid: int) -> list[int]:
     return out
 
 
+def wait_served(pid: int, marker: str) -> None:
+    """Until a `sleep MARKER` runs below the service `pid`: the command was served."""
+    deadline = time.monotonic() + 10
+    while not any(_descends(p, pid) for p, _ in sleeps(marker)):
+        assert time.monotonic() < deadline, "the command is not a descendant of the service"
+        time.sleep(0.02)
+
+
+@contextlib.contextmanager
+def code_changed(box: Box, unpriv_site: str) -> Iterator[None]:
+    """stockade's code, as the runner imports it, seen as edited; put back after."""
+    site = Path(unpriv_site if box.runner.switches_user else SRC)
+    code = site / "stockade" / "__main__.py"
+    before = code.stat()
+    os.utime(code, ns=(before.st_atime_ns, before.st_mtime_ns + 1_000_000_000))
+    try:
+        yield
+    finally:
+        os.utime(code, ns=(before.st_atime_ns, before.st_mtime_ns))
+
+
 def served(box: Box, options: list[str], cmd: list[str], **kw: object
            ) -> subprocess.CompletedProcess[bytes]:
     return box.run(cmd, options=["--service", *options], **kw)  # type: ignore[arg-type]
@@ -120,10 +143,7 @@ def test_a_served_command_runs_in_a_child_of_the_service(box: Box) -> None:
     assert proc.stdin is not None
     proc.stdin.write(b"in\n")
     proc.stdin.flush()
-    deadline = time.monotonic() + 10
-    while not any(_descends(p, pid) for p, _ in sleeps(marker)):
-        assert time.monotonic() < deadline, "the command is not a descendant of the service"
-        time.sleep(0.02)
+    wait_served(pid, marker)
     out, err = proc.communicate(timeout=RUN_TIMEOUT)
     assert (proc.returncode, out, err) == (7, b"out in\n", b"err\n")
     # Control: in process, the service sees nothing.
@@ -407,7 +427,8 @@ def sleeps(marker: str) -> list[tuple[int, str]]:
             if cmd.startswith("sleep ")]
 
 
-def _tree(box: Box, marker: str) -> subprocess.Popen[bytes]:
+def _tree(box: Box, marker: str, pid: int) -> subprocess.Popen[bytes]:
+    """A served command whose tree is two `sleep MARKER`s."""
     proc = box.runner.popen(
         box.runner.cli_argv(["run", "--service", "--", "/bin/sh", "-c",
                              f"sleep {marker} & sleep {marker}; wait"]),
@@ -417,6 +438,7 @@ def _tree(box: Box, marker: str) -> subprocess.Popen[bytes]:
     while len(sleeps(marker)) < 2 and time.monotonic() < deadline:
         time.sleep(0.05)
     assert len(sleeps(marker)) == 2, "the command's tree did not start"
+    wait_served(pid, marker)
     return proc
 
 
@@ -425,9 +447,9 @@ def _marker() -> str:
 
 
 def test_ctrl_c_ends_the_commands_whole_tree(box: Box) -> None:
-    started(box)
+    pid = started(box)
     marker = _marker()
-    proc = _tree(box, marker)
+    proc = _tree(box, marker, pid)
     proc.send_signal(signal.SIGINT)
     proc.communicate(timeout=RUN_TIMEOUT)
     assert proc.returncode == 130
@@ -435,9 +457,9 @@ def test_ctrl_c_ends_the_commands_whole_tree(box: Box) -> None:
 
 
 def test_a_killed_client_ends_its_command(box: Box) -> None:
-    started(box)
+    pid = started(box)
     marker = _marker()
-    proc = _tree(box, marker)
+    proc = _tree(box, marker, pid)
     proc.kill()
     proc.communicate(timeout=RUN_TIMEOUT)
     assert not wait_gone(f"sleep {marker}", 10)
@@ -446,7 +468,7 @@ def test_a_killed_client_ends_its_command(box: Box) -> None:
 def test_a_killed_service_ends_its_commands_and_the_next_run_starts_another(box: Box) -> None:
     pid = started(box)
     marker = _marker()
-    proc = _tree(box, marker)
+    proc = _tree(box, marker, pid)
     os.kill(pid, signal.SIGKILL)
     _out, err = proc.communicate(timeout=RUN_TIMEOUT)
     assert proc.returncode == -signal.SIGTERM, err  # as `stockade run` ends on SIGTERM
@@ -488,23 +510,14 @@ def test_a_code_change_lets_running_commands_finish(box: Box, unpriv_site: str) 
                              f"sleep {marker}; echo done"]),
         cwd=box.ws, env=box.env(), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
         stderr=subprocess.PIPE)
-    deadline = time.monotonic() + 10
-    while not any(_descends(p, pid) for p, _ in sleeps(marker)):
-        assert time.monotonic() < deadline, "the command was not served"
-        time.sleep(0.02)
-    site = Path(unpriv_site if box.runner.switches_user else SRC)
-    code = site / "stockade" / "__main__.py"
-    before = code.stat()
-    try:
-        os.utime(code, ns=(before.st_atime_ns, before.st_mtime_ns + 1_000_000_000))
+    wait_served(pid, marker)
+    with code_changed(box, unpriv_site):
         assert served(box, [], ["/bin/true"]).returncode == 0
         # The old one let go of its key while its command runs: a new one starts.
         deadline = time.monotonic() + 20
         while set(services(box)) <= {pid} and time.monotonic() < deadline:
             time.sleep(0.05)
         assert pid in services(box) and len(services(box)) == 2
-    finally:
-        os.utime(code, ns=(before.st_atime_ns, before.st_mtime_ns))
     out, err = slow.communicate(timeout=RUN_TIMEOUT)
     assert (slow.returncode, out) == (0, b"done\n"), err
     deadline = time.monotonic() + 10
@@ -546,19 +559,13 @@ def test_it_exits_when_idle_and_leaves_nothing(box: Box) -> None:
 
 def test_a_change_to_stockades_code_starts_a_new_service(box: Box, unpriv_site: str) -> None:
     pid = started(box)
-    site = Path(unpriv_site if box.runner.switches_user else SRC)
-    code = site / "stockade" / "__main__.py"
-    before = code.stat()
-    try:
-        os.utime(code, ns=(before.st_atime_ns, before.st_mtime_ns + 1_000_000_000))
+    with code_changed(box, unpriv_site):
         res = served(box, [], ["/bin/sh", "-c", "exit 4"])
         assert res.returncode == 4, res.stderr  # run in process, this once
         deadline = time.monotonic() + 10
         while pid in services(box) and time.monotonic() < deadline:
             time.sleep(0.05)
         assert pid not in services(box)
-    finally:
-        os.utime(code, ns=(before.st_atime_ns, before.st_mtime_ns))
 
 
 def test_the_service_holds_none_of_the_callers_descriptors(box: Box) -> None:
