@@ -27,6 +27,7 @@ import sys
 from .serviceclient import (
     MAGIC,
     MAX_SERVICES,
+    PROOF,
     START_LOCK,
     confined,
     live_services,
@@ -52,8 +53,9 @@ IDLE_SECONDS = 300.0
 REQUEST_SECONDS = 5.0
 #: Largest request accepted (an environment of several MB is already absurd).
 MAX_REQUEST = 16 << 20
-#: Descriptors a request carries: stdin, stdout, stderr and the cwd.
-FDS = 4
+#: Descriptors a request carries: stdin, stdout, stderr, the cwd, and the service's
+#: proof memfd as the caller opened it (see `serviceclient._proof`).
+FDS = 5
 
 
 def code_fingerprint(package: str) -> tuple[tuple[str, int, int, int], ...]:
@@ -95,6 +97,7 @@ def main(argv: list[str]) -> int:
     if listener is None:
         return 0
     sock, lock = listener
+    proof = os.memfd_create(PROOF, os.MFD_CLOEXEC)
     _preload()
     idle = IDLE_SECONDS
     try:
@@ -104,7 +107,7 @@ def main(argv: list[str]) -> int:
         pass
     children: set[int] = set()
     try:
-        _serve(sock, lock, key, package, fingerprint, idle, children)
+        _serve(sock, lock, proof, key, package, fingerprint, idle, children)
     finally:
         # The socket goes before the lock: a client that connects meanwhile
         # finds nothing, rather than a listener no one will accept from. The
@@ -232,8 +235,8 @@ def _unlink(directory: str, name: str) -> None:
         pass
 
 
-def _serve(sock: socket, lock: int, key: str, package: str, fingerprint: object,
-           idle: float, children: set[int]) -> None:
+def _serve(sock: socket, lock: int, proof: int, key: str, package: str,
+           fingerprint: object, idle: float, children: set[int]) -> None:
     """Fork a child for each connection until idle or stockade's code changed."""
     import select
     import time
@@ -263,7 +266,7 @@ def _serve(sock: socket, lock: int, key: str, package: str, fingerprint: object,
             try:
                 sock.close()
                 os.close(lock)  # held by the service alone, not by its commands
-                _child(conn, key)
+                _child(conn, proof, key)
             finally:
                 os._exit(125)
         children.add(pid)
@@ -280,7 +283,7 @@ def _reap(children: set[int]) -> None:
             children.discard(pid)
 
 
-def _child(conn: socket, key: str) -> None:
+def _child(conn: socket, proof: int, key: str) -> None:
     """Become the caller and run its `stockade run`; report the status as `X`, or
     the signal it ended by as `K`.
 
@@ -307,14 +310,14 @@ def _child(conn: socket, key: str) -> None:
     for sig in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, signal.SIG_DFL)
     signal.signal(signal.SIGINT, signal.default_int_handler)
-    facts = peer_facts(conn)
-    if facts is None or confined(facts):
+    peer = peer_facts(conn)
+    if peer is None or confined(peer[1]):
         return
     got = _receive(conn)
     if got is None:
         return
     (argv, env, umask, ignored, limits), fds = got
-    if service_key(env, facts) != key:
+    if service_key(env, peer[1]) != key or not _same_file(fds[4], proof):
         return  # another context's caller: not served, it runs in process
     os.setsid()
     _become(fds, env, umask, ignored, limits)
@@ -344,6 +347,14 @@ def _child(conn: socket, key: str) -> None:
     ending.set()
     _send(conn, b"X%d\n" % status)
     os._exit(0)
+
+
+def _same_file(a: int, b: int) -> bool:
+    try:
+        sa, sb = os.fstat(a), os.fstat(b)
+    except OSError:
+        return False
+    return (sa.st_dev, sa.st_ino) == (sb.st_dev, sb.st_ino)
 
 
 def _receive(conn: socket) -> tuple[Request, list[int]] | None:

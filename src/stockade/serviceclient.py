@@ -38,6 +38,9 @@ BOOT = ("import sys; sys.path.insert(0, sys.argv[1]); from stockade.service impo
         "sys.exit(main(sys.argv[2:]))")
 #: getsockopt's SO_PEERPIDFD (Linux 6.5), not in Python 3.11's socket module.
 SO_PEERPIDFD = 77
+#: The name of the memfd a caller opens through the service's /proc to prove it may.
+PROOF = "stockade-service-proof"
+PROOF_LINK = f"/memfd:{PROOF}"
 #: Held while a service counts the others and takes its key (service._listen).
 START_LOCK = "start.lock"
 #: Services one user may have at once (one per key); past it, commands run in process.
@@ -120,7 +123,7 @@ NAMESPACES = ("mnt", "pid", "net", "user", "ipc", "uts", "cgroup", "time")
 #: /proc/PID/status lines that say who the process is and what confines it.
 STATUS = (b"Uid", b"Gid", b"Groups", b"NoNewPrivs", b"Seccomp", b"Seccomp_filters",
           b"CapInh", b"CapPrm", b"CapEff", b"CapBnd", b"CapAmb", b"Cpus_allowed_list",
-          b"Mems_allowed_list")
+          b"Mems_allowed_list", b"SigBlk", b"SigIgn")
 
 
 def process_facts(pid: str = "self") -> list[bytes] | None:
@@ -135,9 +138,20 @@ def process_facts(pid: str = "self") -> list[bytes] | None:
     try:
         for ns in NAMESPACES:
             out.append(f"{ns}:{os.stat(f'{base}/ns/{ns}').st_ino}".encode())
+        # The root directory: a chrooted caller shares the mount namespace.
+        root = os.stat(f"{base}/root")
+        out.append(f"root:{os.readlink(f'{base}/root')}:{root.st_dev}:{root.st_ino}".encode())
         with open(f"{base}/status", "rb") as f:
-            out += [line for line in f.read().splitlines() if line.split(b":")[0] in STATUS]
-        for name in ("cgroup", "loginuid", "sessionid", "oom_score_adj", "attr/current"):
+            for line in f.read().splitlines():
+                field, _, value = line.partition(b":")
+                if field in (b"SigBlk", b"SigIgn"):
+                    # Signals 1-31: glibc's posix_spawn leaves its own (32, 33)
+                    # ignored in the service it starts.
+                    line = b"%s:%x" % (field, int(value, 16) & 0x7FFFFFFF)
+                if field in STATUS:
+                    out.append(line)
+        for name in ("cgroup", "loginuid", "sessionid", "oom_score_adj", "personality",
+                     "attr/current"):
             try:
                 with open(f"{base}/{name}", "rb") as f:
                     out.append(name.encode() + b":" + f.read())
@@ -151,7 +165,7 @@ def process_facts(pid: str = "self") -> list[bytes] | None:
             # The hard limits: a child lowered to a service's could not raise them
             # back; the soft ones are the caller's, set for each command.
             out += [line[:26] + line[47:68] for line in f.read().splitlines()[1:]]
-    except (OSError, IndexError):
+    except (OSError, IndexError, ValueError):
         return None
     return out
 
@@ -176,13 +190,13 @@ def service_key(environ: Mapping[bytes, bytes] | None = None,
     env = os.environb if environ is None else environ
     facts = process_facts() if facts is None else facts
     parts = [MAGIC, os.fsencode(sys.executable), os.fsencode(os.path.dirname(package_init)),
-             sys.version.encode(), *(facts or [b"?"])]
+             sys.version.encode(), " ".join(_flags()).encode(), *(facts or [b"?"])]
     parts += sorted(k + b"=" + v for k, v in env.items() if k not in KEY_IGNORES)
     return sha256_hex(b"\0".join(parts))[:24]
 
 
-def peer_facts(sock: socket) -> list[bytes] | None:
-    """`process_facts` of the process at the other end of `sock`, or None.
+def peer_facts(sock: socket) -> tuple[int, list[bytes]] | None:
+    """The pid and `process_facts` of the process at the other end of `sock`, or None.
 
     Read through a pidfd (SO_PEERPIDFD, Linux 6.5): the process is still
     alive after the read, so its pid was not reused meanwhile. Without that
@@ -202,7 +216,7 @@ def peer_facts(sock: socket) -> list[bytes] | None:
         import _signal
 
         _signal.pidfd_send_signal(pidfd, 0)
-        return facts
+        return (pid, facts) if facts is not None else None
     except OSError:
         return None
     finally:
@@ -246,14 +260,15 @@ def run(args: list[str]) -> int | None:
         st = os.fstat(dirfd)
         if st.st_uid != os.getuid() or st.st_mode & 0o077:
             return None  # not ours alone: `stockade doctor` says so
-        sock = _connect(f"/proc/self/fd/{dirfd}/{key}.sock", facts)
+        peer = _connect(f"/proc/self/fd/{dirfd}/{key}.sock", facts)
     finally:
         os.close(dirfd)
-    if sock is None:
+    if peer is None:
         start(directory, key)
         return None
+    sock, pid = peer
     try:
-        return _served(sock, args)
+        return _served(sock, pid, args)
     except _Gone:
         start(directory, key)
         return None
@@ -261,7 +276,7 @@ def run(args: list[str]) -> int | None:
         sock.close()
 
 
-def _connect(path: str, facts: list[bytes]) -> socket | None:
+def _connect(path: str, facts: list[bytes]) -> tuple[socket, int] | None:
     """A connection to the service at `path`, if the process listening there is one
     this caller could have started: same uid, namespaces, credentials and
     everything else in `process_facts`, and not confined. A command in a
@@ -273,13 +288,14 @@ def _connect(path: str, facts: list[bytes]) -> socket | None:
     sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
     try:
         sock.connect(path)
-        if peer_facts(sock) != facts:
+        peer = peer_facts(sock)
+        if peer is None or peer[1] != facts:
             sock.close()
             return None
     except OSError:
         sock.close()
         return None
-    return sock
+    return sock, peer[0]
 
 
 def request(args: list[str]) -> bytes:
@@ -348,12 +364,17 @@ def _fields(items: list[bytes]) -> tuple[list[str], dict[bytes, bytes], int, lis
     return argv, env, umask, ignored, limits  # type: ignore[return-value]
 
 
-def _served(sock: socket, args: list[str]) -> int:
+def _served(sock: socket, service: int, args: list[str]) -> int:
     import _signal
     import _socket
 
     cwd = os.open(".", os.O_PATH | os.O_DIRECTORY)
-    fds = [0, 1, 2, cwd]
+    try:
+        proof = _proof(service)
+    except OSError as exc:
+        os.close(cwd)
+        raise _Gone from exc
+    fds = [0, 1, 2, cwd, proof]
     try:
         payload = request(args)
         rights = b"".join(fd.to_bytes(4, sys.byteorder, signed=True) for fd in fds)
@@ -367,6 +388,7 @@ def _served(sock: socket, args: list[str]) -> int:
         raise _Gone from exc
     finally:
         os.close(cwd)
+        os.close(proof)
     frames = _Frames(sock)
     first = frames.next()
     if first is None or not first.startswith(b"P"):
@@ -396,6 +418,21 @@ def _served(sock: socket, args: list[str]) -> int:
             _signal.signal(signum, _signal.SIG_DFL)
             os.kill(os.getpid(), signum)
             return 128 + signum
+
+
+def _proof(service: int) -> int:
+    """The service's proof memfd, opened through /proc/SERVICE/fd: only a process that
+    may inspect the service can (ptrace access). A caller in a Landlock domain
+    may not (Landlock's ptrace scope), and nothing in /proc shows the domain
+    (root needs no no_new_privs to enter one), so this is what tells it."""
+    fds = f"/proc/{service}/fd"
+    for name in os.listdir(fds):
+        try:
+            if os.readlink(f"{fds}/{name}").startswith(PROOF_LINK):
+                return os.open(f"{fds}/{name}", os.O_RDONLY | os.O_CLOEXEC)
+        except OSError:
+            continue
+    raise FileNotFoundError(f"no proof among {fds}")
 
 
 class _Frames:
@@ -433,8 +470,7 @@ def start(directory: str, key: str) -> None:
         held = [int(n) for n in os.listdir("/proc/self/fd") if int(n) > 2]
     except OSError:
         return
-    flags = [f for f, on in (("-I", sys.flags.isolated), ("-E", sys.flags.ignore_environment),
-                             ("-s", sys.flags.no_user_site), ("-S", sys.flags.no_site)) if on]
+    flags = _flags()
     from . import __file__ as package_init
 
     # The directory this stockade was imported from goes first, so the service
@@ -475,6 +511,16 @@ def live_services(directory: str, own: str = "") -> int:
     return live
 
 
+def _flags() -> list[str]:
+    """This interpreter's flags that change what stockade imports or how it behaves,
+    as options: the service is started with them, and they are in the key."""
+    f = sys.flags
+    return [*(o for o, on in (("-I", f.isolated), ("-E", f.ignore_environment),
+                              ("-s", f.no_user_site), ("-S", f.no_site)) if on),
+            *["-O"] * f.optimize, "-X", f"utf8={f.utf8_mode}",
+            *(["-X", "dev"] if f.dev_mode else [])]
+
+
 def _inheritable(fd: int) -> bool:
     try:
         return os.get_inheritable(fd)
@@ -499,13 +545,10 @@ def status(env: dict[str, str]) -> str:
     facts = process_facts()
     if facts is None or confined(facts):
         return "on, but this process is confined (no_new_privs or seccomp): runs in process"
-    sock = _connect(os.path.join(directory, key + ".sock"), facts)
-    if sock is None:
+    peer = _connect(os.path.join(directory, key + ".sock"), facts)
+    if peer is None:
         return f"on, not running: the next `stockade run` starts it ({directory})"
-    import _socket
-
-    cred = sock.getsockopt(_socket.SOL_SOCKET, _socket.SO_PEERCRED, 12)
+    sock, pid = peer
     sock.close()
-    pid = int.from_bytes(cred[0:4], sys.byteorder)
     return (f"on: running (pid {pid}, {directory}/{key}.sock); a command with a terminal "
             "on stdin, stdout or stderr still runs in process")

@@ -226,9 +226,13 @@ except OSError as exc:
 data = request(["--mode", "workspace-write", "--", "/bin/sh", "-c", "echo ran > " + sys.argv[3]])
 cwd = os.open(".", os.O_PATH)
 try:
+    pid = int.from_bytes(s.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12)[:4],
+                         sys.byteorder)
+    proof = next(os.open(f"/proc/{pid}/fd/{n}", os.O_RDONLY) for n in os.listdir(f"/proc/{pid}/fd")
+                 if "stockade-service-proof" in os.readlink(f"/proc/{pid}/fd/{n}"))
     s.sendmsg([len(data).to_bytes(4, "big"), data],
                [(socket.SOL_SOCKET, socket.SCM_RIGHTS,
-                 b"".join(fd.to_bytes(4, sys.byteorder) for fd in (0, 1, 2, cwd)))])
+                 b"".join(fd.to_bytes(4, sys.byteorder) for fd in (0, 1, 2, cwd, proof)))])
     got = s.recv(64)
     while got and not got.rstrip().split(b"\n")[-1].startswith(b"X"):
         more = s.recv(64)  # the client's end would end the command
@@ -301,9 +305,20 @@ s = socket.socket(socket.AF_UNIX)
 try:
     s.connect(path)
     cwd = os.open(".", os.O_PATH)
+    fds = [0, 1, 2, cwd]
+    pid = int.from_bytes(s.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12)[:4],
+                         sys.byteorder)
+    try:
+        fds.append(next(os.open(f"/proc/{pid}/fd/{n}", os.O_RDONLY)
+                        for n in os.listdir(f"/proc/{pid}/fd")
+                        if "stockade-service-proof" in os.readlink(f"/proc/{pid}/fd/{n}")))
+    except OSError as exc:
+        # A service in another pid namespace, or one this process may not inspect.
+        print("NO PROOF", exc)
+        fds.append(os.memfd_create("stockade-service-proof"))
     s.sendmsg([len(data).to_bytes(4, "big"), data],
                [(socket.SOL_SOCKET, socket.SCM_RIGHTS,
-                 b"".join(fd.to_bytes(4, sys.byteorder) for fd in (0, 1, 2, cwd)))])
+                 b"".join(fd.to_bytes(4, sys.byteorder) for fd in fds))])
     got = b""
     while not got.endswith((b"\n", b"")) or not got.split(b"\n")[-2:][0].startswith((b"X", b"K")):
         more = s.recv(64)
@@ -348,6 +363,7 @@ def test_a_sandboxed_command_cannot_use_another_contexts_service(box: Box, backe
 LISTEN = r"""
 import os, socket, sys, time
 path, result = sys.argv[1], sys.argv[2]
+proof = os.memfd_create("stockade-service-proof")  # all a service shows a caller
 os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
 s = socket.socket(socket.AF_UNIX)
 s.bind(path)
@@ -406,6 +422,93 @@ def test_a_listener_in_a_sandbox_never_gets_the_callers_descriptors(box: Box) ->
     box.run(["/bin/true"], options=["--service"], env=victim)
     host.wait(timeout=RUN_TIMEOUT)
     assert result.read_text().startswith("descriptors")
+
+
+# Enters a Landlock domain that lets nothing be read beneath argv[1] and execs the rest,
+# with no no_new_privs (root, with CAP_SYS_ADMIN, may): /proc shows no trace of it.
+LANDLOCK = r"""
+import ctypes, os, sys
+secret, argv = os.path.realpath(sys.argv[1]), sys.argv[2:]
+libc = ctypes.CDLL(None, use_errno=True)
+READ_FILE = 1 << 2
+attr = ctypes.c_uint64(READ_FILE)
+ruleset = libc.syscall(444, ctypes.byref(attr), ctypes.sizeof(attr), 0)
+assert ruleset >= 0, ctypes.get_errno()
+
+class Beneath(ctypes.Structure):
+    _pack_ = 1
+    _fields_ = [("allowed", ctypes.c_uint64), ("parent_fd", ctypes.c_int32)]
+
+def allow(path):
+    fd = os.open(path, os.O_PATH)
+    rule = Beneath(READ_FILE, fd)
+    assert libc.syscall(445, ruleset, 1, ctypes.byref(rule), 0) == 0
+    os.close(fd)
+
+# Everything but the secret: each sibling along the way down to it.
+parent = "/"
+for part in secret.strip("/").split("/"):
+    for name in os.listdir(parent):
+        if name != part:
+            allow(os.path.join(parent, name))
+    parent = os.path.join(parent, part)
+assert libc.syscall(446, ruleset, 0) == 0, ctypes.get_errno()
+os.execv(argv[0], argv)
+"""
+
+
+def test_a_caller_in_a_landlock_domain_without_no_new_privs_is_not_served(box: Box) -> None:
+    """What /proc cannot show, the caller proves it is free of: it must be able to open
+    the service's own /proc/PID/environ (Landlock's ptrace scope forbids it)."""
+    if box.runner.switches_user:
+        pytest.skip("a Landlock domain without no_new_privs needs CAP_SYS_ADMIN: root's case")
+    started(box)
+    sock = str(next(service_dir(box).glob("*.sock")))
+    secret = box.mkdir("secret")
+    box.write(secret / "key", "SECRET-KEY\n")
+    out = box.mkdir("out") / "leak"
+    attack = ["--mode", "full-access", "--backend", "none", "--yes", "--", "/bin/sh", "-c",
+              f"cat {secret}/key > {out}"]
+    forge = [SYSTEM_PYTHON, "-I", "-c", FORGE, sock, json.dumps(box.env()), *attack]
+    here = box.host([SYSTEM_PYTHON, "-I", "-c", LANDLOCK, str(secret), *forge])
+    assert b"NO PROOF" in here.stdout, (here.stdout, here.stderr)
+    time.sleep(0.5)
+    assert not out.exists()
+    # Control: the same request from outside the domain is served.
+    control = box.host(forge)
+    assert b"ANSWER b'P" in control.stdout, control
+    assert out.read_text() == "SECRET-KEY\n"
+
+
+CHROOT = r"""
+set -e
+cr=$1; ws=$2; services=$3; shift 3
+for d in usr bin lib lib64 etc root work proc dev tmp sys var; do
+  [ -e /$d ] || continue
+  mkdir -p "$cr/$d"; mount --bind /$d "$cr/$d"
+done
+mkdir -p "$cr/only-here"; echo IN-THE-CHROOT > "$cr/only-here/x"
+# The service, started in this mount namespace, outside the chroot.
+(cd "$ws" && "$@" run --service -- /bin/true)
+i=0
+while [ $i -lt 100 ] && ! ls "$services"/*.sock >/dev/null 2>&1; do sleep 0.1; i=$((i+1)); done
+sleep 1
+for how in --no-service --service; do
+  /usr/sbin/chroot "$cr" /bin/sh -c 'cd "$0" && exec "$@"' "$ws" \
+    "$@" run $how --backend landlock -- cat /only-here/x || true
+done
+"""
+
+
+def test_a_chrooted_caller_is_not_served_from_outside_its_root(box: Box) -> None:
+    """A chroot shares the mount namespace: its root is what tells it apart."""
+    if box.runner.switches_user:
+        pytest.skip("chroot needs CAP_SYS_CHROOT: root's case")
+    prefix = box.runner.cli_argv([])
+    res = box.host(["/usr/bin/unshare", "-m", "--propagation", "private", "/bin/sh", "-c", CHROOT,
+                    "sh", str(box.root / "cr"), str(box.ws), str(service_dir(box)), *prefix])
+    assert services(box), "no service was started outside the chroot"
+    assert res.stdout == b"IN-THE-CHROOT\n" * 2, (res.stdout, res.stderr)
 
 
 def test_a_confined_caller_runs_in_process(box: Box) -> None:
@@ -486,17 +589,22 @@ def test_a_killed_service_ends_its_commands_and_the_next_run_starts_another(box:
 
 def test_a_caller_that_ignores_sigterm_still_loses_its_command_with_the_service(
         box: Box) -> None:
-    pid = started(box)
+    def deaf(cmd: list[str]) -> list[str]:
+        # An ignored signal is part of the key: this caller has a service of its own.
+        argv = box.runner.cli_argv(["run", "--service", "--", *cmd])
+        return ["/bin/sh", "-c", "trap '' TERM; exec \"$@\"", "sh", *argv]
+
+    assert box.host(deaf(["/bin/true"])).returncode == 0
+    deadline = time.monotonic() + 20
+    while not services(box) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    pid = services(box)[0]
+    time.sleep(0.5)  # it binds before its imports; a run meanwhile waits in its backlog
     marker = _marker()
-    argv = box.runner.cli_argv(["run", "--service", "--", "/bin/sh", "-c",
-                                f"sleep {marker} & sleep {marker}; wait"])
-    proc = box.runner.popen(["/bin/sh", "-c", "trap '' TERM; exec \"$@\"", "sh", *argv],
+    proc = box.runner.popen(deaf(["/bin/sh", "-c", f"sleep {marker} & sleep {marker}; wait"]),
                             cwd=box.ws, env=box.env(), stdin=subprocess.DEVNULL,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    deadline = time.monotonic() + 20
-    while len(sleeps(marker)) < 2 and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert len(sleeps(marker)) == 2
+    wait_served(pid, marker)
     os.kill(pid, signal.SIGKILL)
     proc.communicate(timeout=RUN_TIMEOUT)
     assert not wait_gone(f"sleep {marker}", 10)
