@@ -26,6 +26,8 @@ import tempfile
 import time
 from collections.abc import Callable
 
+from service import stop_services  # bench/service.py
+
 from stockade import SandboxCommand, SandboxConfig, SyncWorkspaceSandbox
 from stockade.drivers.linux.bwrap import locate_bwrap
 
@@ -49,15 +51,26 @@ def library(ws: str, env: dict[str, str], warm: bool) -> tuple[Callable[[], obje
     return (lambda: sb.execute(cmd)), sb
 
 
-def paths(ws: str, env: dict[str, str], prefix: str
+def workspace(top: str, name: str) -> str:
+    """A git workspace of the path's own: what one tool leaves in its workspace (and a
+    parked sandbox's watch sees) must not touch another's."""
+    ws = os.path.join(top, name)
+    os.mkdir(ws)
+    subprocess.run(["git", "init", "-q", ws], check=True)
+    return ws
+
+
+def paths(top: str, env: dict[str, str], prefix: str
           ) -> tuple[list[tuple[str, Callable[[], object]]], list[str], list[SyncWorkspaceSandbox]]:
     rows: list[tuple[str, Callable[[], object]]] = []
+    ws = workspace(top, "raw")
     missing: list[str] = []
     bwrap = locate_bwrap(env, ws)
     rows.append(("raw bwrap, stockade's namespaces", spawn(
         [bwrap, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp",
          "--bind", ws, ws, "--unshare-all", "--die-with-parent", "--new-session", "/bin/true"],
         ws, env)))
+    ws = workspace(top, "firejail")
     if shutil.which("firejail"):
         rows.append(("firejail --noprofile --net=none", spawn(
             ["firejail", "--quiet", "--noprofile", "--net=none", "/bin/true"], ws, env)))
@@ -66,13 +79,14 @@ def paths(ws: str, env: dict[str, str], prefix: str
     for name, flag in (("`stockade run` in process", "--no-service"),
                        ("`stockade run --service`", "--service")):
         rows.append((name, spawn([STOCKADE, "run", flag, "--mode", "workspace-write", "--",
-                                  "/bin/true"], ws, env)))
+                                  "/bin/true"], workspace(top, flag), env)))
     made = []
     for name, warm in (("library `execute`, warm", True), ("library `execute`, cold", False)):
-        fn, sb = library(ws, env, warm)
+        fn, sb = library(workspace(top, name.split()[-1]), env, warm)
         made.append(sb)
         rows.append((name, fn))
     codex = os.path.join(prefix, "node_modules", ".bin", "codex")
+    ws = workspace(top, "codex")
     if os.path.exists(codex):
         rows.append(("Codex `codex sandbox` (workspace-write)", spawn(
             [codex, "sandbox", "-c", 'sandbox_mode="workspace-write"', "--", "/bin/true"],
@@ -80,6 +94,7 @@ def paths(ws: str, env: dict[str, str], prefix: str
     else:
         missing.append(f"Codex ({codex})")
     srt = os.path.join(prefix, "node_modules", ".bin", "srt")
+    ws = workspace(top, "srt")
     if os.path.exists(srt):
         srt_env = {**env, "PATH": os.path.dirname(bwrap) + os.pathsep + env["PATH"]}
         rows.append(("Anthropic `srt`", spawn([srt, "/bin/true"], ws, srt_env)))
@@ -97,12 +112,8 @@ def main() -> None:
     top = tempfile.mkdtemp(prefix="stockade-bench-peers-")
     made: list[SyncWorkspaceSandbox] = []
     try:
-        ws = os.path.join(top, "ws")
-        os.mkdir(ws)
-        subprocess.run(["git", "init", "-q", ws], check=True)
         env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
-        env["XDG_STATE_HOME"] = os.path.join(top, "state")
-        rows, missing, made = paths(ws, env, args.node_prefix)
+        rows, missing, made = paths(top, env, args.node_prefix)
         usable = []
         for name, fn in rows:
             try:
@@ -133,7 +144,7 @@ def main() -> None:
     finally:
         for sb in made:
             sb.close()
-        subprocess.run(["pkill", "-f", os.path.join(top, "state")], check=False)
+        stop_services(env)
         shutil.rmtree(top, ignore_errors=True)
 
 
