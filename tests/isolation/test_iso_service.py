@@ -42,6 +42,16 @@ def service_dir(box: Box) -> Path:
     return box.state / "state" / "stockade" / "service"
 
 
+def own_service_dir(box: Box) -> Path:
+    """The box's service directory, made ahead of the service, as the runner's, 0700."""
+    d = service_dir(box)
+    d.mkdir(parents=True)
+    for p in (d.parent.parent, d.parent, d):
+        os.chmod(p, 0o700)
+        box.runner.own(p)
+    return d
+
+
 def services(box: Box) -> list[int]:
     """The box's services (not the children they forked, which share their command line)."""
     found = [pid for pid, cmd in procs_with(str(service_dir(box))) if SERVICE in cmd]
@@ -113,6 +123,14 @@ def code_changed(box: Box, unpriv_site: str) -> Iterator[None]:
         os.utime(code, ns=(before.st_atime_ns, before.st_mtime_ns))
 
 
+def background(box: Box, script: str, stdin: int = subprocess.DEVNULL
+               ) -> subprocess.Popen[bytes]:
+    """`stockade run --service -- sh -c SCRIPT`, left running, its output piped."""
+    return box.runner.popen(
+        box.runner.cli_argv(["run", "--service", "--", "/bin/sh", "-c", script]),
+        cwd=box.ws, env=box.env(), stdin=stdin, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+
 def served(box: Box, options: list[str], cmd: list[str], **kw: object
            ) -> subprocess.CompletedProcess[bytes]:
     return box.run(cmd, options=["--service", *options], **kw)  # type: ignore[arg-type]
@@ -135,11 +153,8 @@ def _no_service_left(request: pytest.FixtureRequest):
 def test_a_served_command_runs_in_a_child_of_the_service(box: Box) -> None:
     pid = started(box)
     marker = f"1.{_marker().replace('.', '')}"
-    proc = box.runner.popen(
-        box.runner.cli_argv(["run", "--service", "--", "/bin/sh", "-c",
-                             f"read x; echo out $x; echo err >&2; sleep {marker}; exit 7"]),
-        cwd=box.ws, env=box.env(), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE)
+    proc = background(box, f"read x; echo out $x; echo err >&2; sleep {marker}; exit 7",
+                      stdin=subprocess.PIPE)
     assert proc.stdin is not None
     proc.stdin.write(b"in\n")
     proc.stdin.flush()
@@ -532,11 +547,7 @@ def sleeps(marker: str) -> list[tuple[int, str]]:
 
 def _tree(box: Box, marker: str, pid: int) -> subprocess.Popen[bytes]:
     """A served command whose tree is two `sleep MARKER`s."""
-    proc = box.runner.popen(
-        box.runner.cli_argv(["run", "--service", "--", "/bin/sh", "-c",
-                             f"sleep {marker} & sleep {marker}; wait"]),
-        cwd=box.ws, env=box.env(), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE)
+    proc = background(box, f"sleep {marker} & sleep {marker}; wait")
     deadline = time.monotonic() + 20
     while len(sleeps(marker)) < 2 and time.monotonic() < deadline:
         time.sleep(0.05)
@@ -613,11 +624,7 @@ def test_a_caller_that_ignores_sigterm_still_loses_its_command_with_the_service(
 def test_a_code_change_lets_running_commands_finish(box: Box, unpriv_site: str) -> None:
     pid = started(box)
     marker = f"3.{_marker().replace('.', '')}"
-    slow = box.runner.popen(
-        box.runner.cli_argv(["run", "--service", "--", "/bin/sh", "-c",
-                             f"sleep {marker}; echo done"]),
-        cwd=box.ws, env=box.env(), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE)
+    slow = background(box, f"sleep {marker}; echo done")
     wait_served(pid, marker)
     with code_changed(box, unpriv_site):
         assert served(box, [], ["/bin/true"]).returncode == 0
@@ -635,11 +642,7 @@ def test_a_code_change_lets_running_commands_finish(box: Box, unpriv_site: str) 
 
 
 def test_stale_files_do_not_count_and_live_services_are_bounded(box: Box) -> None:
-    d = service_dir(box)
-    d.mkdir(parents=True)
-    for p in (d.parent.parent, d.parent, d):
-        os.chmod(p, 0o700)
-        box.runner.own(p)
+    d = own_service_dir(box)
     for i in range(9):  # what killed services leave: files no one holds
         for suffix in (".sock", ".lock"):
             box.write(d / f"stale{i}{suffix}", "", 0o600)
@@ -719,11 +722,7 @@ def test_a_terminal_runs_in_process(box: Box) -> None:
 
 
 def test_the_service_directory_must_be_the_users_alone(box: Box) -> None:
-    d = service_dir(box)
-    d.mkdir(parents=True)
-    for p in (d.parent.parent, d.parent, d):
-        os.chmod(p, 0o700)
-        box.runner.own(p)
+    d = own_service_dir(box)
     os.chmod(d, 0o777)
     res = served(box, [], ["/bin/sh", "-c", "exit 6"])
     assert res.returncode == 6
