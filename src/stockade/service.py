@@ -198,6 +198,8 @@ def _listen(directory: str, key: str) -> tuple[socket, int] | None:
             except FileNotFoundError:
                 pass
             sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            # Each part of a request says which process sent it (SCM_CREDENTIALS).
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)
             old = os.umask(0o177)
             try:
                 sock.bind(base + key + ".sock")
@@ -310,13 +312,16 @@ def _child(conn: socket, proof: int, key: str) -> None:
     for sig in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, signal.SIG_DFL)
     signal.signal(signal.SIGINT, signal.default_int_handler)
-    peer = peer_facts(conn)
-    if peer is None or confined(peer[1]):
-        return
     got = _receive(conn)
     if got is None:
         return
-    (argv, env, umask, ignored, limits), fds = got
+    (argv, env, umask, ignored, limits), fds, senders = got
+    # Read once the whole request is here, of the process that sent all of it:
+    # one that confined itself after connecting, or handed the connection to
+    # a confined child, is seen as it is now (confinement only tightens).
+    peer = peer_facts(conn)
+    if peer is None or senders != {peer[0]} or confined(peer[1]):
+        return
     if service_key(env, peer[1]) != key or not _same_file(fds[4], proof):
         return  # another context's caller: not served, it runs in process
     os.setsid()
@@ -357,36 +362,50 @@ def _same_file(a: int, b: int) -> bool:
     return (sa.st_dev, sa.st_ino) == (sb.st_dev, sb.st_ino)
 
 
-def _receive(conn: socket) -> tuple[Request, list[int]] | None:
+def _receive(conn: socket) -> tuple[Request, list[int], set[int]] | None:
+    """The request, its descriptors (from its first message only), and the pid of
+    each process that sent a part of it (SCM_CREDENTIALS)."""
     import socket
 
     conn.settimeout(REQUEST_SECONDS)
+    space = socket.CMSG_SPACE(FDS * 4) + socket.CMSG_SPACE(12)
     fds: list[int] = []
+    senders: set[int] = set()
     data = b""
+    size = -1
     try:
-        msg, anc, _flags, _ = conn.recvmsg(1 << 16, socket.CMSG_SPACE(FDS * 4))
-        for level, kind, payload in anc:
-            if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
-                usable = len(payload) - len(payload) % 4
-                fds += [int.from_bytes(payload[i:i + 4], sys.byteorder, signed=True)
-                        for i in range(0, usable, 4)]
-        if len(msg) < 4 or len(fds) != FDS:
-            for fd in fds:
-                os.close(fd)
-            return None
-        size = int.from_bytes(msg[:4], "big")
-        if size > MAX_REQUEST:
-            return None
-        data = msg[4:]
-        while len(data) < size:
-            chunk = conn.recv(min(1 << 20, size - len(data)))
-            if not chunk:
+        while size < 0 or len(data) < 4 + size:
+            want = (1 << 16) if size < 0 else min(1 << 20, 4 + size - len(data))
+            msg, anc, _flags, _ = conn.recvmsg(want, space)
+            if not msg:
                 return None
-            data += chunk
-        if not data.startswith(len(MAGIC).to_bytes(4, "big") + MAGIC):
+            sent = False
+            for level, kind, payload in anc:
+                if level != socket.SOL_SOCKET:
+                    continue
+                if kind == socket.SCM_CREDENTIALS:
+                    senders.add(int.from_bytes(payload[0:4], sys.byteorder))
+                    sent = True
+                elif kind == socket.SCM_RIGHTS:
+                    usable = len(payload) - len(payload) % 4
+                    got = [int.from_bytes(payload[i:i + 4], sys.byteorder, signed=True)
+                           for i in range(0, usable, 4)]
+                    if data:  # descriptors come with the first part only
+                        for fd in got:
+                            os.close(fd)
+                        return None
+                    fds += got
+            if not sent:
+                return None
+            data += msg
+            if size < 0 and len(data) >= 4:
+                size = int.from_bytes(data[:4], "big")
+                if size > MAX_REQUEST:
+                    return None
+        if len(fds) != FDS or not data[4:].startswith(len(MAGIC).to_bytes(4, "big") + MAGIC):
             return None
         conn.settimeout(None)
-        return parse_request(data), fds
+        return parse_request(data[4:]), fds, senders
     except (OSError, ValueError):
         return None
 

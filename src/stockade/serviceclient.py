@@ -121,9 +121,9 @@ def service_dir(env: dict[str, str]) -> str:
 #: The namespaces a command inherits from the process that starts it.
 NAMESPACES = ("mnt", "pid", "net", "user", "ipc", "uts", "cgroup", "time")
 #: /proc/PID/status lines that say who the process is and what confines it.
-STATUS = (b"Uid", b"Gid", b"Groups", b"NoNewPrivs", b"Seccomp", b"Seccomp_filters",
-          b"CapInh", b"CapPrm", b"CapEff", b"CapBnd", b"CapAmb", b"Cpus_allowed_list",
-          b"Mems_allowed_list", b"SigBlk", b"SigIgn")
+STATUS = (b"Uid", b"Gid", b"Groups", b"Threads", b"NoNewPrivs", b"Seccomp",
+          b"Seccomp_filters", b"CapInh", b"CapPrm", b"CapEff", b"CapBnd", b"CapAmb",
+          b"Cpus_allowed_list", b"Mems_allowed_list", b"SigBlk", b"SigIgn")
 
 
 def process_facts(pid: str = "self") -> list[bytes] | None:
@@ -490,6 +490,7 @@ def start(directory: str, key: str) -> None:
 def live_services(directory: str, own: str = "") -> int:
     """Services running in `directory` (each holds its key's lock), `own` not counted."""
     import fcntl
+    import stat
 
     try:
         names = [n for n in os.listdir(directory)
@@ -499,11 +500,14 @@ def live_services(directory: str, own: str = "") -> int:
     live = 0
     for name in names:
         try:
-            fd = os.open(os.path.join(directory, name), os.O_RDONLY | os.O_NOFOLLOW)
+            # Not blocking on whatever is there (a FIFO would hold every start).
+            fd = os.open(os.path.join(directory, name),
+                         os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
         except OSError:
             continue
         try:
-            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            if stat.S_ISREG(os.fstat(fd).st_mode):
+                fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
         except OSError:
             live += 1
         finally:

@@ -769,3 +769,50 @@ def test_a_served_command_imports_nothing_the_service_could_have(tmp_path: Path)
         assert line == ["NEW:"], (res.stdout, res.stderr)
     finally:
         shutil.rmtree(ws)
+
+
+LATE = r"""
+import ctypes, os, sys, time
+sys.path.insert(0, sys.argv[1])
+from stockade import serviceclient as sc
+how, target = sys.argv[2], sys.argv[3]
+facts = sc.process_facts()
+key = sc.service_key(facts=facts)
+sock, pid = sc._connect(f"{sc.service_dir(dict(os.environ))}/{key}.sock", facts)
+argv = ["--mode", "workspace-write", "--", "/bin/sh", "-c", f"echo ran > {target}"]
+if how == "confined-after-connect":
+    time.sleep(0.5)  # the service has long read what it reads on connect
+    ctypes.CDLL(None).prctl(38, 1, 0, 0, 0)  # PR_SET_NO_NEW_PRIVS
+elif how == "handed-to-a-child":
+    if os.fork():
+        os.wait()
+        sys.exit(0)
+try:
+    print("STATUS", sc._served(sock, pid, argv))
+except sc._Gone:
+    print("REFUSED")
+"""
+
+
+@pytest.mark.parametrize("how", ["confined-after-connect", "handed-to-a-child"])
+def test_the_peer_is_judged_as_it_is_when_its_request_arrives(box: Box, how: str) -> None:
+    """Facts read at connect time, and a request from whoever holds the connection
+    then, would serve a caller that confined itself (or a confined child) after."""
+    started(box)
+    target = box.ws / "ran"
+    res = box.host([box.runner.python, "-I", "-c", LATE, box.runner.site, how, str(target)])
+    assert b"REFUSED" in res.stdout, (res.stdout, res.stderr)
+    assert not target.exists()
+    control = box.host([box.runner.python, "-I", "-c", LATE, box.runner.site, "as-is",
+                        str(target)])
+    assert b"STATUS 0" in control.stdout, (control.stdout, control.stderr)
+    assert target.exists()
+
+
+def test_a_fifo_in_the_service_directory_holds_nothing_up(box: Box) -> None:
+    d = own_service_dir(box)
+    os.mkfifo(d / "zz.lock", 0o600)
+    box.runner.own(d / "zz.lock")
+    res = served(box, [], ["/bin/sh", "-c", "exit 3"], timeout=15)
+    assert res.returncode == 3
+    started(box)
