@@ -359,10 +359,9 @@ def config_paths(env: Mapping[str, str], cwd: str) -> list[str]:
 
 def config_sources(env: Mapping[str, str], cwd: str) -> list[tuple[str, str]]:
     """(path, "user" | "project"): the user's own file, then the project's."""
-    from .paths import xdg_home
+    from .paths import user_config
 
-    base = xdg_home(env, "XDG_CONFIG_HOME", ".config", no_home="/")
-    return [(os.path.join(base, "stockade", "config.toml"), USER),
+    return [(user_config(env), USER),
             (os.path.join(cwd, "stockade.toml"), PROJECT)]
 
 

@@ -123,6 +123,13 @@ def xdg_home(env: Mapping[str, str], var: str, *default: str, no_home: str = "/t
     return os.path.join(env.get("HOME") or no_home, *default)
 
 
+def user_config(env: Mapping[str, str]) -> str:
+    """`$XDG_CONFIG_HOME/stockade/config.toml`, else `~/.config/stockade/config.toml`:
+    the person's own settings."""
+    return os.path.join(xdg_home(env, "XDG_CONFIG_HOME", ".config", no_home="/"),
+                        "stockade", "config.toml")
+
+
 def _own(env: Mapping[str, str], var: str, base: str, what: str, platform: str) -> str:
     # On Windows state and data share %LOCALAPPDATA%, so each has its own name there.
     explicit = env.get(var, "")

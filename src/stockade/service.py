@@ -7,10 +7,12 @@ forks a child that becomes the caller in every way the command can see
 (stdin, stdout, stderr, cwd, umask, limits, environment) and runs
 `cli.dispatch`, the code `stockade run` runs in process: config, trust and
 approvals are judged afresh, and the audit record is the same. A request is
-served only to a peer whose process facts and environment hash to this
-service's key (so never to a process in a sandbox), and the client gives its
-descriptors only to a peer with its own process facts. The parent stays
-single-threaded and never touches a sandbox, so each fork starts clean.
+served only to a peer that sent all of it, whose process facts (read once
+it has arrived) and environment hash to this service's key, and that proves
+it may inspect the service (`serviceclient._proof`): never to a process in
+a sandbox. The client gives its descriptors only to a peer with its own
+process facts. The parent stays single-threaded and never touches a
+sandbox, so each fork starts clean.
 
 It ends after `IDLE_SECONDS` without a request and with no command running,
 and stops listening as soon as stockade's code on disk changed (an upgrade,
@@ -289,10 +291,9 @@ def _child(conn: socket, proof: int, key: str) -> None:
     """Become the caller and run its `stockade run`; report the status as `X`, or
     the signal it ended by as `K`.
 
-    Served only to a peer that hashes to this service's key with its own
-    process facts and the environment it sent: a process in a sandbox (other
-    namespaces, no_new_privs, seccomp) that reached the socket of a service
-    it is not hidden from gets nothing run.
+    Served only as the module says: a process in a sandbox (other namespaces,
+    no_new_privs, seccomp, a Landlock domain) that reached the socket of a
+    service it is not hidden from gets nothing run.
     """
     import ctypes
     import signal

@@ -76,14 +76,11 @@ def wanted(args: list[str], env: dict[str, str]) -> bool:
     value = env.get("STOCKADE_SERVICE", "")
     if value in ("0", "1"):
         return value == "1"
-    return _configured(config or _user_config(env))
+    if not config:
+        from .paths import user_config
 
-
-def _user_config(env: dict[str, str]) -> str:
-    from .paths import xdg_home
-
-    return os.path.join(xdg_home(env, "XDG_CONFIG_HOME", ".config", no_home="/"),
-                        "stockade", "config.toml")
+        config = user_config(env)
+    return _configured(config)
 
 
 def _configured(path: str) -> bool:
@@ -92,11 +89,21 @@ def _configured(path: str) -> bool:
     A file stockade cannot read or parse is left to the in-process run, which
     says what is wrong with it.
     """
+    import stat
+
     try:
-        with open(path, "rb") as f:
-            data = f.read(1 << 20)
+        # Not waited on (a FIFO) nor read past 1 MiB, as the config itself is not.
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError:
         return False
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return False
+        data = os.read(fd, 1 << 20)
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
     if b"service" not in data:
         return False
     try:
@@ -129,10 +136,13 @@ STATUS = (b"Uid", b"Gid", b"Groups", b"Threads", b"NoNewPrivs", b"Seccomp",
 def process_facts(pid: str = "self") -> list[bytes] | None:
     """What the kernel keeps for process `pid` that a command it starts inherits, read
     from /proc alike for the caller itself and for the peer of a connection:
-    namespaces, ids and groups, capabilities, no_new_privs and seccomp, the
-    cgroup (a caller's memory bound), the security label, the audit identity,
-    the OOM score, CPU and memory affinity, the nice value and the hard
-    resource limits. None when any of it cannot be read."""
+    namespaces and the root directory, ids and groups, the number of threads
+    (no_new_privs and seccomp are per thread, and /proc/PID shows the main
+    one), capabilities, no_new_privs and seccomp, blocked and ignored signals,
+    the cgroup (a caller's memory bound), the security label, the audit
+    identity, the personality, the OOM score, CPU and memory affinity, the
+    nice value and the hard resource limits. None when any of it cannot be
+    read."""
     base = f"/proc/{pid}"
     out: list[bytes] = []
     try:
