@@ -27,8 +27,8 @@ ANSWERS = {
 }
 
 #: Where the question goes. A `stockade run` served by the per-user service
-#: sets it to the descriptor of the caller's own terminal, or "" when the
-#: caller has none: the service's child has no controlling terminal.
+#: sets it to "": the service's child has no controlling terminal, and a
+#: caller with one runs in process, so the answer is the in-process one.
 CONTROLLING_TERMINAL = "/dev/tty"
 
 DEFAULT_HINT = "run it from a terminal to be asked, or pass --yes to approve it up front"
