@@ -95,11 +95,12 @@ def main(argv: list[str]) -> int:
 
     package = os.path.dirname(os.path.abspath(package_init))
     fingerprint = code_fingerprint(package)
+    # Before the socket: a caller that connects finds the proof to open.
+    proof = os.memfd_create(PROOF, os.MFD_CLOEXEC)
     listener = _listen(directory, key)
     if listener is None:
         return 0
     sock, lock = listener
-    proof = os.memfd_create(PROOF, os.MFD_CLOEXEC)
     _preload()
     idle = IDLE_SECONDS
     try:
