@@ -26,11 +26,6 @@ ANSWERS = {
     "d": DENIED, "deny": DENIED, "n": DENIED, "no": DENIED, "": DENIED,
 }
 
-#: Where the question goes. A `stockade run` served by the per-user service
-#: sets it to "": the service's child has no controlling terminal, and a
-#: caller with one runs in process, so the answer is the in-process one.
-CONTROLLING_TERMINAL = "/dev/tty"
-
 DEFAULT_HINT = "run it from a terminal to be asked, or pass --yes to approve it up front"
 
 
@@ -90,10 +85,10 @@ class TerminalApprovalRequester:
     `timeout`, which the gate treats as a denial.
     """
 
-    def __init__(self, timeout: float = 120.0, *, tty: str | None = None,
+    def __init__(self, timeout: float = 120.0, *, tty: str = "/dev/tty",
                  hint: str = DEFAULT_HINT) -> None:
         self.timeout = timeout
-        self.tty = CONTROLLING_TERMINAL if tty is None else tty
+        self.tty = tty
         self.hint = hint
 
     def request(self, request: ApprovalRequest) -> str:

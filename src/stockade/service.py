@@ -417,16 +417,11 @@ def _become(fds: list[int], env: dict[bytes, bytes], umask: int, ignored: list[i
     import resource
     import signal
 
-    from . import approvers
-
     for fd in fds:
         os.set_inheritable(fd, False)  # SCM_RIGHTS gives them without close-on-exec
     for target, fd in enumerate(fds[:3]):
         os.dup2(fd, target)
     os.fchdir(fds[3])
-    # A caller with a terminal runs in process: here approvals are denied with
-    # the hint, as they are for a caller with no terminal in process.
-    approvers.CONTROLLING_TERMINAL = ""
     for fd in fds:
         os.close(fd)
     os.umask(umask)

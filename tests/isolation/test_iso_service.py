@@ -498,9 +498,10 @@ def test_a_caller_in_a_landlock_domain_without_no_new_privs_is_not_served(box: B
 CHROOT = r"""
 set -e
 cr=$1; ws=$2; services=$3; shift 3
-for d in usr bin lib lib64 etc root work proc dev tmp sys var; do
-  [ -e /$d ] || continue
-  mkdir -p "$cr/$d"; mount --bind /$d "$cr/$d"
+# Every top-level directory, so the checkout and its interpreter are there wherever they are.
+for p in /*; do
+  [ -d "$p" ] || continue
+  mkdir -p "$cr$p"; mount --bind "$p" "$cr$p"
 done
 mkdir -p "$cr/only-here"; echo IN-THE-CHROOT > "$cr/only-here/x"
 # The service, started in this mount namespace, outside the chroot.
