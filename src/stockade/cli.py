@@ -19,9 +19,9 @@ from .clitables import (
     DOCTOR_USAGE,
     RUN_OPTIONS,
     RUN_USAGE,
-    SHORT,
     TRUST_OPTIONS,
     TRUST_USAGE,
+    leading_run_options,
 )
 from .cliutil import (
     UsageError,
@@ -581,17 +581,7 @@ def _json_failure(args: list[str], kind: str, message: str, status: int) -> None
 def _wants_json(argv: list[str]) -> bool:
     """Whether `run`'s options, before the command, ask for --json: read without
     parsing, since a failure to parse them must print the object too."""
-    i = 0
-    while i < len(argv):
-        arg = SHORT.get(argv[i], argv[i])
-        if arg == "--" or not arg.startswith("--"):
-            return False
-        name, eq, _ = arg.partition("=")
-        if name == "--json":
-            return True
-        spec = RUN_OPTIONS.get(name)
-        i += 2 if spec and spec[0] and not eq else 1
-    return False
+    return any(name == "--json" for name, _ in leading_run_options(argv))
 
 
 if __name__ == "__main__":

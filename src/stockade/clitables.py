@@ -51,6 +51,27 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "--network": ("none", "proxy", "all"),
     "--backend": _backends.choices(),
 }
+
+
+def leading_run_options(args: list[str]) -> list[tuple[str, str | None]]:
+    """`run`'s options before its command, as (long name, value or None), read
+    without parsing: what must be known before a parse, or where one fails."""
+    out: list[tuple[str, str | None]] = []
+    i = 0
+    while i < len(args):
+        arg = SHORT.get(args[i], args[i])
+        if arg == "--" or not arg.startswith("--"):
+            break
+        name, eq, value = arg.partition("=")
+        spec = RUN_OPTIONS.get(name)
+        takes = bool(spec and spec[0]) and not eq
+        if takes:
+            value = args[i + 1] if i + 1 < len(args) else ""
+        out.append((name, value if eq or takes else None))
+        i += 2 if takes else 1
+    return out
+
+
 RUN_USAGE = "usage: stockade run [options] -- CMD [ARGS...]"
 RUN_DESCRIPTION = ("Run one command inside the sandbox. stdin and stdout pass through, and "
                    "stockade exits with the command's status; `stockade explain` shows what "

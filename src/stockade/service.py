@@ -9,10 +9,10 @@ forks a child that becomes the caller in every way the command can see
 approvals are judged afresh, and the audit record is the same. A request is
 served only to a peer that sent all of it, whose process facts (read once
 it has arrived) and environment hash to this service's key, and that proves
-it may inspect the service (`serviceclient._proof`): never to a process in
-a sandbox. The client gives its descriptors only to a peer with its own
-process facts. The parent stays single-threaded and never touches a
-sandbox, so each fork starts clean.
+it may inspect the child serving it (`serviceclient._handshake`): never to
+a process in a sandbox. The client gives its descriptors only to a peer
+with its own process facts that has proved the same of it. The parent stays
+single-threaded and never touches a sandbox, so each fork starts clean.
 
 It ends after `IDLE_SECONDS` without a request and with no command running,
 and stops listening as soon as stockade's code on disk changed (an upgrade,
@@ -30,12 +30,14 @@ from .serviceclient import (
     MAGIC,
     MAX_SERVICES,
     PROOF,
+    SO_PEERPIDFD,
     START_LOCK,
     confined,
     live_services,
     parse_request,
     peer_facts,
     process_facts,
+    same_file,
     service_key,
 )
 
@@ -55,8 +57,8 @@ IDLE_SECONDS = 300.0
 REQUEST_SECONDS = 5.0
 #: Largest request accepted (an environment of several MB is already absurd).
 MAX_REQUEST = 16 << 20
-#: Descriptors a request carries: stdin, stdout, stderr, the cwd, and the service's
-#: proof memfd as the caller opened it (see `serviceclient._proof`).
+#: Descriptors a request carries: stdin, stdout, stderr, the cwd, and the child's
+#: proof memfd as the caller opened it (see `serviceclient._handshake`).
 FDS = 5
 
 
@@ -95,8 +97,6 @@ def main(argv: list[str]) -> int:
 
     package = os.path.dirname(os.path.abspath(package_init))
     fingerprint = code_fingerprint(package)
-    # Before the socket: a caller that connects finds the proof to open.
-    proof = os.memfd_create(PROOF, os.MFD_CLOEXEC)
     listener = _listen(directory, key)
     if listener is None:
         return 0
@@ -110,7 +110,7 @@ def main(argv: list[str]) -> int:
         pass
     children: set[int] = set()
     try:
-        _serve(sock, lock, proof, key, package, fingerprint, idle, children)
+        _serve(sock, lock, key, package, fingerprint, idle, children)
     finally:
         # The socket goes before the lock: a client that connects meanwhile
         # finds nothing, rather than a listener no one will accept from. The
@@ -163,8 +163,10 @@ def _listen(directory: str, key: str) -> tuple[socket, int] | None:
     the key, or `MAX_SERVICES` run already. `start.lock` makes the count and
     the taking of a key one step, so that starters at once do not all count
     the same others."""
+    import contextlib
     import fcntl
     import socket
+    import stat
     import time
 
     from .paths import make_own_dir
@@ -174,21 +176,29 @@ def _listen(directory: str, key: str) -> tuple[socket, int] | None:
         dirfd = os.open(directory, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW)
     except Exception:
         return None
-    flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
+    # Not waited on, whatever is at the name (a FIFO opens, and flocks, too).
+    flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
     try:
         st = os.fstat(dirfd)
         if st.st_uid != os.getuid() or st.st_mode & 0o077:
             return None
         base = f"/proc/self/fd/{dirfd}/"
         start = os.open(base + START_LOCK, flags, 0o600)
-        deadline = time.monotonic() + 3.0  # one that is leaving lets go of the key
+        # One that is leaving lets go of the key; one that holds the start
+        # longer is not waited for (starters would pile up behind it).
+        deadline = time.monotonic() + 3.0
         try:
+            if not stat.S_ISREG(os.fstat(start).st_mode):
+                return None
             while True:
-                fcntl.flock(start, fcntl.LOCK_EX)
-                lock = _take(base + key + ".lock", flags)
+                lock = None
+                with contextlib.suppress(BlockingIOError):
+                    fcntl.flock(start, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    lock = _take(base + key + ".lock", flags)
+                    if lock is None:
+                        fcntl.flock(start, fcntl.LOCK_UN)
                 if lock is not None:
                     break
-                fcntl.flock(start, fcntl.LOCK_UN)
                 if time.monotonic() > deadline:
                     return None
                 time.sleep(0.02)
@@ -219,13 +229,17 @@ def _listen(directory: str, key: str) -> tuple[socket, int] | None:
 
 
 def _take(path: str, flags: int) -> int | None:
-    """The key's lock, held, if no one holds it and its file is still the one named."""
+    """The key's lock, held, if no one holds it and its file is still the one named: a
+    regular file, as `live_services` counts only those."""
     import fcntl
+    import stat
 
     lock = os.open(path, flags, 0o600)
     try:
+        st = os.fstat(lock)
         fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        if os.fstat(lock).st_ino == os.stat(path, follow_symlinks=False).st_ino:
+        if stat.S_ISREG(st.st_mode) and st.st_ino == os.stat(path,
+                                                             follow_symlinks=False).st_ino:
             return lock
     except OSError:
         pass
@@ -240,8 +254,8 @@ def _unlink(directory: str, name: str) -> None:
         pass
 
 
-def _serve(sock: socket, lock: int, proof: int, key: str, package: str,
-           fingerprint: object, idle: float, children: set[int]) -> None:
+def _serve(sock: socket, lock: int, key: str, package: str, fingerprint: object,
+           idle: float, children: set[int]) -> None:
     """Fork a child for each connection until idle or stockade's code changed."""
     import select
     import time
@@ -271,7 +285,7 @@ def _serve(sock: socket, lock: int, proof: int, key: str, package: str,
             try:
                 sock.close()
                 os.close(lock)  # held by the service alone, not by its commands
-                _child(conn, proof, key)
+                _child(conn, key)
             finally:
                 os._exit(125)
         children.add(pid)
@@ -288,7 +302,7 @@ def _reap(children: set[int]) -> None:
             children.discard(pid)
 
 
-def _child(conn: socket, proof: int, key: str) -> None:
+def _child(conn: socket, key: str) -> None:
     """Become the caller and run its `stockade run`; report the status as `X`, or
     the signal it ended by as `K`.
 
@@ -314,18 +328,25 @@ def _child(conn: socket, proof: int, key: str) -> None:
     for sig in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, signal.SIG_DFL)
     signal.signal(signal.SIGINT, signal.default_int_handler)
+    proof = os.memfd_create(PROOF, os.MFD_CLOEXEC)  # this connection's alone
+    greeter = _greet(conn, proof)
+    if greeter is None:
+        return
     got = _receive(conn)
     if got is None:
         return
     (argv, env, umask, ignored, limits), fds, senders = got
+    senders.add(greeter)
     # Read once the whole request is here, of the process that sent all of it:
     # one that confined itself after connecting, or handed the connection to
     # a confined child, is seen as it is now (confinement only tightens).
     peer = peer_facts(conn)
     if peer is None or senders != {peer[0]} or confined(peer[1]):
         return
-    if service_key(env, peer[1]) != key or not _same_file(fds[4], proof):
+    if service_key(env, peer[1]) != key or not same_file(fds[4], proof):
         return  # another context's caller: not served, it runs in process
+    if not _take_io_priority(peer[0]):
+        return
     os.setsid()
     _become(fds, env, umask, ignored, limits)
     conn.sendall(b"P%d\n" % os.getpid())
@@ -356,12 +377,68 @@ def _child(conn: socket, proof: int, key: str) -> None:
     os._exit(0)
 
 
-def _same_file(a: int, b: int) -> bool:
-    try:
-        sa, sb = os.fstat(a), os.fstat(b)
-    except OSError:
+#: ioprio_get and ioprio_set by machine: the I/O priority is in no /proc file.
+IOPRIO_CALLS = {"x86_64": (252, 251), "aarch64": (31, 30)}
+
+
+def _take_io_priority(pid: int) -> bool:
+    """Give this child the I/O priority of process `pid` (`ionice`), as a command it
+    started would have; False when it cannot be read or taken (then the caller
+    runs the command itself)."""
+    import ctypes
+
+    calls = IOPRIO_CALLS.get(os.uname().machine)
+    if calls is None:
         return False
-    return (sa.st_dev, sa.st_ino) == (sb.st_dev, sb.st_ino)
+    get, put = calls
+    libc = ctypes.CDLL(None, use_errno=True)
+    theirs = libc.syscall(get, 1, pid)  # IOPRIO_WHO_PROCESS
+    if theirs < 0:
+        return False
+    return bool(theirs == libc.syscall(get, 1, 0) or libc.syscall(put, 1, 0, theirs) == 0)
+
+
+def _greet(conn: socket, proof: int) -> int | None:
+    """The client's half of `serviceclient._handshake`: its memfd, opened through its
+    /proc/PID/fd, goes back with where to open `proof`. The pid that sent the
+    greeting, or None.
+
+    Opened O_PATH: whatever the descriptor is (a FIFO, a device), nothing
+    waits on it and nothing is read.
+    """
+    import _signal
+    import socket
+
+    conn.settimeout(REQUEST_SECONDS)
+    try:
+        msg, anc, _flags, _ = conn.recvmsg(64, socket.CMSG_SPACE(12) + socket.CMSG_SPACE(4))
+        sender = None
+        for level, kind, payload in anc:
+            if level == socket.SOL_SOCKET and kind == socket.SCM_CREDENTIALS:
+                sender = int.from_bytes(payload[0:4], sys.byteorder)
+            elif level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+                return None  # no descriptors before the proofs
+        if sender is None or not (msg.startswith(b"H") and msg.endswith(b"\n")):
+            return None
+        number = int(msg[1:-1])
+        raw = conn.getsockopt(socket.SOL_SOCKET, SO_PEERPIDFD, 4)
+        pidfd = int.from_bytes(raw, sys.byteorder, signed=True)
+        try:
+            pid = int.from_bytes(conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12)[:4],
+                                 sys.byteorder)
+            theirs = os.open(f"/proc/{pid}/fd/{number}", os.O_PATH | os.O_CLOEXEC)
+            try:
+                _signal.pidfd_send_signal(pidfd, 0)  # still that process: no pid reused
+                conn.sendmsg([b"C%d %d\n" % (os.getpid(), proof)],
+                             [(socket.SOL_SOCKET, socket.SCM_RIGHTS,
+                               theirs.to_bytes(4, sys.byteorder))])
+            finally:
+                os.close(theirs)
+        finally:
+            os.close(pidfd)
+        return sender
+    except (OSError, ValueError):
+        return None
 
 
 def _receive(conn: socket) -> tuple[Request, list[int], set[int]] | None:

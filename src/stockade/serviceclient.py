@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from collections.abc import Mapping
 
 #: What a request starts with; a service speaking another version is not used.
-MAGIC = b"stockade-service-1"
+MAGIC = b"stockade-service-2"
 #: Variables that change with every shell or directory and decide nothing the
 #: forked child imported: the child still takes their values from the request.
 KEY_IGNORES = frozenset({b"PWD", b"OLDPWD", b"SHLVL", b"_", b"COLUMNS", b"LINES"})
@@ -38,9 +38,12 @@ BOOT = ("import sys; sys.path.insert(0, sys.argv[1]); from stockade.service impo
         "sys.exit(main(sys.argv[2:]))")
 #: getsockopt's SO_PEERPIDFD (Linux 6.5), not in Python 3.11's socket module.
 SO_PEERPIDFD = 77
-#: The name of the memfd a caller opens through the service's /proc to prove it may.
+#: The memfds each end opens through the other's /proc to prove it may (`_handshake`).
 PROOF = "stockade-service-proof"
-PROOF_LINK = f"/memfd:{PROOF}"
+CLIENT_PROOF = "stockade-client-proof"
+#: Seconds the client gives a service to connect and answer its handshake: past
+#: them (a stopped or wedged service) the command runs in process.
+HANDSHAKE_SECONDS = 3.0
 #: Held while a service counts the others and takes its key (service._listen).
 START_LOCK = "start.lock"
 #: Services one user may have at once (one per key); past it, commands run in process.
@@ -53,24 +56,17 @@ def wanted(args: list[str], env: dict[str, str]) -> bool:
     """Whether this `run` goes to the service: `--no-service` or `--service` among its
     options, else STOCKADE_SERVICE (0 or 1), else the user config's `service`
     (default: off)."""
-    from .clitables import RUN_OPTIONS, SHORT
+    from .clitables import leading_run_options
 
     flag: bool | None = None
     config = ""
-    i = 0
-    while i < len(args):
-        arg = SHORT.get(args[i], args[i])
-        if arg == "--" or not arg.startswith("--"):
-            break
-        name, eq, value = arg.partition("=")
+    for name, value in leading_run_options(args):
         if name == "--help":
             return False
         if name in ("--service", "--no-service"):
             flag = name == "--service" if flag is not False else False
-        spec = RUN_OPTIONS.get(name)
         if name == "--config":
-            config = value if eq else (args[i + 1] if i + 1 < len(args) else "")
-        i += 2 if spec and spec[0] and not eq else 1
+            config = value or ""
     if flag is not None:
         return flag
     value = env.get("STOCKADE_SERVICE", "")
@@ -130,7 +126,10 @@ NAMESPACES = ("mnt", "pid", "net", "user", "ipc", "uts", "cgroup", "time")
 #: /proc/PID/status lines that say who the process is and what confines it.
 STATUS = (b"Uid", b"Gid", b"Groups", b"Threads", b"NoNewPrivs", b"Seccomp",
           b"Seccomp_filters", b"CapInh", b"CapPrm", b"CapEff", b"CapBnd", b"CapAmb",
-          b"Cpus_allowed_list", b"Mems_allowed_list", b"SigBlk", b"SigIgn")
+          b"Cpus_allowed_list", b"Mems_allowed_list", b"SigBlk", b"SigIgn",
+          b"THP_enabled", b"Speculation_Store_Bypass", b"SpeculationIndirectBranch")
+#: SIGUSR1: how a served command learns that its service died (service._child).
+SIGUSR1_BIT = 1 << (10 - 1)
 
 
 def process_facts(pid: str = "self") -> list[bytes] | None:
@@ -141,8 +140,8 @@ def process_facts(pid: str = "self") -> list[bytes] | None:
     one), capabilities, no_new_privs and seccomp, blocked and ignored signals,
     the cgroup (a caller's memory bound), the security label, the audit
     identity, the personality, the OOM score, CPU and memory affinity, the
-    nice value and the hard resource limits. None when any of it cannot be
-    read."""
+    nice value, the scheduling policy and the hard resource limits. None when
+    any of it cannot be read."""
     base = f"/proc/{pid}"
     out: list[bytes] = []
     try:
@@ -170,7 +169,13 @@ def process_facts(pid: str = "self") -> list[bytes] | None:
                     raise
                 out.append(f"{name}:{exc.errno}".encode())  # no LSM: the same for both
         with open(f"{base}/stat", "rb") as f:
-            out.append(b"nice:" + f.read().rsplit(b")", 1)[1].split()[16])
+            stat = f.read().rsplit(b")", 1)[1].split()
+        # nice, rt_priority and policy (fields 19, 40 and 41 of proc(5)).
+        out.append(b"sched:" + b" ".join((stat[16], stat[37], stat[38])))
+        if b"Threads:\t1" not in out:
+            # no_new_privs and seccomp are per thread: one confined thread
+            # confines the process here.
+            out.append(b"Tasks_confined:%d" % _tasks_confined(base))
         with open(f"{base}/limits", "rb") as f:
             # The hard limits: a child lowered to a service's could not raise them
             # back; the soft ones are the caller's, set for each command.
@@ -180,12 +185,31 @@ def process_facts(pid: str = "self") -> list[bytes] | None:
     return out
 
 
+def _tasks_confined(base: str) -> int:
+    """1 when a thread of the process is under no_new_privs or a seccomp filter."""
+    for task in os.listdir(f"{base}/task"):
+        try:
+            with open(f"{base}/task/{task}/status", "rb") as f:
+                lines = f.read().splitlines()
+        except FileNotFoundError:
+            continue  # the thread ended meanwhile
+        for line in lines:
+            key, _, value = line.partition(b":")
+            if key in (b"NoNewPrivs", b"Seccomp") and value.strip() != b"0":
+                return 1
+    return 0
+
+
 def confined(facts: list[bytes]) -> bool:
-    """Under no_new_privs or a seccomp filter (a sandbox, Landlock among them): what
-    confines it cannot be compared, so such a process is never served."""
+    """Never served: under no_new_privs or a seccomp filter (a sandbox, Landlock among
+    them), in any thread, whose confinement cannot be compared; or ignoring
+    SIGUSR1, which a served command needs to learn that its service died."""
     for line in facts:
         key, _, value = line.partition(b":")
-        if key in (b"NoNewPrivs", b"Seccomp") and value.strip() != b"0":
+        value = value.strip()
+        if key in (b"NoNewPrivs", b"Seccomp", b"Tasks_confined") and value != b"0":
+            return True
+        if key == b"SigIgn" and int(value, 16) & SIGUSR1_BIT:
             return True
     return False
 
@@ -276,9 +300,9 @@ def run(args: list[str]) -> int | None:
     if peer is None:
         start(directory, key)
         return None
-    sock, pid = peer
+    sock, _pid = peer
     try:
-        return _served(sock, pid, args)
+        return _served(sock, args)
     except _Gone:
         start(directory, key)
         return None
@@ -296,6 +320,7 @@ def _connect(path: str, facts: list[bytes]) -> tuple[socket, int] | None:
     import _socket
 
     sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
+    sock.settimeout(HANDSHAKE_SECONDS)  # a full backlog would block connect
     try:
         sock.connect(path)
         peer = peer_facts(sock)
@@ -374,16 +399,15 @@ def _fields(items: list[bytes]) -> tuple[list[str], dict[bytes, bytes], int, lis
     return argv, env, umask, ignored, limits  # type: ignore[return-value]
 
 
-def _served(sock: socket, service: int, args: list[str]) -> int:
+def _served(sock: socket, args: list[str]) -> int:
     import _signal
     import _socket
 
-    cwd = os.open(".", os.O_PATH | os.O_DIRECTORY)
     try:
-        proof = _proof(service)
-    except OSError as exc:
-        os.close(cwd)
+        proof = _handshake(sock)
+    except (OSError, ValueError) as exc:
         raise _Gone from exc
+    cwd = os.open(".", os.O_PATH | os.O_DIRECTORY)
     fds = [0, 1, 2, cwd, proof]
     try:
         payload = request(args)
@@ -399,6 +423,7 @@ def _served(sock: socket, service: int, args: list[str]) -> int:
     finally:
         os.close(cwd)
         os.close(proof)
+    sock.settimeout(None)  # the service has the descriptors: it runs the command
     frames = _Frames(sock)
     first = frames.next()
     if first is None or not first.startswith(b"P"):
@@ -430,19 +455,48 @@ def _served(sock: socket, service: int, args: list[str]) -> int:
             return 128 + signum
 
 
-def _proof(service: int) -> int:
-    """The service's proof memfd, opened through /proc/SERVICE/fd: only a process that
-    may inspect the service can (ptrace access). A caller in a Landlock domain
-    may not (Landlock's ptrace scope), and nothing in /proc shows the domain
-    (root needs no no_new_privs to enter one), so this is what tells it."""
-    fds = f"/proc/{service}/fd"
-    for name in os.listdir(fds):
+def _handshake(sock: socket) -> int:
+    """The service child's proof, opened: each end opens a memfd of the other's through
+    /proc/PID/fd, which only a process that may inspect it can (ptrace access).
+
+    The client's memfd, returned opened by the listener, shows that the
+    listener is not in a Landlock domain this caller is not in (Landlock's
+    ptrace scope; /proc shows no domain, and root needs no no_new_privs to
+    enter one): only then are descriptors sent. The child's memfd, made after
+    the connection, is sent opened with the request and tells the service the
+    same of the caller; made per connection, it cannot have been opened before
+    the caller entered a domain.
+    """
+    import _socket
+
+    mine = os.memfd_create(CLIENT_PROOF, os.MFD_CLOEXEC)
+    try:
+        sock.sendall(b"H%d\n" % mine)
+        msg, anc, _flags, _addr = sock.recvmsg(64, _socket.CMSG_SPACE(4))
+        got = [int.from_bytes(data[i:i + 4], sys.byteorder, signed=True)
+               for level, kind, data in anc
+               if level == _socket.SOL_SOCKET and kind == _socket.SCM_RIGHTS
+               for i in range(0, len(data) - len(data) % 4, 4)]
         try:
-            if os.readlink(f"{fds}/{name}").startswith(PROOF_LINK):
-                return os.open(f"{fds}/{name}", os.O_RDONLY | os.O_CLOEXEC)
-        except OSError:
-            continue
-    raise FileNotFoundError(f"no proof among {fds}")
+            if len(got) != 1 or not same_file(got[0], mine):
+                raise ValueError("the listener could not open this caller's proof")
+        finally:
+            for fd in got:
+                os.close(fd)
+        if not (msg.startswith(b"C") and msg.endswith(b"\n")):
+            raise ValueError("not a service's answer")
+        pid, fd = (int(x) for x in msg[1:-1].split(b" "))
+        return os.open(f"/proc/{pid}/fd/{fd}", os.O_PATH | os.O_CLOEXEC)
+    finally:
+        os.close(mine)
+
+
+def same_file(a: int, b: int) -> bool:
+    try:
+        sa, sb = os.fstat(a), os.fstat(b)
+    except OSError:
+        return False
+    return (sa.st_dev, sa.st_ino) == (sb.st_dev, sb.st_ino)
 
 
 class _Frames:
@@ -558,7 +612,8 @@ def status(env: dict[str, str]) -> str:
                 f"{st.st_mode & 0o7777:o}): every command runs in process; remove it")
     facts = process_facts()
     if facts is None or confined(facts):
-        return "on, but this process is confined (no_new_privs or seccomp): runs in process"
+        return ("on, but this process is confined (no_new_privs or seccomp) or ignores "
+                "SIGUSR1: runs in process")
     peer = _connect(os.path.join(directory, key + ".sock"), facts)
     if peer is None:
         return f"on, not running: the next `stockade run` starts it ({directory})"

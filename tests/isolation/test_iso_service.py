@@ -11,6 +11,7 @@ import contextlib
 import json
 import os
 import pty
+import shlex
 import shutil
 import signal
 import subprocess
@@ -170,7 +171,8 @@ def test_a_served_command_runs_in_a_child_of_the_service(box: Box) -> None:
     (["--json"], ["/bin/sh", "-c", "echo out; echo err >&2; exit 3"]),
     (["--json"], ["/bin/sh", "-c", "kill -9 $$"]),
     (["--json", "--timeout", "1"], ["/bin/sleep", "5"]),
-    (["--json", "--max-output", "100"], ["/bin/sh", "-c", "yes | head -c 5000"]),
+    # Output without end: one that ends by itself may or may not be stopped first.
+    (["--json", "--max-output", "100"], ["/usr/bin/yes"]),
     (["--json", "--mode", "read-only"], ["/bin/sh", "-c", "echo x > f"]),
     (["--json", "--allow-read", "/etc"], ["/bin/true"]),
     (["--mode", "bogus"], ["/bin/true"]),
@@ -232,7 +234,7 @@ def test_approvals_without_a_terminal_are_denied_as_in_process(box: Box) -> None
 SEND = r"""
 import os, socket, sys
 sys.path.insert(0, sys.argv[1])
-from stockade.serviceclient import request
+from stockade.serviceclient import _handshake, request
 s = socket.socket(socket.AF_UNIX)
 try:
     s.connect(sys.argv[2])
@@ -241,10 +243,10 @@ except OSError as exc:
 data = request(["--mode", "workspace-write", "--", "/bin/sh", "-c", "echo ran > " + sys.argv[3]])
 cwd = os.open(".", os.O_PATH)
 try:
-    pid = int.from_bytes(s.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12)[:4],
-                         sys.byteorder)
-    proof = next(os.open(f"/proc/{pid}/fd/{n}", os.O_RDONLY) for n in os.listdir(f"/proc/{pid}/fd")
-                 if "stockade-service-proof" in os.readlink(f"/proc/{pid}/fd/{n}"))
+    try:
+        proof = _handshake(s)
+    except ValueError:
+        print("answer b''"); sys.exit(0)  # closed unanswered
     s.sendmsg([len(data).to_bytes(4, "big"), data],
                [(socket.SOL_SOCKET, socket.SCM_RIGHTS,
                  b"".join(fd.to_bytes(4, sys.byteorder) for fd in (0, 1, 2, cwd, proof)))])
@@ -305,14 +307,36 @@ def test_a_sandboxed_command_cannot_reach_the_service(box: Box, backend: str) ->
     assert b"CONNECTED" in control.stdout
 
 
-# A request built by hand (no stockade to import inside a sandbox): run ARGV with the
-# environment given as JSON, descriptors 0-2 and the cwd passed along.
+# A client's half of the handshake, by hand (no stockade to import inside a sandbox):
+# `proof` is the service child's memfd opened through its /proc, or one of the
+# caller's own where that is refused.
+HANDSHAKE = r"""
+def handshake(s):
+    mine = os.memfd_create("stockade-client-proof")
+    s.sendall(b"H%d\n" % mine)
+    msg, anc, _, _ = s.recvmsg(64, socket.CMSG_SPACE(4))
+    for level, kind, data in anc:
+        os.close(int.from_bytes(data[:4], sys.byteorder))
+    if not msg:
+        print("ANSWER b''")  # the service would not open the caller's memfd
+        sys.exit(0)
+    pid, n = msg[1:-1].split()
+    try:
+        return os.open(f"/proc/{int(pid)}/fd/{int(n)}", os.O_PATH)
+    except OSError as exc:
+        print("NO PROOF", exc)  # a service this process may not inspect
+        return os.memfd_create("stockade-service-proof")
+"""
+
+# A request built by hand: run ARGV with the environment given as JSON, descriptors 0-2
+# and the cwd passed along.
 FORGE = r"""
 import json, os, socket, sys
+""" + HANDSHAKE + r"""
 path, env, argv = sys.argv[1], json.loads(sys.argv[2]), sys.argv[3:]
 # What Python adds to its own environment on a C locale (PEP 538), as the client had.
 env.update({k: v for k, v in os.environ.items() if k == "LC_CTYPE"})
-items = [b"stockade-service-1", str(len(argv)).encode(), *map(os.fsencode, argv)]
+items = [b"stockade-service-2", str(len(argv)).encode(), *map(os.fsencode, argv)]
 pairs = [(k + "=" + v).encode() for k, v in env.items()]
 items += [str(len(pairs)).encode(), *pairs, b"18", b"", b""]
 data = b"".join(len(i).to_bytes(4, "big") + i for i in items)
@@ -320,17 +344,7 @@ s = socket.socket(socket.AF_UNIX)
 try:
     s.connect(path)
     cwd = os.open(".", os.O_PATH)
-    fds = [0, 1, 2, cwd]
-    pid = int.from_bytes(s.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12)[:4],
-                         sys.byteorder)
-    try:
-        fds.append(next(os.open(f"/proc/{pid}/fd/{n}", os.O_RDONLY)
-                        for n in os.listdir(f"/proc/{pid}/fd")
-                        if "stockade-service-proof" in os.readlink(f"/proc/{pid}/fd/{n}")))
-    except OSError as exc:
-        # A service in another pid namespace, or one this process may not inspect.
-        print("NO PROOF", exc)
-        fds.append(os.memfd_create("stockade-service-proof"))
+    fds = [0, 1, 2, cwd, handshake(s)]
     s.sendmsg([len(data).to_bytes(4, "big"), data],
                [(socket.SOL_SOCKET, socket.SCM_RIGHTS,
                  b"".join(fd.to_bytes(4, sys.byteorder) for fd in fds))])
@@ -375,10 +389,12 @@ def test_a_sandboxed_command_cannot_use_another_contexts_service(box: Box, backe
     assert pwned.exists()
 
 
+# Listens in a service's place and answers the handshake as well as it can: the
+# caller's memfd opened through its /proc if it may, else a guess.
 LISTEN = r"""
 import os, socket, sys, time
 path, result = sys.argv[1], sys.argv[2]
-proof = os.memfd_create("stockade-service-proof")  # all a service shows a caller
+proof = os.memfd_create("stockade-service-proof")
 os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
 s = socket.socket(socket.AF_UNIX)
 s.bind(path)
@@ -387,12 +403,23 @@ s.settimeout(20)
 got = "no connection"
 try:
     conn, _ = s.accept()
-    conn.settimeout(3)
+    conn.settimeout(5)
+    got = "connected, nothing sent"
     try:
+        hello = conn.recv(64)
+        pid = int.from_bytes(conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12)[:4],
+                             sys.byteorder)
+        try:
+            theirs = os.open(f"/proc/{pid}/fd/{int(hello[1:-1])}", os.O_PATH)
+        except PermissionError:
+            theirs = os.memfd_create("stockade-client-proof")
+        conn.sendmsg([b"C%d %d\n" % (os.getpid(), proof)],
+                     [(socket.SOL_SOCKET, socket.SCM_RIGHTS, theirs.to_bytes(4, sys.byteorder))])
         msg, anc, _, _ = conn.recvmsg(1 << 16, socket.CMSG_SPACE(64))
-        got = f"descriptors {len(anc)}" if anc else "connected, nothing sent"
-    except OSError:
-        got = "connected, nothing sent"
+        if anc:
+            got = f"descriptors {len(anc)}"
+    except (OSError, ValueError):
+        pass
 except OSError:
     pass
 with open(result, "w") as f:
@@ -493,6 +520,176 @@ def test_a_caller_in_a_landlock_domain_without_no_new_privs_is_not_served(box: B
     control = box.host(forge)
     assert b"ANSWER b'P" in control.stdout, control
     assert out.read_text() == "SECRET-KEY\n"
+
+
+def _key(box: Box, env: dict[str, str]) -> str:
+    return box.host([box.runner.python, "-I", "-c",
+                     f"import sys; sys.path.insert(0, {box.runner.site!r}); "
+                     "from stockade.serviceclient import service_key; print(service_key())"],
+                    env=env).stdout.decode().strip()
+
+
+def test_a_listener_in_a_landlock_domain_never_gets_the_callers_descriptors(box: Box) -> None:
+    """Root in a Landlock domain without no_new_privs shows nothing in /proc: listening
+    in the service's place, it must still not get the caller's stdin and cwd. What
+    tells it is that it cannot open the caller's memfd through /proc."""
+    if box.runner.switches_user:
+        pytest.skip("a Landlock domain without no_new_privs needs CAP_SYS_ADMIN: root's case")
+    secret = box.mkdir("secret")
+    sock = own_service_dir(box) / f"{_key(box, box.env())}.sock"
+    result = box.ws / "result"
+    for wrap in ([SYSTEM_PYTHON, "-I", "-c", LANDLOCK, str(secret)], []):
+        for p in (sock, result):
+            p.unlink(missing_ok=True)
+        listener = box.runner.popen([*wrap, SYSTEM_PYTHON, "-I", "-c", LISTEN, str(sock),
+                                     str(result)], cwd=box.ws, env=box.env())
+        deadline = time.monotonic() + 20
+        while not sock.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert sock.exists()
+        res = box.run(["/bin/sh", "-c", "echo ran"], options=["--service"])
+        assert res.returncode == 0 and res.stdout == b"ran\n", res.stderr
+        listener.wait(timeout=RUN_TIMEOUT)
+        if wrap:
+            assert result.read_text() == "connected, nothing sent"
+    # Control: outside the domain the same listener gets them.
+    assert result.read_text().startswith("descriptors")
+
+
+REUSED_PROOF = HANDSHAKE + r"""
+import os, socket, sys
+path, env, out = sys.argv[1], json.loads(sys.argv[2]), sys.argv[3]
+env.update({k: v for k, v in os.environ.items() if k == "LC_CTYPE"})
+argv = ["--mode", "workspace-write", "--", "/bin/sh", "-c", "echo ran >> " + out]
+items = [b"stockade-service-2", str(len(argv)).encode(), *map(os.fsencode, argv)]
+pairs = [(k + "=" + v).encode() for k, v in env.items()]
+items += [str(len(pairs)).encode(), *pairs, b"18", b"", b""]
+data = b"".join(len(i).to_bytes(4, "big") + i for i in items)
+first = socket.socket(socket.AF_UNIX)
+first.connect(path)
+held = handshake(first)  # a proof opened while free to, kept
+first.close()
+s = socket.socket(socket.AF_UNIX)
+s.connect(path)
+fresh = handshake(s)
+proof = held if sys.argv[4] == "held" else fresh
+s.sendmsg([len(data).to_bytes(4, "big"), data],
+          [(socket.SOL_SOCKET, socket.SCM_RIGHTS,
+            b"".join(fd.to_bytes(4, sys.byteorder) for fd in (0, 1, 2, os.open(".", os.O_PATH),
+                                                              proof)))])
+got = b""
+while True:
+    more = s.recv(64)
+    if not more:
+        break
+    got += more
+print("ANSWER", got)
+"""
+
+
+def test_a_proof_is_good_for_its_own_connection_only(box: Box) -> None:
+    """A proof opened once (before the caller entered a Landlock domain, say) does not
+    serve a later connection."""
+    started(box)
+    sock = str(next(service_dir(box).glob("*.sock")))
+    out = box.ws / "ran"
+    script = ["import json\n" + REUSED_PROOF, sock, json.dumps(box.env()), str(out)]
+    res = box.host([SYSTEM_PYTHON, "-I", "-c", *script, "held"])
+    assert b"ANSWER b''" in res.stdout, res
+    time.sleep(0.5)
+    assert not out.exists()
+    control = box.host([SYSTEM_PYTHON, "-I", "-c", *script, "fresh"])
+    assert b"ANSWER b'P" in control.stdout, control
+    assert out.read_text() == "ran\n"
+
+
+def test_a_stopped_service_does_not_hold_a_command_up(box: Box) -> None:
+    """A service that never answers (stopped, wedged): the command runs in process after
+    the handshake's few seconds, and once the service goes on, it runs nothing of it."""
+    pid = started(box)
+    out = box.ws / "ran"
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        begun = time.monotonic()
+        res = box.run(["/bin/sh", "-c", f"echo ran >> {out}"], options=["--service"],
+                      mode="workspace-write")
+        took = time.monotonic() - begun
+        assert res.returncode == 0, res.stderr
+        assert took < RUN_TIMEOUT / 2, took
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    time.sleep(2)
+    assert out.read_text() == "ran\n"
+
+
+def test_a_caller_that_ignores_sigusr1_runs_in_process(box: Box) -> None:
+    """A served command would get SIGUSR1 back (its service's end is told by it). The
+    first run would start a service of this caller's key, the second be served."""
+    script = "kill -USR1 $$; echo alive"
+    for how in ("--service", "--service", "--no-service"):
+        argv = box.runner.cli_argv(["run", how, "--", "/bin/sh", "-c", script])
+        res = box.host([SYSTEM_PYTHON, "-I", "-c",
+                        "import os, signal, sys; signal.signal(signal.SIGUSR1, signal.SIG_IGN);"
+                        " os.execv(sys.argv[1], sys.argv[1:])", *argv])
+        assert (res.returncode, res.stdout) == (0, b"alive\n"), (how, res)
+        time.sleep(1.5)
+    assert not services(box)
+
+
+@pytest.mark.parametrize("how", [["chrt", "-b", "0"], ["ionice", "-c", "3"]],
+                         ids=["scheduling policy", "I/O priority"])
+def test_a_callers_priorities_are_its_commands(box: Box, how: list[str]) -> None:
+    """Neither shows in what a service's key was made from before it; a service started
+    with others would have handed them on."""
+    started(box)
+    script = "chrt -p $$ | sed -n 's/.*: //p'; ionice -p $$"
+    outs = []
+    for where in ("--service", "--no-service"):
+        argv = box.runner.cli_argv(["run", where, "--", "/bin/sh", "-c", script])
+        res = box.host([*how, *argv])
+        assert res.returncode == 0, res.stderr
+        outs.append(res.stdout)
+    assert outs[0] == outs[1], outs
+    assert (b"SCHED_BATCH" if how[0] == "chrt" else b"idle") in outs[0], outs
+
+
+def _none_left(box: Box) -> bool:
+    """True once no service of the box runs: a starter that cannot take its key gives
+    up within seconds."""
+    deadline = time.monotonic() + 10
+    while services(box) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return not services(box)
+
+
+def test_a_fifo_at_the_keys_lock_starts_no_service(box: Box) -> None:
+    """A service holding a FIFO would not be counted against the bound of 8."""
+    d = own_service_dir(box)
+    os.mkfifo(d / f"{_key(box, box.env())}.lock")
+    box.runner.own(d / f"{_key(box, box.env())}.lock")
+    res = box.run(["/bin/true"], options=["--service"])
+    assert res.returncode == 0, res.stderr
+    assert _none_left(box), "a service took a FIFO for its lock"
+    assert not list(d.glob("*.sock"))
+    (d / f"{_key(box, box.env())}.lock").unlink()
+    started(box)  # control
+
+
+def test_a_held_start_lock_does_not_pile_up_services(box: Box) -> None:
+    d = own_service_dir(box)
+    start = d / "start.lock"
+    start.touch()
+    box.runner.own(start)
+    # -o: the lock is flock's own, not its child's, and goes with it.
+    holder = subprocess.Popen(["flock", "-o", str(start), "sleep", "30"])
+    try:
+        for _ in range(3):
+            assert box.run(["/bin/true"], options=["--service"]).returncode == 0
+        assert _none_left(box), "starters wait on a start lock someone else holds"
+    finally:
+        holder.kill()
+        holder.wait()
+    started(box)  # control
 
 
 CHROOT = r"""
@@ -722,6 +919,55 @@ def test_a_terminal_runs_in_process(box: Box) -> None:
     started(box)
 
 
+def _pane(tmux: list[str]) -> str:
+    return subprocess.run([*tmux, "capture-pane", "-p", "-t", "t"], capture_output=True,
+                          check=False).stdout.decode()
+
+
+def _pane_shows(tmux: list[str], text: str, seconds: float = RUN_TIMEOUT) -> str:
+    deadline = time.monotonic() + seconds
+    while text not in (shown := _pane(tmux)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return shown
+
+
+@pytest.mark.skipif(not shutil.which("tmux"), reason="tmux is not installed here")
+def test_a_terminal_keeps_its_job_control_and_ctrl_c_with_the_service_on(box: Box) -> None:
+    """A person's terminal (tmux) with the service on: the command sees the terminal,
+    Ctrl-C typed there ends its whole tree with 130, and nothing was served."""
+    marker = _marker()
+    sock = box.root / "tmux.sock"
+    tmux = ["tmux", "-S", str(sock)]
+    script = (f"test -t 0 && test -t 1 && echo TTY-IN-$(stty size | tr ' ' x); "
+              f"sleep {marker} & sleep {marker}; wait")
+    run = box.runner.cli_argv(["run", "--service", "--mode", "workspace-write", "--",
+                               "/bin/sh", "-c", script])
+    env = ["env", "-i", *(f"{k}={v}" for k, v in box.env(TERM="xterm").items())]
+    if box.runner.switches_user:
+        env = ["setpriv", f"--reuid={box.runner.uid}", f"--regid={box.runner.gid}",
+               "--clear-groups", *env]
+    line = f"cd {shlex.quote(str(box.ws))} && {shlex.join([*env, *run])}; echo EXIT=$?; sleep 600"
+    subprocess.run([*tmux, "new-session", "-d", "-s", "t", "-x", "91", "-y", "23", line],
+                   check=True)
+    try:
+        shown = _pane_shows(tmux, "TTY-IN-23x91")
+        assert "TTY-IN-23x91" in shown, shown
+        deadline = time.monotonic() + 20
+        while len(sleeps(marker)) < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert len(sleeps(marker)) == 2, _pane(tmux)
+        subprocess.run([*tmux, "send-keys", "-t", "t", "C-c"], check=True)
+        shown = _pane_shows(tmux, "EXIT=")
+        assert "EXIT=130" in shown, shown
+        deadline = time.monotonic() + 10
+        while sleeps(marker) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not sleeps(marker)
+    finally:
+        subprocess.run([*tmux, "kill-server"], check=False, capture_output=True)
+    assert not services(box) and not service_dir(box).exists()
+
+
 def test_the_service_directory_must_be_the_users_alone(box: Box) -> None:
     d = own_service_dir(box)
     os.chmod(d, 0o777)
@@ -789,7 +1035,7 @@ elif how == "handed-to-a-child":
         os.wait()
         sys.exit(0)
 try:
-    print("STATUS", sc._served(sock, pid, argv))
+    print("STATUS", sc._served(sock, argv))
 except sc._Gone:
     print("REFUSED")
 """
