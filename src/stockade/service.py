@@ -9,16 +9,17 @@ forks a child that becomes the caller in every way the command can see
 approvals are judged afresh, and the audit record is the same. A request is
 served only to a peer that sent all of it, whose process facts (read once
 it has arrived) and environment hash to this service's key, and that proves
-it may inspect the child serving it (`serviceclient._handshake`): never to
+it may inspect the child serving it (`serviceclient._prove`): never to
 a process in a sandbox. The client gives its descriptors only to a peer
 with its own process facts that has proved the same of it. The parent stays
 single-threaded and never touches a sandbox, so each fork starts clean.
 
 It ends after `IDLE_SECONDS` without a request and with no command running,
 and stops listening as soon as stockade's code on disk changed (an upgrade,
-an edit), then waits for its running commands: the next `stockade run`
-starts a new one. A child whose service died ends its command's tree as
-`stockade run` does on SIGTERM (PR_SET_PDEATHSIG).
+an edit) or it met a caller it may not inspect, then waits for its running
+commands: the next `stockade run` starts a new one. A child whose service
+died ends its command's tree as `stockade run` does on SIGTERM
+(PR_SET_PDEATHSIG).
 """
 
 from __future__ import annotations
@@ -57,9 +58,10 @@ IDLE_SECONDS = 300.0
 REQUEST_SECONDS = 5.0
 #: Largest request accepted (an environment of several MB is already absurd).
 MAX_REQUEST = 16 << 20
-#: Descriptors a request carries: stdin, stdout, stderr, the cwd, and the child's
-#: proof memfd as the caller opened it (see `serviceclient._handshake`).
-FDS = 5
+#: Descriptors a request carries: stdin, stdout, stderr and the cwd.
+FDS = 4
+#: A child's exit status when it could not inspect its caller (`Unprovable`).
+UNPROVABLE = 3
 
 
 def code_fingerprint(package: str) -> tuple[tuple[str, int, int, int], ...]:
@@ -256,7 +258,8 @@ def _unlink(directory: str, name: str) -> None:
 
 def _serve(sock: socket, lock: int, key: str, package: str, fingerprint: object,
            idle: float, children: set[int]) -> None:
-    """Fork a child for each connection until idle or stockade's code changed."""
+    """Fork a child for each connection until idle, stockade's code changed, or a child
+    found that this service may not inspect its caller (`Unprovable`)."""
     import select
     import time
 
@@ -264,7 +267,8 @@ def _serve(sock: socket, lock: int, key: str, package: str, fingerprint: object,
     poller = select.poll()
     poller.register(sock.fileno(), select.POLLIN)
     while True:
-        _reap(children)
+        if _reap(children):
+            return
         if children:
             idle_since = time.monotonic()
         left = idle - (time.monotonic() - idle_since)
@@ -286,20 +290,26 @@ def _serve(sock: socket, lock: int, key: str, package: str, fingerprint: object,
                 sock.close()
                 os.close(lock)  # held by the service alone, not by its commands
                 _child(conn, key)
+            except Unprovable:
+                os._exit(UNPROVABLE)
             finally:
                 os._exit(125)
         children.add(pid)
         conn.close()
 
 
-def _reap(children: set[int]) -> None:
+def _reap(children: set[int]) -> bool:
+    """Forget the children that ended; True when one could not inspect its caller."""
+    unprovable = False
     for pid in list(children):
         try:
-            done, _ = os.waitpid(pid, os.WNOHANG)
+            done, status = os.waitpid(pid, os.WNOHANG)
         except ChildProcessError:
-            done = pid
+            done, status = pid, 0
         if done:
             children.discard(pid)
+            unprovable |= os.WIFEXITED(status) and os.WEXITSTATUS(status) == UNPROVABLE
+    return unprovable
 
 
 def _child(conn: socket, key: str) -> None:
@@ -328,22 +338,25 @@ def _child(conn: socket, key: str) -> None:
     for sig in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, signal.SIG_DFL)
     signal.signal(signal.SIGINT, signal.default_int_handler)
-    proof = os.memfd_create(PROOF, os.MFD_CLOEXEC)  # this connection's alone
-    greeter = _greet(conn, proof)
+    greeter = _greet(conn)
     if greeter is None:
         return
     got = _receive(conn)
     if got is None:
         return
     (argv, env, umask, ignored, limits), fds, senders = got
-    senders.add(greeter)
-    # Read once the whole request is here, of the process that sent all of it:
-    # one that confined itself after connecting, or handed the connection to
-    # a confined child, is seen as it is now (confinement only tightens).
+    # Proved, and the facts read, once the whole request is here, of the
+    # process that sent all of it: one that confined itself after connecting,
+    # or handed the connection to a confined child, is seen as it is now
+    # (confinement only tightens).
+    prover = _proven(conn)
+    if prover is None:
+        return
+    senders |= {greeter, prover}
     peer = peer_facts(conn)
     if peer is None or senders != {peer[0]} or confined(peer[1]):
         return
-    if service_key(env, peer[1]) != key or not same_file(fds[4], proof):
+    if service_key(env, peer[1]) != key:
         return  # another context's caller: not served, it runs in process
     if not _take_io_priority(peer[0]):
         return
@@ -398,10 +411,15 @@ def _take_io_priority(pid: int) -> bool:
     return bool(theirs == libc.syscall(get, 1, 0) or libc.syscall(put, 1, 0, theirs) == 0)
 
 
-def _greet(conn: socket, proof: int) -> int | None:
-    """The client's half of `serviceclient._handshake`: its memfd, opened through its
-    /proc/PID/fd, goes back with where to open `proof`. The pid that sent the
-    greeting, or None.
+class Unprovable(Exception):
+    """This service may not inspect a caller of its own key: it runs inside a
+    confinement the caller is not in (started by a caller in a Landlock domain),
+    so it gives its key up for one that can serve."""
+
+
+def _greet(conn: socket) -> int | None:
+    """The service's half of `serviceclient._handshake`: the client's memfd, opened
+    through its /proc/PID/fd, goes back. The pid that sent the greeting, or None.
 
     Opened O_PATH: whatever the descriptor is (a FIFO, a device), nothing
     waits on it and nothing is read.
@@ -424,12 +442,20 @@ def _greet(conn: socket, proof: int) -> int | None:
         raw = conn.getsockopt(socket.SOL_SOCKET, SO_PEERPIDFD, 4)
         pidfd = int.from_bytes(raw, sys.byteorder, signed=True)
         try:
-            pid = int.from_bytes(conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12)[:4],
-                                 sys.byteorder)
-            theirs = os.open(f"/proc/{pid}/fd/{number}", os.O_PATH | os.O_CLOEXEC)
+            cred = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12)
+            pid, uid = (int.from_bytes(cred[i:i + 4], sys.byteorder) for i in (0, 4))
+            try:
+                theirs = os.open(f"/proc/{pid}/fd/{number}", os.O_PATH | os.O_CLOEXEC)
+            except PermissionError:
+                # status, which needs no ptrace access (the namespaces would).
+                with open(f"/proc/{pid}/status", "rb") as f:
+                    status = f.read().splitlines()
+                if uid == os.getuid() and not confined(status):
+                    raise Unprovable from None  # no sandbox, yet out of this one's reach
+                return None
             try:
                 _signal.pidfd_send_signal(pidfd, 0)  # still that process: no pid reused
-                conn.sendmsg([b"C%d %d\n" % (os.getpid(), proof)],
+                conn.sendmsg([b"C\n"],
                              [(socket.SOL_SOCKET, socket.SCM_RIGHTS,
                                theirs.to_bytes(4, sys.byteorder))])
             finally:
@@ -439,6 +465,36 @@ def _greet(conn: socket, proof: int) -> int | None:
         return sender
     except (OSError, ValueError):
         return None
+
+
+def _proven(conn: socket) -> int | None:
+    """The pid that proved it may inspect this child, or None: a memfd made now, after
+    the whole request, which it must send back opened through /proc/PID/fd
+    (so it cannot have been opened before the caller entered a domain)."""
+    import socket
+
+    proof = os.memfd_create(PROOF, os.MFD_CLOEXEC)
+    got: list[int] = []
+    conn.settimeout(REQUEST_SECONDS)
+    try:
+        conn.sendall(b"V%d %d\n" % (os.getpid(), proof))
+        msg, anc, _flags, _ = conn.recvmsg(8, socket.CMSG_SPACE(12) + socket.CMSG_SPACE(4))
+        sender = None
+        for level, kind, payload in anc:
+            if level == socket.SOL_SOCKET and kind == socket.SCM_CREDENTIALS:
+                sender = int.from_bytes(payload[0:4], sys.byteorder)
+            elif level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+                got += [int.from_bytes(payload[i:i + 4], sys.byteorder, signed=True)
+                        for i in range(0, len(payload) - len(payload) % 4, 4)]
+        if msg != b"p" or len(got) != 1 or not same_file(got[0], proof):
+            return None
+        conn.settimeout(None)
+        return sender
+    except OSError:
+        return None
+    finally:
+        for fd in (proof, *got):
+            os.close(fd)
 
 
 def _receive(conn: socket) -> tuple[Request, list[int], set[int]] | None:

@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from collections.abc import Mapping
 
 #: What a request starts with; a service speaking another version is not used.
-MAGIC = b"stockade-service-2"
+MAGIC = b"stockade-service-3"
 #: Variables that change with every shell or directory and decide nothing the
 #: forked child imported: the child still takes their values from the request.
 KEY_IGNORES = frozenset({b"PWD", b"OLDPWD", b"SHLVL", b"_", b"COLUMNS", b"LINES"})
@@ -38,7 +38,8 @@ BOOT = ("import sys; sys.path.insert(0, sys.argv[1]); from stockade.service impo
         "sys.exit(main(sys.argv[2:]))")
 #: getsockopt's SO_PEERPIDFD (Linux 6.5), not in Python 3.11's socket module.
 SO_PEERPIDFD = 77
-#: The memfds each end opens through the other's /proc to prove it may (`_handshake`).
+#: The memfds each end opens through the other's /proc to prove it may
+#: (`_handshake`, `_prove`).
 PROOF = "stockade-service-proof"
 CLIENT_PROOF = "stockade-client-proof"
 #: Seconds the client gives a service to connect and answer its handshake: past
@@ -122,7 +123,8 @@ def service_dir(env: dict[str, str]) -> str:
 
 
 #: The namespaces a command inherits from the process that starts it.
-NAMESPACES = ("mnt", "pid", "net", "user", "ipc", "uts", "cgroup", "time")
+NAMESPACES = ("mnt", "pid", "net", "user", "ipc", "uts", "cgroup", "time",
+              "pid_for_children", "time_for_children")
 #: /proc/PID/status lines that say who the process is and what confines it.
 STATUS = (b"Uid", b"Gid", b"Groups", b"Threads", b"NoNewPrivs", b"Seccomp",
           b"Seccomp_filters", b"CapInh", b"CapPrm", b"CapEff", b"CapBnd", b"CapAmb",
@@ -130,6 +132,9 @@ STATUS = (b"Uid", b"Gid", b"Groups", b"Threads", b"NoNewPrivs", b"Seccomp",
           b"THP_enabled", b"Speculation_Store_Bypass", b"SpeculationIndirectBranch")
 #: SIGUSR1: how a served command learns that its service died (service._child).
 SIGUSR1_BIT = 1 << (10 - 1)
+#: Signals 32 and 33, which glibc's posix_spawn leaves ignored in the service it
+#: starts: the rest, real-time ones included, are the caller's and keyed.
+GLIBC_SIGNALS = (1 << 31) | (1 << 32)
 
 
 def process_facts(pid: str = "self") -> list[bytes] | None:
@@ -154,9 +159,7 @@ def process_facts(pid: str = "self") -> list[bytes] | None:
             for line in f.read().splitlines():
                 field, _, value = line.partition(b":")
                 if field in (b"SigBlk", b"SigIgn"):
-                    # Signals 1-31: glibc's posix_spawn leaves its own (32, 33)
-                    # ignored in the service it starts.
-                    line = b"%s:%x" % (field, int(value, 16) & 0x7FFFFFFF)
+                    line = b"%s:%x" % (field, int(value, 16) & ~GLIBC_SIGNALS)
                 if field in STATUS:
                     out.append(line)
         for name in ("cgroup", "loginuid", "sessionid", "oom_score_adj", "personality",
@@ -202,14 +205,15 @@ def _tasks_confined(base: str) -> int:
 
 def confined(facts: list[bytes]) -> bool:
     """Never served: under no_new_privs or a seccomp filter (a sandbox, Landlock among
-    them), in any thread, whose confinement cannot be compared; or ignoring
-    SIGUSR1, which a served command needs to learn that its service died."""
+    them), in any thread, whose confinement cannot be compared; or ignoring or
+    blocking SIGUSR1, which a served command needs to learn that its service
+    died or its client went."""
     for line in facts:
         key, _, value = line.partition(b":")
         value = value.strip()
         if key in (b"NoNewPrivs", b"Seccomp", b"Tasks_confined") and value != b"0":
             return True
-        if key == b"SigIgn" and int(value, 16) & SIGUSR1_BIT:
+        if key in (b"SigIgn", b"SigBlk") and int(value, 16) & SIGUSR1_BIT:
             return True
     return False
 
@@ -404,26 +408,25 @@ def _served(sock: socket, args: list[str]) -> int:
     import _socket
 
     try:
-        proof = _handshake(sock)
-    except (OSError, ValueError) as exc:
-        raise _Gone from exc
-    cwd = os.open(".", os.O_PATH | os.O_DIRECTORY)
-    fds = [0, 1, 2, cwd, proof]
+        cwd = os.open(".", os.O_PATH | os.O_DIRECTORY)
+    except OSError as exc:
+        raise _Gone from exc  # in process, the run says what is wrong with it
     try:
+        _handshake(sock)
         payload = request(args)
-        rights = b"".join(fd.to_bytes(4, sys.byteorder, signed=True) for fd in fds)
+        rights = b"".join(fd.to_bytes(4, sys.byteorder, signed=True) for fd in (0, 1, 2, cwd))
         sent = sock.sendmsg([len(payload).to_bytes(4, "big"), payload],
                             [(_socket.SOL_SOCKET, _socket.SCM_RIGHTS, rights)])
         total = 4 + len(payload)
         while sent < total:
             view = (len(payload).to_bytes(4, "big") + payload)[sent:]
             sent += sock.send(view)
-    except OSError as exc:
+        _prove(sock)
+    except (OSError, ValueError) as exc:
         raise _Gone from exc
     finally:
         os.close(cwd)
-        os.close(proof)
-    sock.settimeout(None)  # the service has the descriptors: it runs the command
+    sock.settimeout(None)  # proved: the child runs the command
     frames = _Frames(sock)
     first = frames.next()
     if first is None or not first.startswith(b"P"):
@@ -455,40 +458,61 @@ def _served(sock: socket, args: list[str]) -> int:
             return 128 + signum
 
 
-def _handshake(sock: socket) -> int:
-    """The service child's proof, opened: each end opens a memfd of the other's through
-    /proc/PID/fd, which only a process that may inspect it can (ptrace access).
+def _handshake(sock: socket) -> None:
+    """Each end proves it may inspect the other by opening a memfd of the other's
+    through /proc/PID/fd, which only such a process can (ptrace access): this
+    is the client's memfd, made for this connection, which the listener must
+    hand back opened before anything else is sent.
 
-    The client's memfd, returned opened by the listener, shows that the
-    listener is not in a Landlock domain this caller is not in (Landlock's
-    ptrace scope; /proc shows no domain, and root needs no no_new_privs to
-    enter one): only then are descriptors sent. The child's memfd, made after
-    the connection, is sent opened with the request and tells the service the
-    same of the caller; made per connection, it cannot have been opened before
-    the caller entered a domain.
+    A Landlock domain shows nowhere in /proc, and root needs no no_new_privs
+    to enter one: a listener in a domain this caller is not in cannot open
+    it, and gets none of the caller's descriptors. The other way round is
+    `_prove`.
     """
-    import _socket
 
     mine = os.memfd_create(CLIENT_PROOF, os.MFD_CLOEXEC)
     try:
         sock.sendall(b"H%d\n" % mine)
-        msg, anc, _flags, _addr = sock.recvmsg(64, _socket.CMSG_SPACE(4))
-        got = [int.from_bytes(data[i:i + 4], sys.byteorder, signed=True)
-               for level, kind, data in anc
-               if level == _socket.SOL_SOCKET and kind == _socket.SCM_RIGHTS
-               for i in range(0, len(data) - len(data) % 4, 4)]
+        msg, got = _answer(sock)
         try:
-            if len(got) != 1 or not same_file(got[0], mine):
+            if msg != b"C\n" or len(got) != 1 or not same_file(got[0], mine):
                 raise ValueError("the listener could not open this caller's proof")
         finally:
             for fd in got:
                 os.close(fd)
-        if not (msg.startswith(b"C") and msg.endswith(b"\n")):
-            raise ValueError("not a service's answer")
-        pid, fd = (int(x) for x in msg[1:-1].split(b" "))
-        return os.open(f"/proc/{pid}/fd/{fd}", os.O_PATH | os.O_CLOEXEC)
     finally:
         os.close(mine)
+
+
+def _prove(sock: socket) -> None:
+    """Open the memfd the service's child made once the request arrived, through its
+    /proc/PID/fd, and send it back: made after the request, it cannot have been
+    opened before this caller entered a domain."""
+    import _socket
+
+    msg, got = _answer(sock)
+    for fd in got:
+        os.close(fd)
+    if got or not (msg.startswith(b"V") and msg.endswith(b"\n")):
+        raise ValueError("not a service's answer")
+    pid, number = (int(x) for x in msg[1:-1].split(b" "))
+    proof = os.open(f"/proc/{pid}/fd/{number}", os.O_PATH | os.O_CLOEXEC)
+    try:
+        sock.sendmsg([b"p"], [(_socket.SOL_SOCKET, _socket.SCM_RIGHTS,
+                               proof.to_bytes(4, sys.byteorder))])
+    finally:
+        os.close(proof)
+
+
+def _answer(sock: socket) -> tuple[bytes, list[int]]:
+    """One frame of the handshake and the descriptors that came with it."""
+    import _socket
+
+    msg, anc, _flags, _addr = sock.recvmsg(64, _socket.CMSG_SPACE(4))
+    return msg, [int.from_bytes(data[i:i + 4], sys.byteorder, signed=True)
+                 for level, kind, data in anc
+                 if level == _socket.SOL_SOCKET and kind == _socket.SCM_RIGHTS
+                 for i in range(0, len(data) - len(data) % 4, 4)]
 
 
 def same_file(a: int, b: int) -> bool:

@@ -234,7 +234,7 @@ def test_approvals_without_a_terminal_are_denied_as_in_process(box: Box) -> None
 SEND = r"""
 import os, socket, sys
 sys.path.insert(0, sys.argv[1])
-from stockade.serviceclient import _handshake, request
+from stockade.serviceclient import _handshake, _prove, request
 s = socket.socket(socket.AF_UNIX)
 try:
     s.connect(sys.argv[2])
@@ -244,12 +244,13 @@ data = request(["--mode", "workspace-write", "--", "/bin/sh", "-c", "echo ran > 
 cwd = os.open(".", os.O_PATH)
 try:
     try:
-        proof = _handshake(s)
+        _handshake(s)
+        s.sendmsg([len(data).to_bytes(4, "big"), data],
+                  [(socket.SOL_SOCKET, socket.SCM_RIGHTS,
+                    b"".join(fd.to_bytes(4, sys.byteorder) for fd in (0, 1, 2, cwd)))])
+        _prove(s)
     except ValueError:
         print("answer b''"); sys.exit(0)  # closed unanswered
-    s.sendmsg([len(data).to_bytes(4, "big"), data],
-               [(socket.SOL_SOCKET, socket.SCM_RIGHTS,
-                 b"".join(fd.to_bytes(4, sys.byteorder) for fd in (0, 1, 2, cwd, proof)))])
     got = s.recv(64)
     while got and not got.rstrip().split(b"\n")[-1].startswith(b"X"):
         more = s.recv(64)  # the client's end would end the command
@@ -311,7 +312,8 @@ def test_a_sandboxed_command_cannot_reach_the_service(box: Box, backend: str) ->
 # `proof` is the service child's memfd opened through its /proc, or one of the
 # caller's own where that is refused.
 HANDSHAKE = r"""
-def handshake(s):
+def greet(s):
+    # The service opens this memfd through the caller's /proc and hands it back.
     mine = os.memfd_create("stockade-client-proof")
     s.sendall(b"H%d\n" % mine)
     msg, anc, _, _ = s.recvmsg(64, socket.CMSG_SPACE(4))
@@ -320,12 +322,49 @@ def handshake(s):
     if not msg:
         print("ANSWER b''")  # the service would not open the caller's memfd
         sys.exit(0)
+
+
+def send(s, data, fds):
+    s.sendmsg([len(data).to_bytes(4, "big"), data],
+              [(socket.SOL_SOCKET, socket.SCM_RIGHTS,
+                b"".join(fd.to_bytes(4, sys.byteorder) for fd in fds))])
+
+
+def prove(s, send=True, use=None):
+    # The child's memfd, made once the request is in, opened through its /proc.
+    msg, anc, _, _ = s.recvmsg(64, socket.CMSG_SPACE(4))
+    if not msg:
+        print("ANSWER b''")
+        sys.exit(0)
     pid, n = msg[1:-1].split()
     try:
-        return os.open(f"/proc/{int(pid)}/fd/{int(n)}", os.O_PATH)
+        proof = os.open(f"/proc/{int(pid)}/fd/{int(n)}", os.O_PATH)
     except OSError as exc:
         print("NO PROOF", exc)  # a service this process may not inspect
-        return os.memfd_create("stockade-service-proof")
+        proof = os.memfd_create("stockade-service-proof")
+    if send:
+        s.sendmsg([b"p"], [(socket.SOL_SOCKET, socket.SCM_RIGHTS,
+                            (proof if use is None else use).to_bytes(4, sys.byteorder))])
+    return proof
+
+
+def answer(s):
+    got = b""
+    while True:
+        more = s.recv(64)
+        if not more:
+            break
+        got += more
+    print("ANSWER", got)
+
+
+def request(env, argv):
+    # What Python adds to its own environment on a C locale (PEP 538), as the client had.
+    env.update({k: v for k, v in os.environ.items() if k == "LC_CTYPE"})
+    items = [b"stockade-service-3", str(len(argv)).encode(), *map(os.fsencode, argv)]
+    pairs = [(k + "=" + v).encode() for k, v in env.items()]
+    items += [str(len(pairs)).encode(), *pairs, b"18", b"", b""]
+    return b"".join(len(i).to_bytes(4, "big") + i for i in items)
 """
 
 # A request built by hand: run ARGV with the environment given as JSON, descriptors 0-2
@@ -334,27 +373,13 @@ FORGE = r"""
 import json, os, socket, sys
 """ + HANDSHAKE + r"""
 path, env, argv = sys.argv[1], json.loads(sys.argv[2]), sys.argv[3:]
-# What Python adds to its own environment on a C locale (PEP 538), as the client had.
-env.update({k: v for k, v in os.environ.items() if k == "LC_CTYPE"})
-items = [b"stockade-service-2", str(len(argv)).encode(), *map(os.fsencode, argv)]
-pairs = [(k + "=" + v).encode() for k, v in env.items()]
-items += [str(len(pairs)).encode(), *pairs, b"18", b"", b""]
-data = b"".join(len(i).to_bytes(4, "big") + i for i in items)
 s = socket.socket(socket.AF_UNIX)
 try:
     s.connect(path)
-    cwd = os.open(".", os.O_PATH)
-    fds = [0, 1, 2, cwd, handshake(s)]
-    s.sendmsg([len(data).to_bytes(4, "big"), data],
-               [(socket.SOL_SOCKET, socket.SCM_RIGHTS,
-                 b"".join(fd.to_bytes(4, sys.byteorder) for fd in fds))])
-    got = b""
-    while not got.endswith((b"\n", b"")) or not got.split(b"\n")[-2:][0].startswith((b"X", b"K")):
-        more = s.recv(64)
-        if not more:
-            break
-        got += more
-    print("ANSWER", got)
+    greet(s)
+    send(s, request(env, argv), [0, 1, 2, os.open(".", os.O_PATH)])
+    prove(s)
+    answer(s)
 except OSError as exc:
     print("REFUSED", type(exc).__name__, exc)
 """
@@ -394,7 +419,6 @@ def test_a_sandboxed_command_cannot_use_another_contexts_service(box: Box, backe
 LISTEN = r"""
 import os, socket, sys, time
 path, result = sys.argv[1], sys.argv[2]
-proof = os.memfd_create("stockade-service-proof")
 os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
 s = socket.socket(socket.AF_UNIX)
 s.bind(path)
@@ -413,7 +437,7 @@ try:
             theirs = os.open(f"/proc/{pid}/fd/{int(hello[1:-1])}", os.O_PATH)
         except PermissionError:
             theirs = os.memfd_create("stockade-client-proof")
-        conn.sendmsg([b"C%d %d\n" % (os.getpid(), proof)],
+        conn.sendmsg([b"C\n"],
                      [(socket.SOL_SOCKET, socket.SCM_RIGHTS, theirs.to_bytes(4, sys.byteorder))])
         msg, anc, _, _ = conn.recvmsg(1 << 16, socket.CMSG_SPACE(64))
         if anc:
@@ -466,42 +490,49 @@ def test_a_listener_in_a_sandbox_never_gets_the_callers_descriptors(box: Box) ->
     assert result.read_text().startswith("descriptors")
 
 
-# Enters a Landlock domain that lets nothing be read beneath argv[1] and execs the rest,
-# with no no_new_privs (root, with CAP_SYS_ADMIN, may): /proc shows no trace of it.
-LANDLOCK = r"""
-import ctypes, os, sys
-secret, argv = os.path.realpath(sys.argv[1]), sys.argv[2:]
-libc = ctypes.CDLL(None, use_errno=True)
-READ_FILE = 1 << 2
-attr = ctypes.c_uint64(READ_FILE)
-ruleset = libc.syscall(444, ctypes.byref(attr), ctypes.sizeof(attr), 0)
-assert ruleset >= 0, ctypes.get_errno()
+# enter(secret): a Landlock domain that lets nothing be read beneath `secret`, with no
+# no_new_privs (root, with CAP_SYS_ADMIN, may): /proc shows no trace of it.
+ENTER_LANDLOCK = r"""
+def enter(secret):
+    import ctypes
+    secret = os.path.realpath(secret)
+    libc = ctypes.CDLL(None, use_errno=True)
+    READ_FILE = 1 << 2
+    attr = ctypes.c_uint64(READ_FILE)
+    ruleset = libc.syscall(444, ctypes.byref(attr), ctypes.sizeof(attr), 0)
+    assert ruleset >= 0, ctypes.get_errno()
 
-class Beneath(ctypes.Structure):
-    _pack_ = 1
-    _fields_ = [("allowed", ctypes.c_uint64), ("parent_fd", ctypes.c_int32)]
+    class Beneath(ctypes.Structure):
+        _pack_ = 1
+        _fields_ = [("allowed", ctypes.c_uint64), ("parent_fd", ctypes.c_int32)]
 
-def allow(path):
-    fd = os.open(path, os.O_PATH)
-    rule = Beneath(READ_FILE, fd)
-    assert libc.syscall(445, ruleset, 1, ctypes.byref(rule), 0) == 0
-    os.close(fd)
+    def allow(path):
+        fd = os.open(path, os.O_PATH)
+        rule = Beneath(READ_FILE, fd)
+        assert libc.syscall(445, ruleset, 1, ctypes.byref(rule), 0) == 0
+        os.close(fd)
 
-# Everything but the secret: each sibling along the way down to it.
-parent = "/"
-for part in secret.strip("/").split("/"):
-    for name in os.listdir(parent):
-        if name != part:
-            allow(os.path.join(parent, name))
-    parent = os.path.join(parent, part)
-assert libc.syscall(446, ruleset, 0) == 0, ctypes.get_errno()
-os.execv(argv[0], argv)
+    # Everything but the secret: each sibling along the way down to it.
+    parent = "/"
+    for part in secret.strip("/").split("/"):
+        for name in os.listdir(parent):
+            if name != part:
+                allow(os.path.join(parent, name))
+        parent = os.path.join(parent, part)
+    assert libc.syscall(446, ruleset, 0) == 0, ctypes.get_errno()
+"""
+
+# That domain entered, the rest of argv run in it: `LANDLOCK SECRET ARGV...`.
+LANDLOCK = "import os, sys\n" + ENTER_LANDLOCK + r"""
+enter(sys.argv[1])
+os.execv(sys.argv[2], sys.argv[2:])
 """
 
 
 def test_a_caller_in_a_landlock_domain_without_no_new_privs_is_not_served(box: Box) -> None:
     """What /proc cannot show, the caller proves it is free of: it must be able to open
-    the service's own /proc/PID/environ (Landlock's ptrace scope forbids it)."""
+    the memfd of the child serving it through its /proc (Landlock's ptrace scope
+    forbids it)."""
     if box.runner.switches_user:
         pytest.skip("a Landlock domain without no_new_privs needs CAP_SYS_ADMIN: root's case")
     started(box)
@@ -556,45 +587,44 @@ def test_a_listener_in_a_landlock_domain_never_gets_the_callers_descriptors(box:
     assert result.read_text().startswith("descriptors")
 
 
-REUSED_PROOF = HANDSHAKE + r"""
-import os, socket, sys
-path, env, out = sys.argv[1], json.loads(sys.argv[2]), sys.argv[3]
-env.update({k: v for k, v in os.environ.items() if k == "LC_CTYPE"})
-argv = ["--mode", "workspace-write", "--", "/bin/sh", "-c", "echo ran >> " + out]
-items = [b"stockade-service-2", str(len(argv)).encode(), *map(os.fsencode, argv)]
-pairs = [(k + "=" + v).encode() for k, v in env.items()]
-items += [str(len(pairs)).encode(), *pairs, b"18", b"", b""]
-data = b"".join(len(i).to_bytes(4, "big") + i for i in items)
-first = socket.socket(socket.AF_UNIX)
-first.connect(path)
-held = handshake(first)  # a proof opened while free to, kept
-first.close()
+# Proves with a proof of an earlier connection ("held"), or after entering a Landlock
+# domain once greeted ("landlock", root), or as a client does ("fresh").
+LATE_PROOF = r"""
+import ctypes, json, os, socket, sys
+""" + HANDSHAKE + ENTER_LANDLOCK + r"""
+path, env, out, how = sys.argv[1], json.loads(sys.argv[2]), sys.argv[3], sys.argv[4]
+data = request(env, ["--mode", "workspace-write", "--", "/bin/sh", "-c", "echo ran >> " + out])
+held = None
+if how == "held":
+    first = socket.socket(socket.AF_UNIX)
+    first.connect(path)
+    greet(first)
+    send(first, data, [0, 1, 2, os.open(".", os.O_PATH)])
+    held = prove(first, send=False)  # opened while free to, kept
+    first.close()
 s = socket.socket(socket.AF_UNIX)
 s.connect(path)
-fresh = handshake(s)
-proof = held if sys.argv[4] == "held" else fresh
-s.sendmsg([len(data).to_bytes(4, "big"), data],
-          [(socket.SOL_SOCKET, socket.SCM_RIGHTS,
-            b"".join(fd.to_bytes(4, sys.byteorder) for fd in (0, 1, 2, os.open(".", os.O_PATH),
-                                                              proof)))])
-got = b""
-while True:
-    more = s.recv(64)
-    if not more:
-        break
-    got += more
-print("ANSWER", got)
+greet(s)
+if how == "landlock":
+    enter(sys.argv[5])
+send(s, data, [0, 1, 2, os.open(".", os.O_PATH)])
+prove(s, use=held)
+answer(s)
 """
 
 
-def test_a_proof_is_good_for_its_own_connection_only(box: Box) -> None:
-    """A proof opened once (before the caller entered a Landlock domain, say) does not
-    serve a later connection."""
+@pytest.mark.parametrize("how", ["held", "landlock"])
+def test_a_proof_is_made_once_the_request_is_in(box: Box, how: str) -> None:
+    """A proof opened earlier (on another connection, or on this one before the caller
+    entered a Landlock domain) does not serve the request."""
+    if how == "landlock" and box.runner.switches_user:
+        pytest.skip("a Landlock domain without no_new_privs needs CAP_SYS_ADMIN: root's case")
     started(box)
     sock = str(next(service_dir(box).glob("*.sock")))
     out = box.ws / "ran"
-    script = ["import json\n" + REUSED_PROOF, sock, json.dumps(box.env()), str(out)]
-    res = box.host([SYSTEM_PYTHON, "-I", "-c", *script, "held"])
+    secret = box.mkdir("secret")
+    script = [LATE_PROOF, sock, json.dumps(box.env()), str(out)]
+    res = box.host([SYSTEM_PYTHON, "-I", "-c", *script, how, str(secret)])
     assert b"ANSWER b''" in res.stdout, res
     time.sleep(0.5)
     assert not out.exists()
@@ -622,18 +652,125 @@ def test_a_stopped_service_does_not_hold_a_command_up(box: Box) -> None:
     assert out.read_text() == "ran\n"
 
 
-def test_a_caller_that_ignores_sigusr1_runs_in_process(box: Box) -> None:
-    """A served command would get SIGUSR1 back (its service's end is told by it). The
-    first run would start a service of this caller's key, the second be served."""
-    script = "kill -USR1 $$; echo alive"
-    for how in ("--service", "--service", "--no-service"):
-        argv = box.runner.cli_argv(["run", how, "--", "/bin/sh", "-c", script])
-        res = box.host([SYSTEM_PYTHON, "-I", "-c",
-                        "import os, signal, sys; signal.signal(signal.SIGUSR1, signal.SIG_IGN);"
-                        " os.execv(sys.argv[1], sys.argv[1:])", *argv])
-        assert (res.returncode, res.stdout) == (0, b"alive\n"), (how, res)
+SIGNALS_THEN = r"""
+import os, signal, sys
+for n in filter(None, sys.argv[1].split(",")):
+    signal.signal(int(n), signal.SIG_IGN)
+signal.pthread_sigmask(signal.SIG_BLOCK, [int(n) for n in filter(None, sys.argv[2].split(","))])
+os.execv(sys.argv[3], sys.argv[3:])
+"""
+
+
+def _with_signals(box: Box, ignored: str, blocked: str, argv: list[str]
+                  ) -> subprocess.CompletedProcess[bytes]:
+    """ARGV run with the signals IGNORED and BLOCKED (comma-separated numbers)."""
+    return box.host([SYSTEM_PYTHON, "-I", "-c", SIGNALS_THEN, ignored, blocked, *argv])
+
+
+@pytest.mark.parametrize("how", ["ignored", "blocked"])
+def test_a_caller_that_ignores_or_blocks_sigusr1_runs_in_process(box: Box, how: str) -> None:
+    """A served command learns by SIGUSR1 that its service died or its client went: a
+    caller ignoring or blocking it would keep its command past both. The first
+    run would start a service of this caller's key, the second be served."""
+    usr1 = str(int(signal.SIGUSR1))
+    ignored, blocked = (usr1, "") if how == "ignored" else ("", usr1)
+    for where in ("--service", "--service", "--no-service"):
+        argv = box.runner.cli_argv(["run", where, "--", "/bin/sh", "-c",
+                                    "kill -USR1 $$; echo alive"])
+        res = _with_signals(box, ignored, blocked, argv)
+        assert (res.returncode, res.stdout) == (0, b"alive\n"), (where, res)
         time.sleep(1.5)
     assert not services(box)
+
+
+def test_real_time_signals_ignored_or_blocked_are_the_commands(box: Box) -> None:
+    # A service of the key these callers would have but for their signals (started
+    # through the same interpreter, for its LC_CTYPE), which must not serve them.
+    _with_signals(box, "", "", box.runner.cli_argv(["run", "--service", "--", "/bin/true"]))
+    deadline = time.monotonic() + 20
+    while not services(box) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert services(box)
+    time.sleep(1)
+    outs = []
+    for where in ("--service", "--service", "--no-service"):
+        argv = box.runner.cli_argv(["run", where, "--", "/bin/grep", "-E", "^Sig(Blk|Ign)",
+                                    "/proc/self/status"])
+        res = _with_signals(box, "36", "40", argv)
+        assert res.returncode == 0, res.stderr
+        outs.append(res.stdout)
+        time.sleep(1.5)
+    assert outs[0] == outs[1] == outs[2], outs
+
+
+def test_a_caller_with_another_pid_namespace_for_its_children_is_not_served(box: Box
+                                                                            ) -> None:
+    if box.runner.switches_user:
+        pytest.skip("unshare -p without a user namespace needs CAP_SYS_ADMIN: root's case")
+    started(box)
+    outs = []
+    for where in ("--service", "--no-service"):
+        argv = box.runner.cli_argv(["run", where, "--", "/bin/sh", "-c", "echo ok"])
+        res = box.host(["unshare", "-p", *argv])
+        outs.append((res.returncode, res.stdout))
+    assert outs[0] == outs[1], outs
+
+
+def test_a_working_directory_that_cannot_be_opened_is_reported_as_in_process(box: Box
+                                                                           ) -> None:
+    if not box.runner.switches_user:
+        pytest.skip("root searches any directory: the unprivileged user's case")
+    started(box)
+    d = box.mkdir("ws/shut")
+    os.chmod(d, 0)
+    try:
+        here = box.run(["/bin/true"], options=["--no-service"], cwd=d)
+        there = box.run(["/bin/true"], options=["--service"], cwd=d)
+    finally:
+        os.chmod(d, 0o755)
+    assert (there.returncode, there.stderr) == (here.returncode, here.stderr), there
+    assert b"Traceback" not in there.stderr
+
+
+def test_a_service_started_inside_a_landlock_domain_gives_way(box: Box) -> None:
+    """Root in a Landlock domain without no_new_privs starts a service, which inherits
+    the domain and may not inspect an unconfined caller: it gives its key up at
+    the first such caller, and the next run is served by one outside."""
+    if box.runner.switches_user:
+        pytest.skip("a Landlock domain without no_new_privs needs CAP_SYS_ADMIN: root's case")
+    secret = box.mkdir("secret")
+    inside = box.runner.cli_argv(["run", "--service", "--backend", "landlock", "--",
+                                  "/bin/true"])
+    box.host([SYSTEM_PYTHON, "-I", "-c", LANDLOCK, str(secret), *inside])
+    deadline = time.monotonic() + 20
+    while not services(box) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    [confined_pid] = services(box)
+    time.sleep(1)
+    # Through the same interpreter as the domain's caller, so of the same key (its
+    # LC_CTYPE).
+    plain = box.runner.cli_argv(["run", "--service", "--", "/bin/sh", "-c", "echo ran"])
+    res = _with_signals(box, "", "", plain)
+    assert (res.returncode, res.stdout) == (0, b"ran\n"), res.stderr
+    deadline = time.monotonic() + 10
+    while confined_pid in services(box) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert confined_pid not in services(box), "the confined service kept the key"
+    # The run started one outside, which serves the next.
+    deadline = time.monotonic() + 10
+    while not services(box) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    [outside] = services(box)
+    marker = _marker()
+    proc = box.runner.popen([SYSTEM_PYTHON, "-I", "-c", SIGNALS_THEN, "", "",
+                             *box.runner.cli_argv(["run", "--service", "--", "sleep", marker])],
+                            cwd=box.ws, env=box.env(), stdin=subprocess.DEVNULL,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_served(outside, marker)
+    finally:
+        proc.kill()
+        proc.wait()
 
 
 @pytest.mark.parametrize("how", [["chrt", "-b", "0"], ["ionice", "-c", "3"]],

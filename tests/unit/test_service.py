@@ -23,10 +23,10 @@ def test_a_request_travels_whole() -> None:
 
 
 @pytest.mark.parametrize("data", [
-    b"", b"\0\0\0\x05abc", b"\0\0\0\x03abc", b"\0\0\0\x12stockade-service-2",
+    b"", b"\0\0\0\x05abc", b"\0\0\0\x03abc", b"\0\0\0\x12stockade-service-3",
     serviceclient.request(["x"])[:-3],
     serviceclient.request(["x"]) + b"\0\0\0\x01z",
-    serviceclient.request(["x"]).replace(b"stockade-service-2", b"stockade-service-9"),
+    serviceclient.request(["x"]).replace(b"stockade-service-3", b"stockade-service-9"),
 ])
 def test_anything_else_is_refused(data: bytes) -> None:
     with pytest.raises(ValueError):
