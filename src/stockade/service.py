@@ -447,10 +447,17 @@ def _greet(conn: socket) -> int | None:
             try:
                 theirs = os.open(f"/proc/{pid}/fd/{number}", os.O_PATH | os.O_CLOEXEC)
             except PermissionError:
-                # status, which needs no ptrace access (the namespaces would).
+                # Its status, which needs no ptrace access (the namespaces would),
+                # read while the pidfd shows the connecting process still alive:
+                # a confined sender must not make a service give up through
+                # the unconfined process that got its pid.
                 with open(f"/proc/{pid}/status", "rb") as f:
                     status = f.read().splitlines()
-                if uid == os.getuid() and not confined(status):
+                _signal.pidfd_send_signal(pidfd, 0)
+                uids = next((line.split()[1:] for line in status if line.startswith(b"Uid:")),
+                            [])
+                if (sender == pid and uid == os.getuid() and not confined(status)
+                        and uids and all(int(u) == uid for u in uids)):
                     raise Unprovable from None  # no sandbox, yet out of this one's reach
                 return None
             try:

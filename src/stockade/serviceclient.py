@@ -42,9 +42,10 @@ SO_PEERPIDFD = 77
 #: (`_handshake`, `_prove`).
 PROOF = "stockade-service-proof"
 CLIENT_PROOF = "stockade-client-proof"
-#: Seconds the client gives a service to connect and answer its handshake: past
-#: them (a stopped or wedged service) the command runs in process.
-HANDSHAKE_SECONDS = 3.0
+#: Seconds the client gives a service for each step of the exchange: past them (a
+#: stopped or wedged service) the command runs in process. Each step takes
+#: milliseconds; a loaded machine must not send commands in process for it.
+HANDSHAKE_SECONDS = 10.0
 #: Held while a service counts the others and takes its key (service._listen).
 START_LOCK = "start.lock"
 #: Services one user may have at once (one per key); past it, commands run in process.

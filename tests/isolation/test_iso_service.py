@@ -635,7 +635,7 @@ def test_a_proof_is_made_once_the_request_is_in(box: Box, how: str) -> None:
 
 def test_a_stopped_service_does_not_hold_a_command_up(box: Box) -> None:
     """A service that never answers (stopped, wedged): the command runs in process after
-    the handshake's few seconds, and once the service goes on, it runs nothing of it."""
+    a step's deadline, and once the service goes on, it runs nothing of it."""
     pid = started(box)
     out = box.ws / "ran"
     os.kill(pid, signal.SIGSTOP)
@@ -645,7 +645,7 @@ def test_a_stopped_service_does_not_hold_a_command_up(box: Box) -> None:
                       mode="workspace-write")
         took = time.monotonic() - begun
         assert res.returncode == 0, res.stderr
-        assert took < RUN_TIMEOUT / 2, took
+        assert took < 25, took  # a step's 10 s, then the run in process
     finally:
         os.kill(pid, signal.SIGCONT)
     time.sleep(2)
