@@ -33,6 +33,7 @@ from .serviceclient import (
     PROOF,
     SO_PEERPIDFD,
     START_LOCK,
+    ancillary,
     confined,
     live_services,
     parse_request,
@@ -430,13 +431,10 @@ def _greet(conn: socket) -> int | None:
     conn.settimeout(REQUEST_SECONDS)
     try:
         msg, anc, _flags, _ = conn.recvmsg(64, socket.CMSG_SPACE(12) + socket.CMSG_SPACE(4))
-        sender = None
-        for level, kind, payload in anc:
-            if level == socket.SOL_SOCKET and kind == socket.SCM_CREDENTIALS:
-                sender = int.from_bytes(payload[0:4], sys.byteorder)
-            elif level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
-                return None  # no descriptors before the proofs
-        if sender is None or not (msg.startswith(b"H") and msg.endswith(b"\n")):
+        sender, fds = ancillary(anc)
+        for fd in fds:
+            os.close(fd)
+        if fds or sender is None or not (msg.startswith(b"H") and msg.endswith(b"\n")):
             return None
         number = int(msg[1:-1])
         raw = conn.getsockopt(socket.SOL_SOCKET, SO_PEERPIDFD, 4)
@@ -486,13 +484,7 @@ def _proven(conn: socket) -> int | None:
     try:
         conn.sendall(b"V%d %d\n" % (os.getpid(), proof))
         msg, anc, _flags, _ = conn.recvmsg(8, socket.CMSG_SPACE(12) + socket.CMSG_SPACE(4))
-        sender = None
-        for level, kind, payload in anc:
-            if level == socket.SOL_SOCKET and kind == socket.SCM_CREDENTIALS:
-                sender = int.from_bytes(payload[0:4], sys.byteorder)
-            elif level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
-                got += [int.from_bytes(payload[i:i + 4], sys.byteorder, signed=True)
-                        for i in range(0, len(payload) - len(payload) % 4, 4)]
+        sender, got = ancillary(anc)
         if msg != b"p" or len(got) != 1 or not same_file(got[0], proof):
             return None
         conn.settimeout(None)
@@ -521,24 +513,15 @@ def _receive(conn: socket) -> tuple[Request, list[int], set[int]] | None:
             msg, anc, _flags, _ = conn.recvmsg(want, space)
             if not msg:
                 return None
-            sent = False
-            for level, kind, payload in anc:
-                if level != socket.SOL_SOCKET:
-                    continue
-                if kind == socket.SCM_CREDENTIALS:
-                    senders.add(int.from_bytes(payload[0:4], sys.byteorder))
-                    sent = True
-                elif kind == socket.SCM_RIGHTS:
-                    usable = len(payload) - len(payload) % 4
-                    got = [int.from_bytes(payload[i:i + 4], sys.byteorder, signed=True)
-                           for i in range(0, usable, 4)]
-                    if data:  # descriptors come with the first part only
-                        for fd in got:
-                            os.close(fd)
-                        return None
-                    fds += got
-            if not sent:
+            sender, got = ancillary(anc)
+            if data and got:  # descriptors come with the first part only
+                for fd in got:
+                    os.close(fd)
                 return None
+            fds += got
+            if sender is None:
+                return None
+            senders.add(sender)
             data += msg
             if size < 0 and len(data) >= 4:
                 size = int.from_bytes(data[:4], "big")

@@ -131,6 +131,8 @@ STATUS = (b"Uid", b"Gid", b"Groups", b"Threads", b"NoNewPrivs", b"Seccomp",
           b"Seccomp_filters", b"CapInh", b"CapPrm", b"CapEff", b"CapBnd", b"CapAmb",
           b"Cpus_allowed_list", b"Mems_allowed_list", b"SigBlk", b"SigIgn",
           b"THP_enabled", b"Speculation_Store_Bypass", b"SpeculationIndirectBranch")
+#: The status lines that say a thread is confined (no_new_privs, a seccomp filter).
+CONFINING = (b"NoNewPrivs", b"Seccomp")
 #: SIGUSR1: how a served command learns that its service died (service._child).
 SIGUSR1_BIT = 1 << (10 - 1)
 #: Signals 32 and 33, which glibc's posix_spawn leaves ignored in the service it
@@ -199,7 +201,7 @@ def _tasks_confined(base: str) -> int:
             continue  # the thread ended meanwhile
         for line in lines:
             key, _, value = line.partition(b":")
-            if key in (b"NoNewPrivs", b"Seccomp") and value.strip() != b"0":
+            if key in CONFINING and value.strip() != b"0":
                 return 1
     return 0
 
@@ -212,7 +214,7 @@ def confined(facts: list[bytes]) -> bool:
     for line in facts:
         key, _, value = line.partition(b":")
         value = value.strip()
-        if key in (b"NoNewPrivs", b"Seccomp", b"Tasks_confined") and value != b"0":
+        if (key in CONFINING or key == b"Tasks_confined") and value != b"0":
             return True
         if key in (b"SigIgn", b"SigBlk") and int(value, 16) & SIGUSR1_BIT:
             return True
@@ -510,10 +512,25 @@ def _answer(sock: socket) -> tuple[bytes, list[int]]:
     import _socket
 
     msg, anc, _flags, _addr = sock.recvmsg(64, _socket.CMSG_SPACE(4))
-    return msg, [int.from_bytes(data[i:i + 4], sys.byteorder, signed=True)
-                 for level, kind, data in anc
-                 if level == _socket.SOL_SOCKET and kind == _socket.SCM_RIGHTS
-                 for i in range(0, len(data) - len(data) % 4, 4)]
+    return msg, ancillary(anc)[1]
+
+
+def ancillary(anc: list[tuple[int, int, bytes]]) -> tuple[int | None, list[int]]:
+    """What came with a message: the sender's pid (SCM_CREDENTIALS), None without
+    it, and the descriptors (SCM_RIGHTS), which are the receiver's to close."""
+    import _socket
+
+    sender = None
+    fds: list[int] = []
+    for level, kind, data in anc:
+        if level != _socket.SOL_SOCKET:
+            continue
+        if kind == _socket.SCM_CREDENTIALS:
+            sender = int.from_bytes(data[0:4], sys.byteorder)
+        elif kind == _socket.SCM_RIGHTS:
+            fds += [int.from_bytes(data[i:i + 4], sys.byteorder, signed=True)
+                    for i in range(0, len(data) - len(data) % 4, 4)]
+    return sender, fds
 
 
 def same_file(a: int, b: int) -> bool:
