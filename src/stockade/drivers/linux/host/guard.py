@@ -62,6 +62,11 @@ if TYPE_CHECKING:
     from .gitconfig import PrivateConfigs
     from .treewatch import TreeWatch
 
+#: The baseline's names for the paths seen: the same few dozen paths are looked up
+#: several times per command, every command.
+_KEYS: dict[str, str] = {}
+#: A protected path's mark in the baseline when it did not exist (`_read_marks`).
+MISSING = "missing"
 #: The config a repository gets when the one the command wrote cannot be parsed.
 MINIMAL_CONFIG = b"[core]\n\trepositoryformatversion = 0\n\tbare = false\n"
 #: A created repository nested deeper than this is not followed but moved to
@@ -99,6 +104,7 @@ class MetadataGuard:
         self._modes = _owner_modes(self.paths) if os.geteuid() != 0 else {}
         self.fs = Roots([])
         self._seen: set[str] = set()
+        self._marks: dict[str, str] = {}
         self._final = True
         self.watch: Watch | None = None
         self.tree = tree
@@ -227,7 +233,7 @@ class MetadataGuard:
             if self.watch is not None and path in self.watch.replaced:
                 # For every guard of the baseline, for the rest of its life.
                 key = self._key(path)
-                if os.path.lexists(os.path.join(self.dir, key + ".present")):
+                if self._read_marks().get(key, MISSING) != MISSING:
                     _touch(None, os.path.join(self.dir, key + ".replaced"))
             gitdirs = self._recorded()[1]
             parent = os.path.dirname(path)
@@ -347,9 +353,14 @@ class MetadataGuard:
 
     @staticmethod
     def _key(path: str) -> str:
-        from ....paths import sha256_hex
+        key = _KEYS.get(path)
+        if key is None:
+            from ....paths import sha256_hex
 
-        return sha256_hex(os.fsencode(path))[:24]
+            if len(_KEYS) > 4096:
+                _KEYS.clear()  # a long-lived server over many workspaces
+            key = _KEYS[path] = sha256_hex(os.fsencode(path))[:24]
+        return key
 
     def _recorded(self) -> tuple[list[str], list[str]]:
         """(paths, git directories) the baseline on disk knows, from its manifest."""
@@ -380,6 +391,21 @@ class MetadataGuard:
         """The workspaces whose repositories the baseline's manifest lists."""
         return sorted({line[2:] for line in self._manifest() if line.startswith("T ")})
 
+    def _read_marks(self) -> dict[str, str]:
+        """What the baseline knows of each protected path that no copy is kept of, by
+        key: MISSING, or the identity of the file a mount holds (`_identity`).
+
+        One file for every path rather than one per path: the baseline is
+        taken afresh before most commands, and a file per name was most of
+        its cost.
+        """
+        try:
+            with open(os.path.join(self.dir, "marks"), "rb") as fh:
+                fields = fh.read().decode("utf-8", "surrogateescape").split("\0")
+        except OSError:
+            return {}
+        return {fields[i]: fields[i + 1] for i in range(0, len(fields) - 1, 2)}
+
     def _manifest(self) -> list[str]:
         """The manifest's lines: `p`ath, `g`it directory, `r`oot, `T`ree, `e`xisting."""
         try:
@@ -399,31 +425,34 @@ class MetadataGuard:
         self.fs = Roots(self.roots)
         dir_fd = os.open(self.dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         manifest: list[str] = []
+        marks = self._read_marks()
+        new: list[str] = []
+
+        def mark(key: str, state: str) -> None:
+            marks[key] = state
+            new.append(f"{key}\0{state}\0")
+
         try:
             budget = [GUARD_MAX_BYTES, GUARD_MAX_ENTRIES]
             for path in self.paths:
                 key = self._key(path)
                 tree_kept = os.path.lexists(os.path.join(self.dir, key))
-                if self._known(key) and (tree_kept or not self.content or os.path.lexists(
-                        os.path.join(self.dir, key + ".missing"))):
+                known = tree_kept or key in marks
+                if known and (tree_kept or not self.content or marks[key] == MISSING):
                     continue
-                if not self._known(key):
+                if not known:
                     manifest.append(f"p {path}")
-                if self._under_missing(path):
-                    _touch(dir_fd, key + ".missing")
+                if self._under_missing(path, marks):
+                    mark(key, MISSING)
                     continue
                 where = self._open_parent(path)
                 if where is None:
-                    _touch(dir_fd, key + ".missing")
+                    mark(key, MISSING)
                     continue
                 fd, name = where
                 try:
                     if not (self.content or path in self.links):
-                        ident = _identity(fd, name)
-                        if ident:
-                            _write(dir_fd, key + ".present", ident)
-                        else:
-                            _touch(dir_fd, key + ".missing")
+                        mark(key, _identity(fd, name) or MISSING)
                         continue
                     tree = read_tree(fd, name, budget)
                 except TooLarge:
@@ -438,8 +467,8 @@ class MetadataGuard:
                 finally:
                     os.close(fd)
                 if tree is None:
-                    if not self._known(key):
-                        _touch(dir_fd, key + ".missing")
+                    if not known:
+                        mark(key, MISSING)
                 else:
                     # A guard that keeps copies, joining a baseline a bubblewrap
                     # run recorded without them: held read-only until now, so
@@ -454,6 +483,9 @@ class MetadataGuard:
         finally:
             os.close(dir_fd)
             self.fs.close()
+            if new:  # before the manifest, which is what a later sweep goes by
+                with open(os.path.join(self.dir, "marks"), "ab") as fh:
+                    fh.write("".join(new).encode("utf-8", "surrogateescape"))
         known_roots = set(self._recorded_roots())
         manifest += [f"r {root}" for root in self.roots if root not in known_roots]
         if self.tree is not None and self.tree.root not in self._recorded_trees():
@@ -464,14 +496,10 @@ class MetadataGuard:
             with open(os.path.join(self.dir, "manifest"), "ab") as fh:
                 fh.write(("\0".join(manifest) + "\0").encode("utf-8", "surrogateescape"))
 
-    def _known(self, key: str) -> bool:
-        return any(os.path.lexists(os.path.join(self.dir, key + suffix))
-                   for suffix in ("", ".missing", ".present"))
-
-    def _under_missing(self, path: str) -> bool:
+    def _under_missing(self, path: str, marks: dict[str, str]) -> bool:
         parent = os.path.dirname(path)
         while parent and parent != os.path.dirname(parent):
-            if os.path.lexists(os.path.join(self.dir, self._key(parent) + ".missing")):
+            if marks.get(self._key(parent)) == MISSING:
                 return True
             if any(parent == r for r in self.roots):
                 return False
@@ -536,6 +564,7 @@ class MetadataGuard:
         paths, gitdirs = recorded
         done: list[Neutralised] = []
         self.fs = Roots(self.roots)
+        self._marks = self._read_marks()
         # Repositories the person had are swept by their own entry below; one
         # the command made that leads to one of them must not "neutralise" it.
         self._seen = {os.path.normpath(g) for g in (gitdirs if seen is None else seen)}
@@ -662,11 +691,11 @@ class MetadataGuard:
         if not self.fs.holds(path):
             return  # outside every writable root: the command could not change it
         key = self._key(path)
-        missing = os.path.lexists(os.path.join(self.dir, key + ".missing"))
-        present = os.path.join(self.dir, key + ".present")
+        held = self._marks.get(key, "")
+        missing = held == MISSING
         kept = os.path.lexists(os.path.join(self.dir, key))
         where = self._open_parent(path)
-        if not kept and os.path.lexists(present):
+        if not kept and held and not missing:
             # Held read-only by a mount: unchanged, unless it is no longer the
             # same file. Then the mount is gone and the command can write what
             # is there now: a directory above was renamed aside and rebuilt, or
@@ -679,7 +708,7 @@ class MetadataGuard:
             fd, name = where
             try:
                 now = _identity(fd, name)
-                if now and (now != _read(present)
+                if now and (now != held
                             or os.path.lexists(os.path.join(self.dir, key + ".replaced"))):
                     self._neutralise(fd, name, path, done)
             finally:
