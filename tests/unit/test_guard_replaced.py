@@ -48,11 +48,11 @@ def _same_number_renamed_over(config: Path) -> None:
     new.write_text(config.read_text() + PAYLOAD)
     now = new.stat()  # a rename keeps it: the guard sees the recorded number from the start
     guard_dir = next(p for p in config.parents if p.name == "ws").parent / "state" / "guard"
-    was = f"\0{st.st_dev}:{st.st_ino}:{st.st_mode & 0o170000}\0".encode()
+    was = f" {st.st_dev}:{st.st_ino}:{st.st_mode & 0o170000}\n".encode()
     (marks,) = guard_dir.glob("*/marks")
     assert was in marks.read_bytes()
     marks.write_bytes(marks.read_bytes().replace(
-        was, f"\0{now.st_dev}:{now.st_ino}:{now.st_mode & 0o170000}\0".encode()))
+        was, f" {now.st_dev}:{now.st_ino}:{now.st_mode & 0o170000}\n".encode()))
     os.rename(new, config)
 
 

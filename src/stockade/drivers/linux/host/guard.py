@@ -65,7 +65,7 @@ if TYPE_CHECKING:
 #: The baseline's names for the paths seen: the same few dozen paths are looked up
 #: several times per command, every command.
 _KEYS: dict[str, str] = {}
-#: A protected path's mark in the baseline when it did not exist (`_read_marks`).
+#: A protected path's mark in the baseline when it did not exist (`_Marks`).
 MISSING = "missing"
 #: The config a repository gets when the one the command wrote cannot be parsed.
 MINIMAL_CONFIG = b"[core]\n\trepositoryformatversion = 0\n\tbare = false\n"
@@ -104,7 +104,7 @@ class MetadataGuard:
         self._modes = _owner_modes(self.paths) if os.geteuid() != 0 else {}
         self.fs = Roots([])
         self._seen: set[str] = set()
-        self._marks: dict[str, str] = {}
+        self._marks = _Marks()
         self._final = True
         self.watch: Watch | None = None
         self.tree = tree
@@ -233,7 +233,7 @@ class MetadataGuard:
             if self.watch is not None and path in self.watch.replaced:
                 # For every guard of the baseline, for the rest of its life.
                 key = self._key(path)
-                if self._read_marks().get(key, MISSING) != MISSING:
+                if key in _Marks.read(self.dir).present:
                     _touch(None, os.path.join(self.dir, key + ".replaced"))
             gitdirs = self._recorded()[1]
             parent = os.path.dirname(path)
@@ -391,21 +391,6 @@ class MetadataGuard:
         """The workspaces whose repositories the baseline's manifest lists."""
         return sorted({line[2:] for line in self._manifest() if line.startswith("T ")})
 
-    def _read_marks(self) -> dict[str, str]:
-        """What the baseline knows of each protected path that no copy is kept of, by
-        key: MISSING, or the identity of the file a mount holds (`_identity`).
-
-        One file for every path rather than one per path: the baseline is
-        taken afresh before most commands, and a file per name was most of
-        its cost.
-        """
-        try:
-            with open(os.path.join(self.dir, "marks"), "rb") as fh:
-                fields = fh.read().decode("utf-8", "surrogateescape").split("\0")
-        except OSError:
-            return {}
-        return {fields[i]: fields[i + 1] for i in range(0, len(fields) - 1, 2)}
-
     def _manifest(self) -> list[str]:
         """The manifest's lines: `p`ath, `g`it directory, `r`oot, `T`ree, `e`xisting."""
         try:
@@ -425,20 +410,20 @@ class MetadataGuard:
         self.fs = Roots(self.roots)
         dir_fd = os.open(self.dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         manifest: list[str] = []
-        marks = self._read_marks()
+        marks = _Marks.read(self.dir)
         new: list[str] = []
 
         def mark(key: str, state: str) -> None:
-            marks[key] = state
-            new.append(f"{key}\0{state}\0")
+            marks.add(key, state)
+            new.append(f"{key} {state}\n")
 
         try:
             budget = [GUARD_MAX_BYTES, GUARD_MAX_ENTRIES]
             for path in self.paths:
                 key = self._key(path)
                 tree_kept = os.path.lexists(os.path.join(self.dir, key))
-                known = tree_kept or key in marks
-                if known and (tree_kept or not self.content or marks[key] == MISSING):
+                known = tree_kept or key in marks.present or key in marks.missing
+                if known and (tree_kept or not self.content or key in marks.missing):
                     continue
                 if not known:
                     manifest.append(f"p {path}")
@@ -484,8 +469,7 @@ class MetadataGuard:
             os.close(dir_fd)
             self.fs.close()
             if new:  # before the manifest, which is what a later sweep goes by
-                with open(os.path.join(self.dir, "marks"), "ab") as fh:
-                    fh.write("".join(new).encode("utf-8", "surrogateescape"))
+                _Marks.append(self.dir, "".join(new))
         known_roots = set(self._recorded_roots())
         manifest += [f"r {root}" for root in self.roots if root not in known_roots]
         if self.tree is not None and self.tree.root not in self._recorded_trees():
@@ -496,10 +480,10 @@ class MetadataGuard:
             with open(os.path.join(self.dir, "manifest"), "ab") as fh:
                 fh.write(("\0".join(manifest) + "\0").encode("utf-8", "surrogateescape"))
 
-    def _under_missing(self, path: str, marks: dict[str, str]) -> bool:
+    def _under_missing(self, path: str, marks: _Marks) -> bool:
         parent = os.path.dirname(path)
         while parent and parent != os.path.dirname(parent):
-            if marks.get(self._key(parent)) == MISSING:
+            if self._key(parent) in marks.missing:
                 return True
             if any(parent == r for r in self.roots):
                 return False
@@ -564,7 +548,7 @@ class MetadataGuard:
         paths, gitdirs = recorded
         done: list[Neutralised] = []
         self.fs = Roots(self.roots)
-        self._marks = self._read_marks()
+        self._marks = _Marks.read(self.dir)
         # Repositories the person had are swept by their own entry below; one
         # the command made that leads to one of them must not "neutralise" it.
         self._seen = {os.path.normpath(g) for g in (gitdirs if seen is None else seen)}
@@ -691,11 +675,11 @@ class MetadataGuard:
         if not self.fs.holds(path):
             return  # outside every writable root: the command could not change it
         key = self._key(path)
-        held = self._marks.get(key, "")
-        missing = held == MISSING
+        held = self._marks.present.get(key, "")
+        missing = key in self._marks.missing
         kept = os.path.lexists(os.path.join(self.dir, key))
         where = self._open_parent(path)
-        if not kept and held and not missing:
+        if not kept and held:
             # Held read-only by a mount: unchanged, unless it is no longer the
             # same file. Then the mount is gone and the command can write what
             # is there now: a directory above was renamed aside and rebuilt, or
@@ -1377,6 +1361,90 @@ def _read(path: str) -> str:
 
 def _touch(dir_fd: int | None, name: str) -> None:
     os.close(os.open(name, os.O_CREAT | os.O_WRONLY | os.O_CLOEXEC, 0o600, dir_fd=dir_fd))
+
+
+class _Marks:
+    """What a baseline knows of each protected path it keeps no copy of, by key: the
+    identity (`_identity`) of a file a mount holds, and whether it was missing.
+
+    One file of `KEY STATE` lines for every path rather than a file per path:
+    the baseline is taken afresh before most commands, and a file per name
+    was most of its cost. A key may carry both (a guard keeping copies found
+    a held path's directory gone); the identity then decides, as it did.
+    """
+
+    NAME = "marks"
+
+    def __init__(self) -> None:
+        self.present: dict[str, str] = {}
+        self.missing: set[str] = set()
+
+    def add(self, key: str, state: str) -> None:
+        if state == MISSING:
+            self.missing.add(key)
+        else:
+            self.present.setdefault(key, state)
+
+    @classmethod
+    def read(cls, base: str) -> _Marks:
+        """The marks of the baseline in `base`: its file, and the files of one an
+        earlier stockade took (`KEY.missing`, `KEY.present`), which a run killed
+        before an upgrade leaves for the next one to sweep."""
+        marks = cls()
+        try:
+            with open(os.path.join(base, cls.NAME), "rb") as fh:
+                lines = fh.read().decode("ascii", "replace").split("\n")
+        except OSError:
+            lines = []
+        for line in lines:
+            key, _, state = line.partition(" ")
+            if _is_key(key) and (state == MISSING or _is_identity(state)):
+                marks.add(key, state)
+        try:
+            names = os.listdir(base)
+        except OSError:
+            names = []
+        for name in names:
+            key, _, suffix = name.partition(".")
+            if suffix == "missing" and _is_key(key):
+                marks.add(key, MISSING)
+            elif suffix == "present" and _is_key(key):
+                ident = _read(os.path.join(base, name))
+                if _is_identity(ident):
+                    marks.add(key, ident)
+        return marks
+
+    @classmethod
+    def append(cls, base: str, lines: str) -> None:
+        """Add `lines` in one write, or nothing: a record cut short (a full disk) is
+        taken back, and one a crash cut is ended first, so that no record after
+        it is read as part of it."""
+        fd = os.open(os.path.join(base, cls.NAME),
+                     os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
+        try:
+            end = os.fstat(fd).st_size
+            data = lines.encode("ascii")
+            if end and os.pread(fd, 1, end - 1) != b"\n":
+                data = b"\n" + data
+            try:
+                if os.write(fd, data) != len(data):
+                    import errno
+
+                    raise OSError(errno.ENOSPC, "the baseline's marks were cut short")
+            except OSError:
+                os.ftruncate(fd, end)
+                raise
+        finally:
+            os.close(fd)
+
+
+def _is_key(text: str) -> bool:
+    return len(text) == 24 and all(c in "0123456789abcdef" for c in text)
+
+
+def _is_identity(text: str) -> bool:
+    parts = text.split(":")
+    return len(parts) == 3 and all(p.isdigit() for p in parts)
 
 
 class _FileLock:
