@@ -110,9 +110,14 @@ def main(argv: list[str]) -> int:
         elif "TERM" in os.environ:
             shell_env["TERM"] = os.environ["TERM"]
         shell_env.update(explicit_env(values.get("env", []), SHELL_USAGE))  # type: ignore[arg-type]
-        # The real interpreter, not a venv's link to it: the init binds that
-        # one into the sandbox, and a venv under /tmp would be invisible there.
-        cmd = SandboxCommand(os.path.realpath(sys.executable),
+        # The real interpreter (a venv's link to it, under /tmp, would be
+        # invisible inside), on Linux the init's, which the sandbox shows.
+        python = os.path.realpath(sys.executable)
+        if sys.platform == "linux":
+            from .drivers.linux.layers import init_python
+
+            python = init_python()
+        cmd = SandboxCommand(python,
                              ["-I", "-S", "-c", CTTY_HELPER, *shell],
                              session_id=session, capabilities=caps, timeout=timeout,
                              cwd=str(values["cwd"]) if values.get("cwd") else None,

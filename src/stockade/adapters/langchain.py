@@ -34,7 +34,6 @@ import json
 import os
 import re
 import subprocess
-import sys
 import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -166,11 +165,13 @@ _SHELL_REFUSED = {
 def _shell_argv() -> list[str]:
     """The persistent shell: `_langchain_shell.py`, run by this interpreter.
 
-    The real interpreter, not a venv's link to it: the init binds that one into
-    the sandbox, and a venv under /tmp would be invisible there.
+    The init's interpreter, which the sandbox shows wherever it lives (a venv's
+    link to it, under /tmp, would be invisible there).
     """
+    from ..drivers.linux.layers import init_python
+
     source = Path(__file__).with_name("_langchain_shell.py").read_text(encoding="utf-8")
-    return [os.path.realpath(sys.executable), "-I", "-S", "-c", source]
+    return [init_python(), "-I", "-S", "-c", source]
 
 
 def _framed(command: str, token: str) -> str:
