@@ -409,7 +409,7 @@ print("reused")
 
 #: How long the attack may try for the number: reuse either comes within seconds or
 #: not at all for this filesystem and runner (seen: 1 s, or nothing in 80).
-REUSE_BUDGET = 25.0
+REUSE_BUDGET = 12.0
 
 
 def test_a_file_that_reuses_the_held_configs_inode_number_is_still_cut(repo: Box) -> None:
