@@ -346,6 +346,19 @@ def test_a_config_lock_the_command_left_is_removed_and_its_keys_merged(repo: Box
     assert git(box, "config", "color.ui", "auto").returncode == 0
 
 
+def test_a_config_lock_behind_a_directory_the_command_closed_is_removed(repo: Box) -> None:
+    """The command leaves `config.lock` and takes the owner's bits off `.git`: the guard
+    gives them back as the person had them, and the lock goes as before. (Root
+    reads through a mode of 000 either way; the unprivileged runner is the case.)"""
+    box = repo
+    res = box.sh(LEFT_LOCK + "chmod 000 .git; sleep 1.2", mode="workspace-write",
+                 env=box.env(**GIT_ENV))
+    assert res.returncode == 0 and b"done" in res.stdout, text(res)
+    assert "COULD NOT" not in text(res), text(res)
+    assert not (box.ws / ".git" / "config.lock").exists()
+    assert git(box, "config", "color.ui", "auto").returncode == 0
+
+
 def test_a_config_lock_from_before_the_command_is_the_persons(repo: Box) -> None:
     box = repo
     person_lock = box.write(box.ws / ".git" / "config.lock", "[user]\n")

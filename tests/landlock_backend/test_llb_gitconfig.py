@@ -44,6 +44,10 @@ def test_a_config_lock_the_command_left_is_removed_and_its_keys_merged(repo: Box
     iso.test_a_config_lock_the_command_left_is_removed_and_its_keys_merged(repo)
 
 
+def test_a_config_lock_behind_a_directory_the_command_closed_is_removed(repo: Box) -> None:
+    iso.test_a_config_lock_behind_a_directory_the_command_closed_is_removed(repo)
+
+
 def test_a_config_lock_from_before_the_command_is_the_persons(repo: Box) -> None:
     iso.test_a_config_lock_from_before_the_command_is_the_persons(repo)
 

@@ -296,6 +296,10 @@ class MetadataGuard:
         from .gitconfig import LOCK_WAIT_SECONDS, clear_left_lock, is_config_of
 
         done: list[Neutralised] = []
+        # The roots `_open_parent` regains a closed directory through: the sweep's
+        # of the run before were closed, and a `.git` the command made mode 000
+        # kept its lock (and failed the merge after it).
+        self.fs = fs
         # One wait for all of them: a command touching many locks once held the
         # next command's start for a second each.
         until = time.time_ns() + int(LOCK_WAIT_SECONDS * 1e9)
