@@ -113,3 +113,32 @@ def test_a_held_path_a_second_backend_found_missing_is_still_the_persons(ws: Pat
     done = second.release() + held.release()
     assert (hooks / "pre-commit").exists(), done
     assert not [n for n in done if n.path.startswith(str(ws / "tools"))], done
+
+
+def test_a_last_record_without_its_newline_was_cut(tmp_path: Path) -> None:
+    """A cut identity can still look like one (`2049:131077:1` of `...:16384`): only
+    records ended by their newline count."""
+    a, b = "a" * 24, "b" * 24
+    (tmp_path / "marks").write_text(f"{a} missing\n{b} 2049:131077:1")
+    marks = guard_mod._Marks.read(str(tmp_path))
+    assert (marks.missing, marks.present) == ({a}, {})
+
+
+def test_a_held_path_rebuilt_before_a_second_backend_joined_is_not_taken_as_original(
+        ws: Path, tmp_path: Path) -> None:
+    """A bubblewrap run holds `.git/hooks`; its command renames the directory above a
+    held path aside and rebuilds it with a hook of its own (shown here on the
+    hooks themselves); then a Landlock run joins the baseline. What is there now
+    is not the file the mount held: no copy of it is kept as the person's, and
+    the sweep takes the command's hook out."""
+    hooks = ws / ".git" / "hooks"
+    state = tmp_path / "state"
+    held = _guard(ws, state, watch=False)
+    os.rename(hooks, ws / ".git" / "hooks.aside")
+    hooks.mkdir()
+    (hooks / "pre-commit").write_text("#!/bin/sh\ntouch /tmp/pwned\n")
+    os.chmod(hooks / "pre-commit", 0o755)
+    joined = _guard(ws, state, content=True, watch=False)
+    done = joined.release() + held.release()
+    assert not (hooks / "pre-commit").exists(), done
+    assert any(n.path.startswith(str(hooks)) for n in done), done

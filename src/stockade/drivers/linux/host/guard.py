@@ -443,6 +443,13 @@ class MetadataGuard:
                     if not (self.content or path in self.links):
                         mark(key, _identity(fd, name) or MISSING)
                         continue
+                    held = marks.present.get(key)
+                    if held is not None and (_identity(fd, name) != held or os.path.lexists(
+                            os.path.join(self.dir, key + ".replaced"))):
+                        # Held by a mount, but no longer the file the mount holds
+                        # (a directory above renamed aside and rebuilt): not the
+                        # original, so no copy of it; its identity decides.
+                        continue
                     tree = read_tree(fd, name, budget)
                 except TooLarge:
                     from ....errors import SandboxUnavailable
@@ -460,8 +467,8 @@ class MetadataGuard:
                         mark(key, MISSING)
                 else:
                     # A guard that keeps copies, joining a baseline a bubblewrap
-                    # run recorded without them: held read-only until now, so
-                    # the path as it is now is the original.
+                    # run recorded without them: the same file, held read-only
+                    # until now, so as it is now it is the original.
                     write_tree(dir_fd, key, tree)
             for gitdir in self.gitdirs:
                 key = self._key(gitdir) + ".git"
@@ -1397,7 +1404,8 @@ class _Marks:
         marks = cls()
         try:
             with open(os.path.join(base, cls.NAME), "rb") as fh:
-                lines = fh.read().decode("ascii", "replace").split("\n")
+                # Whole lines only: what follows the last newline was cut.
+                lines = fh.read().decode("ascii", "replace").split("\n")[:-1]
         except OSError:
             lines = []
         for line in lines:
