@@ -275,9 +275,10 @@ def init_python() -> str:
 
 
 _INIT_PYTHONS: dict[str, str] = {}
-#: The C module of the standard library the init needs that a distribution's
-#: minimal Python package may lack (seccomp.py calls syscall(2) through it).
-_INIT_NEEDS = "_ctypes."
+#: The C modules of the standard library that the init and the shells' helpers
+#: import and a distribution may build as files of their own (a minimal Python
+#: package lacks them; seccomp.py calls syscall(2) through `_ctypes`).
+_INIT_NEEDS = ("_ctypes.", "resource.", "termios.")
 
 
 def _system_build(python: str) -> str:
@@ -295,12 +296,13 @@ def _system_build(python: str) -> str:
         st = os.stat(candidate)
         if not (stat.S_ISREG(st.st_mode) and st.st_uid == 0 and not st.st_mode & 0o022):
             return ""
-        if not any(name.startswith(_INIT_NEEDS)
-                   for name in os.listdir(os.path.join(stdlib, "lib-dynload"))):
+        found = os.listdir(os.path.join(stdlib, "lib-dynload"))
+        if not all(any(name.startswith(need) for name in found) for need in _INIT_NEEDS):
             return ""
     except OSError:
         return ""
-    return candidate if candidate != python and candidate.startswith("/usr/") else ""
+    # There itself, not a link to another installation whose library is not this one.
+    return candidate if os.path.dirname(candidate) == "/usr/bin" else ""
 
 
 def _python_prefix(python: str) -> str:
