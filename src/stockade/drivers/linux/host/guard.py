@@ -241,10 +241,15 @@ class MetadataGuard:
                 done = self._sweep(([], [parent]), seen=gitdirs, final=False)
             else:
                 done = self._sweep(([path], []), seen=gitdirs, final=False)
-            if done:
-                with open(self._during, "ab") as fh:
-                    fh.write("".join(f"{n.path}\0{n.what}\0{n.moved_to}\0" for n in done)
-                             .encode("utf-8", "surrogateescape"))
+            self._share(done)
+
+    def _share(self, done: list[Neutralised]) -> None:
+        """Tell every guard of this baseline what this one settled: the name may be its
+        command's (`_settled_during`)."""
+        if done:
+            with open(self._during, "ab") as fh:
+                fh.write("".join(f"{n.path}\0{n.what}\0{n.moved_to}\0" for n in done)
+                         .encode("utf-8", "surrogateescape"))
 
     def _settled_during(self) -> list[Neutralised]:
         """What the watches of this baseline settled since this guard's start."""
@@ -533,7 +538,13 @@ class MetadataGuard:
                 if self.watch is not None:
                     done += self._settled_during()
                 created, configs = self.tree.drain() if self.tree is not None else ([], [])
-                done += self._sweep(self._recorded(), created=created, configs=configs)
+                swept = self._sweep(self._recorded(), created=created, configs=configs)
+                if self.watch is not None:
+                    # A sweep covers every name of the baseline: what another
+                    # guard's command made and its own watch had not settled
+                    # yet was taken out here, and reported to that guard too.
+                    self._share(swept)
+                done += swept
                 _remember_made(os.path.dirname(self.dir), self.dir, created)
                 os.close(self.alive_fd)
                 self.alive_fd = -1
