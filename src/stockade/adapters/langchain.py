@@ -163,7 +163,7 @@ _SHELL_REFUSED = {
 
 
 def _shell_argv() -> list[str]:
-    """The persistent shell: `_langchain_shell.py`, run by this interpreter.
+    """The persistent shell: `_langchain_shell.py`, run by the init's interpreter.
 
     The init's interpreter, which the sandbox shows wherever it lives (a venv's
     link to it, under /tmp, would be invisible there).

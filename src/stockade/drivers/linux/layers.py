@@ -274,6 +274,7 @@ def init_python() -> str:
     return chosen
 
 
+#: The init's interpreter for stockade's, chosen once per process.
 _INIT_PYTHONS: dict[str, str] = {}
 #: The C modules of the standard library that the init and the shells' helpers
 #: import and a distribution may build as files of their own (a minimal Python
