@@ -165,3 +165,20 @@ def test_a_config_read_while_it_is_rewritten_loses_none_of_the_persons_keys(
     finally:
         guard.release()
     assert config.read_text() == before
+
+
+def test_a_path_gone_before_its_move_leaves_no_entry_in_the_quarantine(
+        ws: Path, tmp_path: Path) -> None:
+    """Two sweeps can both take out one name; the one that finds it gone once left an
+    entry with an `origin` and no `item`, naming a file the quarantine lacks."""
+    from stockade.fsroot import Roots
+
+    guard = _guard(ws, tmp_path / "state")
+    try:
+        guard.fs = Roots(guard.roots)
+        with pytest.raises(FileNotFoundError):
+            guard._quarantine(str(ws / ".envrc"))  # never there: gone before the move
+        guard.fs.close()
+    finally:
+        guard.release()
+    assert not list((tmp_path / "state").rglob("origin"))

@@ -301,10 +301,6 @@ class MetadataGuard:
         from .gitconfig import LOCK_WAIT_SECONDS, clear_left_lock, is_config_of
 
         done: list[Neutralised] = []
-        # The roots `_open_parent` regains a closed directory through: the sweep's
-        # of the run before were closed, and a `.git` the command made mode 000
-        # kept its lock (and failed the merge after it).
-        self.fs = fs
         # One wait for all of them: a command touching many locks once held the
         # next command's start for a second each.
         until = time.time_ns() + int(LOCK_WAIT_SECONDS * 1e9)
@@ -449,8 +445,7 @@ class MetadataGuard:
                         mark(key, _identity(fd, name) or MISSING)
                         continue
                     held = marks.present.get(key)
-                    if held is not None and (_identity(fd, name) != held or os.path.lexists(
-                            os.path.join(self.dir, key + ".replaced"))):
+                    if held is not None and self._not_held(key, _identity(fd, name), held):
                         # Held by a mount, but no longer the file the mount holds
                         # (a directory above renamed aside and rebuilt): not the
                         # original, so no copy of it; its identity decides.
@@ -496,6 +491,12 @@ class MetadataGuard:
             with open(os.path.join(self.dir, "manifest"), "ab") as fh:
                 fh.write(("\0".join(manifest) + "\0").encode("utf-8", "surrogateescape"))
 
+    def _not_held(self, key: str, now: str, held: str) -> bool:
+        """Whether what a held path's name shows now (`_identity`) is no longer the file
+        its mount held: another file, or its name replaced, whatever inode number
+        it got (a freed one is soon handed out again)."""
+        return now != held or os.path.lexists(os.path.join(self.dir, key + ".replaced"))
+
     def _under_missing(self, path: str, marks: _Marks) -> bool:
         parent = os.path.dirname(path)
         while parent and parent != os.path.dirname(parent):
@@ -521,7 +522,10 @@ class MetadataGuard:
             self.watch.close()
         try:
             with _FileLock(self._snap_lock):
-                fs = Roots(self.roots)
+                # Also the roots `_open_parent` regains a closed directory through:
+                # the last sweep's were closed, and a `.git` the command made mode
+                # 000 kept its lock (and failed the merge after it).
+                fs = self.fs = Roots(self.roots)
                 try:
                     for step in (self._left_locks, self._merge_private):
                         try:
@@ -714,8 +718,7 @@ class MetadataGuard:
             fd, name = where
             try:
                 now = _identity(fd, name)
-                if now and (now != held
-                            or os.path.lexists(os.path.join(self.dir, key + ".replaced"))):
+                if now and self._not_held(key, now, held):
                     self._neutralise(fd, name, path, done)
             finally:
                 os.close(fd)
@@ -1080,7 +1083,14 @@ class MetadataGuard:
             os.mkdir(entry, 0o700, dir_fd=quarantine.fd)
             quarantine.create(f"{entry}/origin", path.encode("utf-8", "surrogateescape") + b"\n",
                               0o600)
-            kept = put(quarantine, f"{entry}/item")
+            kept = False
+            try:
+                kept = put(quarantine, f"{entry}/item")
+            finally:
+                if not kept:
+                    # An entry without its item (the path gone first, to a
+                    # concurrent sweep) would name a file the quarantine lacks.
+                    quarantine.remove(entry)
         return os.path.join(self.quarantine, entry, "item") if kept else ""
 
     def _break_chain(self, path: str, done: list[Neutralised]) -> None:
