@@ -29,6 +29,7 @@ from isolation.conftest import (
     SRC,
     Box,
     Runner,
+    discard,
     iso_root,  # noqa: F401  (fixture)
     make_runner,
     populate,
@@ -45,8 +46,10 @@ def runner(request: pytest.FixtureRequest, iso_root: Path) -> Runner:  # noqa: F
 
 
 @pytest.fixture
-def box(runner: Runner, iso_root: Path) -> Box:  # noqa: F811
-    return populate(Box, runner, iso_root)
+def box(runner: Runner, iso_root: Path) -> Iterator[Box]:  # noqa: F811
+    b = populate(Box, runner, iso_root)
+    yield b
+    discard(b)
 
 
 #: stockade's extras for the frameworks these modules drive.

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import os
 import subprocess
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -28,6 +28,7 @@ from isolation.conftest import (
     Box,
     Runner,
     deselect_warm,
+    discard,
     iso_root,
     listeners,
     make_runner,
@@ -78,7 +79,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 @pytest.fixture
-def box(runner: Runner, iso_root: Path) -> LandlockBox:
+def box(runner: Runner, iso_root: Path) -> Iterator[LandlockBox]:
     """The isolation suite's box, plus a user config that selects this backend."""
     b = populate(LandlockBox, runner, iso_root)
     config = b.state / "config" / "stockade"
@@ -87,6 +88,7 @@ def box(runner: Runner, iso_root: Path) -> LandlockBox:
         os.chmod(d, 0o755)
         runner.own(d)
     b.write(config / "config.toml", CONFIG)
-    return b
+    yield b
+    discard(b)
 
 
