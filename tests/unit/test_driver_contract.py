@@ -154,6 +154,24 @@ def test_config_accepts_every_registered_backend_and_its_options() -> None:
         SandboxConfig(backend="bogus")
 
 
+def test_each_entry_declares_the_options_its_driver_reads() -> None:
+    """An entry's table stands in for its driver's own (so a command's config never
+    imports another platform's driver): the two must agree."""
+    import importlib
+
+    from stockade.drivers import registry
+
+    for backend in registry.REGISTRY.values():
+        module, _, attr = backend.driver.partition(":")
+        try:
+            cls = getattr(importlib.import_module(module), attr)
+        except ImportError:
+            continue  # a driver of another platform that does not import here
+        declared = {o.key for o in cls.options}
+        assert not declared or declared == {o.key for o in backend.options()}, backend.name
+        assert backend.options_ref != () or not cls.options, backend.name
+
+
 def test_a_registered_backend_is_accepted_and_built_from_config(tmp_path) -> None:
     from stockade.drivers import registry
     from stockade.drivers.base import DriverOption

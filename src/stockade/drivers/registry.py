@@ -44,7 +44,8 @@ class Backend:
     __slots__ = ("_options", "confines", "driver", "fallback", "linux_layers", "name",
                  "namespaces", "options_ref", "platforms", "summary")
 
-    def __init__(self, name: str, driver: str, summary: str, *, options: str = "",
+    def __init__(self, name: str, driver: str, summary: str, *,
+                 options: str | tuple[DriverOption, ...] = "",
                  platforms: tuple[str, ...] = (), namespaces: bool = False,
                  linux_layers: bool = False, confines: bool = True,
                  fallback: str = "") -> None:
@@ -66,10 +67,13 @@ class Backend:
         return cls
 
     def options(self) -> tuple[DriverOption, ...]:
-        """The config keys it reads; from `options_ref` without importing the driver,
-        or from the driver class itself when the entry names no separate table."""
+        """The config keys it reads: the entry's own tuple, or the table `options_ref`
+        names, without importing the driver (every command's config reads every
+        backend's keys); from the driver class when the entry says nothing."""
         if self._options is None:
-            found = _resolve(self.options_ref) if self.options_ref else self.load().options
+            ref = self.options_ref
+            found = (ref if isinstance(ref, tuple) else _resolve(ref) if ref
+                     else self.load().options)
             self._options = tuple(found)  # type: ignore[arg-type]
         return self._options
 
@@ -97,12 +101,13 @@ REGISTRY: dict[str, Backend] = {b.name: b for b in (
             options="stockade.drivers.linux.host.options:LANDLOCK_OPTIONS", platforms=_LINUX,
             linux_layers=True),
     Backend("seatbelt", "stockade.drivers.macos.seatbelt:SeatbeltDriver",
-            "macOS: a Seatbelt profile per command", platforms=("darwin",)),
+            "macOS: a Seatbelt profile per command", options=(), platforms=("darwin",)),
     Backend("windows", "stockade.drivers.windows.driver:WindowsDriver",
             "Windows: an AppContainer (or a Low-integrity restricted token) in a job object",
             options="stockade.drivers.windows.options:WINDOWS_OPTIONS", platforms=("win32",)),
     Backend("none", "stockade.drivers.none:NoneDriver",
-            "no boundary: the command runs as it is (the audit says so)", confines=False),
+            "no boundary: the command runs as it is (the audit says so)", options=(),
+            confines=False),
 )}
 
 
