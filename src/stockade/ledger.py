@@ -179,12 +179,12 @@ def redact_text(text: str) -> str:
 
 
 def _redact_assignment(match: Any) -> str:
-    from .envscrub import DEFAULT_SECRET_ENV, NOT_SECRET, name_matches
+    from .envscrub import DEFAULT_SECRET_ENV, NOT_SECRET, secret_name
 
     dashes, name, value = match.group(1) or "", match.group(2), match.group(3)
     key = name.upper().replace("-", "_")
     if (not value or key in NOT_SECRET
-            or not any(name_matches(p.upper(), key) for p in DEFAULT_SECRET_ENV)):
+            or not secret_name(DEFAULT_SECRET_ENV)(key)):
         return str(match.group(0))
     quote = value[:1] if value[:1] in ("'", '"') and value.endswith(value[:1]) else ""
     return f"{dashes}{name}={quote}{REDACTED}{quote}"

@@ -62,7 +62,9 @@ def masks(*, workspace: str, write_roots: Sequence[str], must_show: Sequence[str
     # The workspace's own write grant is not a request to see what is
     # hidden inside it: a workspace of ~ must not unmask ~/.aws.
     unmasking = [g for g in grants if g != "/" and not is_under(workspace, g)]
-    stores, unborn = credential_stores(hidden_paths, unmasking, writable_here, kind)
+    # One resolution of each directory for the stores and what comes back inside them.
+    resolved: dict[str, str] = {}
+    stores, unborn = credential_stores(hidden_paths, unmasking, writable_here, kind, resolved)
     hidden += stores
     for target, k in _linked_out([h for h, hk in hidden if hk == DIR], shown_paths, listdir,
                                  kind):
@@ -74,7 +76,7 @@ def masks(*, workspace: str, write_roots: Sequence[str], must_show: Sequence[str
     # Granted paths, CA bundles and caches inside a hidden directory come back
     # after its mask, as the default's allowlist does.
     back = [*shown_paths, *(g for g in grants if g != "/"), *wanted]
-    hidden, shown = _show_back(hidden, back, must_show, kind, listdir)
+    hidden, shown = _show_back(hidden, back, must_show, kind, listdir, resolved)
     # Inside stockade's directory around the workspace only the workspace
     # shows: a mask there would make a mount point, a name, of what it hides.
     hidden = [(p, k) for p, k in hidden if not any(is_under(p, a) for a in around)]
@@ -121,8 +123,8 @@ def matched_files(matched: Sequence[str], kind: Callable[[str], str]
 
 
 def credential_stores(candidates: Sequence[str], unmasking: Sequence[str],
-                      writable_here: Sequence[str], kind: Callable[[str], str]
-                      ) -> tuple[list[tuple[str, str]], list[str]]:
+                      writable_here: Sequence[str], kind: Callable[[str], str],
+                      resolved: dict[str, str]) -> tuple[list[tuple[str, str]], list[str]]:
     """(hidden, not there yet) of the stores `hostpaths.unreadable` names, where
     they really are, but for those a grant unmasks.
 
@@ -132,10 +134,7 @@ def credential_stores(candidates: Sequence[str], unmasking: Sequence[str],
     """
     hidden: list[tuple[str, str]] = []
     unborn: list[str] = []
-    resolved: dict[str, str] = {}
     for p in candidates:
-        # realpath(p), resolving each directory once: a few hundred
-        # candidates live in a dozen directories (bench/hidden.py).
         real = _in_real_parent(p, resolved)
         k = kind(real)
         if k == LINK:
@@ -165,7 +164,8 @@ def outermost(hidden: list[tuple[str, str]], shown: tuple[tuple[str, str], ...] 
 
 
 def _show_back(hidden: list[tuple[str, str]], wanted: Sequence[str], must: Sequence[str],
-               kind: Callable[[str], str], listdir: Callable[[str], list[str]]
+               kind: Callable[[str], str], listdir: Callable[[str], list[str]],
+               resolved: dict[str, str]
                ) -> tuple[list[tuple[str, str]], tuple[tuple[str, str], ...]]:
     """(hidden, shown): `wanted` paths inside a hidden directory shown back, and
     every hidden directory that holds or is one of `must` opened up around it.
@@ -197,10 +197,6 @@ def _show_back(hidden: list[tuple[str, str]], wanted: Sequence[str], must: Seque
             todo.append((child, DIR if ck == DIR else FILE))
     dirs = {p for p, k in out if k == DIR}
     shown: dict[str, str] = {}
-    # Resolved once per directory: the allowlist names some 200 paths in a
-    # dozen directories, and resolving each alone cost more than the rest of
-    # the profile (bench/hidden.py).
-    resolved: dict[str, str] = {}
     for p in wanted:
         # The name as the area holds it; a link above it inside leads elsewhere.
         real = _in_real_parent(p, resolved)
@@ -250,9 +246,28 @@ def _in_real_parent(path: str, resolved: dict[str, str]) -> str:
     head, name = os.path.split(path)
     if name in ("", ".", ".."):
         return os.path.realpath(path)
-    if head not in resolved:
-        resolved[head] = os.path.realpath(head)
-    return os.path.join(resolved[head], name)
+    return os.path.join(real_dir(head, resolved), name)
+
+
+def real_dir(path: str, resolved: dict[str, str]) -> str:
+    """`os.path.realpath(path)`, each directory on the way resolved once in `resolved`.
+
+    One lstat for each directory not seen yet, where `realpath` takes one for
+    every component of every path: the stores and the allowlist name some 350
+    paths in a few dozen directories, and resolving them was most of the masks'
+    cost on every command.
+    """
+    real = resolved.get(path)
+    if real is None:
+        head, name = os.path.split(path)
+        if name in ("", ".", "..") or not head.startswith("/"):
+            real = os.path.realpath(path)
+        else:
+            real = os.path.join(real_dir(head, resolved), name)
+            if os.path.islink(real):
+                real = os.path.realpath(real)
+        resolved[path] = real
+    return real
 
 
 def _below_any(path: str, dirs: set[str]) -> bool:

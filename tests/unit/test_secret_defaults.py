@@ -240,3 +240,37 @@ def test_doctor_lists_what_is_hidden_here_and_why(tmp_path):
     assert doctor.hidden(SandboxConfig(unreadable="none"), env) == []
     mine = doctor.hidden(SandboxConfig(unreadable=[str(home / ".aws")]), env)
     assert [p for p, _ in mine] == [str(home / ".aws")]
+
+
+def _one_pattern(pattern: str, name: str) -> bool:
+    """The rule each pattern follows, one at a time: `*X*` contains, `*X` ends, `X*`
+    starts, else the whole name; case-insensitive."""
+    pattern, name = pattern.upper(), name.upper()
+    core = pattern.strip("*")
+    lead, trail = pattern.startswith("*"), pattern.endswith("*") and len(pattern) > 1
+    if lead and trail:
+        return core in name
+    if lead:
+        return name.endswith(core)
+    if trail:
+        return name.startswith(core)
+    return name == core
+
+
+_PIECES = ["", "*", "**", "KEY", "_KEY", "TOKEN", "A*B", "x", "API_", "SECRET", "PASS"]
+
+
+@pytest.mark.parametrize("patterns", [
+    list(DEFAULT_SECRET_ENV), [], ["*"], ["**"], [""], ["A*B", "x*", "*y", "*Z*"],
+    [a + b + c for a in ("", "*") for b in _PIECES for c in ("", "*")],
+])
+def test_the_patterns_taken_together_match_as_each_alone(patterns: list[str]) -> None:
+    from stockade.envscrub import secret_name
+
+    names = ["", "A*B", "AWS_SECRET_ACCESS_KEY", "GITHUB_TOKEN", "PATH", "HOME", "API_KEY",
+             "MY_API_KEY_ID", "KEYRING", "X", "xy", "PWD", "OLDPWD", "DB_PASSWORD", "z",
+             *(p.strip("*").upper() for p in _PIECES)]
+    match = secret_name(patterns)
+    for name in names:
+        assert match(name.upper()) == any(_one_pattern(p, name) for p in patterns), (
+            patterns, name)
