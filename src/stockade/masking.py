@@ -22,6 +22,11 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence
 
 
+#: Directories already resolved: (the real path, whether every link on the way
+#: resolved). `real_dir`'s cache, shared by the paths of one profile.
+Resolved = dict[str, tuple[str, bool]]
+
+
 class Masks:
     """The hidden decision: what is masked, what comes back, what is not there yet."""
 
@@ -63,7 +68,7 @@ def masks(*, workspace: str, write_roots: Sequence[str], must_show: Sequence[str
     # hidden inside it: a workspace of ~ must not unmask ~/.aws.
     unmasking = [g for g in grants if g != "/" and not is_under(workspace, g)]
     # One resolution of each directory for the stores and what comes back inside them.
-    resolved: dict[str, str] = {}
+    resolved: Resolved = {}
     stores, unborn = credential_stores(hidden_paths, unmasking, writable_here, kind, resolved)
     hidden += stores
     for target, k in _linked_out([h for h, hk in hidden if hk == DIR], shown_paths, listdir,
@@ -124,7 +129,7 @@ def matched_files(matched: Sequence[str], kind: Callable[[str], str]
 
 def credential_stores(candidates: Sequence[str], unmasking: Sequence[str],
                       writable_here: Sequence[str], kind: Callable[[str], str],
-                      resolved: dict[str, str]) -> tuple[list[tuple[str, str]], list[str]]:
+                      resolved: Resolved) -> tuple[list[tuple[str, str]], list[str]]:
     """(hidden, not there yet) of the stores `hostpaths.unreadable` names, where
     they really are, but for those a grant unmasks.
 
@@ -165,7 +170,7 @@ def outermost(hidden: list[tuple[str, str]], shown: tuple[tuple[str, str], ...] 
 
 def _show_back(hidden: list[tuple[str, str]], wanted: Sequence[str], must: Sequence[str],
                kind: Callable[[str], str], listdir: Callable[[str], list[str]],
-               resolved: dict[str, str]
+               resolved: Resolved
                ) -> tuple[list[tuple[str, str]], tuple[tuple[str, str], ...]]:
     """(hidden, shown): `wanted` paths inside a hidden directory shown back, and
     every hidden directory that holds or is one of `must` opened up around it.
@@ -240,7 +245,7 @@ def _linked_out(hidden: Sequence[str], shown: Sequence[str],
     return out
 
 
-def _in_real_parent(path: str, resolved: dict[str, str]) -> str:
+def _in_real_parent(path: str, resolved: Resolved) -> str:
     """`path`'s name in its directory's real path (the name itself not followed),
     each directory resolved once in `resolved`."""
     head, name = os.path.split(path)
@@ -249,7 +254,7 @@ def _in_real_parent(path: str, resolved: dict[str, str]) -> str:
     return os.path.join(real_dir(head, resolved), name)
 
 
-def real_dir(path: str, resolved: dict[str, str]) -> str:
+def real_dir(path: str, resolved: Resolved) -> str:
     """`os.path.realpath(path)`, each directory on the way resolved once in `resolved`.
 
     One lstat for each directory not seen yet, where `realpath` takes one for
@@ -257,17 +262,33 @@ def real_dir(path: str, resolved: dict[str, str]) -> str:
     paths in a few dozen directories, and resolving them was most of the masks'
     cost on every command.
     """
-    real = resolved.get(path)
-    if real is None:
+    return _real(path, resolved)[0]
+
+
+def _real(path: str, resolved: Resolved) -> tuple[str, bool]:
+    got = resolved.get(path)
+    if got is None:
         head, name = os.path.split(path)
-        if name in ("", ".", "..") or not head.startswith("/"):
-            real = os.path.realpath(path)
+        if path == "/":
+            got = ("/", True)
+        elif name in ("", ".", "..") or not head.startswith("/"):
+            got = (os.path.realpath(path), False)
         else:
-            real = os.path.join(real_dir(head, resolved), name)
-            if os.path.islink(real):
-                real = os.path.realpath(real)
-        resolved[path] = real
-    return real
+            parent, whole = _real(head, resolved)
+            real = os.path.join(parent, name)
+            if not whole:
+                # Beneath a link in a loop or leading nowhere `realpath` stops
+                # resolving; it is asked itself, so the answer stays its own.
+                got = (os.path.realpath(path), False)
+            elif os.path.islink(real):
+                try:
+                    got = (os.path.realpath(real, strict=True), True)
+                except OSError:
+                    got = (os.path.realpath(real), False)
+            else:
+                got = (real, True)
+        resolved[path] = got
+    return got
 
 
 def _below_any(path: str, dirs: set[str]) -> bool:

@@ -16,7 +16,7 @@ from pathlib import Path
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from stockade.masking import real_dir
+from stockade.masking import Resolved, real_dir
 
 NAMES = ("a", "b", "c", ".git", "x y")
 TARGETS = ("a", "b/c", "..", "../..", "/", ".", "a/..", "missing", "b/../a", "self")
@@ -27,24 +27,26 @@ step = st.sampled_from([*NAMES, ".", "..", "missing"])
 
 
 def _build(root: Path, nodes: list[tuple[str, str, int, str, bool]]) -> list[Path]:
-    dirs = [root]
+    """The tree, made only in real directories beneath `root` (a link to `/` must not
+    become a way to write there); returns where paths may start: those and the links."""
+    dirs, starts = [root], [root]
     for kind, name, parent, target, absolute in nodes:
         where = dirs[parent % len(dirs)] / name
         goal = where.name if target == "self" else target
         if absolute and not goal.startswith("/"):
             goal = str(root / goal)
-        try:
-            if kind == "dir":
-                where.mkdir()
-            elif kind == "file":
-                where.write_text("x")
-            else:
-                where.symlink_to(goal)
-        except OSError:
-            continue  # taken, or beneath a link to a file, to nothing, or in a loop
-        if kind != "file":
+        if os.path.lexists(where):
+            continue
+        if kind == "dir":
+            where.mkdir()
             dirs.append(where)
-    return dirs
+        elif kind == "file":
+            where.write_text("x")
+        else:
+            where.symlink_to(goal)
+        if kind != "file":
+            starts.append(where)
+    return starts
 
 
 @settings(max_examples=150, deadline=None, derandomize=True, database=None)
@@ -53,8 +55,8 @@ def _build(root: Path, nodes: list[tuple[str, str, int, str, bool]]) -> list[Pat
                       min_size=1, max_size=12))
 def test_each_directory_resolves_as_realpath_does(tmp_path_factory, nodes, paths) -> None:
     root = Path(os.path.realpath(tmp_path_factory.mktemp("tree")))
-    dirs = _build(root, nodes)
-    resolved: dict[str, str] = {}
+    starts = _build(root, nodes)
+    resolved: Resolved = {}
     for start, rest in paths:
-        path = os.path.join(str(dirs[start % len(dirs)]), *rest)
+        path = os.path.join(str(starts[start % len(starts)]), *rest)
         assert real_dir(path, resolved) == os.path.realpath(path), (path, resolved)
