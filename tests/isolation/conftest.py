@@ -33,7 +33,7 @@ import sysconfig
 import tempfile
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar
@@ -608,6 +608,16 @@ def procs_with(marker: str) -> list[tuple[int, str]]:
         if marker in cmd:
             found.append((int(entry), cmd))
     return found
+
+
+def until(done: Callable[[], object], within: float, every: float = 0.05) -> bool:
+    """Whether `done()` came true within `within` seconds, asked every `every`."""
+    deadline = time.monotonic() + within
+    while not done():
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(every)
+    return True
 
 
 def wait_gone(marker: str, within: float) -> list[tuple[int, str]]:

@@ -58,18 +58,21 @@ def test_everyday_config_writers_work_and_reach_the_host(repo: Box) -> None:
     assert status.returncode == 0 and "vendor/lib" in status.stdout.decode(), text(status)
 
 
+# Each payload touches a file in the workspace by its full name, and its `#` drops
+# the arguments git adds (an fsmonitor hook's version and token): git runs them
+# from the top of the work tree, which `core.worktree /` makes `/`.
 ATTACKS = r"""
-printf '[core]\n\tfsmonitor = touch %s/pwned-include\n' "$PWD" > evil.cfg
-git config core.fsmonitor "touch $PWD/pwned-fsmonitor"
+printf '[core]\n\tfsmonitor = touch %s/pwned-include "#"\n' "$PWD" > evil.cfg
+git config core.fsmonitor "touch $PWD/pwned-fsmonitor #"
 git config core.hooksPath evil-hooks
 git config include.path ../evil.cfg
 git config 'includeIf.gitdir:/.path' ../evil.cfg
-git config alias.st '!touch pwned-alias'
-git config core.pager 'touch pwned-pager'
+git config alias.st "!touch $PWD/pwned-alias"
+git config core.pager "touch $PWD/pwned-pager"
 git config core.worktree /
 git config extensions.worktreeConfig true
-git config --worktree core.fsmonitor "touch $PWD/pwned-worktree"
-printf '[core]\n\tsshCommand = touch pwned-ssh\n' >> .git/config
+git config --worktree core.fsmonitor "touch $PWD/pwned-worktree #"
+printf '[core]\n\tsshCommand = touch %s/pwned-ssh\n' "$PWD" >> .git/config
 git config user.email ok@example.invalid
 git config --get core.fsmonitor >/dev/null && echo inside-it-held
 """

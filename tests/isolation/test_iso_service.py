@@ -31,6 +31,7 @@ from .conftest import (
     SYSTEM_PYTHON,
     Box,
     procs_with,
+    until,
     users,
     wait_gone,
 )
@@ -289,9 +290,7 @@ def test_another_user_cannot_use_the_service(box: Box, unpriv_site: str) -> None
     control = box.host([box.runner.python, "-I", "-c", SEND, own_site, str(sock),
                         str(target)], env=box.env())
     assert control.stdout.startswith(b"answer b'P"), control
-    deadline = time.monotonic() + 10
-    while not target.exists() and time.monotonic() < deadline:
-        time.sleep(0.05)
+    until(lambda: target.exists(), 10)
     assert target.exists()
 
 
@@ -394,9 +393,7 @@ def test_a_sandboxed_command_cannot_use_another_contexts_service(box: Box, backe
     other = box.env(XDG_STATE_HOME=str(box.mkdir("other-state")))
     assert box.run(["/bin/true"], options=["--service"], env=other).returncode == 0
     sockets = box.root / "other-state" / "stockade" / "service"
-    deadline = time.monotonic() + 20
-    while not list(sockets.glob("*.sock")) and time.monotonic() < deadline:
-        time.sleep(0.05)
+    until(lambda: list(sockets.glob("*.sock")), 20)
     sock = str(next(sockets.glob("*.sock")))
     time.sleep(0.5)  # it binds before it imports; connections wait in its backlog anyway
     pwned = box.mkdir("out") / "PWNED"
@@ -468,9 +465,7 @@ def test_a_listener_in_a_sandbox_never_gets_the_callers_descriptors(box: Box) ->
                              "-c", LISTEN, str(sock), str(result)]),
         cwd=box.ws, env=box.env(), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
         stderr=subprocess.PIPE)
-    deadline = time.monotonic() + 20
-    while not sock.exists() and time.monotonic() < deadline:
-        time.sleep(0.05)
+    until(lambda: sock.exists(), 20)
     assert sock.exists(), listener.stderr
     res = box.run(["/bin/true"], options=["--service"], env=victim)
     assert res.returncode == 0, res.stderr
@@ -484,8 +479,7 @@ def test_a_listener_in_a_sandbox_never_gets_the_callers_descriptors(box: Box) ->
         os.kill(pid, signal.SIGKILL)
     host = box.runner.popen([SYSTEM_PYTHON, "-I", "-c", LISTEN, str(sock), str(result)],
                             cwd=box.ws, env=victim)
-    while not sock.exists() and time.monotonic() < deadline + 20:
-        time.sleep(0.05)
+    until(lambda: sock.exists(), 20)
     box.run(["/bin/true"], options=["--service"], env=victim)
     host.wait(timeout=RUN_TIMEOUT)
     assert result.read_text().startswith("descriptors")
@@ -575,9 +569,7 @@ def test_a_listener_in_a_landlock_domain_never_gets_the_callers_descriptors(box:
             p.unlink(missing_ok=True)
         listener = box.runner.popen([*wrap, SYSTEM_PYTHON, "-I", "-c", LISTEN, str(sock),
                                      str(result)], cwd=box.ws, env=box.env())
-        deadline = time.monotonic() + 20
-        while not sock.exists() and time.monotonic() < deadline:
-            time.sleep(0.05)
+        until(lambda: sock.exists(), 20)
         assert sock.exists()
         res = box.run(["/bin/sh", "-c", "echo ran"], options=["--service"])
         assert res.returncode == 0 and res.stdout == b"ran\n", res.stderr
@@ -692,9 +684,7 @@ def test_real_time_signals_ignored_or_blocked_are_the_commands(box: Box) -> None
     # A service of the key these callers would have but for their signals (started
     # through the same interpreter, for its LC_CTYPE), which must not serve them.
     _with_signals(box, "", "", box.runner.cli_argv(["run", "--service", "--", "/bin/true"]))
-    deadline = time.monotonic() + 20
-    while not services(box) and time.monotonic() < deadline:
-        time.sleep(0.05)
+    until(lambda: services(box), 20)
     assert services(box)
     time.sleep(1)
     outs = []
@@ -748,9 +738,7 @@ def test_a_service_started_inside_a_landlock_domain_gives_way(box: Box) -> None:
     inside = box.runner.cli_argv(["run", "--service", "--backend", "landlock", "--",
                                   "/bin/true"])
     box.host([SYSTEM_PYTHON, "-I", "-c", LANDLOCK, str(secret), *inside])
-    deadline = time.monotonic() + 20
-    while not services(box) and time.monotonic() < deadline:
-        time.sleep(0.05)
+    until(lambda: services(box), 20)
     [confined_pid] = services(box)
     time.sleep(1)
     # Through the same interpreter as the domain's caller, so of the same key (its
@@ -758,14 +746,10 @@ def test_a_service_started_inside_a_landlock_domain_gives_way(box: Box) -> None:
     plain = box.runner.cli_argv(["run", "--service", "--", "/bin/sh", "-c", "echo ran"])
     res = _with_signals(box, "", "", plain)
     assert (res.returncode, res.stdout) == (0, b"ran\n"), res.stderr
-    deadline = time.monotonic() + 10
-    while confined_pid in services(box) and time.monotonic() < deadline:
-        time.sleep(0.1)
+    until(lambda: confined_pid not in services(box), 10, every=0.1)
     assert confined_pid not in services(box), "the confined service kept the key"
     # The run started one outside, which serves the next.
-    deadline = time.monotonic() + 10
-    while not services(box) and time.monotonic() < deadline:
-        time.sleep(0.1)
+    until(lambda: services(box), 10, every=0.1)
     [outside] = services(box)
     marker = _marker()
     proc = box.runner.popen([SYSTEM_PYTHON, "-I", "-c", SIGNALS_THEN, "", "",
@@ -799,9 +783,7 @@ def test_a_callers_priorities_are_its_commands(box: Box, how: list[str]) -> None
 def _none_left(box: Box) -> bool:
     """True once no service of the box runs: a starter that cannot take its key gives
     up within seconds."""
-    deadline = time.monotonic() + 10
-    while services(box) and time.monotonic() < deadline:
-        time.sleep(0.1)
+    until(lambda: not services(box), 10, every=0.1)
     return not services(box)
 
 
@@ -889,9 +871,7 @@ def sleeps(marker: str) -> list[tuple[int, str]]:
 def _tree(box: Box, marker: str, pid: int) -> subprocess.Popen[bytes]:
     """A served command whose tree is two `sleep MARKER`s."""
     proc = background(box, f"sleep {marker} & sleep {marker}; wait")
-    deadline = time.monotonic() + 20
-    while len(sleeps(marker)) < 2 and time.monotonic() < deadline:
-        time.sleep(0.05)
+    until(lambda: len(sleeps(marker)) >= 2, 20)
     assert len(sleeps(marker)) == 2, "the command's tree did not start"
     wait_served(pid, marker)
     return proc
@@ -947,9 +927,7 @@ def test_a_caller_that_ignores_sigterm_still_loses_its_command_with_the_service(
         return ["/bin/sh", "-c", "trap '' TERM; exec \"$@\"", "sh", *argv]
 
     assert box.host(deaf(["/bin/true"])).returncode == 0
-    deadline = time.monotonic() + 20
-    while not services(box) and time.monotonic() < deadline:
-        time.sleep(0.05)
+    until(lambda: services(box), 20)
     pid = services(box)[0]
     time.sleep(0.5)  # it binds before its imports; a run meanwhile waits in its backlog
     marker = _marker()
@@ -970,15 +948,11 @@ def test_a_code_change_lets_running_commands_finish(box: Box, unpriv_site: str) 
     with code_changed(box, unpriv_site):
         assert served(box, [], ["/bin/true"]).returncode == 0
         # The old one let go of its key while its command runs: a new one starts.
-        deadline = time.monotonic() + 20
-        while set(services(box)) <= {pid} and time.monotonic() < deadline:
-            time.sleep(0.05)
+        until(lambda: not (set(services(box)) <= {pid}), 20)
         assert pid in services(box) and len(services(box)) == 2
     out, err = slow.communicate(timeout=RUN_TIMEOUT)
     assert (slow.returncode, out) == (0, b"done\n"), err
-    deadline = time.monotonic() + 10
-    while pid in services(box) and time.monotonic() < deadline:
-        time.sleep(0.05)
+    until(lambda: pid not in services(box), 10)
     assert pid not in services(box)
 
 
@@ -990,9 +964,7 @@ def test_stale_files_do_not_count_and_live_services_are_bounded(box: Box) -> Non
     started(box)
     for i in range(8):
         box.run(["/bin/true"], options=["--service"], env=box.env(CONTEXT=str(i)))
-    deadline = time.monotonic() + 20
-    while len(services(box)) < 8 and time.monotonic() < deadline:
-        time.sleep(0.1)
+    until(lambda: len(services(box)) >= 8, 20, every=0.1)
     time.sleep(1)
     assert len(services(box)) == 8
 
@@ -1001,9 +973,7 @@ def test_it_exits_when_idle_and_leaves_nothing(box: Box) -> None:
     started(box, STOCKADE_SERVICE_IDLE_SECONDS="1")
     assert served(box, [], ["/bin/true"],
                   env=box.env(STOCKADE_SERVICE_IDLE_SECONDS="1")).returncode == 0
-    deadline = time.monotonic() + 15
-    while services(box) and time.monotonic() < deadline:
-        time.sleep(0.1)
+    until(lambda: not services(box), 15, every=0.1)
     assert not services(box)
     assert not list(service_dir(box).glob("*.sock"))
     box.runner.wait_idle()
@@ -1014,9 +984,7 @@ def test_a_change_to_stockades_code_starts_a_new_service(box: Box, unpriv_site: 
     with code_changed(box, unpriv_site):
         res = served(box, [], ["/bin/sh", "-c", "exit 4"])
         assert res.returncode == 4, res.stderr  # run in process, this once
-        deadline = time.monotonic() + 10
-        while pid in services(box) and time.monotonic() < deadline:
-            time.sleep(0.05)
+        until(lambda: pid not in services(box), 10)
         assert pid not in services(box)
 
 
@@ -1068,10 +1036,8 @@ def _pane(tmux: list[str]) -> str:
 
 
 def _pane_shows(tmux: list[str], text: str, seconds: float = RUN_TIMEOUT) -> str:
-    deadline = time.monotonic() + seconds
-    while text not in (shown := _pane(tmux)) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    return shown
+    until(lambda: text in _pane(tmux), seconds, every=0.1)
+    return _pane(tmux)
 
 
 @pytest.mark.skipif(not shutil.which("tmux"), reason="tmux is not installed here")
@@ -1095,16 +1061,12 @@ def test_a_terminal_keeps_its_job_control_and_ctrl_c_with_the_service_on(box: Bo
     try:
         shown = _pane_shows(tmux, "TTY-IN-23x91")
         assert "TTY-IN-23x91" in shown, shown
-        deadline = time.monotonic() + 20
-        while len(sleeps(marker)) < 2 and time.monotonic() < deadline:
-            time.sleep(0.05)
+        until(lambda: len(sleeps(marker)) >= 2, 20)
         assert len(sleeps(marker)) == 2, _pane(tmux)
         subprocess.run([*tmux, "send-keys", "-t", "t", "C-c"], check=True)
         shown = _pane_shows(tmux, "EXIT=")
         assert "EXIT=130" in shown, shown
-        deadline = time.monotonic() + 10
-        while sleeps(marker) and time.monotonic() < deadline:
-            time.sleep(0.05)
+        until(lambda: not sleeps(marker), 10)
         assert not sleeps(marker)
     finally:
         subprocess.run([*tmux, "kill-server"], check=False, capture_output=True)
