@@ -140,7 +140,7 @@ def credential_stores(candidates: Sequence[str], unmasking: Sequence[str],
     hidden: list[tuple[str, str]] = []
     unborn: list[str] = []
     for p in candidates:
-        real = _in_real_parent(p, resolved)
+        real, _whole = _in_real_parent(p, resolved)
         k = kind(real)
         if k == LINK:
             real = os.path.realpath(real)
@@ -204,8 +204,11 @@ def _show_back(hidden: list[tuple[str, str]], wanted: Sequence[str], must: Seque
     shown: dict[str, str] = {}
     for p in wanted:
         # The name as the area holds it; a link above it inside leads elsewhere.
-        real = _in_real_parent(p, resolved)
-        if not _below_any(real, dirs):
+        real, whole = _in_real_parent(p, resolved)
+        if not whole or not _below_any(real, dirs):
+            # Beneath a link in a loop or leading nowhere, `realpath` keeps the
+            # rest of the name unresolved: a link further down it (`~/.cache ->
+            # ~/.cache/..`, then `~/huggingface -> ~/.aws`) led into a store.
             continue
         k = kind(real)
         if k != MISSING:
@@ -245,13 +248,15 @@ def _linked_out(hidden: Sequence[str], shown: Sequence[str],
     return out
 
 
-def _in_real_parent(path: str, resolved: Resolved) -> str:
+def _in_real_parent(path: str, resolved: Resolved) -> tuple[str, bool]:
     """`path`'s name in its directory's real path (the name itself not followed),
-    each directory resolved once in `resolved`."""
+    each directory resolved once in `resolved`; and whether every link on the way
+    resolved."""
     head, name = os.path.split(path)
     if name in ("", ".", ".."):
-        return os.path.realpath(path)
-    return os.path.join(real_dir(head, resolved), name)
+        return os.path.realpath(path), False
+    real, whole = _real(head, resolved)
+    return os.path.join(real, name), whole
 
 
 def real_dir(path: str, resolved: Resolved) -> str:

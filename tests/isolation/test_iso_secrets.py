@@ -271,6 +271,22 @@ def test_control_more_credential_stores_readable_without_hiding(box: Box) -> Non
     assert missing == [], out
 
 
+def test_a_link_loop_in_the_home_puts_nothing_inside_a_store_back_in_view(box: Box) -> None:
+    """A path the allowlist shows back, beneath a link loop (`~/.cache -> ~/.cache/..`):
+    `realpath` stops resolving at the loop, so `~/.cache/huggingface/hub` was shown
+    back as `~/huggingface/hub`, a name through the link `~/huggingface -> ~/.aws`,
+    and the bind put `~/.aws/hub`, inside the hidden store, in view. The control
+    reads the file unconfined, as the same user."""
+    marker = f"STORE-aws-hub-{secrets.token_hex(6)}"
+    secret = box.write(box.home / ".aws" / "hub" / "secret", f"{marker}\n", 0o600)
+    _plant(box, (".aws/credentials",))
+    os.symlink(f"{box.home}/.cache/..", box.home / ".cache")
+    os.symlink(f"{box.home}/.aws", box.home / "huggingface")
+    assert marker.encode() in box.host(["cat", str(secret)]).stdout
+    res = box.sh('cat "$1" "$2"/hub/secret', str(secret), str(box.home / "huggingface"))
+    assert marker not in text(res), text(res)
+
+
 # -- the host's own secrets and the environment -------------------------------------------
 
 
