@@ -80,7 +80,8 @@ def masks(*, workspace: str, write_roots: Sequence[str], must_show: Sequence[str
             hidden.append((target, k))
     # Granted paths, CA bundles and caches inside a hidden directory come back
     # after its mask, as the default's allowlist does.
-    back = [*shown_paths, *(g for g in grants if g != "/"), *wanted]
+    back = [*_in_own_area(shown_paths, hidden_paths, hidden, resolved),
+            *(g for g in grants if g != "/"), *wanted]
     hidden, shown = _show_back(hidden, back, must_show, kind, listdir, resolved)
     # Inside stockade's directory around the workspace only the workspace
     # shows: a mask there would make a mount point, a name, of what it hides.
@@ -294,6 +295,39 @@ def _real(path: str, resolved: Resolved) -> tuple[str, bool]:
                 got = (real, True)
         resolved[path] = got
     return got
+
+
+def _in_own_area(shown: Sequence[str], areas: Sequence[str], hidden: list[tuple[str, str]],
+                 resolved: Resolved) -> list[str]:
+    """The allowlist's paths that, resolved, still lie in the hidden area they are listed
+    under, and beneath no other hidden path there.
+
+    The allowlist names paths by where tools keep them, not where they are:
+    a link on the way (`~/.cache/huggingface -> ~/.aws`, a person's own, or
+    `~/.config/git -> gh`) put a store's directory in view as the allowlist's.
+    """
+    named = set(areas)
+    masked = {h for h, _k in hidden}
+    out: list[str] = []
+    for p in shown:
+        area = _nearest_above(p, named)
+        if not area:
+            continue
+        real, whole = _in_real_parent(p, resolved)
+        area_real, area_whole = _real(area, resolved)
+        if whole and area_whole and _nearest_above(real, masked) == area_real:
+            out.append(p)
+    return out
+
+
+def _nearest_above(path: str, among: set[str]) -> str:
+    """The deepest of `among` strictly above `path`, by name; "" for none."""
+    parent = os.path.dirname(path)
+    while parent != path:
+        if parent in among:
+            return parent
+        path, parent = parent, os.path.dirname(parent)
+    return ""
 
 
 def _below_any(path: str, dirs: set[str]) -> bool:

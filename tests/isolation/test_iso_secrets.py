@@ -271,19 +271,29 @@ def test_control_more_credential_stores_readable_without_hiding(box: Box) -> Non
     assert missing == [], out
 
 
-def test_a_link_loop_in_the_home_puts_nothing_inside_a_store_back_in_view(box: Box) -> None:
-    """A path the allowlist shows back, beneath a link loop (`~/.cache -> ~/.cache/..`):
-    `realpath` stops resolving at the loop, so `~/.cache/huggingface/hub` was shown
-    back as `~/huggingface/hub`, a name through the link `~/huggingface -> ~/.aws`,
-    and the bind put `~/.aws/hub`, inside the hidden store, in view. The control
-    reads the file unconfined, as the same user."""
+#: Links that lead a path the allowlist shows back (`~/.cache/huggingface/hub`) into
+#: the `~/.aws` store: (link, target), made in the home in turn.
+LINKED_INTO_A_STORE = {
+    # realpath stops at a loop and keeps the rest of the name: `~/huggingface/hub`,
+    # through the second link.
+    "loop": ((".cache", ".cache/.."), ("huggingface", ".aws")),
+    "link": ((".cache/huggingface", ".aws"),),
+}
+
+
+@pytest.mark.parametrize("layout", LINKED_INTO_A_STORE)
+def test_a_link_never_puts_a_stores_directory_back_in_view(box: Box, layout: str) -> None:
+    """The allowlist names where tools keep things, not where they are: a link on the way
+    put `~/.aws/hub` in view as `~/.cache/huggingface/hub`. The control reads the file
+    unconfined, as the same user."""
     marker = f"STORE-aws-hub-{secrets.token_hex(6)}"
     secret = box.write(box.home / ".aws" / "hub" / "secret", f"{marker}\n", 0o600)
     _plant(box, (".aws/credentials",))
-    os.symlink(f"{box.home}/.cache/..", box.home / ".cache")
-    os.symlink(f"{box.home}/.aws", box.home / "huggingface")
+    for link, target in LINKED_INTO_A_STORE[layout]:
+        (box.home / link).parent.mkdir(parents=True, exist_ok=True)
+        os.symlink(f"{box.home}/{target}", box.home / link)
     assert marker.encode() in box.host(["cat", str(secret)]).stdout
-    res = box.sh('cat "$1" "$2"/hub/secret', str(secret), str(box.home / "huggingface"))
+    res = box.sh('cat "$1" "$2"/.cache/huggingface/hub/secret', str(secret), str(box.home))
     assert marker not in text(res), text(res)
 
 

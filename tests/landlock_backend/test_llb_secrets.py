@@ -69,8 +69,9 @@ def test_more_credential_stores_unreadable(box: Box, rel: str) -> None:
     iso.test_more_credential_stores_unreadable(box, rel)
 
 
-def test_a_link_loop_in_the_home_puts_nothing_inside_a_store_back_in_view(box: Box) -> None:
-    iso.test_a_link_loop_in_the_home_puts_nothing_inside_a_store_back_in_view(box)
+@pytest.mark.parametrize("layout", iso.LINKED_INTO_A_STORE)
+def test_a_link_never_puts_a_stores_directory_back_in_view(box: Box, layout: str) -> None:
+    iso.test_a_link_never_puts_a_stores_directory_back_in_view(box, layout)
 
 
 def test_control_more_credential_stores_readable_without_hiding(box: Box) -> None:
