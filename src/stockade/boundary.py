@@ -58,16 +58,27 @@ CA_BUNDLE_VARS = ("SSL_CERT_FILE", "SSL_CERT_DIR", "REQUESTS_CA_BUNDLE", "CURL_C
 class Writable:
     """The writable decision: the roots beyond the workspace, and the caches' layers."""
 
-    __slots__ = ("caches", "relocated", "roots")
+    __slots__ = ("caches", "named", "relocated", "roots")
 
     def __init__(self, roots: list[str], caches: list[tuple[str, str, str]],
-                 relocated: dict[str, str]) -> None:
+                 relocated: dict[str, str], named: dict[str, str] | None = None) -> None:
         #: Canonical, sorted, without the workspace and what lies in it.
         self.roots = roots
         #: (a toolchain cache, this session's private layer over it, its variable).
         self.caches = caches
         #: The variables pointed at a layer's `upper` where no overlay can be laid.
         self.relocated = relocated
+        #: Each cache's real path: the name it was found by.
+        self.named = named or {}
+
+    def without(self, refused: set[str]) -> Writable:
+        """These caches (real paths) dropped, with their layers' roots and variables."""
+        caches = [c for c in self.caches if c[0] not in refused]
+        uppers = {os.path.join(layer, "upper") for real, layer, _v in self.caches
+                  if real in refused}
+        return Writable([r for r in self.roots if r not in uppers], caches,
+                        {v: u for v, u in self.relocated.items() if u not in uppers},
+                        {r: n for r, n in self.named.items() if r not in refused})
 
 
 def build_profile(
@@ -124,9 +135,11 @@ def build_profile(
               must_show=(workspace, *capabilities.fs_write,
                          *(r for r in w.roots if r not in w.relocated.values())),
               grants=capabilities.fs_read + capabilities.fs_write,
-              wanted=[*cas, *(cache for cache, _layer, _var in w.caches)], private=private,
+              wanted=cas, caches=w.named, private=private,
               unreadable=unreadable, matched=matched, granted=granted, host_env=host_env,
               platform=platform, namespaces=namespaces, kind=kind, listdir=listdir)
+    if m.refused:
+        w = w.without(m.refused)
     sockets = local_sockets(host_env, granted, kind)
     read_roots, links = readable(read_scope, workspace, capabilities, extra_read, cas, kind)
     protected = (protection(workspace, writable_ws, capabilities, w.roots, m, sockets, home,
@@ -169,6 +182,7 @@ def writable_roots(mode: str, workspace: str, capabilities: SandboxCapabilities,
     roots: list[str] = []
     caches: list[tuple[str, str, str]] = []
     relocated: dict[str, str] = {}
+    named: dict[str, str] = {}
     if mode == READ_ONLY:
         return Writable(roots, caches, relocated)
     home_real = os.path.realpath(home) if home else ""
@@ -184,13 +198,14 @@ def writable_roots(mode: str, workspace: str, capabilities: SandboxCapabilities,
             if kind(real) != DIR or (home and real == home_real):
                 continue
             layer = os.path.join(cache_dir, sha256_hex(os.fsencode(real))[:16])
+            named.setdefault(real, p)
             if namespaces:
                 caches.append((real, layer, var))
             elif var:
                 caches.append((real, layer, var))
                 roots.append(os.path.join(layer, "upper"))
                 relocated[var] = os.path.join(layer, "upper")
-    return Writable(sorted(set(roots)), caches, relocated)
+    return Writable(sorted(set(roots)), caches, relocated, named)
 
 
 def ca_bundles(host_env: Mapping[str, str], kind: Callable[[str], str]) -> tuple[str, ...]:

@@ -30,10 +30,11 @@ Resolved = dict[str, tuple[str, bool]]
 class Masks:
     """The hidden decision: what is masked, what comes back, what is not there yet."""
 
-    __slots__ = ("absent", "around", "hidden", "requested_shown", "shown")
+    __slots__ = ("absent", "around", "hidden", "refused", "requested_shown", "shown")
 
     def __init__(self, hidden: list[tuple[str, str]], shown: tuple[tuple[str, str], ...],
-                 requested_shown: list[str], absent: list[str], around: list[str]) -> None:
+                 requested_shown: list[str], absent: list[str], around: list[str],
+                 refused: set[str]) -> None:
         #: (path, DIR or FILE) masked, before `outermost`.
         self.hidden = hidden
         #: (path, kind) shown back inside a hidden directory.
@@ -44,20 +45,24 @@ class Masks:
         self.absent = absent
         #: stockade's own directories that hold the workspace.
         self.around = around
+        #: The toolchain caches (real paths) that get no layer (`_in_own_area`).
+        self.refused = refused
 
 
 def masks(*, workspace: str, write_roots: Sequence[str], must_show: Sequence[str],
           fs_write: Sequence[str], grants: Sequence[str], wanted: Sequence[str],
-          private: Sequence[str], unreadable: str | list[str] | None,
+          caches: Mapping[str, str], private: Sequence[str],
+          unreadable: str | list[str] | None,
           matched: Sequence[str], granted: list[str], host_env: Mapping[str, str],
           platform: str, namespaces: bool, kind: Callable[[str], str],
           listdir: Callable[[str], list[str]]) -> Masks:
     """What one command cannot see; what is explicitly granted never among it.
 
     Asking for fs_read of ~/.aws (and being approved) is how a session gets
-    it back. `wanted` (CA bundles, caches) and the grants come back inside a
-    hidden directory; `must_show` (the workspace and the writable roots a
-    mask would cover) opens one up around them.
+    it back. `wanted` (CA bundles), `caches` (each toolchain cache's real path:
+    the name it was found by) and the grants come back inside a hidden
+    directory; `must_show` (the workspace and the writable roots a mask would
+    cover) opens one up around them.
     """
     hidden, around = stockade_records(private, workspace, kind)
     hidden += matched_files(matched, kind)
@@ -69,8 +74,14 @@ def masks(*, workspace: str, write_roots: Sequence[str], must_show: Sequence[str
     unmasking = [g for g in grants if g != "/" and not is_under(workspace, g)]
     # One resolution of each directory for the stores and what comes back inside them.
     resolved: Resolved = {}
-    stores, unborn = credential_stores(hidden_paths, unmasking, writable_here, kind, resolved)
+    reals: dict[str, str] = {}
+    stores, unborn = credential_stores(hidden_paths, unmasking, writable_here, kind, resolved,
+                                       reals)
     hidden += stores
+    # What comes back must lie in its own area (`_in_own_area`), judged before
+    # the targets of links inside the areas join: a cache moved to another disk
+    # by a link is still the area's.
+    own = _Areas(reals, shown_paths, {h for h, _k in hidden}, resolved)
     for target, k in _linked_out([h for h, hk in hidden if hk == DIR], shown_paths, listdir,
                                  kind):
         # Not a target that holds a writable root (a link to ~ would mask the
@@ -80,13 +91,14 @@ def masks(*, workspace: str, write_roots: Sequence[str], must_show: Sequence[str
             hidden.append((target, k))
     # Granted paths, CA bundles and caches inside a hidden directory come back
     # after its mask, as the default's allowlist does.
-    back = [*_in_own_area(shown_paths, hidden_paths, hidden, resolved),
-            *(g for g in grants if g != "/"), *wanted]
+    kept = [real for real, name in caches.items() if own.holds(name, real, True)]
+    back = [*(p for p in shown_paths if own.holds(p, *_in_real_parent(p, resolved))),
+            *(g for g in grants if g != "/"), *wanted, *kept]
     hidden, shown = _show_back(hidden, back, must_show, kind, listdir, resolved)
     # Inside stockade's directory around the workspace only the workspace
     # shows: a mask there would make a mount point, a name, of what it hides.
     hidden = [(p, k) for p, k in hidden if not any(is_under(p, a) for a in around)]
-    return Masks(hidden, shown, shown_paths, unborn, around)
+    return Masks(hidden, shown, shown_paths, unborn, around, set(caches) - set(kept))
 
 
 def stockade_records(private: Sequence[str], workspace: str, kind: Callable[[str], str]
@@ -130,9 +142,11 @@ def matched_files(matched: Sequence[str], kind: Callable[[str], str]
 
 def credential_stores(candidates: Sequence[str], unmasking: Sequence[str],
                       writable_here: Sequence[str], kind: Callable[[str], str],
-                      resolved: Resolved) -> tuple[list[tuple[str, str]], list[str]]:
+                      resolved: Resolved, reals: dict[str, str]
+                      ) -> tuple[list[tuple[str, str]], list[str]]:
     """(hidden, not there yet) of the stores `hostpaths.unreadable` names, where
-    they really are, but for those a grant unmasks.
+    they really are, but for those a grant unmasks; `reals` gets where each name
+    leads.
 
     A link a command planted at a store's name (`ln -s ~ ~/.azure`) made
     every later command mask the whole home it pointed to: such a link,
@@ -146,6 +160,7 @@ def credential_stores(candidates: Sequence[str], unmasking: Sequence[str],
         if k == LINK:
             real = os.path.realpath(real)
             k = kind(real)
+        reals[os.path.normpath(p)] = real
         if any(is_under(real, g) for g in unmasking):
             continue
         if real != os.path.abspath(p) and any(is_under(w, real) for w in writable_here):
@@ -255,7 +270,7 @@ def _in_real_parent(path: str, resolved: Resolved) -> tuple[str, bool]:
     resolved."""
     head, name = os.path.split(path)
     if name in ("", ".", ".."):
-        return os.path.realpath(path), False
+        return _real(path, resolved)
     real, whole = _real(head, resolved)
     return os.path.join(real, name), whole
 
@@ -276,13 +291,17 @@ def _real(path: str, resolved: Resolved) -> tuple[str, bool]:
     if got is None:
         head, name = os.path.split(path)
         if path == "/":
-            got = ("/", True)
-        elif name in ("", ".", "..") or not head.startswith("/"):
+            got = (path, True)
+        elif head == path or not head.startswith("/"):
             got = (os.path.realpath(path), False)
+        elif name in ("", "."):
+            got = _real(head, resolved)  # a trailing slash, `/./`: the same directory
         else:
             parent, whole = _real(head, resolved)
             real = os.path.join(parent, name)
-            if not whole:
+            if name == ".." and whole:
+                got = (os.path.dirname(parent), True)  # as realpath: the resolved parent's
+            elif not whole or name == "..":
                 # Beneath a link in a loop or leading nowhere `realpath` stops
                 # resolving; it is asked itself, so the answer stays its own.
                 got = (os.path.realpath(path), False)
@@ -297,27 +316,64 @@ def _real(path: str, resolved: Resolved) -> tuple[str, bool]:
     return got
 
 
-def _in_own_area(shown: Sequence[str], areas: Sequence[str], hidden: list[tuple[str, str]],
-                 resolved: Resolved) -> list[str]:
-    """The allowlist's paths that, resolved, still lie in the hidden area they are listed
-    under, and beneath no other hidden path there.
+class _Areas:
+    """Whether a path the allowlist names (or a toolchain cache) still lies, resolved, in
+    the hidden area it is named under, and beneath no other hidden path there.
 
-    The allowlist names paths by where tools keep them, not where they are:
-    a link on the way (`~/.cache/huggingface -> ~/.aws`, a person's own, or
-    `~/.config/git -> gh`) put a store's directory in view as the allowlist's.
+    The allowlist and the caches name paths by where tools keep them, not where
+    they are: a link on the way (`~/.cache/huggingface -> ~/.aws`, a person's
+    own, or a loop) put a store's directory in view as the allowlist's, or
+    under a cache's private layer; an area that is a link to another
+    (`~/.cache -> ~/.config`) showed the other's tokens by its own list.
     """
-    named = set(areas)
-    masked = {h for h, _k in hidden}
-    out: list[str] = []
-    for p in shown:
-        area = _nearest_above(p, named)
+
+    __slots__ = ("_allowed", "_area", "leads", "masked", "names", "resolved", "shown")
+
+    def __init__(self, reals: dict[str, str], shown: Sequence[str], masked: set[str],
+                 resolved: Resolved) -> None:
+        self.resolved = resolved
+        self.masked = masked
+        self.shown = shown
+        #: The hidden names (normalised), and which of them lead to each real path.
+        self.names = set(reals)
+        self.leads: dict[str, list[str]] = {}
+        for name, real in reals.items():
+            self.leads.setdefault(real, []).append(name)
+        self._area: dict[str, tuple[str, bool, list[str]]] = {}
+        self._allowed: dict[str, set[str]] | None = None
+
+    def holds(self, named: str, real: str, whole: bool) -> bool:
+        """`named`, which is `real` once resolved (`whole`: every link on the way
+        resolved): beneath no hidden path, or in its own area and nowhere else."""
+        inside = _nearest_above(real + "/", self.masked)  # `real` itself included
+        if not whole or not inside:
+            return whole
+        area = _nearest_above(os.path.normpath(named), self.names)
         if not area:
-            continue
-        real, whole = _in_real_parent(p, resolved)
-        area_real, area_whole = _real(area, resolved)
-        if whole and area_whole and _nearest_above(real, masked) == area_real:
-            out.append(p)
-    return out
+            return False
+        area_real, fits, others = self.area(area)
+        return fits and inside == area_real and all(
+            real in self.allowed().get(other, ()) for other in others)
+
+    def area(self, area: str) -> tuple[str, bool, list[str]]:
+        """(its real path, whether it resolved whole and beneath no other hidden path,
+        the other names that lead there: each must show a path back too)."""
+        got = self._area.get(area)
+        if got is None:
+            real, whole = _real(area, self.resolved)
+            others = [n for n in self.leads.get(real, ()) if n != area]
+            got = (real, whole and not _nearest_above(real, self.masked), others)
+            self._area[area] = got
+        return got
+
+    def allowed(self) -> dict[str, set[str]]:
+        """Each area's shown paths, resolved as `holds` is given them."""
+        if self._allowed is None:
+            self._allowed = {}
+            for p in self.shown:
+                area = _nearest_above(os.path.normpath(p), self.names)
+                self._allowed.setdefault(area, set()).add(_in_real_parent(p, self.resolved)[0])
+        return self._allowed
 
 
 def _nearest_above(path: str, among: set[str]) -> str:

@@ -69,6 +69,14 @@ def test_more_credential_stores_unreadable(box: Box, rel: str) -> None:
     iso.test_more_credential_stores_unreadable(box, rel)
 
 
+def test_an_area_linked_to_another_shows_none_of_its_logins(box: Box) -> None:
+    iso.test_an_area_linked_to_another_shows_none_of_its_logins(box)
+
+
+def test_a_cache_linked_into_a_store_does_not_show_the_store(box: Box) -> None:
+    iso.test_a_cache_linked_into_a_store_does_not_show_the_store(box)
+
+
 @pytest.mark.parametrize("layout", iso.LINKED_INTO_A_STORE)
 def test_a_link_never_puts_a_stores_directory_back_in_view(box: Box, layout: str) -> None:
     iso.test_a_link_never_puts_a_stores_directory_back_in_view(box, layout)

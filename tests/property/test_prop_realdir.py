@@ -23,7 +23,7 @@ TARGETS = ("a", "b/c", "..", "../..", "/", ".", "a/..", "missing", "b/../a", "se
 
 node = st.tuples(st.sampled_from(["dir", "link", "file"]), st.sampled_from(NAMES),
                  st.integers(0, 5), st.sampled_from(TARGETS), st.booleans())
-step = st.sampled_from([*NAMES, ".", "..", "missing"])
+step = st.sampled_from([*NAMES, ".", "..", "", "missing"])
 
 
 def _build(root: Path, nodes: list[tuple[str, str, int, str, bool]]) -> list[Path]:
@@ -59,4 +59,5 @@ def test_each_directory_resolves_as_realpath_does(tmp_path_factory, nodes, paths
     resolved: Resolved = {}
     for start, rest in paths:
         path = os.path.join(str(starts[start % len(starts)]), *rest)
+        path = path.replace("/x y/", "//", 1) if start % 7 == 3 else path
         assert real_dir(path, resolved) == os.path.realpath(path), (path, resolved)
