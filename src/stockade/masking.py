@@ -91,8 +91,8 @@ def masks(*, workspace: str, write_roots: Sequence[str], must_show: Sequence[str
             hidden.append((target, k))
     # Granted paths, CA bundles and caches inside a hidden directory come back
     # after its mask, as the default's allowlist does.
-    kept = [real for real, name in caches.items() if own.holds(name, real, True)]
-    back = [*(p for p in shown_paths if own.holds(p, *_in_real_parent(p, resolved))),
+    kept = [real for real, name in caches.items() if own.holds(name, real, True, cache=True)]
+    back = [*(p for p in shown_paths if own.shows(p)),
             *(g for g in grants if g != "/"), *wanted, *kept]
     hidden, shown = _show_back(hidden, back, must_show, kind, listdir, resolved)
     # Inside stockade's directory around the workspace only the workspace
@@ -160,7 +160,7 @@ def credential_stores(candidates: Sequence[str], unmasking: Sequence[str],
         if k == LINK:
             real = os.path.realpath(real)
             k = kind(real)
-        reals[os.path.normpath(p)] = real
+        reals[_normal(p)] = real
         if any(is_under(real, g) for g in unmasking):
             continue
         if real != os.path.abspath(p) and any(is_under(w, real) for w in writable_here):
@@ -288,32 +288,42 @@ def real_dir(path: str, resolved: Resolved) -> str:
 
 def _real(path: str, resolved: Resolved) -> tuple[str, bool]:
     got = resolved.get(path)
-    if got is None:
+    if got is not None:
+        return got
+    # Up to the nearest directory already resolved, then down again, a component
+    # at a time: a name of thousands of components must not exhaust the stack.
+    down: list[tuple[str, str]] = []
+    while got is None:
         head, name = os.path.split(path)
-        if path == "/":
-            got = (path, True)
+        if not path.strip("/"):
+            got = ("/", True)  # `/`, `//`: realpath's root
         elif head == path or not head.startswith("/"):
             got = (os.path.realpath(path), False)
-        elif name in ("", "."):
-            got = _real(head, resolved)  # a trailing slash, `/./`: the same directory
         else:
-            parent, whole = _real(head, resolved)
-            real = os.path.join(parent, name)
-            if name == ".." and whole:
-                got = (os.path.dirname(parent), True)  # as realpath: the resolved parent's
-            elif not whole or name == "..":
-                # Beneath a link in a loop or leading nowhere `realpath` stops
-                # resolving; it is asked itself, so the answer stays its own.
-                got = (os.path.realpath(path), False)
-            elif os.path.islink(real):
-                try:
-                    got = (os.path.realpath(real, strict=True), True)
-                except OSError:
-                    got = (os.path.realpath(real), False)
-            else:
-                got = (real, True)
+            down.append((path, name))
+            path = head
+            got = resolved.get(path)
+            continue
         resolved[path] = got
-    return got
+    real, whole = got
+    for path, name in reversed(down):
+        if name in ("", "."):
+            pass  # a trailing slash, `/./`: the same directory
+        elif not whole:
+            # Beneath a link in a loop or leading nowhere `realpath` stops
+            # resolving; it is asked itself, so the answer stays its own.
+            real = os.path.realpath(path)
+        elif name == "..":
+            real = os.path.dirname(real)  # as realpath: the resolved parent's
+        else:
+            real = os.path.join(real, name)
+            if os.path.islink(real):
+                try:
+                    real = os.path.realpath(real, strict=True)
+                except OSError:
+                    real, whole = os.path.realpath(real), False
+        resolved[path] = (real, whole)
+    return real, whole
 
 
 class _Areas:
@@ -327,53 +337,73 @@ class _Areas:
     (`~/.cache -> ~/.config`) showed the other's tokens by its own list.
     """
 
-    __slots__ = ("_allowed", "_area", "leads", "masked", "names", "resolved", "shown")
+    __slots__ = ("_area", "allowed", "leads", "masked", "names", "placed", "resolved")
 
     def __init__(self, reals: dict[str, str], shown: Sequence[str], masked: set[str],
                  resolved: Resolved) -> None:
         self.resolved = resolved
         self.masked = masked
-        self.shown = shown
         #: The hidden names (normalised), and which of them lead to each real path.
         self.names = set(reals)
         self.leads: dict[str, list[str]] = {}
         for name, real in reals.items():
             self.leads.setdefault(real, []).append(name)
         self._area: dict[str, tuple[str, bool, list[str]]] = {}
-        self._allowed: dict[str, set[str]] | None = None
+        #: Each shown path: where it is, whether it resolved whole, its area's name.
+        self.placed = {p: (*_in_real_parent(p, resolved), _nearest_above(_normal(p), self.names))
+                       for p in shown}
+        #: Each area's shown paths, where they are.
+        self.allowed: dict[str, set[str]] = {}
+        for real, _whole, area in self.placed.values():
+            self.allowed.setdefault(area, set()).add(real)
 
-    def holds(self, named: str, real: str, whole: bool) -> bool:
+    def shows(self, p: str) -> bool:
+        """Whether the allowlist's `p` comes back (see `holds`)."""
+        real, whole, _area = self.placed[p]
+        return self.holds(p, real, whole)
+
+    def holds(self, named: str, real: str, whole: bool, cache: bool = False) -> bool:
         """`named`, which is `real` once resolved (`whole`: every link on the way
-        resolved): beneath no hidden path, or in its own area and nowhere else."""
+        resolved): beneath no hidden path, or in its own area and nowhere else.
+        A `cache` must also hold no hidden path: its layer would lie over it."""
+        if not whole:
+            return False
+        if cache and any(m == real or m.startswith(real + "/") for m in self.masked):
+            return False
         inside = _nearest_above(real + "/", self.masked)  # `real` itself included
-        if not whole or not inside:
-            return whole
-        area = _nearest_above(os.path.normpath(named), self.names)
+        if not inside:
+            return True
+        area = _nearest_above(_normal(named), self.names)
         if not area:
             return False
         area_real, fits, others = self.area(area)
         return fits and inside == area_real and all(
-            real in self.allowed().get(other, ()) for other in others)
+            real in self.allowed.get(other, ()) for other in others)
 
     def area(self, area: str) -> tuple[str, bool, list[str]]:
-        """(its real path, whether it resolved whole and beneath no other hidden path,
-        the other names that lead there: each must show a path back too)."""
+        """(its real path; whether it resolved whole and lies beneath no hidden path
+        but another area, as `~/.cargo -> ~/.local/share/cargo` does; the other
+        areas and stores that lead to the same place, each of which must show a
+        path back too: another name of this one area, with the same list, need not)."""
         got = self._area.get(area)
         if got is None:
             real, whole = _real(area, self.resolved)
-            others = [n for n in self.leads.get(real, ()) if n != area]
-            got = (real, whole and not _nearest_above(real, self.masked), others)
+            allowed = self.allowed
+            above = _nearest_above(real, self.masked)
+            fits = whole and (not above or any(allowed.get(n) for n in self.leads.get(above, ())))
+            others = [n for n in self.leads.get(real, ())
+                      if n != area and allowed.get(n) != allowed.get(area)]
+            got = (real, fits, others)
             self._area[area] = got
         return got
 
-    def allowed(self) -> dict[str, set[str]]:
-        """Each area's shown paths, resolved as `holds` is given them."""
-        if self._allowed is None:
-            self._allowed = {}
-            for p in self.shown:
-                area = _nearest_above(os.path.normpath(p), self.names)
-                self._allowed.setdefault(area, set()).add(_in_real_parent(p, self.resolved)[0])
-        return self._allowed
+
+def _normal(path: str) -> str:
+    """`path` without a trailing slash or `.` and `..` components, as compared by name."""
+    if ("//" in path or "/./" in path or "/../" in path
+            or path.endswith(("/", "/.", "/.."))):
+        return os.path.normpath(path)
+    return path
 
 
 def _nearest_above(path: str, among: set[str]) -> str:

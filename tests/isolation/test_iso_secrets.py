@@ -297,6 +297,18 @@ def test_a_link_never_puts_a_stores_directory_back_in_view(box: Box, layout: str
     assert marker not in text(res), text(res)
 
 
+def test_a_cache_over_its_whole_area_does_not_show_the_area(box: Box) -> None:
+    """`~/.cache/pip -> .` laid the cache's private layer over all of ~/.cache, and the
+    Hugging Face login beside the caches was read through it. Control: the same user
+    reads it unconfined."""
+    markers = _plant(box, (".cache/huggingface/token",))
+    os.symlink(".", box.home / ".cache" / "pip")
+    token = str(box.home / ".cache/huggingface/token")
+    assert markers[".cache/huggingface/token"].encode() in box.host(["cat", token]).stdout
+    out = text(box.sh('cat "$1"', token, mode="workspace-write"))
+    assert markers[".cache/huggingface/token"] not in out, out
+
+
 def test_an_area_linked_to_another_shows_none_of_its_logins(box: Box) -> None:
     """`~/.cache -> ~/.config`: the cache area's list (`pypoetry`, `composer`) came back
     inside ~/.config, where it names Poetry's and Composer's logins. Control: the same

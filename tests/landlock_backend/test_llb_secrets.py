@@ -69,6 +69,10 @@ def test_more_credential_stores_unreadable(box: Box, rel: str) -> None:
     iso.test_more_credential_stores_unreadable(box, rel)
 
 
+def test_a_cache_over_its_whole_area_does_not_show_the_area(box: Box) -> None:
+    iso.test_a_cache_over_its_whole_area_does_not_show_the_area(box)
+
+
 def test_an_area_linked_to_another_shows_none_of_its_logins(box: Box) -> None:
     iso.test_an_area_linked_to_another_shows_none_of_its_logins(box)
 

@@ -73,3 +73,50 @@ def test_a_cache_linked_into_a_store_gets_no_layer(tmp_path: Path) -> None:
     profile = _profile(home, tmp_path / "ws")
     assert [c for c, _layer, _var in profile.caches] == [str(home / ".cache" / "uv")]
     assert str(home / ".aws") not in _shown(profile)
+
+
+def test_a_cache_that_holds_a_hidden_path_gets_no_layer(tmp_path: Path) -> None:
+    """A layer over a cache is a window over everything in it: `~/.cache/pip -> .` laid
+    it over the whole cache area (`huggingface/token`), `GOCACHE=~/.local` over the
+    keyrings."""
+    home = tmp_path / "home"
+    (home / ".cache" / "huggingface").mkdir(parents=True)
+    (home / ".cache" / "huggingface" / "token").write_text("x\n")
+    (home / ".local" / "share" / "keyrings").mkdir(parents=True)
+    os.symlink(".", home / ".cache" / "pip")
+    for env in ({}, {"GOCACHE": str(home / ".local")}):
+        caches = [c for c, _layer, _var in _profile(home, tmp_path / "ws", **env).caches]
+        assert not [c for c in caches if not c.startswith(str(home / ".cache") + "/")], env
+        assert str(home / ".cache") not in caches, env
+
+
+def test_an_area_moved_into_another_keeps_its_list(tmp_path: Path) -> None:
+    """`~/.cargo -> ~/.local/share/cargo`, as people link it after moving cargo into
+    their data directory: cargo's binaries and registry still come back."""
+    home = tmp_path / "home"
+    for rel in ("bin", "registry"):
+        (home / ".local" / "share" / "cargo" / rel).mkdir(parents=True)
+    os.symlink(home / ".local" / "share" / "cargo", home / ".cargo")
+    shown = _shown(_profile(home, tmp_path / "ws"))
+    assert str(home / ".local" / "share" / "cargo" / "bin") in shown, shown
+
+
+def test_a_cache_named_by_its_variable_in_an_area_spelled_twice_keeps_its_layer(
+        tmp_path: Path) -> None:
+    home, disk = tmp_path / "home", tmp_path / "disk"
+    (disk / "cache" / "gobuild").mkdir(parents=True)
+    home.mkdir()
+    os.symlink(disk / "cache", home / ".cache")
+    profile = _profile(home, tmp_path / "ws", XDG_CACHE_HOME=str(disk / "cache"),
+                       GOCACHE=str(disk / "cache" / "gobuild"))
+    assert str(disk / "cache" / "gobuild") in [c for c, _l, _v in profile.caches]
+
+
+def test_odd_spellings_of_the_home_hide_nothing_more_and_never_fail(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    (home / ".config" / "git").mkdir(parents=True)
+    plain = _shown(_profile(home, tmp_path / "ws"))
+    assert str(home / ".config" / "git") in plain
+    assert _shown(_profile(Path("/" + str(home)), tmp_path / "ws")) == plain
+    deep = "/x" + "/." * 1200
+    _profile(home, tmp_path / "ws", XDG_CONFIG_HOME=deep, XDG_CACHE_HOME="/x" + "/d" * 1000)
