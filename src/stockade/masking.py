@@ -45,7 +45,7 @@ class Masks:
         self.absent = absent
         #: stockade's own directories that hold the workspace.
         self.around = around
-        #: The toolchain caches (real paths) that get no layer (`_in_own_area`).
+        #: The toolchain caches (real paths) that get no layer (`_Areas`).
         self.refused = refused
 
 
@@ -78,7 +78,7 @@ def masks(*, workspace: str, write_roots: Sequence[str], must_show: Sequence[str
     stores, unborn = credential_stores(hidden_paths, unmasking, writable_here, kind, resolved,
                                        reals)
     hidden += stores
-    # What comes back must lie in its own area (`_in_own_area`), judged before
+    # What comes back must lie in its own area (`_Areas`), judged before
     # the targets of links inside the areas join: a cache moved to another disk
     # by a link is still the area's.
     own = _Areas(reals, shown_paths, {h for h, _k in hidden}, resolved)
