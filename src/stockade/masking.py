@@ -23,7 +23,8 @@ if TYPE_CHECKING:
 
 
 #: Directories already resolved: (the real path, whether every link on the way
-#: resolved). `real_dir`'s cache, shared by the paths of one profile.
+#: resolved). `real_dir`'s cache, shared by the paths of one profile; a key
+#: with a leading NUL is `_in_real_parent`'s answer for that path.
 Resolved = dict[str, tuple[str, bool]]
 
 
@@ -64,6 +65,8 @@ def masks(*, workspace: str, write_roots: Sequence[str], must_show: Sequence[str
     directory; `must_show` (the workspace and the writable roots a mask would
     cover) opens one up around them.
     """
+    from .paths import home_dir
+
     hidden, around = stockade_records(private, workspace, kind)
     hidden += matched_files(matched, kind)
     writable_here = (workspace, *fs_write, *write_roots)
@@ -75,13 +78,14 @@ def masks(*, workspace: str, write_roots: Sequence[str], must_show: Sequence[str
     # One resolution of each directory for the stores and what comes back inside them.
     resolved: Resolved = {}
     reals: dict[str, str] = {}
+    home = home_dir(host_env, platform)
     stores, unborn = credential_stores(hidden_paths, unmasking, writable_here, kind, resolved,
-                                       reals)
+                                       reals, _real(home, resolved)[0] if home else "")
     hidden += stores
     # What comes back must lie in its own area (`_Areas`), judged before
     # the targets of links inside the areas join: a cache moved to another disk
     # by a link is still the area's.
-    own = _Areas(reals, shown_paths, {h for h, _k in hidden}, resolved)
+    own = _Areas(hidden_paths, reals, shown_paths, {h for h, _k in hidden}, resolved)
     for target, k in _linked_out([h for h, hk in hidden if hk == DIR], shown_paths, listdir,
                                  kind):
         # Not a target that holds a writable root (a link to ~ would mask the
@@ -142,7 +146,7 @@ def matched_files(matched: Sequence[str], kind: Callable[[str], str]
 
 def credential_stores(candidates: Sequence[str], unmasking: Sequence[str],
                       writable_here: Sequence[str], kind: Callable[[str], str],
-                      resolved: Resolved, reals: dict[str, str]
+                      resolved: Resolved, reals: dict[str, str], home: str = ""
                       ) -> tuple[list[tuple[str, str]], list[str]]:
     """(hidden, not there yet) of the stores `hostpaths.unreadable` names, where
     they really are, but for those a grant unmasks; `reals` gets where each name
@@ -150,7 +154,11 @@ def credential_stores(candidates: Sequence[str], unmasking: Sequence[str],
 
     A link a command planted at a store's name (`ln -s ~ ~/.azure`) made
     every later command mask the whole home it pointed to: such a link,
-    leading to a writable root, hides nothing.
+    leading to the real `home` or above it and to a writable root, hides
+    nothing. One leading elsewhere is the store, wherever it lives: a
+    person's `~/.config -> ~/dotfiles/config` with the workspace in
+    `~/.config/nvim` is hidden as a real `~/.config` is, and opened up around
+    the workspace (`_show_back`).
     """
     hidden: list[tuple[str, str]] = []
     unborn: list[str] = []
@@ -163,7 +171,8 @@ def credential_stores(candidates: Sequence[str], unmasking: Sequence[str],
         reals[_normal(p)] = real
         if any(is_under(real, g) for g in unmasking):
             continue
-        if real != os.path.abspath(p) and any(is_under(w, real) for w in writable_here):
+        if real != os.path.abspath(p) and (not home or is_under(home, real)) and any(
+                is_under(w, real) for w in writable_here):
             continue
         if k != MISSING:
             hidden.append((real, DIR if k == DIR else FILE))
@@ -268,11 +277,16 @@ def _in_real_parent(path: str, resolved: Resolved) -> tuple[str, bool]:
     """`path`'s name in its directory's real path (the name itself not followed),
     each directory resolved once in `resolved`; and whether every link on the way
     resolved."""
-    head, name = os.path.split(path)
-    if name in ("", ".", ".."):
-        return _real(path, resolved)
-    real, whole = _real(head, resolved)
-    return os.path.join(real, name), whole
+    got = resolved.get("\0" + path)  # no path holds a NUL: its own entry, not a directory's
+    if got is None:
+        head, name = os.path.split(path)
+        if name in ("", ".", ".."):
+            got = _real(path, resolved)
+        else:
+            real, whole = _real(head, resolved)
+            got = (os.path.join(real, name), whole)
+        resolved["\0" + path] = got
+    return got
 
 
 def real_dir(path: str, resolved: Resolved) -> str:
@@ -337,14 +351,23 @@ class _Areas:
     (`~/.cache -> ~/.config`) showed the other's tokens by its own list.
     """
 
-    __slots__ = ("_area", "allowed", "leads", "masked", "names", "placed", "resolved")
+    __slots__ = ("_area", "allowed", "leads", "listed", "masked", "names", "placed",
+                 "resolved", "times")
 
-    def __init__(self, reals: dict[str, str], shown: Sequence[str], masked: set[str],
-                 resolved: Resolved) -> None:
+    def __init__(self, hidden: Sequence[str], reals: dict[str, str], shown: Sequence[str],
+                 masked: set[str], resolved: Resolved) -> None:
         self.resolved = resolved
         self.masked = masked
         #: The hidden names (normalised), and which of them lead to each real path.
         self.names = set(reals)
+        #: How many areas have each name (`XDG_CACHE_HOME=~/.config` gives ~/.config
+        #: two lists), and how many of them list each shown path.
+        self.times: dict[str, int] = {}
+        for name in hidden:
+            self.times[_normal(name)] = self.times.get(_normal(name), 0) + 1
+        self.listed: dict[str, int] = {}
+        for p in shown:
+            self.listed[_normal(p)] = self.listed.get(_normal(p), 0) + 1
         self.leads: dict[str, list[str]] = {}
         for name, real in reals.items():
             self.leads.setdefault(real, []).append(name)
@@ -358,11 +381,14 @@ class _Areas:
             self.allowed.setdefault(area, set()).add(real)
 
     def shows(self, p: str) -> bool:
-        """Whether the allowlist's `p` comes back (see `holds`)."""
-        real, whole, _area = self.placed[p]
-        return self.holds(p, real, whole)
+        """Whether the allowlist's `p` comes back (see `holds`): under a name two areas
+        share, only what each of their lists names."""
+        real, whole, area = self.placed[p]
+        return (self.listed[_normal(p)] >= self.times.get(area, 1)
+                and self.holds(p, real, whole, area=area))
 
-    def holds(self, named: str, real: str, whole: bool, cache: bool = False) -> bool:
+    def holds(self, named: str, real: str, whole: bool, cache: bool = False,
+              area: str | None = None) -> bool:
         """`named`, which is `real` once resolved (`whole`: every link on the way
         resolved): beneath no hidden path, or in its own area and nowhere else.
         A `cache` must also hold no hidden path: its layer would lie over it."""
@@ -373,9 +399,10 @@ class _Areas:
         inside = _nearest_above(real + "/", self.masked)  # `real` itself included
         if not inside:
             return True
-        area = _nearest_above(_normal(named), self.names)
-        if not area:
-            return False
+        if area is None:
+            area = _nearest_above(_normal(named), self.names)
+        if not area or not self.allowed.get(area):
+            return False  # outside every area, or inside a store (no list): never shown
         area_real, fits, others = self.area(area)
         return fits and inside == area_real and all(
             real in self.allowed.get(other, ()) for other in others)

@@ -120,3 +120,42 @@ def test_odd_spellings_of_the_home_hide_nothing_more_and_never_fail(tmp_path: Pa
     assert _shown(_profile(Path("/" + str(home)), tmp_path / "ws")) == plain
     deep = "/x" + "/." * 1200
     _profile(home, tmp_path / "ws", XDG_CONFIG_HOME=deep, XDG_CACHE_HOME="/x" + "/d" * 1000)
+
+
+def test_an_area_kept_elsewhere_by_a_link_stays_hidden_around_the_workspace(
+        tmp_path: Path) -> None:
+    """`~/.config -> ~/dotfiles/config` with the workspace in `~/.config/nvim`: a link at
+    an area's name that led to a directory holding the workspace hid nothing, and
+    `gh`'s token beside the workspace was readable (meant for `ln -s ~ ~/.azure`)."""
+    home = tmp_path / "home"
+    (home / "dotfiles" / "config" / "gh").mkdir(parents=True)
+    (home / "dotfiles" / "config" / "nvim").mkdir()
+    os.symlink(home / "dotfiles" / "config", home / ".config")
+    profile = _profile(home, home / "dotfiles" / "config" / "nvim")
+    hidden = {p for p, _k in profile.hidden}
+    assert str(home / "dotfiles" / "config" / "gh") in hidden, hidden
+    # A link to the home itself still hides nothing (the whole home would go).
+    home2 = tmp_path / "home2"
+    home2.mkdir()
+    os.symlink(home2, home2 / ".azure")
+    assert str(home2) not in {p for p, _k in _profile(home2, home2 / "ws").hidden}
+
+
+def test_two_areas_of_one_name_show_only_what_both_list(tmp_path: Path) -> None:
+    """`XDG_CACHE_HOME=~/.config`: the cache area's list once came back inside ~/.config
+    (`pypoetry`, `composer`: their logins)."""
+    home = tmp_path / "home"
+    for rel in ("pypoetry", "composer", "pip"):
+        (home / ".config" / rel).mkdir(parents=True)
+    for spelled in (str(home / ".config"), f"{home}/.config/"):
+        shown = _shown(_profile(home, tmp_path / "ws", XDG_CACHE_HOME=spelled))
+        assert not {str(home / ".config" / d) for d in ("pypoetry", "composer")} & shown
+        assert str(home / ".config" / "pip") in shown  # on both lists
+
+
+def test_a_cache_named_inside_a_store_gets_no_layer(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    (home / ".aws" / "cli" / "cache").mkdir(parents=True)
+    profile = _profile(home, tmp_path / "ws", GOCACHE=str(home / ".aws" / "cli" / "cache"))
+    assert not [c for c, _l, _v in profile.caches if c.startswith(str(home / ".aws"))]
+    assert not [p for p, _k in profile.shown if p.startswith(str(home / ".aws"))]
