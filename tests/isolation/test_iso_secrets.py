@@ -297,6 +297,22 @@ def test_a_link_never_puts_a_stores_directory_back_in_view(box: Box, layout: str
     assert marker not in text(res), text(res)
 
 
+def test_a_store_kept_elsewhere_stays_hidden_around_a_writable_path_in_it(box: Box) -> None:
+    """`~/.aws -> ~/dotfiles/aws` and a grant to write `~/dotfiles/aws/cli`: a link at a
+    store's name that led to a directory holding a writable root hid nothing (a rule
+    meant for `ln -s ~ ~/.azure`), and the credentials beside it were readable.
+    Control: the same user reads them unconfined."""
+    markers = _plant(box, ("dotfiles/aws/credentials",))
+    shutil.rmtree(box.home / ".aws", ignore_errors=True)
+    os.symlink(box.home / "dotfiles" / "aws", box.home / ".aws")
+    box.mkdir(str((box.home / "dotfiles" / "aws" / "cli").relative_to(box.root)))
+    secret = str(box.home / ".aws" / "credentials")
+    assert markers["dotfiles/aws/credentials"].encode() in box.host(["cat", secret]).stdout
+    res = box.sh('cat "$1"', secret, mode="workspace-write",
+                 options=["--allow-write", str(box.home / "dotfiles" / "aws" / "cli"), "--yes"])
+    assert markers["dotfiles/aws/credentials"] not in text(res), text(res)
+
+
 def test_a_cache_over_its_whole_area_does_not_show_the_area(box: Box) -> None:
     """`~/.cache/pip -> .` laid the cache's private layer over all of ~/.cache, and the
     Hugging Face login beside the caches was read through it. Control: the same user

@@ -69,6 +69,10 @@ def test_more_credential_stores_unreadable(box: Box, rel: str) -> None:
     iso.test_more_credential_stores_unreadable(box, rel)
 
 
+def test_a_store_kept_elsewhere_stays_hidden_around_a_writable_path_in_it(box: Box) -> None:
+    iso.test_a_store_kept_elsewhere_stays_hidden_around_a_writable_path_in_it(box)
+
+
 def test_a_cache_over_its_whole_area_does_not_show_the_area(box: Box) -> None:
     iso.test_a_cache_over_its_whole_area_does_not_show_the_area(box)
 
