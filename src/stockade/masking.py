@@ -152,13 +152,14 @@ def credential_stores(candidates: Sequence[str], unmasking: Sequence[str],
     they really are, but for those a grant unmasks; `reals` gets where each name
     leads.
 
-    A link a command planted at a store's name (`ln -s ~ ~/.azure`) made
-    every later command mask the whole home it pointed to: such a link,
-    leading to the real `home` or above it and to a writable root, hides
-    nothing. One leading elsewhere is the store, wherever it lives: a
-    person's `~/.config -> ~/dotfiles/config` with the workspace in
-    `~/.config/nvim` is hidden as a real `~/.config` is, and opened up around
-    the workspace (`_show_back`).
+    A link a command planted at a store's name (`ln -s ~ ~/.azure`, `ln -s
+    ~/proj ~/.azure`) made every later command mask the whole home, or the
+    workspace, it pointed to: such a link, leading to a writable root itself
+    or to the real `home` or above it, hides nothing. One leading above a
+    writable root elsewhere is the store, wherever it lives: a person's
+    `~/.config -> ~/dotfiles/config` with the workspace in `~/.config/nvim`
+    is hidden as a real `~/.config` is, and opened up around the workspace
+    (`_show_back`).
     """
     hidden: list[tuple[str, str]] = []
     unborn: list[str] = []
@@ -171,8 +172,9 @@ def credential_stores(candidates: Sequence[str], unmasking: Sequence[str],
         reals[_normal(p)] = real
         if any(is_under(real, g) for g in unmasking):
             continue
-        if real != os.path.abspath(p) and (not home or is_under(home, real)) and any(
-                is_under(w, real) for w in writable_here):
+        if real != os.path.abspath(p) and any(
+                is_under(w, real) and (w == real or not home or is_under(home, real))
+                for w in writable_here):
             continue
         if k != MISSING:
             hidden.append((real, DIR if k == DIR else FILE))
@@ -209,6 +211,9 @@ def _show_back(hidden: list[tuple[str, str]], wanted: Sequence[str], must: Seque
     """
     out: list[tuple[str, str]] = []
     todo = list(hidden)
+    # The entries are compared where they are: an area kept elsewhere by a link
+    # (`~/.config -> ~/dotfiles/config`) lists its children by their real paths.
+    placed = {real for real, whole in (_in_real_parent(p, resolved) for p in wanted) if whole}
     while todo:
         path, k = todo.pop()
         inner = [m for m in must if is_under(m, path)]
@@ -222,7 +227,7 @@ def _show_back(hidden: list[tuple[str, str]], wanted: Sequence[str], must: Seque
         for name in names:
             child = os.path.join(path, name)
             ck = kind(child)
-            if child in inner or child in wanted or ck in (LINK, MISSING):
+            if child in inner or child in placed or ck in (LINK, MISSING):
                 continue
             todo.append((child, DIR if ck == DIR else FILE))
     dirs = {p for p, k in out if k == DIR}
@@ -401,8 +406,10 @@ class _Areas:
             return True
         if area is None:
             area = _nearest_above(_normal(named), self.names)
-        if not area or not self.allowed.get(area):
-            return False  # outside every area, or inside a store (no list): never shown
+        if not area or not self.allowed.get(area) or (cache and self.times.get(area, 1) > 1):
+            # Outside every area, inside a store (no list), or a cache in a place
+            # two areas share (`XDG_CACHE_HOME=~/.config`): whose it is is unknown.
+            return False
         area_real, fits, others = self.area(area)
         return fits and inside == area_real and all(
             real in self.allowed.get(other, ()) for other in others)

@@ -159,3 +159,35 @@ def test_a_cache_named_inside_a_store_gets_no_layer(tmp_path: Path) -> None:
     profile = _profile(home, tmp_path / "ws", GOCACHE=str(home / ".aws" / "cli" / "cache"))
     assert not [c for c, _l, _v in profile.caches if c.startswith(str(home / ".aws"))]
     assert not [p for p, _k in profile.shown if p.startswith(str(home / ".aws"))]
+
+
+def test_an_area_kept_elsewhere_keeps_its_list_around_the_workspace(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    for rel in ("gh", "git", "nvim/proj"):
+        (home / "dotfiles" / "config" / rel).mkdir(parents=True)
+    os.symlink("dotfiles/config", home / ".config")
+    profile = _profile(home, home / "dotfiles" / "config" / "nvim" / "proj")
+    hidden = {p for p, _k in profile.hidden}
+    config = home / "dotfiles" / "config"
+    assert str(config / "gh") in hidden and str(config / "git") not in hidden, hidden
+
+
+def test_a_link_at_a_stores_name_to_the_workspace_leaves_the_workspace_alone(
+        tmp_path: Path) -> None:
+    """`~/.azure -> ~/proj` with the workspace `~/proj` (a link an earlier command in a
+    workspace of ~ could plant): the workspace was masked whole."""
+    home = tmp_path / "home"
+    (home / "proj").mkdir(parents=True)
+    (home / "proj" / "main.c").write_text("int main;\n")
+    os.symlink("proj", home / ".azure")
+    hidden = {p for p, _k in _profile(home, home / "proj").hidden}
+    assert not [p for p in hidden if p.startswith(str(home / "proj"))], hidden
+
+
+def test_a_cache_where_two_areas_share_a_name_gets_no_layer(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    (home / ".config" / "go-build").mkdir(parents=True)
+    (home / ".aws" / "pip").mkdir(parents=True)
+    for spelled in (str(home / ".config"), f"{home}/.aws/"):
+        profile = _profile(home, tmp_path / "ws", XDG_CACHE_HOME=spelled)
+        assert not [c for c, _l, _v in profile.caches], (spelled, profile.caches)
