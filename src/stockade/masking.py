@@ -357,7 +357,7 @@ class _Areas:
     """
 
     __slots__ = ("_area", "allowed", "leads", "listed", "masked", "names", "placed",
-                 "resolved", "times")
+                 "resolved", "shared", "times")
 
     def __init__(self, hidden: Sequence[str], reals: dict[str, str], shown: Sequence[str],
                  masked: set[str], resolved: Resolved) -> None:
@@ -384,6 +384,10 @@ class _Areas:
         self.allowed: dict[str, set[str]] = {}
         for real, _whole, area in self.placed.values():
             self.allowed.setdefault(area, set()).add(real)
+        #: The names two different lists share: one of them misses a path of the
+        #: other (`XDG_CACHE_HOME=~/.cache` only repeats the one list).
+        self.shared = {area for p, (_r, _w, area) in self.placed.items()
+                       if self.listed[_normal(p)] < self.times.get(area, 1)}
 
     def shows(self, p: str) -> bool:
         """Whether the allowlist's `p` comes back (see `holds`): under a name two areas
@@ -406,7 +410,7 @@ class _Areas:
             return True
         if area is None:
             area = _nearest_above(_normal(named), self.names)
-        if not area or not self.allowed.get(area) or (cache and self.times.get(area, 1) > 1):
+        if not area or not self.allowed.get(area) or (cache and area in self.shared):
             # Outside every area, inside a store (no list), or a cache in a place
             # two areas share (`XDG_CACHE_HOME=~/.config`): whose it is is unknown.
             return False

@@ -191,3 +191,12 @@ def test_a_cache_where_two_areas_share_a_name_gets_no_layer(tmp_path: Path) -> N
     for spelled in (str(home / ".config"), f"{home}/.aws/"):
         profile = _profile(home, tmp_path / "ws", XDG_CACHE_HOME=spelled)
         assert not [c for c, _l, _v in profile.caches], (spelled, profile.caches)
+
+
+def test_an_area_named_again_by_its_own_variable_keeps_its_caches(tmp_path: Path) -> None:
+    """`XDG_CACHE_HOME=~/.cache`, as many set it: the same list twice, not two lists."""
+    home = tmp_path / "home"
+    (home / ".cache" / "pip").mkdir(parents=True)
+    for spelled in (str(home / ".cache"), f"{home}/.cache/"):
+        profile = _profile(home, tmp_path / "ws", XDG_CACHE_HOME=spelled)
+        assert [c for c, _l, _v in profile.caches] == [str(home / ".cache" / "pip")], spelled
